@@ -1,0 +1,7 @@
+"""``python -m computewatch``."""
+
+import sys
+
+from computewatch.cli import main
+
+sys.exit(main())

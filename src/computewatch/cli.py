@@ -1,0 +1,374 @@
+"""The ``computewatch`` command line: a thin layer over the library."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from computewatch._version import __version__
+from computewatch.compare import compare
+from computewatch.export import FORMATS, iter_rows, write_csv, write_jsonl, write_parquet
+from computewatch.paths import resolve_db_path
+from computewatch.render import print_compare, print_runs, print_summary
+from computewatch.retention import collect, expired_runs
+from computewatch.store import Store, StoreError
+from computewatch.summary import build_summary
+from computewatch.supervise import (
+    MAX_INTERVAL,
+    MIN_INTERVAL,
+    CommandNotStarted,
+    RunOptions,
+    run_command,
+)
+
+PROG = "computewatch"
+
+
+class UserError(Exception):
+    """A mistake or condition the user can fix: one line, exit status 1 (2 for usage)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _interval(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not MIN_INTERVAL <= v <= MAX_INTERVAL:
+        raise argparse.ArgumentTypeError(
+            f"must be between {MIN_INTERVAL} and {MAX_INTERVAL:g} seconds, not {text}"
+        )
+    return v
+
+
+def _tag(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
+    return key.strip(), value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
+    return v
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_age(text: str) -> float:
+    """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` → seconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(
+            f"expected a duration such as 30d, 12h, 90m or 2w, not {text!r}"
+        )
+    return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        description="Measure what a command or training run does with its compute, and keep "
+        "a record of every run.",
+    )
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+
+    def with_db(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument(
+            "--db",
+            metavar="PATH",
+            help="database file (default: $COMPUTEWATCH_HOME/computewatch.db, else "
+            "~/.local/share/computewatch/computewatch.db)",
+        )
+        return sp
+
+    r = with_db(
+        sub.add_parser(
+            "run",
+            help="run a command under monitoring",
+            description="Run CMD, sample it and its child processes, print a summary and "
+            "store the run. The exit status is the command's.",
+            usage=f"{PROG} run [options] -- CMD [ARGS...]",
+        )
+    )
+    r.add_argument("--name", help="a name for the run (show/compare accept it)")
+    r.add_argument(
+        "--tag", action="append", type=_tag, default=[], metavar="KEY=VALUE", help="repeatable"
+    )
+    r.add_argument(
+        "--interval",
+        type=_interval,
+        default=1.0,
+        metavar="SECONDS",
+        help=f"sampling interval, {MIN_INTERVAL} to {MAX_INTERVAL:g} (default 1.0)",
+    )
+    r.add_argument("--json", metavar="FILE", help="also write the summary as JSON to FILE")
+    r.add_argument("--quiet", action="store_true", help="no live view and no summary")
+    r.add_argument(
+        "--live",
+        choices=("auto", "panel", "plain"),
+        default="auto",
+        help="live view style (default: a panel on a terminal, plain lines otherwise)",
+    )
+    r.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
+
+    ls = with_db(sub.add_parser("runs", help="list stored runs, newest first"))
+    ls.add_argument("--json", action="store_true", help="JSON output")
+    ls.add_argument("--limit", type=_positive_int, default=20, metavar="N", help="default 20")
+    ls.add_argument("--tag", action="append", type=_tag, default=[], metavar="KEY=VALUE")
+
+    sh = with_db(sub.add_parser("show", help="print the summary of a run"))
+    sh.add_argument("run", metavar="RUN", help="id, unique id prefix, name, or 'last'")
+    sh.add_argument("--json", action="store_true", help="JSON output")
+
+    cp = with_db(sub.add_parser("compare", help="two runs side by side"))
+    cp.add_argument("a", metavar="RUN")
+    cp.add_argument("b", metavar="RUN")
+    cp.add_argument("--json", action="store_true", help="JSON output")
+
+    ex = with_db(sub.add_parser("export", help="write a run's samples as CSV, JSONL or Parquet"))
+    ex.add_argument("run", metavar="RUN")
+    ex.add_argument("--format", choices=FORMATS, default="csv")
+    ex.add_argument("-o", "--output", metavar="FILE", help="default: standard output")
+
+    gc = with_db(
+        sub.add_parser("gc", help="delete the samples of old runs (their summaries are kept)")
+    )
+    gc.add_argument(
+        "--older-than", type=parse_age, required=True, metavar="AGE", help="e.g. 30d, 12h, 2w"
+    )
+    gc.add_argument("--dry-run", action="store_true", help="list what would be deleted")
+    gc.add_argument("--vacuum", action="store_true", help="then give the space back to the OS")
+    return p
+
+
+def _open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
+    path = resolve_db_path(args.db)
+    if not create and not path.exists():
+        if args.db:
+            raise UserError(f"no database at {path}")
+        raise UserError(f"no runs recorded yet ({path} does not exist); try `{PROG} run -- CMD`")
+    return Store.open(path, create=create)
+
+
+def _emit_json(obj: Any, out: TextIO) -> None:
+    json.dump(obj, out, indent=2, sort_keys=False)
+    out.write("\n")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UserError("no command given: computewatch run [options] -- CMD [ARGS...]", 2)
+    if args.json and args.json != "-":
+        parent = Path(args.json).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise UserError(f"--json: directory {parent} does not exist", 2)
+    store = _open_store(args, create=True)
+    opts = RunOptions(
+        command=command,
+        name=args.name,
+        tags=dict(args.tag),
+        interval=args.interval,
+        live="quiet" if args.quiet else args.live,
+    )
+    try:
+        outcome = run_command(opts, store)
+    except CommandNotStarted as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return e.exit_code
+    except sqlite3.Error as e:  # the command has ended; only the record was lost
+        print(f"{PROG}: the run could not be stored completely: {e}", file=sys.stderr)
+        return 1
+    finally:
+        store.close()
+    if not args.quiet:
+        sys.stderr.write("\n")
+        print_summary(outcome.summary, sys.stderr)
+    if args.json:
+        try:
+            if args.json == "-":
+                _emit_json(outcome.summary, sys.stdout)
+            else:
+                with open(Path(args.json).expanduser(), "w") as f:
+                    _emit_json(outcome.summary, f)
+        except OSError as e:
+            print(f"{PROG}: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        runs = store.list_runs(limit=args.limit, tags=dict(args.tag) or None)
+        if args.json:
+            _emit_json(
+                [
+                    {
+                        "id": r.id,
+                        "name": r.name,
+                        "tags": r.tags,
+                        "status": r.status,
+                        "exit_code": r.exit_code,
+                        "command": r.command,
+                        "started_at": _iso(r.started_at),
+                        "ended_at": _iso(r.ended_at),
+                        "duration_seconds": None
+                        if r.ended_at is None
+                        else round(r.ended_at - r.started_at, 3),
+                    }
+                    for r in runs
+                ],
+                sys.stdout,
+            )
+        elif not runs:
+            print("no runs" + (" with these tags" if args.tag else ""), file=sys.stderr)
+        else:
+            print_runs(runs, sys.stdout)
+    return 0
+
+
+def _iso(t: float | None) -> str | None:
+    from computewatch.summary import iso
+
+    return iso(t)
+
+
+def _summary_of(store: Store, ref: str) -> dict[str, Any]:
+    run = store.find_run(ref)
+    if run.summary is not None and run.status != "running":
+        return run.summary
+    return build_summary(store, run)
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        summary = _summary_of(store, args.run)
+    if args.json:
+        _emit_json(summary, sys.stdout)
+    else:
+        print_summary(summary, sys.stdout)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        result = compare(_summary_of(store, args.a), _summary_of(store, args.b))
+    if args.json:
+        _emit_json(result, sys.stdout)
+    else:
+        print_compare(result, sys.stdout)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        run = store.find_run(args.run)
+        rows = iter_rows(store, run)
+        if args.format == "parquet":
+            if args.output:
+                with _open_output(args.output, binary=True) as fb:
+                    write_parquet(rows, fb)
+            elif sys.stdout.isatty():
+                raise UserError("parquet is binary: give -o FILE or redirect standard output", 2)
+            else:
+                write_parquet(rows, sys.stdout.buffer)
+            return 0
+        writer = write_csv if args.format == "csv" else write_jsonl
+        if args.output:
+            with _open_output(args.output, binary=False) as ft:
+                writer(rows, ft)
+        else:
+            writer(rows, sys.stdout)
+    return 0
+
+
+def _open_output(path: str, *, binary: bool) -> Any:
+    try:
+        return open(
+            Path(path).expanduser(), "wb" if binary else "w", newline="" if not binary else None
+        )
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    cutoff = time.time() - args.older_than
+    with _open_store(args) as store:
+        if args.dry_run:
+            old = expired_runs(store, cutoff)
+            for r in old:
+                print(f"would delete samples of {r.id} {r.name or ''}".rstrip())
+            print(f"{len(old)} run(s) would lose their samples; summaries are kept")
+            return 0
+        done = collect(store, cutoff, vacuum=args.vacuum)
+    print(f"deleted the samples of {len(done)} run(s); their summaries are kept")
+    return 0
+
+
+COMMANDS = {
+    "run": cmd_run,
+    "runs": cmd_runs,
+    "show": cmd_show,
+    "compare": cmd_compare,
+    "export": cmd_export,
+    "gc": cmd_gc,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cmd is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return COMMANDS[args.cmd](args)
+    except UserError as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return e.exit_code
+    except StoreError as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return 1
+    except sqlite3.Error as e:
+        print(f"{PROG}: database error: {e}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # The reader went away (``| head``): stop quietly, as other Unix tools do.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except OSError as e:
+        print(f"{PROG}: {e.strerror or e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

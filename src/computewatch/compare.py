@@ -1,0 +1,61 @@
+"""Two run summaries side by side, with absolute and relative differences."""
+
+from __future__ import annotations
+
+from typing import Any
+
+COMPARED: tuple[tuple[str, str], ...] = (
+    ("status", ""),
+    ("exit_code", ""),
+    ("duration_seconds", "seconds"),
+    ("cpu.seconds_total", "seconds"),
+    ("cpu.utilization_mean", "ratio"),
+    ("cpu.utilization_max", "ratio"),
+    ("memory.peak_rss_bytes", "bytes"),
+    ("memory.peak_host_used_bytes", "bytes"),
+    ("disk.read_bytes", "bytes"),
+    ("disk.write_bytes", "bytes"),
+    ("network.recv_bytes", "bytes"),
+    ("network.sent_bytes", "bytes"),
+    ("steps.count", "count"),
+    ("steps.step_time_seconds.mean", "seconds"),
+    ("steps.step_time_seconds.p50", "seconds"),
+    ("steps.step_time_seconds.p90", "seconds"),
+    ("steps.step_time_seconds.p99", "seconds"),
+    ("steps.steps_per_second", "per_second"),
+    ("steps.samples_per_second", "per_second"),
+    ("steps.tokens_per_second", "per_second"),
+)
+
+
+def lookup(summary: dict[str, Any], path: str) -> Any:
+    cur: Any = summary
+    for part in path.split("."):
+        if not isinstance(cur, dict):
+            return None
+        cur = cur.get(part)
+    return cur
+
+
+def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """``{"a": id, "b": id, "fields": [{field, unit, a, b, difference, ratio}]}``; the
+    difference is b − a and the ratio b / a, where both are numbers."""
+    rows = []
+    for path, unit in COMPARED:
+        va, vb = lookup(a, path), lookup(b, path)
+        if va is None and vb is None:
+            continue
+        diff = ratio = None
+        numeric = isinstance(va, int | float) and isinstance(vb, int | float)
+        if numeric and not isinstance(va, bool):
+            diff = vb - va
+            ratio = vb / va if va else None
+        rows.append(
+            {"field": path, "unit": unit, "a": va, "b": vb, "difference": diff, "ratio": ratio}
+        )
+    return {
+        "schema_version": 1,
+        "a": {"id": a.get("id"), "name": a.get("name")},
+        "b": {"id": b.get("id"), "name": b.get("name")},
+        "fields": rows,
+    }

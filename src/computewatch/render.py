@@ -1,0 +1,178 @@
+"""Human-readable text for summaries, run lists and comparisons (rich tables)."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.table import Table
+
+from computewatch.compare import lookup
+from computewatch.live import format_bytes, format_duration
+from computewatch.store import RunRow
+
+
+def _console(out: TextIO) -> Console:
+    return Console(file=out, highlight=False, soft_wrap=False, width=max(_width(out), 60))
+
+
+def _width(out: TextIO) -> int:
+    try:
+        import os
+
+        return os.get_terminal_size(out.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 100
+
+
+def _pct(v: Any) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
+
+def _b(v: Any) -> str:
+    return "n/a" if v is None else format_bytes(float(v))
+
+
+def _s(v: Any, nd: int = 3) -> str:
+    if v is None:
+        return "n/a"
+    v = float(v)
+    if v < 1e-3:
+        return f"{v * 1e6:.0f} µs"
+    if v < 1:
+        return f"{v * 1e3:.{max(nd - 2, 0)}f} ms"
+    return f"{v:.{nd}g} s" if v < 100 else format_duration(v)
+
+
+def _num(v: Any, unit: str = "") -> str:
+    if v is None:
+        return "n/a"
+    return f"{float(v):,.2f}{unit}"
+
+
+def print_summary(summary: dict[str, Any], out: TextIO) -> None:
+    """The summary as a compact table."""
+    con = _console(out)
+    title = f"run {summary['id']}" + (f" · {summary['name']}" if summary.get("name") else "")
+    t = Table(title=title, show_header=False, box=None, pad_edge=False, title_justify="left")
+    t.add_column("field", style="bold")
+    t.add_column("value")
+    tags = summary.get("tags") or {}
+    status = summary["status"]
+    if summary.get("exit_code") is not None:
+        status += f" (exit {summary['exit_code']})"
+    t.add_row("command", shlex.join(summary.get("command") or []))
+    if tags:
+        t.add_row("tags", " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
+    t.add_row("status", status)
+    t.add_row("started", str(summary.get("started_at")))
+    t.add_row("duration", format_duration(summary.get("duration_seconds") or 0.0))
+    cpu = summary["cpu"]
+    t.add_row(
+        "cpu",
+        f"{_num(cpu.get('seconds_total'))} s · mean {_pct(cpu.get('utilization_mean'))}, "
+        f"max {_pct(cpu.get('utilization_max'))} of {cpu.get('allowed_cores'):g} cores",
+    )
+    mem = summary["memory"]
+    t.add_row(
+        "memory",
+        f"peak RSS {_b(mem.get('peak_rss_bytes'))} · host peak used "
+        f"{_b(mem.get('peak_host_used_bytes'))} of {_b(mem.get('host_total_bytes'))}",
+    )
+    disk = summary["disk"]
+    t.add_row(
+        "disk",
+        f"read {_b(disk.get('read_bytes'))}, written {_b(disk.get('write_bytes'))} (the run) · "
+        f"host devices r {_b(disk.get('host_read_bytes'))} w {_b(disk.get('host_write_bytes'))}",
+    )
+    net = summary["network"]
+    t.add_row(
+        "network",
+        f"received {_b(net.get('recv_bytes'))}, sent {_b(net.get('sent_bytes'))} (whole host)",
+    )
+    steps = summary.get("steps") or {}
+    if steps.get("count"):
+        st = steps.get("step_time_seconds") or {}
+        line = f"{steps['count']} steps"
+        if st:
+            line += (
+                f" · step time mean {_s(st.get('mean'))}, p50 {_s(st.get('p50'))}, "
+                f"p90 {_s(st.get('p90'))}, p99 {_s(st.get('p99'))}, max {_s(st.get('max'))}"
+            )
+        t.add_row("steps", line)
+        rates = []
+        for key, label in (
+            ("steps_per_second", "steps/s"),
+            ("samples_per_second", "samples/s"),
+            ("tokens_per_second", "tokens/s"),
+        ):
+            if steps.get(key) is not None:
+                rates.append(f"{steps[key]:,.2f} {label}")
+        if rates:
+            t.add_row("throughput", " · ".join(rates))
+    smp = summary.get("samples") or {}
+    t.add_row(
+        "samples",
+        f"{smp.get('count', 0)} ticks every {smp.get('interval_seconds')} s, "
+        f"{smp.get('series', 0)} series",
+    )
+    for n in summary.get("notes") or []:
+        t.add_row("note", f"[yellow]{n}[/yellow]")
+    con.print(t)
+
+
+def print_runs(runs: list[RunRow], out: TextIO) -> None:
+    con = _console(out)
+    t = Table(box=None, pad_edge=False)
+    for col in ("id", "name", "status", "started", "duration", "cpu", "peak rss", "tags"):
+        t.add_column(col, no_wrap=col in ("id", "started"))
+    from computewatch.summary import iso
+
+    for r in runs:
+        s = r.summary or {}
+        dur = (r.ended_at - r.started_at) if r.ended_at else None
+        t.add_row(
+            r.id,
+            r.name or "",
+            r.status if r.exit_code in (None, 0) else f"{r.status} ({r.exit_code})",
+            (iso(r.started_at) or "")[:19].replace("T", " "),
+            format_duration(dur) if dur is not None else "",
+            _pct(lookup(s, "cpu.utilization_mean")) if s else "",
+            _b(lookup(s, "memory.peak_rss_bytes")) if s else "",
+            " ".join(f"{k}={v}" for k, v in sorted(r.tags.items())),
+        )
+    con.print(t)
+
+
+def print_compare(result: dict[str, Any], out: TextIO) -> None:
+    con = _console(out)
+    a, b = result["a"], result["b"]
+    t = Table(box=None, pad_edge=False)
+    t.add_column("field")
+    t.add_column(f"A {a['id']}" + (f" {a['name']}" if a.get("name") else ""), justify="right")
+    t.add_column(f"B {b['id']}" + (f" {b['name']}" if b.get("name") else ""), justify="right")
+    t.add_column("B − A", justify="right")
+    t.add_column("B / A", justify="right")
+    for row in result["fields"]:
+        fmt = {"bytes": _b, "ratio": _pct, "seconds": _s}.get(row["unit"], _plain)
+        diff = row["difference"]
+        if diff is None:
+            dtext = ""
+        elif row["unit"] == "bytes":
+            dtext = ("+" if diff >= 0 else "−") + _b(abs(diff))
+        elif row["unit"] == "ratio":
+            dtext = f"{100 * diff:+.1f} pt"
+        else:
+            dtext = f"{diff:+,.4g}"
+        ratio = "" if row["ratio"] is None else f"{row['ratio']:.3f}×"
+        t.add_row(row["field"], fmt(row["a"]), fmt(row["b"]), dtext, ratio)
+    con.print(t)
+
+
+def _plain(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    return str(v)

@@ -1,0 +1,304 @@
+"""The sampling engine: one tick reads every source once, batches, and writes to the store.
+
+Runs in the supervisor (``computewatch run``) or in a sampler subprocess (``track()``), never in
+the monitored interpreter. A failing source is reported once and skipped; after
+``SOURCE_STRIKES`` failures in a row it is dropped for the rest of the run, with a note. A
+failing store keeps the pending batch (bounded) and retries; the monitored command never waits.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from computewatch.channel import SpoolReader
+from computewatch.live import LiveView, Snapshot
+from computewatch.readings import Kind, Labels, Reading
+from computewatch.sources.base import Source
+from computewatch.sources.process_tree import ProcessTreeSource
+from computewatch.store import Store
+
+SOURCE_STRIKES = 5
+MAX_PENDING_ROWS = 2_000_000  # about 100 MB of tuples; beyond it the oldest rows are dropped
+FLUSH_SECONDS = 1.0
+
+
+@dataclass(slots=True)
+class _Pending:
+    series: list[tuple[int, str, Labels, Kind]] = field(default_factory=list)
+    ticks: list[tuple[int, float, float]] = field(default_factory=list)
+    samples: list[tuple[int, int, int, float]] = field(default_factory=list)
+    steps: list[tuple[int, float, float, float | None, float | None]] = field(default_factory=list)
+    processes: list[tuple[int, int, str, list[str], float]] = field(default_factory=list)
+    writers: list[tuple[int, float, dict[str, Any]]] = field(default_factory=list)
+
+    def size(self) -> int:
+        return len(self.samples) + len(self.steps)
+
+
+class Sampler:
+    """Ticks at a fixed interval; everything it learns goes to the store in batches."""
+
+    def __init__(
+        self,
+        store: Store,
+        run_key: int,
+        sources: Sequence[Source],
+        *,
+        interval: float,
+        spool: SpoolReader | None = None,
+        live: LiveView | None = None,
+        allowed_cores: float = 1.0,
+        note: Callable[[str], None] | None = None,
+        flush_seconds: float = FLUSH_SECONDS,
+    ) -> None:
+        self.store = store
+        self.run_key = run_key
+        self.sources = list(sources)
+        self.interval = interval
+        self.spool = spool
+        self.live = live
+        self.allowed_cores = allowed_cores
+        self.flush_seconds = max(flush_seconds, 0.0)
+        self.notes: list[str] = []
+        self._note_cb = note
+        self._ids: dict[tuple[str, Labels], int] = {}
+        self._pending = _Pending()
+        self._seq = 0
+        self._strikes: dict[str, int] = {}
+        self._reported: set[str] = set()
+        self._store_failing = False
+        self._last_flush = time.monotonic()
+        self._mono0 = time.monotonic()
+        self._wall0 = time.time()
+        self._prev: dict[str, float] = {}
+        self._prev_mono: float | None = None
+        self._steps_total = 0
+        self._step_times: deque[float] = deque(maxlen=4096)
+        self._pids_seen: set[int] = set()
+        self.last_tick_wall: float | None = None
+        self.stopped_at: float | None = None
+        self.tick_cpu_seconds = 0.0
+        self.on_writer: Callable[[dict[str, Any]], None] | None = None
+
+    # -- notes ------------------------------------------------------------------------------
+    def note(self, message: str, *, once_key: str | None = None) -> None:
+        """Record a warning for the summary and show it once."""
+        key = once_key or message
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        self.notes.append(message)
+        if self._note_cb is not None:
+            self._note_cb(message)
+
+    # -- ticking ----------------------------------------------------------------------------
+    def tick(self) -> None:
+        """Read every source once and stamp the tick with monotonic and wall-clock time."""
+        c0 = time.thread_time()
+        mono = time.monotonic()
+        wall = self._wall0 + (mono - self._mono0)
+        seq = self._seq
+        self._seq += 1
+        pend = self._pending
+        pend.ticks.append((seq, mono, wall))
+        rows = pend.samples
+        rk = self.run_key
+        ids = self._ids
+        latest: dict[str, float] = {}
+        for src in list(self.sources):
+            try:
+                readings = src.read()
+            except Exception as e:  # a source's failure is reported, never raised
+                self._source_failed(src, e)
+                continue
+            self._strikes.pop(src.name, None)
+            for r in readings:
+                key = (r.name, r.labels)
+                sid = ids.get(key)
+                if sid is None:
+                    sid = len(ids)
+                    ids[key] = sid
+                    pend.series.append((sid, r.name, r.labels, r.kind))
+                rows.append((rk, seq, sid, r.value))
+                if not r.labels:
+                    latest[r.name] = r.value
+                else:
+                    _aggregate(latest, r)
+            if isinstance(src, ProcessTreeSource) and src.new_processes:
+                for p in src.new_processes:
+                    pend.processes.append((p.pid, p.ppid, p.name, p.cmdline, wall))
+                src.new_processes.clear()
+        if self.spool is not None:
+            for s in self.spool.poll():
+                pend.steps.append(
+                    (s.pid, s.mono, self._wall0 + (s.mono - self._mono0), s.samples, s.tokens)
+                )
+                self._steps_total += 1
+                self._step_times.append(s.mono)
+            for pid, meta in self.spool.new_metas():
+                pend.writers.append((pid, float(meta.get("started_mono", mono)), meta))
+                if self.on_writer is not None:
+                    self.on_writer(meta)
+        self.last_tick_wall = wall
+        if self.live is not None:
+            self._update_live(mono, latest)
+        if pend.size() > MAX_PENDING_ROWS:
+            drop = pend.size() - MAX_PENDING_ROWS
+            del pend.samples[:drop]
+            self.note("the store is not accepting writes; the oldest pending samples were dropped")
+        if mono - self._last_flush >= self.flush_seconds:
+            self.flush()
+        self.tick_cpu_seconds += time.thread_time() - c0
+
+    def _source_failed(self, src: Source, e: Exception) -> None:
+        n = self._strikes.get(src.name, 0) + 1
+        self._strikes[src.name] = n
+        self.note(f"source {src.name} failed: {type(e).__name__}: {e}", once_key=f"src:{src.name}")
+        if n >= SOURCE_STRIKES:
+            self.sources.remove(src)
+            self.note(
+                f"source {src.name} dropped after {n} failures in a row; its data stops at "
+                f"{time.strftime('%H:%M:%S')}"
+            )
+            try:
+                src.close()
+            except Exception:
+                pass
+
+    def flush(self) -> bool:
+        """Write the pending batch; on failure keep it for the next try. Returns success."""
+        pend = self._pending
+        self._last_flush = time.monotonic()
+        if not (
+            pend.samples
+            or pend.ticks
+            or pend.steps
+            or pend.series
+            or pend.processes
+            or pend.writers
+        ):
+            return True
+        try:
+            self.store.write_batch(
+                self.run_key,
+                series=pend.series,
+                ticks=pend.ticks,
+                samples=pend.samples,
+                steps=pend.steps,
+                processes=pend.processes,
+                writers=pend.writers,
+                heartbeat_at=time.time(),
+                data_until=self.last_tick_wall,
+            )
+        except sqlite3.Error as e:
+            if not self._store_failing:
+                self.note(f"cannot write to the store ({e}); keeping samples in memory, retrying")
+            self._store_failing = True
+            return False
+        if self._store_failing:
+            self.note("the store accepts writes again")
+            self._store_failing = False
+        self._pending = _Pending()
+        return True
+
+    def loop(self, stop: threading.Event) -> None:
+        """Tick until ``stop`` is set. An unexpected error ends sampling (noted with the time
+        at which data stops), never the caller."""
+        next_at = time.monotonic()
+        try:
+            while not stop.is_set():
+                self.tick()
+                next_at += self.interval
+                delay = next_at - time.monotonic()
+                if delay < 0:  # fell behind (suspended, overloaded): skip, do not burst
+                    next_at = time.monotonic()
+                    delay = 0.0
+                stop.wait(delay)
+        except Exception as e:
+            self.stopped_at = time.time()
+            self.note(
+                f"the sampler stopped at {time.strftime('%H:%M:%S')} after an internal error "
+                f"({type(e).__name__}: {e}); data stops there"
+            )
+
+    def final_tick(self) -> None:
+        """One last reading after the command ended (exited children, last steps)."""
+        if self.stopped_at is not None:
+            return
+        try:
+            self.tick()
+        except Exception as e:
+            self.note(f"the last reading failed: {type(e).__name__}: {e}")
+
+    def close(self) -> None:
+        for src in self.sources:
+            try:
+                src.close()
+            except Exception:
+                pass
+        if self.live is not None:
+            self.live.close()
+
+    # -- live view --------------------------------------------------------------------------
+    def _update_live(self, mono: float, latest: dict[str, float]) -> None:
+        assert self.live is not None
+        prev, prev_mono = self._prev, self._prev_mono
+        self._prev, self._prev_mono = latest, mono
+
+        def rate(name: str) -> float | None:
+            if prev_mono is None or name not in latest or name not in prev:
+                return None
+            dt = mono - prev_mono
+            return max(latest[name] - prev[name], 0.0) / dt if dt > 0 else None
+
+        cpu_rate = rate("tree_cpu_seconds_total")
+        recent = [t for t in self._step_times if t >= mono - 10.0]
+        sps = None
+        if len(recent) >= 2 and recent[-1] > recent[0]:
+            sps = (len(recent) - 1) / (recent[-1] - recent[0])
+        snap = Snapshot(
+            elapsed_seconds=mono - self._mono0,
+            cpu_ratio=None if cpu_rate is None else cpu_rate / self.allowed_cores,
+            allowed_cores=self.allowed_cores,
+            tree_rss_bytes=latest.get("tree_resident_memory_bytes"),
+            host_memory_used_bytes=latest.get("host_memory_used_bytes"),
+            host_memory_total_bytes=latest.get("host_memory_total_bytes"),
+            disk_read_bytes_per_second=rate("host_disk_read_bytes_total"),
+            disk_write_bytes_per_second=rate("host_disk_written_bytes_total"),
+            net_recv_bytes_per_second=rate("host_network_receive_bytes_total"),
+            net_sent_bytes_per_second=rate("host_network_transmit_bytes_total"),
+            processes=_int_or_none(latest.get("tree_processes")),
+            steps_total=self._steps_total or None,
+            steps_per_second=sps,
+        )
+        try:
+            self.live.update(snap)
+        except Exception as e:
+            self.note(f"live view disabled: {e}")
+            self.live = None
+
+
+_SUMMED = frozenset(
+    {
+        "host_disk_read_bytes_total",
+        "host_disk_written_bytes_total",
+        "host_network_receive_bytes_total",
+        "host_network_transmit_bytes_total",
+    }
+)
+
+
+def _aggregate(latest: dict[str, float], r: Reading) -> None:
+    """Sum the per-device series the live view shows as one figure (loopback excluded)."""
+    if r.name in _SUMMED and ("interface", "lo") not in r.labels:
+        latest[r.name] = latest.get(r.name, 0.0) + r.value
+
+
+def _int_or_none(v: float | None) -> int | None:
+    return None if v is None else int(v)

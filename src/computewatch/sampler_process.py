@@ -1,0 +1,105 @@
+"""The sampler subprocess that ``track()`` starts: ``python -m computewatch.sampler_process``.
+
+It watches the tree of the process given by ``--pid`` (itself excluded), reads control lines on
+stdin (``end STATUS``), and stores the run. End of stdin without ``end`` means the tracked
+process died: the run is stored as interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from computewatch.channel import SpoolReader
+from computewatch.live import make_live_view
+from computewatch.sampler import Sampler
+from computewatch.sources.base import Source, SourceUnavailable
+from computewatch.sources.host import HostSource, allowed_cores, host_facts
+from computewatch.sources.process_tree import ProcessTreeSource
+from computewatch.store import INTERRUPTED, Store, StoreError
+from computewatch.supervise import finish_run, spool_dir
+
+
+def _read_control(stop: threading.Event, result: list[str]) -> None:
+    for line in sys.stdin.buffer:
+        parts = line.decode("utf-8", "replace").split()
+        if len(parts) == 2 and parts[0] == "end":
+            result.append(parts[1])
+            break
+    stop.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="computewatch-sampler")
+    ap.add_argument("--pid", type=int, required=True)
+    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--name")
+    ap.add_argument("--tags", default="{}")
+    ap.add_argument("--command", default="[]")
+    ap.add_argument("--procfs-root", default="/proc")
+    a = ap.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tracked process decides when we end
+
+    live = make_live_view(sys.stderr, "quiet")
+    try:
+        store = Store.open(a.db)
+    except StoreError as e:
+        print(f"computewatch: not monitoring: {e}", file=sys.stderr)
+        return 2
+    facts = host_facts(procfs_root=a.procfs_root, pid=a.pid)
+    cores = allowed_cores(facts)
+    facts["allowed_cores"] = cores
+    notes: list[str] = []
+    sources: list[Source] = []
+    try:
+        sources.append(
+            ProcessTreeSource(a.pid, a.procfs_root, exclude_pids=frozenset({os.getpid()}))
+        )
+    except SourceUnavailable as e:
+        notes.append(f"process source unavailable: {e}")
+    try:
+        sources.append(HostSource(procfs_root=a.procfs_root, pid=a.pid))
+    except SourceUnavailable as e:
+        notes.append(f"host source unavailable: {e}")
+    run_key = store.create_run(
+        run_id=a.run_id,
+        name=a.name,
+        tags=json.loads(a.tags),
+        command=json.loads(a.command),
+        cwd=os.getcwd(),
+        mode="track",
+        started_at=time.time(),
+        interval_seconds=a.interval,
+        host=facts,
+    )
+    reader = SpoolReader(spool_dir(Path(a.db), a.run_id))
+    sampler = Sampler(
+        store, run_key, sources, interval=a.interval, spool=reader, live=live,
+        allowed_cores=cores, note=live.note,
+    )  # fmt: skip
+    for n in notes:
+        sampler.note(n)
+    stop = threading.Event()
+    result: list[str] = []
+    threading.Thread(target=_read_control, args=(stop, result), daemon=True).start()
+    sampler.loop(stop)
+    sampler.final_tick()
+    sampler.close()
+    status = result[0] if result else INTERRUPTED
+    if not result:
+        sampler.note("the tracked process ended without closing the run")
+    finish_run(store, sampler, run_key, status, None, [], reader)
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

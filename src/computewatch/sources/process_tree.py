@@ -1,0 +1,287 @@
+"""The monitored process tree: a root process and every descendant, from procfs.
+
+Reads ``/proc/PID/{stat,io,status}`` through file descriptors opened once per process and
+re-read with ``pread`` (a cached handle: procfs regenerates the text on a read at offset 0, and a
+descriptor stays bound to its process, so a reused PID can never be mistaken for it).
+
+CPU accounting of the whole tree (counter ``tree_cpu_seconds_total``):
+  sum over live tree processes of utime + stime + cutime + cstime, plus the last-seen total of
+  every tree process that was reaped by a process outside the tree (an orphan reaped by init, or
+  the root reaped by the supervisor). ``cutime``/``cstime`` are the times of a process's waited-for
+  children (proc(5)), so a worker that lives less than one tick is still counted once its parent
+  reaps it, and a worker seen alive and then reaped moves from its own entry into its parent's
+  ``cutime`` without being counted twice.
+I/O bytes of exited processes stay counted at their last-seen value (procfs keeps no cumulative
+I/O of reaped children, so a process that lives less than one tick has its I/O missed).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from computewatch.readings import Labels, Reading, counter, gauge, labels
+from computewatch.sources.base import SourceUnavailable
+
+_CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
+_PAGE = float(os.sysconf("SC_PAGE_SIZE"))
+
+
+@dataclass(slots=True)
+class _Proc:
+    pid: int
+    ppid: int
+    name: str
+    stat_fd: int
+    io_fd: int  # -1 when /proc/PID/io is not readable
+    status_fd: int
+    lbl: Labels
+    baseline: float = 0.0
+    cpu_total: float = 0.0  # utime+stime+cutime+cstime seconds, minus baseline
+    read_bytes: float = 0.0
+    write_bytes: float = 0.0
+    io_base: tuple[float, float] = (0.0, 0.0)
+    alive: bool = True
+
+
+@dataclass(slots=True)
+class ProcessInfo:
+    """What the tree source learned about one process, for the run's process table."""
+
+    pid: int
+    ppid: int
+    name: str
+    cmdline: list[str] = field(default_factory=list)
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def _parse_stat(raw: bytes) -> tuple[str, list[bytes]]:
+    # The command name may contain spaces and ')': it ends at the last ')' (proc(5)).
+    close = raw.rindex(b")")
+    name = raw[raw.index(b"(") + 1 : close].decode("utf-8", "replace")
+    return name, raw[close + 2 :].split()
+
+
+class ProcessTreeSource:
+    """Samples a process and all its descendants, including ones started later."""
+
+    name = "process"
+
+    def __init__(
+        self,
+        root_pid: int,
+        procfs_root: str = "/proc",
+        *,
+        exclude_pids: frozenset[int] = frozenset(),
+        count_existing_usage: bool = False,
+        per_process: bool = True,
+    ) -> None:
+        """``count_existing_usage=False`` counts CPU and I/O from the moment monitoring starts:
+        usage that processes already present had accumulated before is taken as a baseline
+        (right for ``track()`` inside a long-lived interpreter; a fresh command starts at 0)."""
+        self._root = procfs_root
+        self.root_pid = root_pid
+        self._exclude = exclude_pids
+        self._per_process = per_process
+        self._count_existing = count_existing_usage
+        self._procs: dict[int, _Proc] = {}
+        self._foreign: set[int] = set()
+        self._exited_cpu = 0.0
+        self._exited_read = 0.0
+        self._exited_write = 0.0
+        self._peak_hwm = 0.0
+        self._final_root_cpu: float | None = None
+        self._first = True
+        self.new_processes: list[ProcessInfo] = []
+        if not os.path.exists(os.path.join(procfs_root, str(root_pid), "stat")):
+            raise SourceUnavailable(f"process {root_pid} not found under {procfs_root}")
+
+    # -- public -------------------------------------------------------------------------------
+    @property
+    def pids(self) -> list[int]:
+        """PIDs of the tree's live processes at the last read."""
+        return [p.pid for p in self._procs.values() if p.alive]
+
+    def set_final_root_cpu(self, seconds: float) -> None:
+        """The root's exact CPU seconds (with its reaped children) from ``wait4``, used once
+        the root has gone instead of its last-seen value."""
+        self._final_root_cpu = seconds
+
+    def note_peak_rss(self, nbytes: float) -> None:
+        """Raise the tree's peak RSS with a figure known elsewhere (``ru_maxrss`` of the root)."""
+        self._peak_hwm = max(self._peak_hwm, nbytes)
+
+    def read(self) -> list[Reading]:
+        self._discover()
+        out: list[Reading] = []
+        cpu = rd = wr = 0.0
+        rss_sum = 0.0
+        threads = 0.0
+        nlive = 0
+        gone: list[_Proc] = []
+        per = self._per_process
+        for p in self._procs.values():
+            try:
+                raw = os.pread(p.stat_fd, 4096, 0)
+            except OSError:
+                gone.append(p)
+                continue
+            if not raw:
+                gone.append(p)
+                continue
+            rest = raw[raw.rindex(b")") + 2 :].split()
+            if rest[0] == b"X":  # dead, being removed
+                gone.append(p)
+                continue
+            own = (int(rest[11]) + int(rest[12])) / _CLK_TCK
+            total = own + (int(rest[13]) + int(rest[14])) / _CLK_TCK - p.baseline
+            p.cpu_total = total
+            nthreads = float(rest[17])
+            rss = int(rest[21]) * _PAGE
+            cpu += total
+            rss_sum += rss
+            threads += nthreads
+            nlive += 1
+            if p.io_fd >= 0:
+                try:
+                    io = os.pread(p.io_fd, 1024, 0).split(b"\n")
+                    # Order fixed by the kernel (proc(5)): rchar wchar syscr syscw read_bytes
+                    # write_bytes cancelled_write_bytes.
+                    p.read_bytes = float(io[4][12:]) - p.io_base[0]
+                    p.write_bytes = float(io[5][13:]) - p.io_base[1]
+                except (OSError, ValueError, IndexError):
+                    pass
+            rd += p.read_bytes
+            wr += p.write_bytes
+            try:
+                status = os.pread(p.status_fd, 4096, 0)
+                i = status.find(b"VmHWM:")
+                if i >= 0:
+                    hwm = float(status[i + 6 : status.index(b"kB", i)]) * 1024.0
+                    self._peak_hwm = max(self._peak_hwm, hwm)
+            except (OSError, ValueError):
+                pass
+            if per:
+                lbl = p.lbl
+                out.append(counter("process_cpu_seconds_total", own, lbl))
+                out.append(gauge("process_resident_memory_bytes", rss, lbl))
+                out.append(gauge("process_threads", nthreads, lbl))
+                if p.io_fd >= 0:
+                    out.append(counter("process_read_bytes_total", p.read_bytes, lbl))
+                    out.append(counter("process_written_bytes_total", p.write_bytes, lbl))
+        for p in gone:
+            self._retire(p)
+        cpu += self._exited_cpu
+        rd += self._exited_read
+        wr += self._exited_write
+        self._first = False
+        out.append(counter("tree_cpu_seconds_total", cpu))
+        out.append(gauge("tree_resident_memory_bytes", rss_sum))
+        out.append(gauge("tree_process_peak_resident_memory_bytes", max(self._peak_hwm, 0.0)))
+        out.append(gauge("tree_processes", nlive))
+        out.append(gauge("tree_threads", threads))
+        out.append(counter("tree_read_bytes_total", rd))
+        out.append(counter("tree_written_bytes_total", wr))
+        return out
+
+    def close(self) -> None:
+        for p in self._procs.values():
+            _close(p.stat_fd)
+            _close(p.io_fd)
+            _close(p.status_fd)
+        self._procs.clear()
+
+    # -- internals ----------------------------------------------------------------------------
+    def _parent_reaps(self, p: _Proc) -> bool:
+        """Whether a vanished process's times went into a tree parent's cutime/cstime."""
+        parent = self._procs.get(p.ppid)
+        return parent is not None and parent.alive
+
+    def _retire(self, p: _Proc) -> None:
+        p.alive = False
+        del self._procs[p.pid]
+        _close(p.stat_fd)
+        _close(p.io_fd)
+        _close(p.status_fd)
+        if p.pid == self.root_pid and self._final_root_cpu is not None:
+            p.cpu_total = self._final_root_cpu - p.baseline
+        if not self._parent_reaps(p):
+            self._exited_cpu += p.cpu_total
+        self._exited_read += p.read_bytes
+        self._exited_write += p.write_bytes
+
+    def _discover(self) -> None:
+        """Find new descendants: one directory listing, and a stat read only for PIDs never
+        seen before (PIDs known to be outside the tree are remembered until they vanish)."""
+        root = self._root
+        present = {int(e) for e in os.listdir(root) if e.isdigit()}
+        self._foreign &= present
+        candidates = present - self._foreign - self._procs.keys()
+        if not candidates and not self._first:
+            return
+        parents: dict[int, tuple[int, str, bytes]] = {}
+        for pid in candidates:
+            try:
+                with open(os.path.join(root, str(pid), "stat"), "rb") as f:
+                    raw = f.read()
+                name, rest = _parse_stat(raw)
+                parents[pid] = (int(rest[1]), name, raw)
+            except (OSError, ValueError, IndexError):
+                continue
+        tree = {p for p in self._procs if self._procs[p].alive}
+        if self.root_pid not in tree and self._first and self.root_pid in parents:
+            self._adopt(self.root_pid, parents.pop(self.root_pid))
+            tree.add(self.root_pid)
+        # Resolve chains in any PID order (PIDs wrap around, a child may have a lower PID).
+        changed = True
+        while changed:
+            changed = False
+            for pid in list(parents):
+                ppid = parents[pid][0]
+                if ppid in tree and pid not in self._exclude:
+                    self._adopt(pid, parents.pop(pid))
+                    tree.add(pid)
+                    changed = True
+        self._foreign.update(parents)
+
+    def _adopt(self, pid: int, info: tuple[int, str, bytes]) -> None:
+        ppid, name, _raw = info
+        base = os.path.join(self._root, str(pid))
+        try:
+            stat_fd = os.open(os.path.join(base, "stat"), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            io_fd = os.open(os.path.join(base, "io"), os.O_RDONLY | os.O_CLOEXEC)
+            os.pread(io_fd, 1024, 0)
+        except OSError:
+            io_fd = -1
+        try:
+            status_fd = os.open(os.path.join(base, "status"), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            status_fd = -1
+        p = _Proc(pid, ppid, name, stat_fd, io_fd, status_fd, labels(pid=pid, name=name))
+        if self._first and not self._count_existing:
+            try:
+                rest = _parse_stat(os.pread(stat_fd, 4096, 0))[1]
+                p.baseline = sum(int(x) for x in rest[11:15]) / _CLK_TCK
+                if io_fd >= 0:
+                    io = os.pread(io_fd, 1024, 0).split(b"\n")
+                    p.io_base = (float(io[4][12:]), float(io[5][13:]))
+            except (OSError, ValueError, IndexError):
+                pass
+        self._procs[pid] = p
+        cmdline: list[str] = []
+        try:
+            with open(os.path.join(base, "cmdline"), "rb") as f:
+                cmdline = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            pass
+        self.new_processes.append(ProcessInfo(pid, ppid, name, cmdline))

@@ -1,0 +1,507 @@
+"""The embedded store: SQLite in WAL mode, written in batches, read by every reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from computewatch.readings import Kind, Labels
+from computewatch.store.schema import MIGRATIONS, SCHEMA_VERSION
+
+BUSY_TIMEOUT_SECONDS = 60.0
+
+RUNNING = "running"
+COMPLETED = "completed"
+FAILED = "failed"
+INTERRUPTED = "interrupted"
+
+
+class StoreError(Exception):
+    """A store problem a user can act on (corrupt file, newer schema, unknown run)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    key: int
+    id: str
+    name: str | None
+    tags: dict[str, str]
+    command: list[str]
+    cwd: str | None
+    mode: str
+    status: str
+    exit_code: int | None
+    started_at: float
+    ended_at: float | None
+    interval_seconds: float
+    host: dict[str, Any]
+    supervisor_host: str | None
+    supervisor_pid: int | None
+    heartbeat_at: float | None
+    data_until: float | None
+    notes: list[str]
+    summary: dict[str, Any] | None
+    samples_deleted_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class SeriesRow:
+    idx: int
+    name: str
+    labels: dict[str, str]
+    kind: Kind
+
+
+@dataclass(frozen=True, slots=True)
+class StepRow:
+    pid: int
+    mono: float
+    wall: float
+    samples: float | None
+    tokens: float | None
+
+
+_RUN_COLUMNS = (
+    "key, id, name, tags, command, cwd, mode, status, exit_code, started_at, ended_at, "
+    "interval_seconds, host, supervisor_host, supervisor_pid, heartbeat_at, data_until, notes, "
+    "summary, samples_deleted_at"
+)
+
+
+def _run_row(r: Sequence[Any]) -> RunRow:
+    return RunRow(
+        key=r[0],
+        id=r[1],
+        name=r[2],
+        tags=json.loads(r[3]),
+        command=json.loads(r[4]),
+        cwd=r[5],
+        mode=r[6],
+        status=r[7],
+        exit_code=r[8],
+        started_at=r[9],
+        ended_at=r[10],
+        interval_seconds=r[11],
+        host=json.loads(r[12]),
+        supervisor_host=r[13],
+        supervisor_pid=r[14],
+        heartbeat_at=r[15],
+        data_until=r[16],
+        notes=json.loads(r[17]),
+        summary=json.loads(r[18]) if r[18] else None,
+        samples_deleted_at=r[19],
+    )
+
+
+def process_start_ticks(pid: int, procfs_root: str = "/proc") -> int | None:
+    """A process's start time in clock ticks since boot: with the PID, it names one process
+    across PID reuse."""
+    try:
+        with open(f"{procfs_root}/{pid}/stat", "rb") as f:
+            raw = f.read()
+        return int(raw[raw.rindex(b")") + 2 :].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Store:
+    """One SQLite database file. Open with :meth:`open`; not shared between threads."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+
+    # -- opening ------------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | os.PathLike[str], *, create: bool = True) -> Store:
+        """Open (and create or migrate) the database at ``path``.
+
+        Raises :class:`StoreError` with a readable reason for a file that is not a computewatch
+        database, a schema newer than this version knows, or a directory that cannot be made.
+        """
+        p = Path(path)
+        if not create and not p.exists():
+            raise StoreError(f"no computewatch database at {p}")
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise StoreError(f"cannot create {p.parent}: {e.strerror or e}") from None
+        if p.is_dir():
+            raise StoreError(f"{p} is a directory, not a database file")
+        try:
+            conn = sqlite3.connect(
+                p, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False
+            )
+        except sqlite3.Error as e:
+            raise StoreError(f"cannot open {p}: {e}") from None
+        store = cls(conn, p)
+        try:
+            store._setup()
+        except sqlite3.DatabaseError as e:
+            conn.close()
+            raise StoreError(f"{p} is not a usable computewatch database: {e}") from None
+        return store
+
+    def _setup(self) -> None:
+        c = self.conn
+        c.execute("PRAGMA foreign_keys=ON")
+        version = c.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has schema version {version}, newer than this computewatch "
+                f"supports ({SCHEMA_VERSION}); upgrade computewatch"
+            )
+        if c.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            c.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode: a commit is durable against a process crash (kill -9), only an OS
+        # crash can lose the last transactions (SQLite docs, "WAL mode" / synchronous).
+        c.execute("PRAGMA synchronous=NORMAL")
+        if version < SCHEMA_VERSION:
+            self._migrate()
+
+    def _migrate(self) -> None:
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            version = c.execute("PRAGMA user_version").fetchone()[0]
+            for i in range(version, SCHEMA_VERSION):
+                for stmt in _split_sql(MIGRATIONS[i]):
+                    c.execute(stmt)
+                c.execute(f"PRAGMA user_version={i + 1}")
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- writing ------------------------------------------------------------------------------
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        name: str | None,
+        tags: dict[str, str],
+        command: list[str],
+        cwd: str | None,
+        mode: str,
+        started_at: float,
+        interval_seconds: float,
+        host: dict[str, Any],
+    ) -> int:
+        """Insert a run in state ``running`` owned by this process; returns its integer key."""
+        pid = os.getpid()
+        cur = self.conn.execute(
+            "INSERT INTO runs (id, name, tags, command, cwd, mode, status, started_at, "
+            "interval_seconds, host, supervisor_host, supervisor_pid, supervisor_start, "
+            "heartbeat_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?) RETURNING key",
+            (
+                run_id,
+                name,
+                json.dumps(tags, sort_keys=True),
+                json.dumps(command),
+                cwd,
+                mode,
+                RUNNING,
+                started_at,
+                interval_seconds,
+                json.dumps(host, sort_keys=True),
+                socket.gethostname(),
+                pid,
+                process_start_ticks(pid),
+                started_at,
+            ),
+        )
+        key: int = cur.fetchone()[0]
+        return key
+
+    def write_batch(
+        self,
+        run_key: int,
+        *,
+        series: Iterable[tuple[int, str, Labels, Kind]] = (),
+        ticks: Iterable[tuple[int, float, float]] = (),
+        samples: Sequence[tuple[int, int, int, float]] = (),
+        steps: Iterable[tuple[int, float, float, float | None, float | None]] = (),
+        processes: Iterable[tuple[int, int, str, list[str], float]] = (),
+        writers: Iterable[tuple[int, float, dict[str, Any]]] = (),
+        heartbeat_at: float | None = None,
+        data_until: float | None = None,
+    ) -> None:
+        """Write one batch in one transaction.
+
+        ``samples`` rows are ``(run_key, seq, series idx, value)``, built by the caller so that
+        the hot path hands them to SQLite without copying."""
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            c.executemany(
+                "INSERT OR IGNORE INTO series (run_key, idx, name, labels, kind) "
+                "VALUES (?,?,?,?,?)",
+                [(run_key, i, n, json.dumps(dict(lb)), int(k)) for i, n, lb, k in series],
+            )
+            c.executemany(
+                "INSERT OR REPLACE INTO ticks (run_key, seq, mono, wall) VALUES (?,?,?,?)",
+                [(run_key, *t) for t in ticks],
+            )
+            c.executemany(
+                "INSERT OR REPLACE INTO samples (run_key, seq, series, value) VALUES (?,?,?,?)",
+                samples,
+            )
+            c.executemany(
+                "INSERT INTO steps (run_key, pid, mono, wall, samples, tokens) "
+                "VALUES (?,?,?,?,?,?)",
+                [(run_key, *s) for s in steps],
+            )
+            c.executemany(
+                "INSERT OR IGNORE INTO processes (run_key, pid, ppid, name, cmdline, first_seen) "
+                "VALUES (?,?,?,?,?,?)",
+                [(run_key, pid, pp, nm, json.dumps(cl), t) for pid, pp, nm, cl, t in processes],
+            )
+            c.executemany(
+                "INSERT OR REPLACE INTO writers (run_key, pid, started_mono, meta) "
+                "VALUES (?,?,?,?)",
+                [(run_key, pid, t, json.dumps(m, sort_keys=True)) for pid, t, m in writers],
+            )
+            if heartbeat_at is not None or data_until is not None:
+                c.execute(
+                    "UPDATE runs SET heartbeat_at=coalesce(?, heartbeat_at), "
+                    "data_until=coalesce(?, data_until) WHERE key=?",
+                    (heartbeat_at, data_until, run_key),
+                )
+            c.execute("COMMIT")
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+
+    def update_run(self, run_key: int, **fields: Any) -> None:
+        """Set columns of a run; dicts and lists are stored as JSON."""
+        allowed = {
+            "name", "tags", "status", "exit_code", "ended_at", "data_until", "notes", "summary",
+            "heartbeat_at", "host", "samples_deleted_at",
+        }  # fmt: skip
+        bad = set(fields) - allowed
+        if bad:
+            raise ValueError(f"cannot update run columns {sorted(bad)}")
+        cols = ", ".join(f"{k}=?" for k in fields)
+        vals = [
+            json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v
+            for v in fields.values()
+        ]
+        self.conn.execute(f"UPDATE runs SET {cols} WHERE key=?", (*vals, run_key))
+
+    # -- reading ------------------------------------------------------------------------------
+    def run_by_key(self, key: int) -> RunRow:
+        r = self.conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE key=?", (key,)).fetchone()
+        if r is None:
+            raise StoreError(f"no run with key {key}")
+        return _run_row(r)
+
+    def find_run(self, ref: str) -> RunRow:
+        """A run by id, unique id prefix, name (newest of that name) or ``last``."""
+        self.reconcile()
+        c = self.conn
+        if ref == "last":
+            r = c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY started_at DESC, key DESC LIMIT 1"
+            ).fetchone()
+            if r is None:
+                raise StoreError(f"no runs stored yet in {self.path}")
+            return _run_row(r)
+        r = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id=?", (ref,)).fetchone()
+        if r is not None:
+            return _run_row(r)
+        if ref and all(ch in "0123456789abcdef" for ch in ref):
+            escaped = ref.replace("%", "").replace("_", "")
+            rows = c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id LIKE ? LIMIT 3", (escaped + "%",)
+            ).fetchall()
+            if len(rows) == 1:
+                return _run_row(rows[0])
+            if len(rows) > 1:
+                ids = ", ".join(x[1] for x in rows)
+                raise StoreError(f"run id prefix {ref!r} is ambiguous ({ids}, ...)")
+        r = c.execute(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE name=? ORDER BY started_at DESC, key DESC "
+            "LIMIT 1",
+            (ref,),
+        ).fetchone()
+        if r is not None:
+            return _run_row(r)
+        raise StoreError(f"no run matches {ref!r} (an id, id prefix, name or 'last')")
+
+    def list_runs(
+        self, *, limit: int | None = None, tags: dict[str, str] | None = None
+    ) -> list[RunRow]:
+        """Runs newest first, optionally only those carrying every given tag."""
+        self.reconcile()
+        rows = [
+            _run_row(r)
+            for r in self.conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY started_at DESC, key DESC"
+            )
+        ]
+        if tags:
+            rows = [r for r in rows if all(r.tags.get(k) == v for k, v in tags.items())]
+        return rows[:limit] if limit is not None else rows
+
+    def series(self, run_key: int) -> list[SeriesRow]:
+        return [
+            SeriesRow(idx, name, json.loads(lbl), Kind(kind))
+            for idx, name, lbl, kind in self.conn.execute(
+                "SELECT idx, name, labels, kind FROM series WHERE run_key=? ORDER BY idx",
+                (run_key,),
+            )
+        ]
+
+    def ticks(self, run_key: int) -> list[tuple[int, float, float]]:
+        """(seq, mono, wall) of every tick, in order."""
+        return self.conn.execute(
+            "SELECT seq, mono, wall FROM ticks WHERE run_key=? ORDER BY seq", (run_key,)
+        ).fetchall()
+
+    def points(self, run_key: int, series_idx: int) -> list[tuple[int, float]]:
+        """(seq, value) of one series, in order."""
+        return self.conn.execute(
+            "SELECT seq, value FROM samples WHERE run_key=? AND series=? ORDER BY seq",
+            (run_key, series_idx),
+        ).fetchall()
+
+    def points_of(self, run_key: int, series: Sequence[int]) -> dict[int, list[tuple[int, float]]]:
+        """(seq, value) lists of several series in one pass over the run's samples."""
+        out: dict[int, list[tuple[int, float]]] = {s: [] for s in series}
+        if not series:
+            return out
+        marks = ",".join("?" * len(series))
+        for sid, seq, value in self.conn.execute(
+            f"SELECT series, seq, value FROM samples WHERE run_key=? AND series IN ({marks}) "
+            "ORDER BY seq",
+            (run_key, *series),
+        ):
+            out[sid].append((seq, value))
+        return out
+
+    def iter_samples(self, run_key: int) -> Iterator[tuple[int, int, float]]:
+        """(seq, series idx, value) for every sample of a run, in tick order."""
+        yield from self.conn.execute(
+            "SELECT seq, series, value FROM samples WHERE run_key=? ORDER BY seq, series",
+            (run_key,),
+        )
+
+    def sample_count(self, run_key: int) -> int:
+        n: int = self.conn.execute(
+            "SELECT count(*) FROM samples WHERE run_key=?", (run_key,)
+        ).fetchone()[0]
+        return n
+
+    def steps(self, run_key: int) -> list[StepRow]:
+        return [
+            StepRow(*r)
+            for r in self.conn.execute(
+                "SELECT pid, mono, wall, samples, tokens FROM steps WHERE run_key=? "
+                "ORDER BY pid, mono",
+                (run_key,),
+            )
+        ]
+
+    def writers(self, run_key: int) -> dict[int, tuple[float, dict[str, Any]]]:
+        """pid → (monotonic time its steps start from, its metadata)."""
+        return {
+            pid: (t, json.loads(m))
+            for pid, t, m in self.conn.execute(
+                "SELECT pid, started_mono, meta FROM writers WHERE run_key=?", (run_key,)
+            )
+        }
+
+    def processes(self, run_key: int) -> list[dict[str, Any]]:
+        return [
+            {"pid": pid, "ppid": ppid, "name": name, "cmdline": json.loads(cl), "first_seen": t}
+            for pid, ppid, name, cl, t in self.conn.execute(
+                "SELECT pid, ppid, name, cmdline, first_seen FROM processes WHERE run_key=? "
+                "ORDER BY first_seen, pid",
+                (run_key,),
+            )
+        ]
+
+    # -- maintenance --------------------------------------------------------------------------
+    def reconcile(self, procfs_root: str = "/proc") -> list[str]:
+        """Mark as interrupted the runs whose supervisor is gone (``kill -9``, a crash, a
+        reboot) while their row still says running. Returns the ids marked."""
+        me = socket.gethostname()
+        rows = self.conn.execute(
+            "SELECT key, id, supervisor_host, supervisor_pid, supervisor_start, heartbeat_at, "
+            "data_until, started_at FROM runs WHERE status=?",
+            (RUNNING,),
+        ).fetchall()
+        marked = []
+        now = time.time()
+        for key, rid, host, pid, start, heartbeat, data_until, started in rows:
+            if host == me:
+                alive = pid is not None and process_start_ticks(pid, procfs_root) == start
+            else:  # another machine sharing the file: trust a recent heartbeat only
+                alive = heartbeat is not None and now - heartbeat < 600
+            if alive:
+                continue
+            end = data_until or heartbeat or started
+            self.conn.execute(
+                "UPDATE runs SET status=?, ended_at=coalesce(ended_at, ?), "
+                "notes=json_insert(notes, '$[#]', ?) WHERE key=? AND status=?",
+                (
+                    INTERRUPTED,
+                    end,
+                    "the monitor stopped without finishing the run (killed or crashed); "
+                    "data ends at the last stored sample",
+                    key,
+                    RUNNING,
+                ),
+            )
+            marked.append(rid)
+        return marked
+
+    def delete_samples_before(self, cutoff: float) -> list[RunRow]:
+        """Delete the samples, ticks and steps of finished runs that started before ``cutoff``
+        (seconds since the epoch); their rows and summaries stay. Returns the runs affected."""
+        self.reconcile()
+        runs = [
+            _run_row(r)
+            for r in self.conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE started_at < ? AND status != ? "
+                "AND samples_deleted_at IS NULL",
+                (cutoff, RUNNING),
+            )
+        ]
+        now = time.time()
+        for run in runs:
+            c = self.conn
+            c.execute("BEGIN IMMEDIATE")
+            try:
+                for table in ("samples", "ticks", "steps", "series", "processes", "writers"):
+                    c.execute(f"DELETE FROM {table} WHERE run_key=?", (run.key,))
+                c.execute("UPDATE runs SET samples_deleted_at=? WHERE key=?", (now, run.key))
+                c.execute("COMMIT")
+            except BaseException:
+                c.execute("ROLLBACK")
+                raise
+        return runs
+
+    def vacuum(self) -> None:
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.conn.execute("VACUUM")
+
+
+def _split_sql(script: str) -> list[str]:
+    return [s.strip() for s in script.split(";") if s.strip()]

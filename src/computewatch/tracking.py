@@ -1,0 +1,263 @@
+"""``computewatch.track()``: monitor a block of Python code, and report its steps.
+
+Inside ``computewatch run`` (the supervisor sets ``COMPUTEWATCH_RUN_ID`` and
+``COMPUTEWATCH_SPOOL``), ``track()`` attaches to the supervising run. Otherwise it starts a
+sampler subprocess that watches this process tree from outside the interpreter; user code only
+ever appends step records to a buffer.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar
+
+from computewatch.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader, StepWriter
+from computewatch.paths import resolve_db_path
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+SAMPLER_EXIT_TIMEOUT = 15.0
+_mono = time.monotonic
+
+_active: list[Run] = []
+
+
+class Run:
+    """A monitored run as user code sees it: ``step()`` and, once closed, ``summary``."""
+
+    def __init__(
+        self,
+        run_id: str,
+        writer: StepWriter,
+        *,
+        attached: bool,
+        db_path: Path | None,
+        sampler: subprocess.Popen[bytes] | None = None,
+    ) -> None:
+        self.id = run_id
+        self.attached = attached
+        self.db_path = db_path
+        self._writer = writer
+        self._sampler = sampler
+        self._append = writer.append
+        self._closed = False
+        self.summary: dict[str, Any] | None = None
+        self.status: str | None = None
+
+    @property
+    def sampler_pid(self) -> int | None:
+        """PID of this run's sampler subprocess (None when attached to ``computewatch run``)."""
+        return self._sampler.pid if self._sampler is not None else None
+
+    def step(self, samples: float | None = None, tokens: float | None = None) -> None:
+        """Close one training or inference step; optional sample and token counts. An append."""
+        self._append((_mono(), samples, tokens))
+
+    def close(self, status: str = "completed") -> None:
+        """End the run: flush the steps; a standalone run also stops its sampler, which
+        stores the summary. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.status = status
+        if self in _active:
+            _active.remove(self)
+        self._writer.close()
+        if self._sampler is None:
+            return
+        proc = self._sampler
+        try:
+            assert proc.stdin is not None
+            proc.stdin.write(f"end {status}\n".encode())
+            proc.stdin.close()
+        except (OSError, ValueError):
+            pass
+        try:
+            proc.wait(timeout=SAMPLER_EXIT_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        self.summary = _finish_without_sampler(self, proc.returncode, status)
+
+    def __enter__(self) -> Run:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close(_status_for(exc_type))
+
+
+def _status_for(exc_type: type[BaseException] | None) -> str:
+    if exc_type is None:
+        return "completed"
+    if issubclass(exc_type, KeyboardInterrupt | SystemExit):
+        return "interrupted"
+    return "failed"
+
+
+class track:
+    """Monitor the enclosed code as one run: ``with track(name=...) as run:`` or as a
+    decorator ``@track(name=...)`` (one run per call)."""
+
+    def __init__(
+        self,
+        name: str | None = None,
+        tags: dict[str, str] | None = None,
+        *,
+        interval: float = 1.0,
+        db: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if not 0.05 <= interval <= 3600:
+            raise ValueError(f"interval must be between 0.05 and 3600 seconds, not {interval}")
+        self.name = name
+        self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
+        self.interval = interval
+        self.db = db
+        self._run: Run | None = None
+
+    def start(self) -> Run:
+        """Start (or attach to) the run."""
+        meta = {"name": self.name, "tags": self.tags, "started_mono": _mono()}
+        run_id = os.environ.get(ENV_RUN_ID)
+        spool = os.environ.get(ENV_SPOOL)
+        if run_id and spool and not self.db:
+            run = Run(run_id, StepWriter(spool, meta), attached=True, db_path=None)
+        else:
+            run = _start_standalone(self, meta)
+        _active.append(run)
+        return run
+
+    def __enter__(self) -> Run:
+        self._run = self.start()
+        return self._run
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._run is not None:
+            self._run.close(_status_for(exc_type))
+            self._run = None
+
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            with track(self.name, self.tags, interval=self.interval, db=self.db):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+def current_run() -> Run | None:
+    """The innermost active run of this process, if any."""
+    return _active[-1] if _active else None
+
+
+def step(samples: float | None = None, tokens: float | None = None) -> None:
+    """``step()`` on the current run (for code inside a ``@track`` function); no run: no-op."""
+    if _active:
+        _active[-1].step(samples, tokens)
+
+
+def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
+    from computewatch.supervise import new_run_id, spool_dir
+
+    db_path = resolve_db_path(cfg.db)
+    run_id = new_run_id()
+    spool = spool_dir(db_path, run_id)
+    writer = StepWriter(spool, meta)
+    args = [
+        sys.executable,
+        "-m",
+        "computewatch.sampler_process",
+        "--pid",
+        str(os.getpid()),
+        "--run-id",
+        run_id,
+        "--db",
+        str(db_path),
+        "--interval",
+        repr(cfg.interval),
+        "--tags",
+        json.dumps(cfg.tags),
+        "--command",
+        json.dumps([sys.executable, *sys.argv]),
+    ]
+    if cfg.name:
+        args += ["--name", cfg.name]
+    env = dict(os.environ)
+    env.pop(ENV_RUN_ID, None)
+    env.pop(ENV_SPOOL, None)
+    try:
+        proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # Ctrl-C in the terminal must not stop it before it stores
+            close_fds=True,
+        )
+    except OSError as e:
+        print(f"computewatch: cannot start the sampler ({e}); not monitoring", file=sys.stderr)
+        proc = None
+    return Run(run_id, writer, attached=False, db_path=db_path, sampler=proc)
+
+
+def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> dict[str, Any] | None:
+    """Read the summary the sampler stored; if the sampler died, close the run ourselves."""
+    from computewatch.store import RUNNING, Store, StoreError
+    from computewatch.summary import build_summary
+
+    assert run.db_path is not None
+    try:
+        with Store.open(run.db_path) as store:
+            row = store.find_run(run.id)
+            if row.status == RUNNING or row.summary is None:
+                _ingest_spool(store, row.key, row.started_at)
+                note = (
+                    f"the sampler process ended early (exit status {returncode}); "
+                    "data stops at the last stored sample"
+                )
+                store.update_run(
+                    row.key,
+                    status=status,
+                    ended_at=time.time(),
+                    notes=[*row.notes, note],
+                )
+                row = store.run_by_key(row.key)
+                summary = build_summary(store, row)
+                store.update_run(row.key, summary=summary)
+                return summary
+            return row.summary
+    except StoreError as e:
+        print(f"computewatch: run {run.id} could not be stored: {e}", file=sys.stderr)
+        return None
+
+
+def _ingest_spool(store: Any, run_key: int, started_at: float) -> None:
+    """Store the steps a dead sampler left in the spool (their wall time is approximated
+    from the monotonic clock's current offset)."""
+    from computewatch.supervise import spool_dir
+
+    run = store.run_by_key(run_key)
+    reader = SpoolReader(spool_dir(store.path, run.id))
+    offset = time.time() - _mono()
+    steps = [(s.pid, s.mono, s.mono + offset, s.samples, s.tokens) for s in reader.poll()]
+    writers = [(pid, float(m.get("started_mono", 0.0)), m) for pid, m in reader.new_metas()]
+    store.write_batch(run_key, steps=steps, writers=writers)
+    reader.remove()
