@@ -17,7 +17,7 @@ from typing import TypeVar
 from computewatch.readings import Labels, Reading, counter, gauge, labels
 from computewatch.sources.base import SourceUnavailable
 
-__all__ = ["HostSource", "allowed_cores", "host_facts"]
+__all__ = ["HostSource", "allowed_cores", "default_cgroup_root", "host_facts"]
 
 _CHUNK = 65536
 
@@ -200,9 +200,11 @@ class HostSource:
         self,
         procfs_root: str = "/proc",
         sysfs_root: str = "/sys",
-        cgroup_root: str = "/sys/fs/cgroup",
+        cgroup_root: str | None = None,
         pid: int | None = None,
     ) -> None:
+        """``cgroup_root`` defaults to :func:`default_cgroup_root`."""
+        cgroup_root = cgroup_root or default_cgroup_root()
         self._fds: list[int] = []
         self._closed = False
         try:
@@ -409,8 +411,20 @@ def _cpu_model(procfs_root: str) -> str:
     return "unknown"
 
 
+def default_cgroup_root(sysfs_fs_cgroup: str = "/sys/fs/cgroup") -> str:
+    """Where the cgroup v2 hierarchy is mounted: ``/sys/fs/cgroup`` on a unified system (it
+    has ``cgroup.controllers``), ``/sys/fs/cgroup/unified`` on a hybrid v1/v2 one (systemd's
+    layout on older distributions)."""
+    if os.path.exists(os.path.join(sysfs_fs_cgroup, "cgroup.controllers")):
+        return sysfs_fs_cgroup
+    unified = os.path.join(sysfs_fs_cgroup, "unified")
+    if os.path.exists(os.path.join(unified, "cgroup.controllers")):
+        return unified
+    return sysfs_fs_cgroup
+
+
 def host_facts(
-    procfs_root: str = "/proc", cgroup_root: str = "/sys/fs/cgroup", pid: int | None = None
+    procfs_root: str = "/proc", cgroup_root: str | None = None, pid: int | None = None
 ) -> dict[str, object]:
     """Static facts about the host and the job's cgroup, recorded once per run.
 
@@ -418,6 +432,7 @@ def host_facts(
     cgroup_path, cgroup_cpu_limit_cores, cgroup_memory_max_bytes. A value the host cannot give is
     None (cpu_model: "unknown").
     """
+    cgroup_root = cgroup_root or default_cgroup_root()
     try:
         allowed: int | None = len(os.sched_getaffinity(pid or 0))
     except (AttributeError, OSError):  # not Linux, or no such process

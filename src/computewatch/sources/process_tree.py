@@ -143,6 +143,7 @@ class ProcessTreeSource:
             own = (int(rest[11]) + int(rest[12])) / _CLK_TCK
             total = own + (int(rest[13]) + int(rest[14])) / _CLK_TCK - p.baseline
             p.cpu_total = total
+            p.ppid = int(rest[1])  # follows reparenting: an orphan's parent becomes init
             nthreads = float(rest[17])
             rss = int(rest[21]) * _PAGE
             cpu += total
@@ -176,8 +177,9 @@ class ProcessTreeSource:
                 if p.io_fd >= 0:
                     out.append(counter("process_read_bytes_total", p.read_bytes, lbl))
                     out.append(counter("process_written_bytes_total", p.write_bytes, lbl))
+        alive_before = set(self._procs)
         for p in gone:
-            self._retire(p)
+            self._retire(p, alive_before)
         cpu += self._exited_cpu
         rd += self._exited_read
         wr += self._exited_write
@@ -199,12 +201,12 @@ class ProcessTreeSource:
         self._procs.clear()
 
     # -- internals ----------------------------------------------------------------------------
-    def _parent_reaps(self, p: _Proc) -> bool:
-        """Whether a vanished process's times went into a tree parent's cutime/cstime."""
-        parent = self._procs.get(p.ppid)
-        return parent is not None and parent.alive
-
-    def _retire(self, p: _Proc) -> None:
+    def _retire(self, p: _Proc, alive_before: set[int]) -> None:
+        """Account for a vanished process. If its parent at our last sight was a tree process
+        alive at the previous read, that parent reaped it and its times are in the parent's
+        cutime/cstime (for the root, in the supervisor's wait4 figures): counting them here
+        too would count them twice. Otherwise (orphaned, reaped by init or a subreaper) its
+        last-seen total is kept."""
         p.alive = False
         del self._procs[p.pid]
         _close(p.stat_fd)
@@ -212,7 +214,7 @@ class ProcessTreeSource:
         _close(p.status_fd)
         if p.pid == self.root_pid and self._final_root_cpu is not None:
             p.cpu_total = self._final_root_cpu - p.baseline
-        if not self._parent_reaps(p):
+        if p.ppid not in alive_before:
             self._exited_cpu += p.cpu_total
         self._exited_read += p.read_bytes
         self._exited_write += p.write_bytes

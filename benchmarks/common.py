@@ -1,0 +1,250 @@
+"""Shared helpers of the benchmarks: machine description, statistics, Markdown tables, and the
+small process utilities several benchmarks need.
+
+Every benchmark module has ``run(quick: bool) -> Section`` and a ``main()`` that prints its
+section; ``run_all.py`` puts the sections together in ``RESULTS.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import signal
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+@dataclass
+class Section:
+    """One benchmark's contribution to RESULTS.md: Markdown, and its targets' verdicts."""
+
+    title: str
+    body: list[str] = field(default_factory=list)
+    targets: list[tuple[str, str, bool | None]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def add(self, *lines: str) -> None:
+        self.body.extend(lines)
+
+    def table(self, headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
+        self.body.extend([*table(headers, rows), ""])
+
+    def target(self, what: str, measured: str, met: bool | None) -> None:
+        """Record a target: ``met`` None means it could not be measured."""
+        self.targets.append((what, measured, met))
+
+    def markdown(self) -> str:
+        return "\n".join([f"## {self.title}", "", *self.body]).rstrip() + "\n"
+
+
+def verdict(met: bool | None) -> str:
+    return "not measured" if met is None else ("met" if met else "**not met**")
+
+
+# -- statistics -----------------------------------------------------------------------------
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def spread(values: Sequence[float]) -> str:
+    """min–max of a sample, for a table cell."""
+    if not values:
+        return "–"
+    return f"{min(values):.3f}–{max(values):.3f}"
+
+
+# -- formatting -----------------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    """A GitHub Markdown table; numbers are right-aligned."""
+    body = [[_cell(v) for v in row] for row in rows]
+    numeric = [
+        all(_is_number(r[i]) for r in body if i < len(r) and r[i] not in ("", "–"))
+        for i in range(len(headers))
+    ]
+    widths = [
+        max([len(h)] + [len(r[i]) for r in body if i < len(r)]) for i, h in enumerate(headers)
+    ]
+
+    def line(cells: Sequence[str]) -> str:
+        out = []
+        for i, w in enumerate(widths):
+            c = cells[i] if i < len(cells) else ""
+            out.append(c.rjust(w) if numeric[i] and cells is not headers else c.ljust(w))
+        return "| " + " | ".join(out) + " |"
+
+    rule = "|" + "|".join(
+        ("-" * (w + 1) + ":") if numeric[i] else ("-" * (w + 2)) for i, w in enumerate(widths)
+    )
+    return [line(list(headers)), rule + "|", *(line(r) for r in body)]
+
+
+def _cell(v: object) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        if v != v:  # NaN
+            return "–"
+        return f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}"
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
+    return str(v)
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s.replace(",", "").rstrip("×%").lstrip("≤≥~"))
+    except ValueError:
+        return False
+    return True
+
+
+def fmt_bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+# -- the machine ----------------------------------------------------------------------------
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _filesystem_of(path: str) -> str:
+    """The mount (device, type) holding ``path``, from /proc/mounts."""
+    best = ("", "?", "?")
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                dev, mnt, fstype = line.split()[:3]
+                if path.startswith(mnt) and len(mnt) >= len(best[0]):
+                    best = (mnt, dev, fstype)
+    except OSError:
+        pass
+    return f"{best[2]} ({best[1]} on {best[0]})"
+
+
+def machine() -> list[tuple[str, str]]:
+    """What the figures were measured on, as (label, value) rows."""
+    from computewatch.sources.host import host_facts
+
+    facts = host_facts()
+    uname = os.uname()
+    mem = facts.get("memory_bytes")
+    cg_cpu = facts.get("cgroup_cpu_limit_cores")
+    cg_mem = facts.get("cgroup_memory_max_bytes")
+    load = os.getloadavg()
+    import tempfile
+
+    return [
+        ("Date (UTC)", datetime.now(UTC).strftime("%Y-%m-%d %H:%M")),
+        ("CPU", str(facts.get("cpu_model"))),
+        (
+            "Cores",
+            f"{facts.get('logical_cpus')} logical, {facts.get('allowed_cpus')} allowed"
+            + (f", cgroup quota {cg_cpu:g}" if isinstance(cg_cpu, float) else ""),
+        ),
+        (
+            "Memory",
+            (fmt_bytes(float(mem)) if isinstance(mem, int) else "?")
+            + (f" (cgroup limit {fmt_bytes(float(cg_mem))})" if isinstance(cg_mem, int) else ""),
+        ),
+        ("Kernel", f"{uname.sysname} {uname.release} {uname.machine}"),
+        ("Python", f"{platform.python_version()} ({platform.python_implementation()})"),
+        ("computewatch", _version("computewatch")),
+        ("codecarbon", _version("codecarbon")),
+        ("SQLite", sqlite3.sqlite_version),
+        (
+            "Also",
+            f"psutil {_version('psutil')}, numpy {_version('numpy')}, "
+            f"pyarrow {_version('pyarrow')}",
+        ),
+        ("Temp filesystem", _filesystem_of(tempfile.gettempdir())),
+        ("Load at start", f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} (1/5/15 min)"),
+        ("Processes on host", str(sum(1 for e in os.listdir("/proc") if e.isdigit()))),
+    ]
+
+
+def machine_markdown() -> list[str]:
+    return table(("Machine", ""), machine())
+
+
+# -- processes ------------------------------------------------------------------------------
+
+
+def computewatch_cli() -> list[str]:
+    """The installed ``computewatch`` script beside this interpreter (not a pyenv shim, whose
+    own start-up would be counted), else ``python -m computewatch``."""
+    script = Path(sys.executable).parent / "computewatch"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("computewatch")
+    return [found] if found else [sys.executable, "-m", "computewatch"]
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's reaped children (and theirs), user + system."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
+class SleepingTree:
+    """A parent shell with ``n - 1`` ``sleep`` children: ``n`` processes in one tree."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        script = f"for i in $(seq {n - 1}); do sleep 600 & done; wait" if n > 1 else "exec sleep 600"
+        self.proc = subprocess.Popen(["sh", "-c", script], start_new_session=True)
+        self.pid = self.proc.pid
+
+    def wait_ready(self, count: Callable[[], int], timeout: float = 20.0) -> None:
+        """Wait until ``count()`` (processes seen in the tree) reaches ``n``."""
+        deadline = time.monotonic() + timeout
+        while count() < self.n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {count()} of {self.n} processes started")
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+
+
+def cli_main(run: Callable[[bool], Section], doc: str | None) -> None:
+    """``python benchmarks/bench_x.py [--quick]``: run one benchmark and print its section."""
+    ap = argparse.ArgumentParser(description=(doc or "").strip().splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions, smaller data")
+    a = ap.parse_args()
+    print("\n".join(machine_markdown()))
+    print()
+    t0 = time.monotonic()
+    section = run(a.quick)
+    section.seconds = time.monotonic() - t0
+    print(section.markdown())
+    for what, measured, met in section.targets:
+        print(f"target {what}: {measured} — {verdict(met)}")
