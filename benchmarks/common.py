@@ -34,6 +34,7 @@ class Section:
     body: list[str] = field(default_factory=list)
     targets: list[tuple[str, str, bool | None]] = field(default_factory=list)
     seconds: float = 0.0
+    others_share: float | None = None  # CPU share other processes used meanwhile
 
     def add(self, *lines: str) -> None:
         self.body.extend(lines)
@@ -73,10 +74,10 @@ def spread(values: Sequence[float]) -> str:
 def table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
     """A GitHub Markdown table; numbers are right-aligned."""
     body = [[_cell(v) for v in row] for row in rows]
-    numeric = [
-        all(_is_number(r[i]) for r in body if i < len(r) and r[i] not in ("", "–"))
-        for i in range(len(headers))
-    ]
+    numeric = []
+    for i in range(len(headers)):
+        cells = [r[i] for r in body if i < len(r) and r[i] not in ("", "–")]
+        numeric.append(bool(cells) and all(_is_number(c) for c in cells))
     widths = [
         max([len(h)] + [len(r[i]) for r in body if i < len(r)]) for i, h in enumerate(headers)
     ]
@@ -187,6 +188,34 @@ def machine() -> list[tuple[str, str]]:
     ]
 
 
+class OthersMeter:
+    """How busy the rest of the machine was: host CPU time (/proc/stat, every mode but idle
+    and iowait) minus this process's and its reaped children's, as a share of all cores."""
+
+    def __init__(self) -> None:
+        self._t0 = time.monotonic()
+        self._host0 = _host_busy_seconds()
+        self._own0 = _own_cpu()
+
+    def share(self) -> float:
+        elapsed = time.monotonic() - self._t0
+        others = (_host_busy_seconds() - self._host0) - (_own_cpu() - self._own0)
+        cores = os.cpu_count() or 1
+        return max(others, 0.0) / (elapsed * cores) if elapsed > 0 else 0.0
+
+
+def _host_busy_seconds() -> float:
+    with open("/proc/stat", "rb") as f:
+        fields = f.readline().split()[1:9]  # user nice system idle iowait irq softirq steal
+    ticks = [int(x) for x in fields]
+    return (sum(ticks) - ticks[3] - ticks[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu() -> float:
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def machine_markdown() -> list[str]:
     return table(("Machine", ""), machine())
 
@@ -215,7 +244,9 @@ class SleepingTree:
 
     def __init__(self, n: int) -> None:
         self.n = n
-        script = f"for i in $(seq {n - 1}); do sleep 600 & done; wait" if n > 1 else "exec sleep 600"
+        script = (
+            f"for i in $(seq {n - 1}); do sleep 600 & done; wait" if n > 1 else "exec sleep 600"
+        )
         self.proc = subprocess.Popen(["sh", "-c", script], start_new_session=True)
         self.pid = self.proc.pid
 
@@ -243,8 +274,11 @@ def cli_main(run: Callable[[bool], Section], doc: str | None) -> None:
     print("\n".join(machine_markdown()))
     print()
     t0 = time.monotonic()
+    meter = OthersMeter()
     section = run(a.quick)
     section.seconds = time.monotonic() - t0
+    section.others_share = meter.share()
     print(section.markdown())
+    print(f"other processes used {section.others_share:.0%} of the machine's CPU meanwhile")
     for what, measured, met in section.targets:
         print(f"target {what}: {measured} — {verdict(met)}")

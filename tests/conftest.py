@@ -23,7 +23,6 @@ import pytest
 PY = sys.executable
 CW = [PY, "-m", "computewatch"]
 TIMEOUT = 120.0  # a loaded 2-core CI machine can be slow to start interpreters
-MiB = 1024 * 1024
 
 
 class CLI:
@@ -82,11 +81,33 @@ class CLI:
         """Start ``computewatch`` without waiting; killed at teardown if still running."""
         kw.setdefault("stdout", subprocess.PIPE)
         kw.setdefault("stderr", subprocess.PIPE)
-        p = subprocess.Popen(
-            [*CW, *map(str, args)], text=True, env=self.env(), cwd=self.tmp, **kw
-        )
+        p = subprocess.Popen([*CW, *map(str, args)], text=True, env=self.env(), cwd=self.tmp, **kw)
         self._popened.append(p)
         return p
+
+    @staticmethod
+    def wait_for(pred: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+        """Poll ``pred`` until it returns something truthy; fail after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            v = pred()
+            if v:
+                return v
+            if time.monotonic() > deadline:
+                pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
+            time.sleep(0.05)
+
+    @staticmethod
+    def kill_pid_file(path: Path) -> None:
+        """SIGKILL the process whose PID a test script wrote to ``path`` (orphans, at teardown)."""
+        try:
+            pid = int(path.read_text())
+        except (OSError, ValueError):
+            return
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
     def cleanup(self) -> None:
         for p in self._popened:
@@ -96,35 +117,6 @@ class CLI:
                 p.communicate(timeout=10)
             except (subprocess.TimeoutExpired, ValueError):
                 pass
-
-
-def wait_for(pred: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
-    """Poll ``pred`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for {what}")
-        time.sleep(0.05)
-
-
-def kill_pid_file(path: Path) -> None:
-    """SIGKILL the process whose PID a test script wrote to ``path`` (orphans, at teardown)."""
-    try:
-        pid = int(path.read_text())
-    except (OSError, ValueError):
-        return
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-
-
-def vm_kib(field: str, text: str) -> int:
-    """A ``Vm*`` field of /proc/PID/status text, in KiB."""
-    return int(text.split(field + ":")[1].split()[0])
 
 
 @pytest.fixture(autouse=True)
@@ -154,3 +146,9 @@ def make_script(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return make
+
+
+@pytest.fixture(scope="session")
+def cli_class() -> type[CLI]:
+    """The runner class, for module-scoped fixtures that keep their own data home."""
+    return CLI

@@ -69,7 +69,10 @@ class StepWriter:
         with self._lock:
             buf = self._buf
             n = len(buf)
-            if not n or self._file is None:
+            if not n:
+                return
+            if self._file is None:  # no spool file: drop the steps, never grow user memory
+                buf.clear()
                 return
             pack = RECORD.pack
             recs = [buf.popleft() for _ in range(n)]
@@ -117,6 +120,8 @@ class SpoolReader:
             return out
         for name in names:
             if name.startswith("meta-") and name.endswith(".json"):
+                if not name[5:-5].isdigit():
+                    continue
                 pid = int(name[5:-5])
                 if pid not in self._metas:
                     try:
@@ -127,6 +132,8 @@ class SpoolReader:
                     self._fresh.append((pid, meta))
                 continue
             if not (name.startswith("steps-") and name.endswith(".bin")):
+                continue
+            if not name[6:-4].isdigit():
                 continue
             pid = int(name[6:-4])
             path = self.dir / name

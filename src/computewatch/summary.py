@@ -174,7 +174,8 @@ def step_stats(store: Store, run: RunRow) -> dict[str, Any]:
             start = writers.get(s.pid, (None, {}))[0]
             prev_t = start if start is not None and start <= s.mono else math.nan
             prev_pid = s.pid
-            first = prev_t if first is None or prev_t < first else first
+            t0 = s.mono if math.isnan(prev_t) else prev_t  # no known start: its first step
+            first = t0 if first is None or t0 < first else first
         if not math.isnan(prev_t):
             durations.append(s.mono - prev_t)
         prev_t = s.mono

@@ -10,6 +10,7 @@ The command is spawned with an empty signal mask, so it sees signals exactly as 
 from __future__ import annotations
 
 import os
+import resource
 import signal
 import sys
 import threading
@@ -73,7 +74,8 @@ def make_sources(pid: int, procfs_root: str, note: Any) -> list[Source]:
     """The sources of this issue, each skipped with its reason when unavailable."""
     sources: list[Source] = []
     try:
-        sources.append(ProcessTreeSource(pid, procfs_root))
+        # A command spawned just now: everything it uses counts, from 0.
+        sources.append(ProcessTreeSource(pid, procfs_root, count_existing_usage=True))
     except SourceUnavailable as e:
         note(f"process source unavailable: {e}")
     try:
@@ -111,6 +113,8 @@ def _spawn(command: list[str], env: dict[str, str]) -> int:
         raise CommandNotStarted(f"command not found: {command[0]}", 127) from None
     except PermissionError:
         raise CommandNotStarted(f"permission denied: {command[0]}", 126) from None
+    except ValueError:  # an empty command name, which posix_spawnp refuses
+        raise CommandNotStarted(f"command not found: {command[0]!r}", 127) from None
     except OSError as e:
         code = 126 if os.path.exists(command[0]) else 127
         raise CommandNotStarted(f"cannot execute {command[0]}: {e.strerror or e}", code) from None
@@ -218,7 +222,11 @@ def _supervise(
     if tree is not None:
         if state.rusage_cpu is not None:
             tree.set_final_root_cpu(state.rusage_cpu)
-        if state.maxrss_bytes is not None:
+        # ru_maxrss also holds the peak of the address space the command replaced at exec,
+        # here the supervisor's (kernel fs/exec.c, exec_mmap): only a figure above our own
+        # peak is certainly the command's.
+        own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
+        if state.maxrss_bytes is not None and state.maxrss_bytes > own_peak:
             tree.note_peak_rss(state.maxrss_bytes)
     sampler.final_tick()
     sampler.close()

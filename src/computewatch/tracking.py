@@ -257,7 +257,12 @@ def _ingest_spool(store: Any, run_key: int, started_at: float) -> None:
     run = store.run_by_key(run_key)
     reader = SpoolReader(spool_dir(store.path, run.id))
     offset = time.time() - _mono()
-    steps = [(s.pid, s.mono, s.mono + offset, s.samples, s.tokens) for s in reader.poll()]
+    stored = {(s.pid, s.mono) for s in store.steps(run_key)}  # the sampler's, before it died
+    steps = [
+        (s.pid, s.mono, s.mono + offset, s.samples, s.tokens)
+        for s in reader.poll()
+        if (s.pid, s.mono) not in stored
+    ]
     writers = [(pid, float(m.get("started_mono", 0.0)), m) for pid, m in reader.new_metas()]
     store.write_batch(run_key, steps=steps, writers=writers)
     reader.remove()

@@ -178,7 +178,7 @@ class ProcessTreeSource:
                     out.append(counter("process_read_bytes_total", p.read_bytes, lbl))
                     out.append(counter("process_written_bytes_total", p.write_bytes, lbl))
         alive_before = set(self._procs)
-        for p in gone:
+        for p in gone:  # parents before children: _procs is in adoption order
             self._retire(p, alive_before)
         cpu += self._exited_cpu
         rd += self._exited_read
@@ -216,6 +216,10 @@ class ProcessTreeSource:
             p.cpu_total = self._final_root_cpu - p.baseline
         if p.ppid not in alive_before:
             self._exited_cpu += p.cpu_total
+            if p.pid != self.root_pid or self._final_root_cpu is None:
+                # A last-seen figure holds none of the children that vanish with it in this
+                # read (reaped since, or orphaned): their own last-seen figures must count.
+                alive_before.discard(p.pid)
         self._exited_read += p.read_bytes
         self._exited_write += p.write_bytes
 

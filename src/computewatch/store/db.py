@@ -68,6 +68,8 @@ class StepRow:
     tokens: float | None
 
 
+_OWN_TABLES = frozenset({"runs", "series", "ticks", "samples", "steps", "writers", "processes"})
+
 _RUN_COLUMNS = (
     "key, id, name, tags, command, cwd, mode, status, exit_code, started_at, ended_at, "
     "interval_seconds, host, supervisor_host, supervisor_pid, heartbeat_at, data_until, notes, "
@@ -147,6 +149,9 @@ class Store:
         except sqlite3.DatabaseError as e:
             conn.close()
             raise StoreError(f"{p} is not a usable computewatch database: {e}") from None
+        except BaseException:  # a newer schema (StoreError), Ctrl-C: do not leak the connection
+            conn.close()
+            raise
         return store
 
     def _setup(self) -> None:
@@ -158,6 +163,15 @@ class Store:
                 f"{self.path} has schema version {version}, newer than this computewatch "
                 f"supports ({SCHEMA_VERSION}); upgrade computewatch"
             )
+        if version == 0:
+            names = {r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            # Our own tables may appear here while another process migrates the same new file.
+            names -= _OWN_TABLES
+            if names:  # a SQLite file of someone else's: never convert or extend it
+                raise StoreError(
+                    f"{self.path} is an SQLite database of another program "
+                    f"(tables: {', '.join(sorted(names)[:5])}), not a computewatch database"
+                )
         if c.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             c.execute("PRAGMA journal_mode=WAL")
         # NORMAL in WAL mode: a commit is durable against a process crash (kill -9), only an OS
@@ -312,7 +326,8 @@ class Store:
         return _run_row(r)
 
     def find_run(self, ref: str) -> RunRow:
-        """A run by id, unique id prefix, name (newest of that name) or ``last``."""
+        """A run by id, name (newest of that name), unique id prefix or ``last``; an exact id
+        or name wins over a prefix."""
         self.reconcile()
         c = self.conn
         if ref == "last":
@@ -325,16 +340,6 @@ class Store:
         r = c.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE id=?", (ref,)).fetchone()
         if r is not None:
             return _run_row(r)
-        if ref and all(ch in "0123456789abcdef" for ch in ref):
-            escaped = ref.replace("%", "").replace("_", "")
-            rows = c.execute(
-                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id LIKE ? LIMIT 3", (escaped + "%",)
-            ).fetchall()
-            if len(rows) == 1:
-                return _run_row(rows[0])
-            if len(rows) > 1:
-                ids = ", ".join(x[1] for x in rows)
-                raise StoreError(f"run id prefix {ref!r} is ambiguous ({ids}, ...)")
         r = c.execute(
             f"SELECT {_RUN_COLUMNS} FROM runs WHERE name=? ORDER BY started_at DESC, key DESC "
             "LIMIT 1",
@@ -342,6 +347,16 @@ class Store:
         ).fetchone()
         if r is not None:
             return _run_row(r)
+        if ref and all(ch in "0123456789abcdef" for ch in ref):
+            rows = c.execute(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE id LIKE ? ORDER BY id LIMIT 4",
+                (ref + "%",),
+            ).fetchall()
+            if len(rows) == 1:
+                return _run_row(rows[0])
+            if len(rows) > 1:
+                ids = ", ".join(x[1] for x in rows[:3]) + (", ..." if len(rows) > 3 else "")
+                raise StoreError(f"run id prefix {ref!r} is ambiguous: {ids}")
         raise StoreError(f"no run matches {ref!r} (an id, id prefix, name or 'last')")
 
     def list_runs(

@@ -1,0 +1,89 @@
+"""Run every benchmark and write ``benchmarks/RESULTS.md``.
+
+python benchmarks/run_all.py           # about 7-10 minutes on 2 cores
+python benchmarks/run_all.py --quick   # about 2 minutes: fewer repetitions, smaller data
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+
+import bench_overhead
+import bench_sampler
+import bench_step
+import bench_store
+from common import HERE, OthersMeter, Section, machine_markdown, table, verdict
+
+BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
+    ("overhead", bench_overhead.run),
+    ("sampler", bench_sampler.run),
+    ("step", bench_step.run),
+    ("store", bench_store.run),
+)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="Run every benchmark; write benchmarks/RESULTS.md.")
+    ap.add_argument("--quick", action="store_true", help="about 2 minutes instead of ~8")
+    ap.add_argument("-o", "--output", default=str(HERE / "RESULTS.md"), help="Markdown file")
+    a = ap.parse_args()
+    machine = machine_markdown()  # before the load we add ourselves
+    t0 = time.monotonic()
+    sections: list[Section] = []
+    for name, fn in BENCHMARKS:
+        print(f"[{time.monotonic() - t0:6.1f} s] {name} ...", file=sys.stderr, flush=True)
+        s0 = time.monotonic()
+        meter = OthersMeter()
+        section = fn(a.quick)
+        section.seconds = time.monotonic() - s0
+        section.others_share = meter.share()
+        sections.append(section)
+    total = time.monotonic() - t0
+    mode = "`--quick`" if a.quick else "full"
+    targets = [
+        [s.title.split(". ", 1)[-1], what, measured, verdict(met)]
+        for s in sections
+        for what, measured, met in s.targets
+    ]
+    lines = [
+        "# computewatch benchmarks",
+        "",
+        f"Written by `python benchmarks/run_all.py{' --quick' if a.quick else ''}` ({mode} "
+        f"run, {total:.0f} s). See `benchmarks/README.md` for what each benchmark does; "
+        "rerun on your machine before comparing figures.",
+        "",
+        *machine,
+        "",
+        "## Targets",
+        "",
+        *table(("benchmark", "target", "measured", "verdict"), targets),
+        "",
+    ]
+    text = "\n".join(lines) + "\n" + "\n".join(s.markdown() for s in sections)
+    text += "\n".join(
+        [
+            "## Run time and noise",
+            "",
+            "*others' CPU*: CPU time used by processes other than the benchmarks (host busy "
+            "time from /proc/stat minus ours), as a share of all cores, while each ran. Above "
+            "a few percent, wall-clock figures are disturbed; CPU-time figures much less.",
+            "",
+            *table(
+                ("benchmark", "seconds", "others' CPU"),
+                [[s.title, round(s.seconds, 1), f"{s.others_share:.0%}"] for s in sections],
+            ),
+        ]
+    )
+    with open(a.output, "w") as f:
+        f.write(text + "\n")
+    print(f"[{total:6.1f} s] wrote {a.output}", file=sys.stderr)
+    for row in targets:
+        print(f"  {row[1]}: {row[2]} — {row[3]}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

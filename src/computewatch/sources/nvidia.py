@@ -1,0 +1,1043 @@
+"""NVIDIA GPUs through NVML: the only module that imports nvidia-ml-py (``pynvml``).
+
+The NVML module is a parameter (``nvml=``): the real ``pynvml`` by default, or
+:class:`computewatch.testing.fake_nvml.FakeNVML` in tests and demos. Everything NVML-specific,
+its exceptions included, is reached through that module object, and NVML errors are translated
+here (DESIGN.md, step 1):
+
+- NOT_SUPPORTED (or FUNCTION_NOT_FOUND: an older driver) on a field disables that field on that
+  device, with the reason in ``GpuDevice.capabilities``; it is not retried every tick.
+- NO_PERMISSION likewise, with its own reason.
+- GPU_IS_LOST drops the device (and its MIG instances) with one line in ``notes``; the other
+  devices go on.
+- Any other NVML error skips that field for this tick.
+
+Units are SI base units: NVML's percentages become 0-1 ratios, mW watts, mJ joules, MHz hertz.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+from computewatch.catalog import find_by_nvml_name
+from computewatch.readings import Labels, Reading, counter, gauge, labels
+from computewatch.sources.base import SourceUnavailable
+
+__all__ = [
+    "CLOCK_EVENT_REASONS",
+    "GpuDevice",
+    "NvidiaSource",
+    "decode_clock_events",
+    "parse_visible_devices",
+]
+
+INSTALL_HINT = "nvidia-ml-py not installed: pip install 'computewatch[nvidia]'"
+
+# Bits of nvmlDeviceGetCurrentClocksEventReasons, with pynvml's constant values
+# (nvmlClocksEventReason*; 0x200 and 0x400 appear only as nvmlClocksThrottleReason*).
+CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
+    (0x0000000000000001, "gpu_idle"),
+    (0x0000000000000002, "applications_clocks_setting"),
+    (0x0000000000000004, "sw_power_cap"),
+    (0x0000000000000008, "hw_slowdown"),
+    (0x0000000000000010, "sync_boost"),
+    (0x0000000000000020, "sw_thermal_slowdown"),
+    (0x0000000000000040, "hw_thermal_slowdown"),
+    (0x0000000000000080, "hw_power_brake_slowdown"),
+    (0x0000000000000100, "display_clock_setting"),
+    (0x0000000000000200, "board_limit"),
+    (0x0000000000000400, "reliability"),
+)
+_KNOWN_CLOCK_BITS = sum(bit for bit, _ in CLOCK_EVENT_REASONS)
+
+# pynvml constants this module relies on, with their values as fallbacks for older bindings.
+_NOT_SUPPORTED = 3
+_NO_PERMISSION = 4
+_NOT_FOUND = 6
+_TIMEOUT = 10
+_FUNCTION_NOT_FOUND = 13
+_GPU_IS_LOST = 15
+_ARGUMENT_VERSION_MISMATCH = 25
+_UINT_MAX = 0xFFFFFFFF
+_MAX_EVENTS_PER_TICK = 256
+
+# GPM metric ids (nvml.h, nvmlGpmMetricId_t) and the ratio each becomes; NVML gives 0-100 %.
+_GPM_METRICS: tuple[tuple[str, int, str], ...] = (
+    ("NVML_GPM_METRIC_SM_UTIL", 2, "gpu_sm_active_ratio"),
+    ("NVML_GPM_METRIC_SM_OCCUPANCY", 3, "gpu_sm_occupancy_ratio"),
+    ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", 5, "gpu_tensor_active_ratio"),
+    ("NVML_GPM_METRIC_DRAM_BW_UTIL", 10, "gpu_dram_active_ratio"),
+)
+
+Add = Callable[[Reading], None]
+
+
+def decode_clock_events(mask: int) -> list[str]:
+    """Names of the reasons set in a clock-event (throttle) bitmask, lowest bit first.
+
+    Unknown bits come back as ``"bit_N"`` so nothing is silently dropped.
+    """
+    names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
+    rest = int(mask) & ~_KNOWN_CLOCK_BITS
+    n = 0
+    while rest:
+        if rest & 1:
+            names.append(f"bit_{n}")
+        rest >>= 1
+        n += 1
+    return names
+
+
+def parse_visible_devices(value: str | None) -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES as a list of entries; None when unset (every GPU is visible).
+
+    An empty string gives ``[]``: no GPU. Entries are stripped; matching them to devices, and
+    stopping at the first invalid one as CUDA does, happens in :class:`NvidiaSource`.
+    """
+    if value is None:
+        return None
+    if not value.strip():
+        return []
+    return [e.strip() for e in value.split(",")]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GpuDevice:
+    """One monitored GPU or MIG instance.
+
+    ``capabilities`` says, per feature, whether it is read (``True``/``False``) and why
+    (``"<feature>_why"``): ``energy_counter``, ``gpm``, ``per_process``, ``nvlink``,
+    ``xid_events``, and any field found unsupported while running (it is updated in place then).
+    """
+
+    index: int  # NVML index of the physical GPU (for a MIG instance: of its parent)
+    uuid: str
+    name: str
+    model: str | None  # catalog key (computewatch.catalog), None when the name is not in it
+    memory_total_bytes: int | None
+    power_limit_watts: float | None
+    mig_parent_uuid: str | None = None
+    mig_index: int | None = None
+    simulated: bool = False
+    capabilities: dict[str, str | bool] = dataclasses.field(
+        default_factory=dict, hash=False, compare=False
+    )
+
+
+class _Dev:
+    """Per-device state kept between ticks (handles, label tuples, counter bases)."""
+
+    __slots__ = (
+        "children",
+        "e_base",
+        "e_last",
+        "gpm_get",
+        "gpm_have_prev",
+        "gpm_names",
+        "gpm_prev",
+        "gpm_cur",
+        "graphics_ok",
+        "handle",
+        "info",
+        "lbl",
+        "lbl_corrected",
+        "lbl_counter",
+        "lbl_polled",
+        "lbl_uncorrected",
+        "lost",
+        "mig_parent",
+        "mine",
+        "ns_strikes",
+        "parent",
+        "poll_e",
+        "poll_p",
+        "poll_t",
+        "power_t",
+        "power_w",
+        "proc_labels",
+        "proc_ts",
+        "readers",
+        "xid",
+        "xid_codes",
+    )
+
+    def __init__(self, info: GpuDevice, handle: Any, parent: _Dev | None) -> None:
+        self.info = info
+        self.handle = handle
+        self.parent = parent
+        self.children: list[_Dev] = []
+        self.mig_parent = False  # MIG mode enabled on this physical GPU
+        extra = {"parent": info.mig_parent_uuid} if info.mig_parent_uuid else {}
+        self.lbl: Labels = labels(gpu=info.uuid, **extra)
+        self.lbl_counter = labels(gpu=info.uuid, method="counter", **extra)
+        self.lbl_polled = labels(gpu=info.uuid, method="polled", **extra)
+        self.lbl_corrected = labels(gpu=info.uuid, type="corrected", **extra)
+        self.lbl_uncorrected = labels(gpu=info.uuid, type="uncorrected", **extra)
+        self.readers: list[tuple[str, Callable[[_Dev, Add], None]]] = []
+        self.lost = False
+        self.e_base: float | None = None
+        self.e_last = 0.0
+        self.poll_e = 0.0
+        self.poll_t: float | None = None
+        self.poll_p = 0.0
+        self.power_w: float | None = None
+        self.power_t = 0.0
+        self.gpm_get: Any = None
+        self.gpm_prev: Any = None
+        self.gpm_cur: Any = None
+        self.gpm_have_prev = False
+        self.gpm_names: tuple[str, ...] = ()
+        self.graphics_ok = True
+        self.proc_ts = 0
+        self.proc_labels: dict[int, Labels] = {}
+        self.mine: list[int] = []
+        self.ns_strikes = 0
+        self.xid: float | None = None  # XID count; None when events are not registered
+        self.xid_codes: set[int] = set()
+
+    def proc_label(self, pid: int) -> Labels:
+        lbl = self.proc_labels.get(pid)
+        if lbl is None:
+            if len(self.proc_labels) > 4096:
+                self.proc_labels.clear()
+            extra = {"parent": self.info.mig_parent_uuid} if self.info.mig_parent_uuid else {}
+            lbl = self.proc_labels[pid] = labels(gpu=self.info.uuid, pid=pid, **extra)
+        return lbl
+
+
+def _text(value: object) -> str:
+    """NVML strings: str from nvidia-ml-py >= 11.515, bytes from older bindings."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _clock_time() -> str:
+    return time.strftime("%H:%M:%S")
+
+
+class NvidiaSource:
+    """Per-GPU (and per-MIG-instance) utilization, memory, power, energy, clocks, traffic,
+    errors and, on Hopper and later, GPM activity; per-process memory and SM use for the
+    monitored tree's PIDs.
+
+    ``gpu_utilization_ratio`` is the fraction of the sample period during which at least one
+    kernel was running, and ``gpu_memory_utilization_ratio`` the fraction during which device
+    memory was read or written (NVML ``nvmlUtilization_t``): neither says how much of the GPU
+    was busy. A GPU running one tiny kernel back to back reads 1.0. The GPM ratios
+    (``gpu_sm_active_ratio`` and siblings) measure how much of it was busy.
+
+    ``pids`` returns the PIDs of the monitored tree; without it no per-process readings are
+    made. When NVML lists processes on a device but none of them exists in this PID namespace
+    while the tree has processes (a container without the host PID namespace: NVML reports host
+    PIDs), :attr:`pid_namespace_mismatch` is set, one note says so, per-process readings stop
+    and :meth:`used_uuids` falls back to every monitored device with any process on it.
+    """
+
+    name = "nvidia"
+
+    def __init__(
+        self,
+        nvml: Any | None = None,
+        visible_devices: str | None = None,
+        pids: Callable[[], Collection[int]] | None = None,
+        all_gpus: bool = False,
+        *,
+        procfs_root: str = "/proc",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``visible_devices`` follows CUDA_VISIBLE_DEVICES (indices, ``GPU-`` UUIDs or their
+        prefixes, ``MIG-`` UUIDs; an empty string means no GPU; an invalid entry ends the
+        list); None reads the environment variable. ``all_gpus=True`` ignores it (a node
+        agent). ``clock`` times the polled-power energy integral."""
+        if nvml is None:
+            try:
+                import pynvml
+            except ImportError as exc:
+                raise SourceUnavailable(INSTALL_HINT) from exc
+            nvml = pynvml
+        self._nvml = nvml
+        self._err: type[Exception] = nvml.NVMLError
+        self._clock = clock
+        self._procfs = procfs_root
+        self._pids = pids
+        self.simulated = bool(getattr(nvml, "simulated", False))
+        self.notes: list[str] = []
+        self.pid_namespace_mismatch = False
+        self._noted: set[str] = set()
+        self._used: set[str] = set()
+        self._devs: list[_Dev] = []
+        self._by_uuid: dict[str, _Dev] = {}
+        self._event_set: Any = None
+        self._tree: frozenset[int] = frozenset()
+        self._closed = False
+        self._c = {
+            name: getattr(nvml, const, default)
+            for name, const, default in (
+                ("not_supported", "NVML_ERROR_NOT_SUPPORTED", _NOT_SUPPORTED),
+                ("no_permission", "NVML_ERROR_NO_PERMISSION", _NO_PERMISSION),
+                ("not_found", "NVML_ERROR_NOT_FOUND", _NOT_FOUND),
+                ("timeout", "NVML_ERROR_TIMEOUT", _TIMEOUT),
+                ("function_not_found", "NVML_ERROR_FUNCTION_NOT_FOUND", _FUNCTION_NOT_FOUND),
+                ("gpu_is_lost", "NVML_ERROR_GPU_IS_LOST", _GPU_IS_LOST),
+                ("version_mismatch", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25),
+            )
+        }
+        try:
+            nvml.nvmlInit()
+        except self._err as e:
+            raise SourceUnavailable(f"NVML could not start: {e}") from e
+        except OSError as e:
+            raise SourceUnavailable(f"NVML could not start: {e}") from e
+        try:
+            self._setup(visible_devices, all_gpus)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- public -------------------------------------------------------------------------------
+    @property
+    def devices(self) -> list[GpuDevice]:
+        """Every device set up at start, lost ones included (their capabilities say so)."""
+        return [d.info for d in self._all]
+
+    def used_uuids(self) -> set[str]:
+        """UUIDs of the GPUs (or MIG instances) on which any PID of the tree was seen so far."""
+        return set(self._used)
+
+    def read(self) -> list[Reading]:
+        """Every GPU reading of one tick; each device is read once."""
+        if self._closed:
+            raise ValueError("read() on a closed NvidiaSource")
+        out: list[Reading] = []
+        add = out.append
+        if self._pids is not None:
+            try:
+                self._tree = frozenset(self._pids())
+            except Exception as e:  # the tree callable must not stop GPU readings
+                self._note(f"could not list the monitored PIDs: {e}", "pids")
+                self._tree = frozenset()
+        err = self._err
+        lost_any = False
+        for d in self._devs:
+            d.power_w = None
+            for field, fn in d.readers:
+                try:
+                    fn(d, add)
+                except err as e:
+                    if self._on_error(d, field, fn, e, add):
+                        lost_any = True
+                        break
+        if self._event_set is not None:
+            self._read_events(add)
+        if lost_any:
+            self._devs = [d for d in self._devs if not d.lost]
+        return out
+
+    def close(self) -> None:
+        """Free GPM samples and the event set, then ``nvmlShutdown``; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        nvml = self._nvml
+        for d in self._all:
+            for sample in (d.gpm_prev, d.gpm_cur):
+                if sample is not None:
+                    try:
+                        nvml.nvmlGpmSampleFree(sample)
+                    except Exception:
+                        pass
+            d.gpm_prev = d.gpm_cur = None
+        if self._event_set is not None:
+            try:
+                nvml.nvmlEventSetFree(self._event_set)
+            except Exception:
+                pass
+            self._event_set = None
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+    # -- setup --------------------------------------------------------------------------------
+    def _setup(self, visible_devices: str | None, all_gpus: bool) -> None:
+        nvml = self._nvml
+        try:
+            count = int(nvml.nvmlDeviceGetCount())
+        except self._err as e:
+            raise SourceUnavailable(f"NVML could not count GPUs: {e}") from e
+        if count == 0:
+            raise SourceUnavailable("NVML found no NVIDIA GPU")
+        physical: list[_Dev] = []
+        for i in range(count):
+            dev = self._probe_physical(i)
+            if dev is not None:
+                physical.append(dev)
+        if not physical:
+            raise SourceUnavailable("NVML lists GPUs but none could be opened (see notes)")
+        if all_gpus:
+            chosen = physical
+        else:
+            env = os.environ.get("CUDA_VISIBLE_DEVICES")
+            spec = visible_devices if visible_devices is not None else env
+            chosen = self._select(physical, parse_visible_devices(spec), spec)
+        self._all: list[_Dev] = []
+        for dev in chosen:
+            self._all.append(dev)
+            self._all.extend(dev.children)
+        self._setup_events()
+        for d in self._all:
+            self._setup_readers(d)
+        self._devs = list(self._all)
+        self._by_uuid = {d.info.uuid: d for d in self._all}
+
+    def _call(self, fn_name: str, *args: Any) -> tuple[Any, Exception | None]:
+        fn = getattr(self._nvml, fn_name, None)
+        if fn is None:
+            return None, None
+        try:
+            return fn(*args), None
+        except self._err as e:
+            return None, e
+
+    def _probe_physical(self, index: int) -> _Dev | None:
+        nvml = self._nvml
+        try:
+            h = nvml.nvmlDeviceGetHandleByIndex(index)
+            uuid = _text(nvml.nvmlDeviceGetUUID(h))
+            name = _text(nvml.nvmlDeviceGetName(h))
+        except self._err as e:
+            self._note(f"GPU {index} could not be opened and is not monitored: {e}", f"open{index}")
+            return None
+        mem, _ = self._call("nvmlDeviceGetMemoryInfo", h)
+        limit, _ = self._call("nvmlDeviceGetEnforcedPowerLimit", h)
+        acc = find_by_nvml_name(name)
+        info = GpuDevice(
+            index=index,
+            uuid=uuid,
+            name=name,
+            model=acc.model if acc else None,
+            memory_total_bytes=int(mem.total) if mem is not None else None,
+            power_limit_watts=limit / 1000.0 if limit is not None else None,
+            simulated=self.simulated,
+        )
+        dev = _Dev(info, h, None)
+        mode, _ = self._call("nvmlDeviceGetMigMode", h)
+        enable = getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
+        if mode is not None and mode[0] == enable:
+            dev.mig_parent = True
+            info.capabilities["mig"] = True
+            info.capabilities["mig_why"] = (
+                "MIG enabled: this GPU's power, energy and temperature cover all its instances"
+            )
+            self._probe_mig(dev)
+        return dev
+
+    def _probe_mig(self, parent: _Dev) -> None:
+        nvml = self._nvml
+        slots, e = self._call("nvmlDeviceGetMaxMigDeviceCount", parent.handle)
+        if slots is None:
+            self._note(f"GPU {parent.info.uuid}: MIG instances could not be listed ({e})", "")
+            return
+        for j in range(int(slots)):
+            h, e = self._call("nvmlDeviceGetMigDeviceHandleByIndex", parent.handle, j)
+            if h is None:
+                continue  # NOT_FOUND: an empty slot
+            try:
+                uuid = _text(nvml.nvmlDeviceGetUUID(h))
+                name = _text(nvml.nvmlDeviceGetName(h))
+            except self._err:
+                continue
+            mem, _ = self._call("nvmlDeviceGetMemoryInfo", h)
+            gi, _ = self._call("nvmlDeviceGetGpuInstanceId", h)
+            info = GpuDevice(
+                index=parent.info.index,
+                uuid=uuid,
+                name=name,
+                model=parent.info.model,
+                memory_total_bytes=int(mem.total) if mem is not None else None,
+                power_limit_watts=None,
+                mig_parent_uuid=parent.info.uuid,
+                mig_index=j,
+                simulated=self.simulated,
+            )
+            child = _Dev(info, h, parent)
+            child.xid_codes = set()
+            if gi is not None:
+                child.proc_ts = 0
+                info.capabilities["gpu_instance_id"] = str(gi)
+            parent.children.append(child)
+
+    def _select(
+        self, physical: list[_Dev], entries: list[str] | None, spec: str | None
+    ) -> list[_Dev]:
+        """The devices CUDA_VISIBLE_DEVICES makes visible, in NVML order.
+
+        A whole GPU brings its MIG instances; a MIG instance brings its parent (for the
+        whole-GPU figures) but not its siblings.
+        """
+        if entries is None:
+            return physical
+        if not entries:
+            raise SourceUnavailable(
+                "CUDA_VISIBLE_DEVICES is set to an empty string: no GPU is visible to the job"
+            )
+        by_index = {d.info.index: d for d in physical}
+        chosen: dict[int, set[int] | None] = {}  # physical index -> MIG slots (None: all)
+        used_index = False
+        stopped: str | None = None
+        for entry in entries:
+            target = self._match(entry, physical, by_index)
+            if target is None:
+                stopped = entry
+                break
+            phys, child = target
+            used_index |= entry.isdigit()
+            key = phys.info.index
+            if child is None:
+                chosen[key] = None
+            elif key not in chosen:
+                chosen[key] = {child.info.mig_index or 0}
+            elif chosen[key] is not None:
+                chosen[key].add(child.info.mig_index or 0)  # type: ignore[union-attr]
+        if stopped is not None:
+            self._note(
+                f"CUDA_VISIBLE_DEVICES={spec!r}: entry {stopped!r} matches no GPU, so (as in "
+                "CUDA) it and the entries after it are ignored",
+                "cvd-invalid",
+            )
+        if not chosen:
+            raise SourceUnavailable(f"no GPU matches CUDA_VISIBLE_DEVICES={spec!r}")
+        if used_index and len({d.info.name for d in physical}) > 1:
+            if os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+                self._note(
+                    "CUDA_VISIBLE_DEVICES uses indices on a machine with different GPU models: "
+                    "CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML in "
+                    "PCI order, so the GPUs monitored may not be the job's",
+                    "cvd-order",
+                )
+        out = []
+        for d in physical:
+            if d.info.index not in chosen:
+                continue
+            slots = chosen[d.info.index]
+            if slots is not None:
+                d.children = [c for c in d.children if c.info.mig_index in slots]
+                d.info.capabilities["shared"] = True
+                d.info.capabilities["shared_why"] = (
+                    "only some MIG instances of this GPU are visible; its whole-GPU figures "
+                    "include the others"
+                )
+            out.append(d)
+        return out
+
+    @staticmethod
+    def _match(
+        entry: str, physical: list[_Dev], by_index: dict[int, _Dev]
+    ) -> tuple[_Dev, _Dev | None] | None:
+        if entry.isdigit():
+            d = by_index.get(int(entry))
+            return (d, None) if d is not None else None
+        if entry.startswith("MIG-GPU-"):
+            # The pre-R470 form MIG-GPU-<uuid>/<gpu instance>/<compute instance>.
+            parts = entry[4:].split("/")
+            if len(parts) != 3:
+                return None
+            for d in physical:
+                if d.info.uuid == parts[0]:
+                    for c in d.children:
+                        if c.info.capabilities.get("gpu_instance_id") == parts[1]:
+                            return d, c
+            return None
+        if entry.startswith("MIG-"):
+            hits = [(d, c) for d in physical for c in d.children if c.info.uuid.startswith(entry)]
+            return hits[0] if len(hits) == 1 else None
+        if entry.startswith("GPU-"):
+            found = [d for d in physical if d.info.uuid.startswith(entry)]
+            return (found[0], None) if len(found) == 1 else None
+        return None
+
+    def _setup_events(self) -> None:
+        """One event set for XID critical errors of every physical GPU, polled each tick."""
+        nvml = self._nvml
+        xid_type = getattr(nvml, "nvmlEventTypeXidCriticalError", 0x8)
+        physical = [d for d in self._all if d.parent is None]
+        event_set, e = self._call("nvmlEventSetCreate")
+        if event_set is None:
+            why = f"event sets unavailable ({e})" if e else "nvmlEventSetCreate missing"
+            for d in physical:
+                d.info.capabilities["xid_events"] = False
+                d.info.capabilities["xid_events_why"] = why
+            return
+        registered = 0
+        for d in physical:
+            _, e = self._call("nvmlDeviceRegisterEvents", d.handle, xid_type, event_set)
+            if e is None:
+                d.xid = 0.0
+                registered += 1
+                d.info.capabilities["xid_events"] = True
+                d.info.capabilities["xid_events_why"] = "XID critical-error events registered"
+            else:
+                d.info.capabilities["xid_events"] = False
+                d.info.capabilities["xid_events_why"] = f"cannot register XID events: {e}"
+        for d in self._all:
+            if d.parent is not None:
+                d.info.capabilities["xid_events"] = False
+                d.info.capabilities["xid_events_why"] = "XID events are counted on the parent GPU"
+        if registered:
+            self._event_set = event_set
+        else:
+            self._call("nvmlEventSetFree", event_set)
+
+    def _setup_readers(self, d: _Dev) -> None:
+        """The fields to read for this device, in tick order (power before polled energy)."""
+        nvml = self._nvml
+        cap = d.info.capabilities
+        r: list[tuple[str, Callable[[_Dev, Add], None]]] = [
+            ("utilization", self._r_utilization),
+            (
+                ("memory", self._r_memory_v2)
+                if hasattr(nvml, "nvmlMemory_v2")
+                else ("memory", self._r_memory_v1)
+            ),
+            ("power", self._r_power),
+            ("power_limit", self._r_power_limit),
+        ]
+        # Energy: NVML's counter (Volta and later, mJ since the driver loaded) if it answers.
+        raw, e = self._call("nvmlDeviceGetTotalEnergyConsumption", d.handle)
+        if raw is not None:
+            d.e_base, d.e_last = float(raw), float(raw)
+            cap["energy_counter"] = True
+            cap["energy_counter_why"] = "nvmlDeviceGetTotalEnergyConsumption (Volta and later)"
+            r.append(("energy_counter", self._r_energy_counter))
+        elif e is not None and self._code(e) in (self._c["gpu_is_lost"],):
+            raise_lost = e  # noted when the first read meets it again
+            del raise_lost
+            r.append(("energy_counter", self._r_energy_counter))
+        else:
+            cap["energy_counter"] = False
+            cap["energy_counter_why"] = (
+                f"no energy counter ({e or 'nvmlDeviceGetTotalEnergyConsumption missing'}):"
+                " energy is the integral of polled power"
+            )
+            r.append(("energy_polled", self._r_energy_polled))
+        r += [
+            ("temperature", self._r_temperature),
+            ("sm_clock", self._r_sm_clock),
+            ("memory_clock", self._r_memory_clock),
+            ("clock_events", self._r_clock_events),
+            ("pcie", self._r_pcie),
+        ]
+        if d.parent is None and self._setup_nvlink(d):
+            r.append(("nvlink", self._r_nvlink))
+        r += [("ecc", self._r_ecc), ("fan", self._r_fan)]
+        if d.parent is None and self._setup_gpm(d):
+            r.append(("gpm", self._r_gpm))
+        if d.mig_parent:
+            cap["per_process"] = False
+            cap["per_process_why"] = "MIG mode: processes are read on each MIG instance"
+        elif self._pids is None:
+            cap["per_process"] = False
+            cap["per_process_why"] = "no process tree to attribute"
+        else:
+            cap["per_process"] = True
+            cap["per_process_why"] = (
+                "nvmlDeviceGetComputeRunningProcesses/GraphicsRunningProcesses and "
+                "nvmlDeviceGetProcessUtilization"
+            )
+            r.append(("processes", self._r_processes))
+            r.append(("process_utilization", self._r_process_utilization))
+        if d.xid is not None:
+            r.append(("xid", self._r_xid))
+        d.readers = r
+
+    def _setup_nvlink(self, d: _Dev) -> bool:
+        nvml = self._nvml
+        cap = d.info.capabilities
+        fid = getattr(nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", None)
+        if fid is None or not hasattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"):
+            cap["nvlink"] = False
+            cap["nvlink_why"] = "this nvidia-ml-py has no NVLink throughput fields"
+            return False
+        values, e = self._call("nvmlDeviceGetFieldValues", d.handle, [fid])
+        if values is None:
+            cap["nvlink"] = False
+            cap["nvlink_why"] = f"NVLink link count unavailable ({e})"
+            return False
+        v = values[0]
+        links = int(v.value.uiVal) if v.nvmlReturn == 0 else 0
+        cap["nvlink"] = links > 0
+        cap["nvlink_why"] = (
+            f"{links} NVLink links" if links > 0 else "no NVLink links (NVML link count is 0)"
+        )
+        return links > 0
+
+    def _setup_gpm(self, d: _Dev) -> bool:
+        """GPM (Hopper and later): two samples per device, swapped each tick."""
+        nvml = self._nvml
+        cap = d.info.capabilities
+        if not hasattr(nvml, "nvmlGpmQueryDeviceSupport"):
+            cap["gpm"] = False
+            cap["gpm_why"] = "this nvidia-ml-py has no GPM functions"
+            return False
+        support, e = self._call("nvmlGpmQueryDeviceSupport", d.handle)
+        if support is None or not support.isSupportedDevice:
+            cap["gpm"] = False
+            cap["gpm_why"] = (
+                f"GPM not available ({e})" if e else "GPM not supported (before Hopper)"
+            )
+            return False
+        get = nvml.c_nvmlGpmMetricsGet_t()
+        get.version = getattr(nvml, "NVML_GPM_METRICS_GET_VERSION", 1)
+        names = []
+        for i, (const, default, name) in enumerate(_GPM_METRICS):
+            get.metrics[i].metricId = getattr(nvml, const, default)
+            names.append(name)
+        get.numMetrics = len(_GPM_METRICS)
+        prev, e1 = self._call("nvmlGpmSampleAlloc")
+        cur, e2 = self._call("nvmlGpmSampleAlloc")
+        if prev is None or cur is None:
+            for s in (prev, cur):
+                if s is not None:
+                    self._call("nvmlGpmSampleFree", s)
+            cap["gpm"] = False
+            cap["gpm_why"] = f"GPM samples could not be allocated ({e1 or e2})"
+            return False
+        d.gpm_get, d.gpm_prev, d.gpm_cur = get, prev, cur
+        d.gpm_names = tuple(names)
+        cap["gpm"] = True
+        cap["gpm_why"] = "nvmlGpmSampleGet/nvmlGpmMetricsGet between consecutive ticks"
+        return True
+
+    # -- error translation --------------------------------------------------------------------
+    def _code(self, e: Exception) -> int | None:
+        value = getattr(e, "value", None)
+        return value if isinstance(value, int) else None
+
+    def _note(self, message: str, key: str) -> None:
+        if key and key in self._noted:
+            return
+        if key:
+            self._noted.add(key)
+        self.notes.append(message)
+
+    def _disable(self, d: _Dev, field: str, why: str) -> None:
+        d.readers = [(f, fn) for f, fn in d.readers if f != field]
+        d.info.capabilities[field] = False
+        d.info.capabilities[f"{field}_why"] = why
+
+    def _on_error(
+        self, d: _Dev, field: str, fn: Callable[[_Dev, Add], None], e: Exception, add: Add
+    ) -> bool:
+        """Translate an NVML error on one field; True when the device was lost."""
+        c = self._c
+        code = self._code(e)
+        if code == c["gpu_is_lost"]:
+            self._lose(d)
+            return True
+        fallback = self._FALLBACKS.get(field)
+        if fallback is not None and code in (
+            c["function_not_found"],
+            c["not_supported"],
+            c["version_mismatch"],
+        ):
+            new_field, method = fallback
+            replacement: Callable[[_Dev, Add], None] = getattr(self, method)
+            d.readers = [
+                (new_field, replacement) if f == field else (f, g) for f, g in d.readers
+            ]
+            try:
+                replacement(d, add)
+            except self._err as e2:
+                return self._on_error(d, new_field, replacement, e2, add)
+            return False
+        if field == "energy_counter" and code in (c["not_supported"], c["function_not_found"]):
+            # Switch to polled power, carrying on from the counter's last value.
+            d.poll_e = d.e_last - (d.e_base or 0.0)
+            d.poll_e /= 1000.0
+            d.readers = [
+                ("energy_polled", self._r_energy_polled) if f == field else (f, g)
+                for f, g in d.readers
+            ]
+            d.info.capabilities["energy_counter"] = False
+            d.info.capabilities["energy_counter_why"] = (
+                f"energy counter stopped answering ({e}): energy is the integral of polled power"
+            )
+            return False
+        if code in (c["not_supported"], c["function_not_found"]):
+            self._disable(d, field, f"not supported by this GPU or driver (NVML: {e})")
+        elif code == c["no_permission"]:
+            self._disable(
+                d, field, f"permission denied (NVML: {e}); it may need root or a driver setting"
+            )
+        # Any other error (TIMEOUT, UNKNOWN...): skip this field for this tick.
+        return False
+
+    # Field -> (field that replaces it, method) when the first form is missing or unsupported.
+    _FALLBACKS: dict[str, tuple[str, str]] = {  # noqa: RUF012 - read-only table
+        "memory": ("memory_v1", "_r_memory_v1"),
+        "temperature": ("temperature_v", "_r_temperature_v"),
+        "clock_events": ("clock_events_throttle", "_r_clock_events_throttle"),
+    }
+
+    def _lose(self, d: _Dev) -> None:
+        for x in (d, *d.children):
+            if x.lost:
+                continue
+            x.lost = True
+            x.readers = []
+            x.info.capabilities["lost"] = True
+            x.info.capabilities["lost_why"] = f"GPU_IS_LOST at {_clock_time()}"
+            self._note(
+                f"GPU {x.info.uuid} was lost at {_clock_time()}; its data stops there",
+                f"lost:{x.info.uuid}",
+            )
+        if d.parent is None and d.xid is not None:
+            d.xid = None
+
+    # -- per-field readers (hot path: one NVML call or two, one or two readings) --------------
+    def _r_utilization(self, d: _Dev, add: Add) -> None:
+        u = self._nvml.nvmlDeviceGetUtilizationRates(d.handle)
+        add(gauge("gpu_utilization_ratio", u.gpu / 100.0, d.lbl))
+        add(gauge("gpu_memory_utilization_ratio", u.memory / 100.0, d.lbl))
+
+    def _r_memory_v2(self, d: _Dev, add: Add) -> None:
+        # v2 separates the driver-reserved memory from "used" (nvmlMemory_v2_t).
+        m = self._nvml.nvmlDeviceGetMemoryInfo(d.handle, self._nvml.nvmlMemory_v2)
+        add(gauge("gpu_memory_used_bytes", m.used, d.lbl))
+        add(gauge("gpu_memory_total_bytes", m.total, d.lbl))
+
+    def _r_memory_v1(self, d: _Dev, add: Add) -> None:
+        m = self._nvml.nvmlDeviceGetMemoryInfo(d.handle)
+        add(gauge("gpu_memory_used_bytes", m.used, d.lbl))
+        add(gauge("gpu_memory_total_bytes", m.total, d.lbl))
+
+    def _r_power(self, d: _Dev, add: Add) -> None:
+        watts = self._nvml.nvmlDeviceGetPowerUsage(d.handle) / 1000.0  # mW
+        d.power_w = watts
+        d.power_t = self._clock()
+        add(gauge("gpu_power_watts", watts, d.lbl))
+
+    def _r_power_limit(self, d: _Dev, add: Add) -> None:
+        watts = self._nvml.nvmlDeviceGetEnforcedPowerLimit(d.handle) / 1000.0  # mW
+        add(gauge("gpu_power_limit_watts", watts, d.lbl))
+
+    def _r_energy_counter(self, d: _Dev, add: Add) -> None:
+        raw = float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(d.handle))  # mJ
+        if d.e_base is None:
+            d.e_base = raw
+        elif raw < d.e_last:  # the driver reloaded and the counter restarted: keep counting
+            d.e_base = raw - (d.e_last - d.e_base)
+        d.e_last = raw
+        add(counter("gpu_energy_joules_total", (raw - d.e_base) / 1000.0, d.lbl_counter))
+
+    def _r_energy_polled(self, d: _Dev, add: Add) -> None:
+        """Trapezoid integral of the power read this tick over the monotonic time of reads."""
+        p = d.power_w
+        if p is None:
+            if "power" not in {f for f, _ in d.readers}:
+                self._disable(d, "energy_polled", "neither an energy counter nor power readings")
+            return
+        t = d.power_t
+        if d.poll_t is not None:
+            d.poll_e += (d.poll_p + p) / 2.0 * (t - d.poll_t)
+        d.poll_t, d.poll_p = t, p
+        add(counter("gpu_energy_joules_total", d.poll_e, d.lbl_polled))
+
+    def _r_temperature(self, d: _Dev, add: Add) -> None:
+        fn = getattr(self._nvml, "nvmlDeviceGetTemperature", None)
+        if fn is None:  # removed from later bindings (deprecated for nvmlDeviceGetTemperatureV)
+            raise self._nvml.NVMLError(self._c["function_not_found"])
+        celsius = fn(d.handle, self._nvml.NVML_TEMPERATURE_GPU)
+        add(gauge("gpu_temperature_celsius", celsius, d.lbl))
+
+    def _r_temperature_v(self, d: _Dev, add: Add) -> None:
+        celsius = self._nvml.nvmlDeviceGetTemperatureV(d.handle, self._nvml.NVML_TEMPERATURE_GPU)
+        add(gauge("gpu_temperature_celsius", celsius, d.lbl))
+
+    def _r_sm_clock(self, d: _Dev, add: Add) -> None:
+        mhz = self._nvml.nvmlDeviceGetClockInfo(d.handle, self._nvml.NVML_CLOCK_SM)
+        add(gauge("gpu_sm_clock_hertz", mhz * 1e6, d.lbl))
+
+    def _r_memory_clock(self, d: _Dev, add: Add) -> None:
+        mhz = self._nvml.nvmlDeviceGetClockInfo(d.handle, self._nvml.NVML_CLOCK_MEM)
+        add(gauge("gpu_memory_clock_hertz", mhz * 1e6, d.lbl))
+
+    def _r_clock_events(self, d: _Dev, add: Add) -> None:
+        fn = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        if fn is None:  # bindings before the 535 rename
+            raise self._nvml.NVMLError(self._c["function_not_found"])
+        add(gauge("gpu_clock_event_reasons", fn(d.handle), d.lbl))
+
+    def _r_clock_events_throttle(self, d: _Dev, add: Add) -> None:
+        mask = self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons(d.handle)
+        add(gauge("gpu_clock_event_reasons", mask, d.lbl))
+
+    def _r_pcie(self, d: _Dev, add: Add) -> None:
+        # NVML counts bytes over a 20 ms window and reports "KB/s"; like nvidia-smi and nvitop
+        # we read its KB as 1024 bytes.
+        nvml = self._nvml
+        tx = nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_TX_BYTES)
+        rx = nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_RX_BYTES)
+        add(gauge("gpu_pcie_transmit_bytes_per_second", tx * 1024.0, d.lbl))
+        add(gauge("gpu_pcie_receive_bytes_per_second", rx * 1024.0, d.lbl))
+
+    def _r_nvlink(self, d: _Dev, add: Add) -> None:
+        # Cumulative KiB since the driver loaded; scopeId UINT_MAX sums every link (nvml.h).
+        nvml = self._nvml
+        tx_id = nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+        rx_id = nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
+        tx, rx = nvml.nvmlDeviceGetFieldValues(d.handle, [(tx_id, _UINT_MAX), (rx_id, _UINT_MAX)])
+        if tx.nvmlReturn != 0 and rx.nvmlReturn != 0:
+            raise nvml.NVMLError(tx.nvmlReturn)
+        if tx.nvmlReturn == 0:
+            add(counter("gpu_nvlink_transmit_bytes_total", tx.value.ullVal * 1024.0, d.lbl))
+        if rx.nvmlReturn == 0:
+            add(counter("gpu_nvlink_receive_bytes_total", rx.value.ullVal * 1024.0, d.lbl))
+
+    def _r_ecc(self, d: _Dev, add: Add) -> None:
+        # Volatile counts: errors since the driver loaded.
+        nvml = self._nvml
+        kind = nvml.NVML_VOLATILE_ECC
+        corrected = nvml.nvmlDeviceGetTotalEccErrors(
+            d.handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, kind
+        )
+        uncorrected = nvml.nvmlDeviceGetTotalEccErrors(
+            d.handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, kind
+        )
+        add(counter("gpu_ecc_errors_total", corrected, d.lbl_corrected))
+        add(counter("gpu_ecc_errors_total", uncorrected, d.lbl_uncorrected))
+
+    def _r_fan(self, d: _Dev, add: Add) -> None:
+        add(gauge("gpu_fan_ratio", self._nvml.nvmlDeviceGetFanSpeed(d.handle) / 100.0, d.lbl))
+
+    def _r_gpm(self, d: _Dev, add: Add) -> None:
+        nvml = self._nvml
+        nvml.nvmlGpmSampleGet(d.handle, d.gpm_cur)
+        if d.gpm_have_prev:
+            get = d.gpm_get
+            get.sample1 = d.gpm_prev
+            get.sample2 = d.gpm_cur
+            nvml.nvmlGpmMetricsGet(get)
+            metrics = get.metrics
+            for i, name in enumerate(d.gpm_names):
+                m = metrics[i]
+                if m.nvmlReturn == 0:
+                    add(gauge(name, m.value / 100.0, d.lbl))
+        d.gpm_prev, d.gpm_cur = d.gpm_cur, d.gpm_prev
+        d.gpm_have_prev = True
+
+    def _r_xid(self, d: _Dev, add: Add) -> None:
+        if d.xid is not None:
+            add(counter("gpu_xid_errors_total", d.xid, d.lbl))
+
+    def _read_events(self, add: Add) -> None:
+        """Drain XID events with timeout 0; counts land in next tick's readings if late."""
+        nvml = self._nvml
+        err = self._err
+        timeout = self._c["timeout"]
+        for _ in range(_MAX_EVENTS_PER_TICK):
+            try:
+                ev = nvml.nvmlEventSetWait(self._event_set, 0)
+            except err as e:
+                if self._code(e) != timeout:
+                    self._note(f"NVML event wait failed: {e}", "event-wait")
+                return
+            try:
+                uuid = _text(nvml.nvmlDeviceGetUUID(ev.device))
+            except err:
+                continue
+            d = self._by_uuid.get(uuid)
+            if d is None or d.xid is None:
+                continue
+            d.xid += 1
+            code = int(ev.eventData)
+            if code not in d.xid_codes:
+                d.xid_codes.add(code)
+                self._note(f"GPU {uuid} reported XID {code} at {_clock_time()}", "")
+
+    # -- processes ----------------------------------------------------------------------------
+    def _r_processes(self, d: _Dev, add: Add) -> None:
+        nvml = self._nvml
+        listed: dict[int, int | None] = {}
+        for p in nvml.nvmlDeviceGetComputeRunningProcesses(d.handle):
+            listed[int(p.pid)] = p.usedGpuMemory
+        if d.graphics_ok:
+            try:
+                for p in nvml.nvmlDeviceGetGraphicsRunningProcesses(d.handle):
+                    pid = int(p.pid)
+                    mem = p.usedGpuMemory
+                    old = listed.get(pid)
+                    listed[pid] = mem if old is None else (old if mem is None else max(old, mem))
+            except self._err as e:
+                if self._code(e) in (self._c["not_supported"], self._c["function_not_found"]):
+                    d.graphics_ok = False
+                else:
+                    raise
+        tree = self._tree
+        mine = [pid for pid in listed if pid in tree]
+        d.mine = mine
+        if mine:
+            self._used.add(d.info.uuid)
+            d.ns_strikes = 0
+            for pid in mine:
+                mem = listed[pid]
+                if mem is not None:
+                    add(gauge("gpu_process_memory_used_bytes", mem, d.proc_label(pid)))
+        elif listed and tree:
+            self._check_namespace(d, listed)
+        if self.pid_namespace_mismatch and listed:
+            self._used.add(d.info.uuid)
+
+    def _check_namespace(self, d: _Dev, listed: dict[int, int | None]) -> None:
+        """NVML lists host PIDs: if none of them exists here, we are in another PID namespace.
+        Two ticks in a row are required, so a process that just exited does not trigger it."""
+        root = self._procfs
+        if any(os.path.exists(os.path.join(root, str(pid))) for pid in listed):
+            d.ns_strikes = 0
+            return
+        d.ns_strikes += 1
+        if d.ns_strikes >= 2 and not self.pid_namespace_mismatch:
+            self.pid_namespace_mismatch = True
+            self._note(
+                "NVML lists processes on the GPUs whose PIDs do not exist in this PID namespace "
+                "(a container without --pid=host: NVML reports host PIDs), so GPU use cannot be "
+                "attributed to the job's processes; whole-device figures are used for every "
+                "visible GPU with processes on it",
+                "pid-namespace",
+            )
+
+    def _r_process_utilization(self, d: _Dev, add: Add) -> None:
+        """Mean SM utilization per tree process over the samples newer than the last seen."""
+        if not d.mine:
+            return
+        try:
+            samples = self._nvml.nvmlDeviceGetProcessUtilization(d.handle, d.proc_ts)
+        except self._err as e:
+            if self._code(e) == self._c["not_found"]:
+                return  # no sample newer than proc_ts
+            raise
+        mine = set(d.mine)
+        sums: dict[int, list[float]] = {}
+        newest = d.proc_ts
+        for s in samples:
+            ts = int(s.timeStamp)
+            if ts > newest:
+                newest = ts
+            pid = int(s.pid)
+            if pid in mine:
+                acc = sums.get(pid)
+                if acc is None:
+                    sums[pid] = [float(s.smUtil), 1.0]
+                else:
+                    acc[0] += s.smUtil
+                    acc[1] += 1.0
+        d.proc_ts = newest
+        for pid, (total, n) in sums.items():
+            add(gauge("gpu_process_sm_utilization_ratio", total / n / 100.0, d.proc_label(pid)))
+
+
+def _unused(_: Sequence[object]) -> None:  # pragma: no cover - keeps Sequence imported for docs
+    return None
