@@ -65,6 +65,7 @@ def main() -> int:
     text = "\n".join(lines) + "\n" + "\n".join(s.markdown() for s in sections)
     text += "\n".join(
         [
+            "",
             "## Run time and noise",
             "",
             "*others' CPU*: CPU time used by processes other than the benchmarks (host busy "
@@ -73,7 +74,7 @@ def main() -> int:
             "",
             *table(
                 ("benchmark", "seconds", "others' CPU"),
-                [[s.title, round(s.seconds, 1), f"{s.others_share:.0%}"] for s in sections],
+                [[s.title, f"{s.seconds:.0f}", f"{s.others_share:.0%}"] for s in sections],
             ),
         ]
     )

@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import closing
 from datetime import datetime
 from typing import Any
@@ -436,7 +437,7 @@ def test_eight_runs_at_once_share_one_new_database(cw):
 
 
 @pytest.fixture(scope="module")
-def three_runs(tmp_path_factory, cli_class) -> tuple[Any, dict[str, str]]:
+def three_runs(tmp_path_factory, cli_class) -> Iterator[tuple[Any, dict[str, str]]]:
     """alpha (0.3 CPU-s, team=red), beta (0.6 CPU-s, team=blue), alpha again (team=red)."""
     tmp = tmp_path_factory.mktemp("three")
     cli = cli_class(tmp / "home", tmp)

@@ -27,10 +27,11 @@ from computewatch.supervise import finish_run, spool_dir
 
 
 def _read_control(stop: threading.Event, result: list[str]) -> None:
+    """``end STATUS [WALL_TIME]``: the block ended with STATUS at WALL_TIME."""
     for line in sys.stdin.buffer:
         parts = line.decode("utf-8", "replace").split()
-        if len(parts) == 2 and parts[0] == "end":
-            result.append(parts[1])
+        if len(parts) in (2, 3) and parts[0] == "end":
+            result.extend(parts[1:])
             break
     stop.set()
 
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tags", default="{}")
     ap.add_argument("--command", default="[]")
     ap.add_argument("--procfs-root", default="/proc")
+    ap.add_argument("--started-at", type=float, help="wall time the tracked block started")
+    ap.add_argument("--cpu-baseline", type=float, help="CPU seconds of --pid at that moment")
     a = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tracked process decides when we end
 
@@ -61,7 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     sources: list[Source] = []
     try:
         sources.append(
-            ProcessTreeSource(a.pid, a.procfs_root, exclude_pids=frozenset({os.getpid()}))
+            ProcessTreeSource(
+                a.pid,
+                a.procfs_root,
+                exclude_pids=frozenset({os.getpid()}),
+                root_cpu_baseline=a.cpu_baseline,
+            )
         )
     except SourceUnavailable as e:
         notes.append(f"process source unavailable: {e}")
@@ -76,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         command=json.loads(a.command),
         cwd=os.getcwd(),
         mode="track",
-        started_at=time.time(),
+        started_at=a.started_at or time.time(),
         interval_seconds=a.interval,
         host=facts,
     )
@@ -94,9 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     sampler.final_tick()
     sampler.close()
     status = result[0] if result else INTERRUPTED
+    ended_at = None
+    if len(result) == 2:
+        try:
+            ended_at = float(result[1])
+        except ValueError:
+            pass
     if not result:
         sampler.note("the tracked process ended without closing the run")
-    finish_run(store, sampler, run_key, status, None, [], reader)
+    finish_run(store, sampler, run_key, status, None, [], reader, ended_at=ended_at)
     store.close()
     return 0
 

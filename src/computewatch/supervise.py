@@ -128,6 +128,7 @@ class _ChildState:
     rusage_cpu: float | None = None
     maxrss_bytes: float | None = None
     signals: list[int] = field(default_factory=list)
+    ended_at: float | None = None
 
 
 def _wait_child(state: _ChildState) -> None:
@@ -140,6 +141,7 @@ def _wait_child(state: _ChildState) -> None:
             continue
         break
     state.status = status
+    state.ended_at = time.time()
     if ru is not None:
         state.rusage_cpu = ru.ru_utime + ru.ru_stime
         state.maxrss_bytes = ru.ru_maxrss * 1024.0  # Linux reports kilobytes (getrusage(2))
@@ -238,7 +240,9 @@ def _supervise(
         sampler.note(
             f"received {names} during the run (forwarded to the command when sent by kill)"
         )
-    return finish_run(store, sampler, run_key, status, exit_code, app_meta, reader)
+    return finish_run(
+        store, sampler, run_key, status, exit_code, app_meta, reader, ended_at=state.ended_at
+    )
 
 
 def finish_run(
@@ -249,8 +253,11 @@ def finish_run(
     exit_code: int | None,
     app_meta: list[dict[str, Any]],
     reader: SpoolReader | None,
+    *,
+    ended_at: float | None = None,
 ) -> RunOutcome:
-    """Last flush, then the run's final row: status, exit code, notes, summary."""
+    """Last flush, then the run's final row: status, exit code, notes, summary. ``ended_at``
+    defaults to now."""
     ok = sampler.flush()
     if not ok:  # one more try before giving up on the tail of the data
         time.sleep(0.5)
@@ -263,7 +270,7 @@ def finish_run(
             name = str(meta["name"])
         for k, v in (meta.get("tags") or {}).items():
             tags.setdefault(str(k), str(v))
-    ended = time.time()
+    ended = ended_at if ended_at is not None else time.time()
     store.update_run(
         run_key,
         status=status,

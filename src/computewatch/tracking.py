@@ -77,7 +77,7 @@ class Run:
         proc = self._sampler
         try:
             assert proc.stdin is not None
-            proc.stdin.write(f"end {status}\n".encode())
+            proc.stdin.write(f"end {status} {time.time()!r}\n".encode())
             proc.stdin.close()
         except (OSError, ValueError):
             pass
@@ -177,6 +177,9 @@ def step(samples: float | None = None, tokens: float | None = None) -> None:
 def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
     from computewatch.supervise import new_run_id, spool_dir
 
+    started_at = time.time()
+    t = os.times()  # same 1/CLK_TCK accounting as /proc/PID/stat, which the sampler reads
+    cpu_baseline = t.user + t.system + t.children_user + t.children_system
     db_path = resolve_db_path(cfg.db)
     run_id = new_run_id()
     spool = spool_dir(db_path, run_id)
@@ -197,6 +200,10 @@ def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
         json.dumps(cfg.tags),
         "--command",
         json.dumps([sys.executable, *sys.argv]),
+        "--started-at",
+        repr(started_at),
+        "--cpu-baseline",
+        repr(cpu_baseline),
     ]
     if cfg.name:
         args += ["--name", cfg.name]

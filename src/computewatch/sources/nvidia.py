@@ -18,10 +18,11 @@ Units are SI base units: NVML's percentages become 0-1 ratios, mW watts, mJ joul
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import time
-from collections.abc import Callable, Collection, Sequence
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, ClassVar
 
 from computewatch.catalog import find_by_nvml_name
 from computewatch.readings import Labels, Reading, counter, gauge, labels
@@ -135,11 +136,12 @@ class _Dev:
         "children",
         "e_base",
         "e_last",
+        "gpm_cur",
         "gpm_get",
         "gpm_have_prev",
         "gpm_names",
         "gpm_prev",
-        "gpm_cur",
+        "gpu_instance_id",
         "graphics_ok",
         "handle",
         "info",
@@ -171,6 +173,7 @@ class _Dev:
         self.parent = parent
         self.children: list[_Dev] = []
         self.mig_parent = False  # MIG mode enabled on this physical GPU
+        self.gpu_instance_id: int | None = None  # of a MIG instance
         extra = {"parent": info.mig_parent_uuid} if info.mig_parent_uuid else {}
         self.lbl: Labels = labels(gpu=info.uuid, **extra)
         self.lbl_counter = labels(gpu=info.uuid, method="counter", **extra)
@@ -254,10 +257,9 @@ class NvidiaSource:
         agent). ``clock`` times the polled-power energy integral."""
         if nvml is None:
             try:
-                import pynvml
+                nvml = importlib.import_module("pynvml")  # nvidia-ml-py; untyped
             except ImportError as exc:
                 raise SourceUnavailable(INSTALL_HINT) from exc
-            nvml = pynvml
         self._nvml = nvml
         self._err: type[Exception] = nvml.NVMLError
         self._clock = clock
@@ -269,6 +271,7 @@ class NvidiaSource:
         self._noted: set[str] = set()
         self._used: set[str] = set()
         self._devs: list[_Dev] = []
+        self._all: list[_Dev] = []
         self._by_uuid: dict[str, _Dev] = {}
         self._event_set: Any = None
         self._tree: frozenset[int] = frozenset()
@@ -319,6 +322,8 @@ class NvidiaSource:
             except Exception as e:  # the tree callable must not stop GPU readings
                 self._note(f"could not list the monitored PIDs: {e}", "pids")
                 self._tree = frozenset()
+        if self._event_set is not None:
+            self._read_events()
         err = self._err
         lost_any = False
         for d in self._devs:
@@ -330,8 +335,6 @@ class NvidiaSource:
                     if self._on_error(d, field, fn, e, add):
                         lost_any = True
                         break
-        if self._event_set is not None:
-            self._read_events(add)
         if lost_any:
             self._devs = [d for d in self._devs if not d.lost]
         return out
@@ -383,7 +386,6 @@ class NvidiaSource:
             env = os.environ.get("CUDA_VISIBLE_DEVICES")
             spec = visible_devices if visible_devices is not None else env
             chosen = self._select(physical, parse_visible_devices(spec), spec)
-        self._all: list[_Dev] = []
         for dev in chosen:
             self._all.append(dev)
             self._all.extend(dev.children)
@@ -464,10 +466,7 @@ class NvidiaSource:
                 simulated=self.simulated,
             )
             child = _Dev(info, h, parent)
-            child.xid_codes = set()
-            if gi is not None:
-                child.proc_ts = 0
-                info.capabilities["gpu_instance_id"] = str(gi)
+            child.gpu_instance_id = int(gi) if gi is not None else None
             parent.children.append(child)
 
     def _select(
@@ -500,8 +499,10 @@ class NvidiaSource:
                 chosen[key] = None
             elif key not in chosen:
                 chosen[key] = {child.info.mig_index or 0}
-            elif chosen[key] is not None:
-                chosen[key].add(child.info.mig_index or 0)  # type: ignore[union-attr]
+            else:
+                slots = chosen[key]
+                if slots is not None:
+                    slots.add(child.info.mig_index or 0)
         if stopped is not None:
             self._note(
                 f"CUDA_VISIBLE_DEVICES={spec!r}: entry {stopped!r} matches no GPU, so (as in "
@@ -510,21 +511,21 @@ class NvidiaSource:
             )
         if not chosen:
             raise SourceUnavailable(f"no GPU matches CUDA_VISIBLE_DEVICES={spec!r}")
-        if used_index and len({d.info.name for d in physical}) > 1:
-            if os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
-                self._note(
-                    "CUDA_VISIBLE_DEVICES uses indices on a machine with different GPU models: "
-                    "CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML in "
-                    "PCI order, so the GPUs monitored may not be the job's",
-                    "cvd-order",
-                )
+        mixed = len({d.info.name for d in physical}) > 1
+        if used_index and mixed and os.environ.get("CUDA_DEVICE_ORDER") != "PCI_BUS_ID":
+            self._note(
+                "CUDA_VISIBLE_DEVICES uses indices on a machine with different GPU models: "
+                "CUDA numbers GPUs fastest first unless CUDA_DEVICE_ORDER=PCI_BUS_ID, NVML in "
+                "PCI order, so the GPUs monitored may not be the job's",
+                "cvd-order",
+            )
         out = []
         for d in physical:
             if d.info.index not in chosen:
                 continue
-            slots = chosen[d.info.index]
-            if slots is not None:
-                d.children = [c for c in d.children if c.info.mig_index in slots]
+            only = chosen[d.info.index]
+            if only is not None:
+                d.children = [c for c in d.children if c.info.mig_index in only]
                 d.info.capabilities["shared"] = True
                 d.info.capabilities["shared_why"] = (
                     "only some MIG instances of this GPU are visible; its whole-GPU figures "
@@ -548,7 +549,7 @@ class NvidiaSource:
             for d in physical:
                 if d.info.uuid == parts[0]:
                     for c in d.children:
-                        if c.info.capabilities.get("gpu_instance_id") == parts[1]:
+                        if str(c.gpu_instance_id) == parts[1]:
                             return d, c
             return None
         if entry.startswith("MIG-"):
@@ -606,15 +607,14 @@ class NvidiaSource:
             ("power_limit", self._r_power_limit),
         ]
         # Energy: NVML's counter (Volta and later, mJ since the driver loaded) if it answers.
+        # Probed once here; the first read() rebases it to 0. A transient error keeps the
+        # counter (read() translates it); only "unsupported" or "not allowed" means polling.
         raw, e = self._call("nvmlDeviceGetTotalEnergyConsumption", d.handle)
-        if raw is not None:
-            d.e_base, d.e_last = float(raw), float(raw)
+        c = self._c
+        unusable = (c["not_supported"], c["function_not_found"], c["no_permission"])
+        if raw is not None or (e is not None and self._code(e) not in unusable):
             cap["energy_counter"] = True
             cap["energy_counter_why"] = "nvmlDeviceGetTotalEnergyConsumption (Volta and later)"
-            r.append(("energy_counter", self._r_energy_counter))
-        elif e is not None and self._code(e) in (self._c["gpu_is_lost"],):
-            raise_lost = e  # noted when the first read meets it again
-            del raise_lost
             r.append(("energy_counter", self._r_energy_counter))
         else:
             cap["energy_counter"] = False
@@ -745,9 +745,7 @@ class NvidiaSource:
         ):
             new_field, method = fallback
             replacement: Callable[[_Dev, Add], None] = getattr(self, method)
-            d.readers = [
-                (new_field, replacement) if f == field else (f, g) for f, g in d.readers
-            ]
+            d.readers = [(new_field, replacement) if f == field else (f, g) for f, g in d.readers]
             try:
                 replacement(d, add)
             except self._err as e2:
@@ -776,7 +774,7 @@ class NvidiaSource:
         return False
 
     # Field -> (field that replaces it, method) when the first form is missing or unsupported.
-    _FALLBACKS: dict[str, tuple[str, str]] = {  # noqa: RUF012 - read-only table
+    _FALLBACKS: ClassVar[dict[str, tuple[str, str]]] = {
         "memory": ("memory_v1", "_r_memory_v1"),
         "temperature": ("temperature_v", "_r_temperature_v"),
         "clock_events": ("clock_events_throttle", "_r_clock_events_throttle"),
@@ -933,8 +931,8 @@ class NvidiaSource:
         if d.xid is not None:
             add(counter("gpu_xid_errors_total", d.xid, d.lbl))
 
-    def _read_events(self, add: Add) -> None:
-        """Drain XID events with timeout 0; counts land in next tick's readings if late."""
+    def _read_events(self) -> None:
+        """Drain pending XID events (timeout 0: never waits) before the devices are read."""
         nvml = self._nvml
         err = self._err
         timeout = self._c["timeout"]
@@ -1024,8 +1022,7 @@ class NvidiaSource:
         newest = d.proc_ts
         for s in samples:
             ts = int(s.timeStamp)
-            if ts > newest:
-                newest = ts
+            newest = max(newest, ts)
             pid = int(s.pid)
             if pid in mine:
                 acc = sums.get(pid)
@@ -1037,7 +1034,3 @@ class NvidiaSource:
         d.proc_ts = newest
         for pid, (total, n) in sums.items():
             add(gauge("gpu_process_sm_utilization_ratio", total / n / 100.0, d.proc_label(pid)))
-
-
-def _unused(_: Sequence[object]) -> None:  # pragma: no cover - keeps Sequence imported for docs
-    return None

@@ -82,15 +82,20 @@ class ProcessTreeSource:
         exclude_pids: frozenset[int] = frozenset(),
         count_existing_usage: bool = False,
         per_process: bool = True,
+        root_cpu_baseline: float | None = None,
     ) -> None:
         """``count_existing_usage=False`` counts CPU and I/O from the moment monitoring starts:
         usage that processes already present had accumulated before is taken as a baseline
-        (right for ``track()`` inside a long-lived interpreter; a fresh command starts at 0)."""
+        (right for ``track()`` inside a long-lived interpreter; a fresh command starts at 0).
+        ``root_cpu_baseline`` overrides the root's CPU baseline with a figure taken earlier
+        (``track()`` passes its process's CPU times at the moment the block started, so the
+        CPU used before the sampler's first tick still counts)."""
         self._root = procfs_root
         self.root_pid = root_pid
         self._exclude = exclude_pids
         self._per_process = per_process
         self._count_existing = count_existing_usage
+        self._root_cpu_baseline = root_cpu_baseline
         self._procs: dict[int, _Proc] = {}
         self._foreign: set[int] = set()
         self._exited_cpu = 0.0
@@ -278,6 +283,8 @@ class ProcessTreeSource:
             try:
                 rest = _parse_stat(os.pread(stat_fd, 4096, 0))[1]
                 p.baseline = sum(int(x) for x in rest[11:15]) / _CLK_TCK
+                if pid == self.root_pid and self._root_cpu_baseline is not None:
+                    p.baseline = min(p.baseline, self._root_cpu_baseline)
                 if io_fd >= 0:
                     io = os.pread(io_fd, 1024, 0).split(b"\n")
                     p.io_base = (float(io[4][12:]), float(io[5][13:]))

@@ -103,12 +103,15 @@ def _run_row(r: Sequence[Any]) -> RunRow:
 
 
 def process_start_ticks(pid: int, procfs_root: str = "/proc") -> int | None:
-    """A process's start time in clock ticks since boot: with the PID, it names one process
-    across PID reuse."""
+    """A live process's start time in clock ticks since boot: with the PID, it names one
+    process across PID reuse. None for a process that is gone or a zombie (dead, not reaped)."""
     try:
         with open(f"{procfs_root}/{pid}/stat", "rb") as f:
             raw = f.read()
-        return int(raw[raw.rindex(b")") + 2 :].split()[19])
+        fields = raw[raw.rindex(b")") + 2 :].split()
+        if fields[0] in (b"Z", b"X"):
+            return None
+        return int(fields[19])
     except (OSError, ValueError, IndexError):
         return None
 

@@ -74,13 +74,15 @@ MIGRATIONS: tuple[str, ...] = (
         meta TEXT NOT NULL DEFAULT '{}',
         PRIMARY KEY (run_key, pid)
     ) WITHOUT ROWID;
+    -- Key columns lead: SQLite 3.40.0-3.41.0 integrity_check misreports WITHOUT ROWID tables
+    -- whose key columns are not the first ones.
     CREATE TABLE processes (
         run_key INTEGER NOT NULL,
         pid INTEGER NOT NULL,
+        first_seen REAL NOT NULL,
         ppid INTEGER NOT NULL,
         name TEXT NOT NULL,
         cmdline TEXT NOT NULL DEFAULT '[]',
-        first_seen REAL NOT NULL,
         PRIMARY KEY (run_key, pid, first_seen)
     ) WITHOUT ROWID;
     """,

@@ -132,7 +132,6 @@ NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
 NVML_FI_DEV_NVLINK_LINK_COUNT = 91
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, cumulative; scopeId = link, UINT_MAX = all
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
-NVML_NVLINK_MAX_LINKS = 18
 
 NVML_GPM_METRIC_GRAPHICS_UTIL = 1
 NVML_GPM_METRIC_SM_UTIL = 2
@@ -549,13 +548,13 @@ class FakeDevice:
     def __init__(
         self,
         name: str = "NVIDIA A100-SXM4-80GB",
-        uuid: str = "GPU-00000000-0000-0000-0000-000000000000",
+        uuid: str | None = None,
         *,
         memory_total: int = 80 * 2**30,
         memory_reserved: int | None = None,
         power_limit_mw: int = 400_000,
         architecture: int = NVML_DEVICE_ARCH_AMPERE,
-        pci_bus_id: str = "00000000:00:00.0",
+        pci_bus_id: str | None = None,
         energy_start_mj: int = 0,
         nvlink_links: int = 0,
         gpm: bool = False,
@@ -564,11 +563,13 @@ class FakeDevice:
         missing: Iterable[str] = (),
     ) -> None:
         self.name = name
-        self.uuid = uuid
+        self.uuid = uuid or ""  # "" until attached: then GPU-<index>-... (see _attach)
+        self._auto_uuid = uuid is None
         self.memory_total = memory_total
         self.memory_reserved = memory_total // 160 if memory_reserved is None else memory_reserved
         self.architecture = architecture
-        self.pci_bus_id = pci_bus_id
+        self.pci_bus_id = pci_bus_id or ""
+        self._auto_bus = pci_bus_id is None
         self.nvlink_links = nvlink_links
         self.gpm = gpm
         self.mig_capable = mig_capable
@@ -681,7 +682,7 @@ class FakeDevice:
         n = len(self.mig_instances)
         child = FakeDevice(
             f"{self.name} MIG {profile}",
-            uuid or _mig_uuid(self.uuid, n),
+            uuid,
             memory_total=memory_total,
             memory_reserved=0,
             power_limit_mw=0,
@@ -690,6 +691,8 @@ class FakeDevice:
             unsupported=_MIG_UNSUPPORTED,
         )
         child.parent = self
+        if uuid is None and self.uuid:
+            child.uuid = _mig_uuid(self.uuid, n)
         child.gpu_instance_id = n + 1
         child.compute_instance_id = 0
         child.index = self.index
@@ -717,12 +720,19 @@ class FakeDevice:
         self._owner = owner
         self._clock = owner.clock
         self.index = index
+        if self._auto_uuid:
+            self.uuid = f"GPU-{index:08x}-0000-4000-8000-00000000f4ce"
+        if self._auto_bus:
+            self.pci_bus_id = f"00000000:{0x10 + index:02X}:00.0"
         self._energy_t = None
         _ = self.energy_mj  # start integrating at attach time
-        for child in self.mig_instances:
+        for n, child in enumerate(self.mig_instances):
             child._owner = owner
             child._clock = owner.clock
             child.index = index
+            child.pci_bus_id = self.pci_bus_id
+            if child._auto_uuid:
+                child.uuid = _mig_uuid(self.uuid, n)
 
     def _enter(self, function: str) -> None:
         n = self.calls[function] = self.calls.get(function, 0) + 1
