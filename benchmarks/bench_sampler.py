@@ -5,8 +5,9 @@ The real sources (``ProcessTreeSource`` + ``HostSource``) and a spool reader, as
 back (no sleeping) and timed with ``time.thread_time()``; each source's ``read()`` and the spool's
 ``poll()`` are timed on their own, so the tick splits into process source, host source, spool,
 the sampler's own bookkeeping, and the store flush, amortised as at ``--interval 0.1`` (one flush
-of 10 ticks per second). The baseline is what a user would write with psutil for the same
-readings.
+of 10 ticks per second). Then the same sampler runs its own ``loop()`` at 0.1 s for a few
+seconds ("paced"): with the thread asleep between ticks, caches go cold and a tick costs more,
+as in a real run. The baseline is what a user would write with psutil for the same readings.
 
     python benchmarks/bench_sampler.py [--quick]
 """
@@ -14,6 +15,7 @@ readings.
 from __future__ import annotations
 
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -66,8 +68,12 @@ def _spool(root: Path) -> Path:
     return spool
 
 
-def measure_tick(n: int, ticks: int, rounds: int, root: Path) -> dict[str, float]:
-    """µs per tick, split by part, median over ``rounds`` rounds of ``ticks`` ticks."""
+def measure_tick(
+    n: int, ticks: int, rounds: int, root: Path, paced_seconds: float
+) -> dict[str, float]:
+    """µs per tick, split by part, median over ``rounds`` rounds of ``ticks`` ticks called back
+    to back; then ``paced_*``: the same sampler in its own ``loop()`` at 0.1 s (caches and
+    branch predictors go cold between ticks, as in a real run), flushing every 1 s."""
     tree = SleepingTree(n)
     try:
         tree.wait_ready(lambda: _count_tree(tree.pid))
@@ -127,9 +133,24 @@ def measure_tick(n: int, ticks: int, rounds: int, root: Path) -> dict[str, float
                     "wall": wall * us,
                 }
             )
+        out = {k: median([r[k] for r in per_round]) for k in per_round[0]}
+        sampler.flush_seconds = 1.0
+        t_proc.seconds = t_host.seconds = t_spool.seconds = 0.0
+        sampler.tick_cpu_seconds = 0.0
+        seq0 = sampler._seq
+        stop = threading.Event()
+        timer = threading.Timer(paced_seconds, stop.set)
+        timer.start()
+        sampler.loop(stop)
+        timer.join()
+        paced = sampler._seq - seq0
+        out["paced_ticks"] = paced
+        out["paced_process"] = t_proc.seconds / paced * 1e6
+        out["paced_host"] = t_host.seconds / paced * 1e6
+        out["paced_spool"] = t_spool.seconds / paced * 1e6
+        out["paced_total"] = sampler.tick_cpu_seconds / paced * 1e6
         sampler.close()
         store.close()
-        out = {k: median([r[k] for r in per_round]) for k in per_round[0]}
         out["series"] = series
         out["procs"] = _count_tree(tree.pid)
         return out
@@ -189,11 +210,12 @@ def measure_psutil(n: int, calls: int, rounds: int) -> dict[str, float]:
 def run(quick: bool) -> Section:
     s = Section("2. Sampler cost per tick")
     ticks, rounds = (100, 3) if quick else (200, 5)
+    paced_seconds = 2.0 if quick else 5.0
     rows, base_rows = [], []
     results: dict[int, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="cw-bench-sampler-") as tmp:
         for n in SIZES:
-            r = measure_tick(n, ticks, rounds, Path(tmp))
+            r = measure_tick(n, ticks, rounds, Path(tmp), paced_seconds)
             results[n] = r
             rows.append(
                 [
@@ -239,6 +261,36 @@ def run(quick: bool) -> Section:
         rows,
     )
     s.add(
+        f"Paced: the same sampler running its own `loop()` at `--interval 0.1` for "
+        f"{paced_seconds:.0f} s, flushing every 1 s (its own `tick_cpu_seconds`, flush "
+        "included). Between ticks the thread sleeps and caches go cold, as in a real run, so "
+        "this is the figure to expect in production; back to back is the floor.",
+        "",
+    )
+    s.table(
+        (
+            "processes",
+            "ticks",
+            "process source µs",
+            "host source µs",
+            "spool µs",
+            "tick + flush µs",
+            "vs back to back",
+        ),
+        [
+            [
+                int(r["procs"]),
+                int(r["paced_ticks"]),
+                r["paced_process"],
+                r["paced_host"],
+                r["paced_spool"],
+                r["paced_total"],
+                f"{r['paced_total'] / r['total']:.2f}×",
+            ]
+            for r in results.values()
+        ],
+    )
+    s.add(
         "Baseline: the same per-process readings through psutil (`cpu_times`, `memory_info`, "
         "`num_threads`, `io_counters` under `oneshot()`), with process handles kept between "
         "ticks, and with the `children(recursive=True)` walk a user needs to follow new "
@@ -267,9 +319,15 @@ def run(quick: bool) -> Section:
     )
     at10 = results[10]["total"]
     s.target(
-        f"sampler tick + flush at 10 processes ≤ {TARGET_US_AT_10:.0f} µs",
+        f"sampler tick + flush at 10 processes ≤ {TARGET_US_AT_10:.0f} µs (back to back)",
         f"{at10:.0f} µs",
         at10 <= TARGET_US_AT_10,
+    )
+    paced10 = results[10]["paced_total"]
+    s.target(
+        f"sampler tick + flush at 10 processes ≤ {TARGET_US_AT_10:.0f} µs (paced at 0.1 s)",
+        f"{paced10:.0f} µs",
+        paced10 <= TARGET_US_AT_10,
     )
     return s
 

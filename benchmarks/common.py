@@ -32,7 +32,7 @@ class Section:
 
     title: str
     body: list[str] = field(default_factory=list)
-    targets: list[tuple[str, str, bool | None]] = field(default_factory=list)
+    targets: list[tuple[str, str, str]] = field(default_factory=list)  # what, measured, verdict
     seconds: float = 0.0
     others_share: float | None = None  # CPU share other processes used meanwhile
 
@@ -42,9 +42,15 @@ class Section:
     def table(self, headers: Sequence[str], rows: Iterable[Sequence[object]]) -> None:
         self.body.extend([*table(headers, rows), ""])
 
-    def target(self, what: str, measured: str, met: bool | None) -> None:
-        """Record a target: ``met`` None means it could not be measured."""
-        self.targets.append((what, measured, met))
+    def target(
+        self, what: str, measured: str, met: bool | None, *, inconclusive: str | None = None
+    ) -> None:
+        """Record a target: ``met`` None means it could not be measured; ``inconclusive``
+        says why the measurement cannot decide (noise larger than the margin)."""
+        v = verdict(met)
+        if inconclusive:
+            v = f"inconclusive ({inconclusive}; as measured: {v.strip('*')})"
+        self.targets.append((what, measured, v))
 
     def markdown(self) -> str:
         return "\n".join([f"## {self.title}", "", *self.body]).rstrip() + "\n"
@@ -280,5 +286,5 @@ def cli_main(run: Callable[[bool], Section], doc: str | None) -> None:
     section.others_share = meter.share()
     print(section.markdown())
     print(f"other processes used {section.others_share:.0%} of the machine's CPU meanwhile")
-    for what, measured, met in section.targets:
-        print(f"target {what}: {measured} — {verdict(met)}")
+    for what, measured, v in section.targets:
+        print(f"target {what}: {measured} — {v}")

@@ -15,7 +15,7 @@ import bench_overhead
 import bench_sampler
 import bench_step
 import bench_store
-from common import HERE, OthersMeter, Section, machine_markdown, table, verdict
+from common import HERE, OthersMeter, Section, machine_markdown, table
 
 BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
     ("overhead", bench_overhead.run),
@@ -44,9 +44,9 @@ def main() -> int:
     total = time.monotonic() - t0
     mode = "`--quick`" if a.quick else "full"
     targets = [
-        [s.title.split(". ", 1)[-1], what, measured, verdict(met)]
+        [s.title.split(". ", 1)[-1], what, measured, v]
         for s in sections
-        for what, measured, met in s.targets
+        for what, measured, v in s.targets
     ]
     lines = [
         "# computewatch benchmarks",

@@ -18,6 +18,7 @@ from computewatch.export import FORMATS, iter_rows, write_csv, write_jsonl, writ
 from computewatch.paths import resolve_db_path
 from computewatch.render import print_compare, print_runs, print_summary
 from computewatch.retention import collect, expired_runs
+from computewatch.sources.gpus import BACKEND_CHOICES, GpuBackendError, check_spec
 from computewatch.store import Store, StoreError
 from computewatch.summary import build_summary
 from computewatch.supervise import (
@@ -64,6 +65,13 @@ def _tag(text: str) -> tuple[str, str]:
     return key.strip(), value
 
 
+def _gpu_backend(text: str) -> str:
+    try:
+        return check_spec(text)
+    except GpuBackendError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _positive_int(text: str) -> int:
     try:
         v = int(text)
@@ -106,6 +114,17 @@ def build_parser() -> argparse.ArgumentParser:
         )
         return sp
 
+    def with_gpu(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        sp.add_argument(
+            "--gpu-backend",
+            type=_gpu_backend,
+            default="auto",
+            metavar="BACKEND",
+            help=f"{BACKEND_CHOICES} (default auto: NVIDIA, then AMD; fake and replayed "
+            "devices are labelled simulated)",
+        )
+        return sp
+
     r = with_db(
         sub.add_parser(
             "run",
@@ -133,6 +152,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("auto", "panel", "plain"),
         default="auto",
         help="live view style (default: a panel on a terminal, plain lines otherwise)",
+    )
+    with_gpu(r)
+    r.add_argument(
+        "--all-gpus",
+        action="store_true",
+        help="summarise every GPU, not only those the command's processes used",
     )
     r.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
 
@@ -197,6 +222,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         tags=dict(args.tag),
         interval=args.interval,
         live="quiet" if args.quiet else args.live,
+        gpu_backend=args.gpu_backend,
+        all_gpus=args.all_gpus,
     )
     try:
         outcome = run_command(opts, store)

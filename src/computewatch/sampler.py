@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from computewatch.channel import SpoolReader
-from computewatch.live import LiveView, Snapshot
+from computewatch.live import GpuLine, LiveView, Snapshot
 from computewatch.readings import Kind, Labels, Reading
 from computewatch.sources.base import Source
 from computewatch.sources.process_tree import ProcessTreeSource
@@ -85,16 +85,19 @@ class Sampler:
         self.stopped_at: float | None = None
         self.tick_cpu_seconds = 0.0
         self.on_writer: Callable[[dict[str, Any]], None] | None = None
+        self.gpu_names: dict[str, tuple[int | str, str, bool]] = {}
+        """GPU uuid → (index, name, simulated), for the live view."""
+        self._notes_seen: dict[str, int] = {}
 
     # -- notes ------------------------------------------------------------------------------
-    def note(self, message: str, *, once_key: str | None = None) -> None:
-        """Record a warning for the summary and show it once."""
+    def note(self, message: str, *, once_key: str | None = None, show: bool = True) -> None:
+        """Record a warning for the summary and, with ``show``, show it once now."""
         key = once_key or message
         if key in self._reported:
             return
         self._reported.add(key)
         self.notes.append(message)
-        if self._note_cb is not None:
+        if show and self._note_cb is not None:
             self._note_cb(message)
 
     # -- ticking ----------------------------------------------------------------------------
@@ -111,6 +114,7 @@ class Sampler:
         rk = self.run_key
         ids = self._ids
         latest: dict[str, float] = {}
+        gpu_latest: dict[str, dict[str, float]] = {}
         for src in list(self.sources):
             try:
                 readings = src.read()
@@ -128,8 +132,16 @@ class Sampler:
                 rows.append((rk, seq, sid, r.value))
                 if not r.labels:
                     latest[r.name] = r.value
+                elif r.name in _GPU_LIVE:
+                    gpu_latest.setdefault(dict(r.labels).get("gpu", ""), {})[r.name] = r.value
                 else:
                     _aggregate(latest, r)
+            notes = getattr(src, "notes", None)
+            if notes:
+                seen = self._notes_seen.get(src.name, 0)
+                for message in notes[seen:]:
+                    self.note(message)
+                self._notes_seen[src.name] = len(notes)
             if isinstance(src, ProcessTreeSource) and src.new_processes:
                 for p in src.new_processes:
                     pend.processes.append((p.pid, p.ppid, p.name, p.cmdline, wall))
@@ -147,7 +159,7 @@ class Sampler:
                     self.on_writer(meta)
         self.last_tick_wall = wall
         if self.live is not None:
-            self._update_live(mono, latest)
+            self._update_live(mono, latest, gpu_latest)
         if pend.size() > MAX_PENDING_ROWS:
             drop = pend.size() - MAX_PENDING_ROWS
             del pend.samples[:drop]
@@ -246,7 +258,9 @@ class Sampler:
             self.live.close()
 
     # -- live view --------------------------------------------------------------------------
-    def _update_live(self, mono: float, latest: dict[str, float]) -> None:
+    def _update_live(
+        self, mono: float, latest: dict[str, float], gpu_latest: dict[str, dict[str, float]]
+    ) -> None:
         assert self.live is not None
         prev, prev_mono = self._prev, self._prev_mono
         self._prev, self._prev_mono = latest, mono
@@ -276,6 +290,19 @@ class Sampler:
             processes=_int_or_none(latest.get("tree_processes")),
             steps_total=self._steps_total or None,
             steps_per_second=sps,
+            gpus=tuple(
+                GpuLine(
+                    index=str(info[0]),
+                    name=info[1],
+                    utilization_ratio=g.get("gpu_utilization_ratio"),
+                    memory_used_bytes=g.get("gpu_memory_used_bytes"),
+                    memory_total_bytes=g.get("gpu_memory_total_bytes"),
+                    power_watts=g.get("gpu_power_watts"),
+                    simulated=info[2],
+                )
+                for uuid, g in gpu_latest.items()
+                if (info := self.gpu_names.get(uuid, ("?", uuid[:12], False)))
+            ),
         )
         try:
             self.live.update(snap)
@@ -284,6 +311,14 @@ class Sampler:
             self.live = None
 
 
+_GPU_LIVE = frozenset(
+    {
+        "gpu_utilization_ratio",
+        "gpu_memory_used_bytes",
+        "gpu_memory_total_bytes",
+        "gpu_power_watts",
+    }
+)
 _SUMMED = frozenset(
     {
         "host_disk_read_bytes_total",

@@ -18,10 +18,9 @@ from pathlib import Path
 
 from computewatch.channel import SpoolReader
 from computewatch.live import make_live_view
+from computewatch.monitor import build_monitor
 from computewatch.sampler import Sampler
-from computewatch.sources.base import Source, SourceUnavailable
-from computewatch.sources.host import HostSource, allowed_cores, host_facts
-from computewatch.sources.process_tree import ProcessTreeSource
+from computewatch.sources.gpus import GpuBackendError
 from computewatch.store import INTERRUPTED, Store, StoreError
 from computewatch.supervise import finish_run, spool_dir
 
@@ -48,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--procfs-root", default="/proc")
     ap.add_argument("--started-at", type=float, help="wall time the tracked block started")
     ap.add_argument("--cpu-baseline", type=float, help="CPU seconds of --pid at that moment")
+    ap.add_argument("--gpu-backend", default="auto")
     a = ap.parse_args(argv)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tracked process decides when we end
 
@@ -57,26 +57,22 @@ def main(argv: list[str] | None = None) -> int:
     except StoreError as e:
         print(f"computewatch: not monitoring: {e}", file=sys.stderr)
         return 2
-    facts = host_facts(procfs_root=a.procfs_root, pid=a.pid)
-    cores = allowed_cores(facts)
-    facts["allowed_cores"] = cores
-    notes: list[str] = []
-    sources: list[Source] = []
     try:
-        sources.append(
-            ProcessTreeSource(
-                a.pid,
-                a.procfs_root,
-                exclude_pids=frozenset({os.getpid()}),
-                root_cpu_baseline=a.cpu_baseline,
-            )
+        mon = build_monitor(
+            a.pid,
+            procfs_root=a.procfs_root,
+            gpu_backend=a.gpu_backend,
+            exclude_pids=frozenset({os.getpid()}),
+            root_cpu_baseline=a.cpu_baseline,
+            fake_gpu_pids=(a.pid,),
         )
-    except SourceUnavailable as e:
-        notes.append(f"process source unavailable: {e}")
-    try:
-        sources.append(HostSource(procfs_root=a.procfs_root, pid=a.pid))
-    except SourceUnavailable as e:
-        notes.append(f"host source unavailable: {e}")
+    except GpuBackendError as e:
+        print(f"computewatch: not monitoring: {e}", file=sys.stderr)
+        return 2
+    facts = mon.facts
+    cores = mon.allowed_cores
+    sources = mon.sources
+    notes = mon.notes
     run_key = store.create_run(
         run_id=a.run_id,
         name=a.name,
@@ -93,8 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         store, run_key, sources, interval=a.interval, spool=reader, live=live,
         allowed_cores=cores, note=live.note,
     )  # fmt: skip
+    sampler.gpu_names = mon.gpu_names()
     for n in notes:
-        sampler.note(n)
+        sampler.note(n, show=False)
     stop = threading.Event()
     result: list[str] = []
     threading.Thread(target=_read_control, args=(stop, result), daemon=True).start()
@@ -110,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
             pass
     if not result:
         sampler.note("the tracked process ended without closing the run")
-    finish_run(store, sampler, run_key, status, None, [], reader, ended_at=ended_at)
+    finish_run(
+        store, sampler, run_key, status, None, [], reader,
+        ended_at=ended_at, facts=mon.final_facts(),
+    )  # fmt: skip
     store.close()
     return 0
 

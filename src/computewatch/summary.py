@@ -6,6 +6,7 @@ changes meaning or is removed (adding a field does not bump it).
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Sequence
@@ -148,7 +149,7 @@ def build_summary(store: Store, run: RunRow) -> dict[str, Any]:
         "memory": memory,
         "disk": disk,
         "network": network,
-        "gpus": [],
+        "gpus": gpu_stats(store, run, series, seq_mono),
         "steps": step_stats(store, run),
         "samples": samples,
         "notes": list(run.notes),
@@ -243,3 +244,85 @@ def _round(v: float | None, nd: int = 4) -> float | None:
 
 def _int(v: float | None) -> int | None:
     return None if v is None else int(v)
+
+
+_GPU_MEANS = {
+    "gpu_utilization_ratio": "utilization_mean",
+    "gpu_power_watts": "power_mean_watts",
+    "gpu_sm_active_ratio": "sm_active_mean",
+    "gpu_tensor_active_ratio": "tensor_active_mean",
+    "gpu_sm_occupancy_ratio": "sm_occupancy_mean",
+    "gpu_dram_active_ratio": "dram_active_mean",
+}
+# Clock-event reasons that are not throttling: the GPU idles, or clocks were set on purpose.
+_NOT_THROTTLE = frozenset(
+    {"gpu_idle", "applications_clocks_setting", "display_clock_setting", "sync_boost"}
+)
+
+
+def gpu_stats(
+    store: Store, run: RunRow, series: Sequence[Any], seq_mono: dict[int, float]
+) -> list[dict[str, Any]]:
+    """Per GPU the run used (every monitored GPU with ``--all-gpus``): utilization, memory,
+    power, energy with its method, throttling by reason and, where read, GPM activity."""
+    from computewatch.sources.nvidia import decode_clock_events
+
+    devices = run.host.get("gpus") or []
+    if not devices:
+        return []
+    chosen = set(run.host.get("gpus_used") or [])
+    every = bool(run.host.get("gpu_all"))
+    picked = [d for d in devices if every or d.get("uuid") in chosen]
+    if not picked:
+        return []
+    uuids = {d["uuid"] for d in picked}
+    wanted = [s for s in series if s.name.startswith("gpu_") and s.labels.get("gpu") in uuids]
+    pts = store.points_of(run.key, [s.idx for s in wanted])
+    out = []
+    for d in picked:
+        uuid = d["uuid"]
+        mine = [s for s in wanted if s.labels.get("gpu") == uuid]
+        g: dict[str, Any] = {
+            "uuid": uuid,
+            "index": d.get("index"),
+            "name": d.get("name"),
+            "model": d.get("model"),
+            "simulated": bool(d.get("simulated")),
+            "mig_parent_uuid": d.get("mig_parent_uuid"),
+            "scope": "device" if every or uuid not in chosen else "used by the run",
+        }
+        proc_mem: dict[int, float] = {}
+        for s in mine:
+            values = [v for _, v in pts[s.idx]]
+            if not values:
+                continue
+            if s.name in _GPU_MEANS:
+                g[_GPU_MEANS[s.name]] = _round(sum(values) / len(values))
+            elif s.name == "gpu_memory_used_bytes":
+                g["memory_peak_bytes"] = _int(max(values))
+            elif s.name == "gpu_memory_total_bytes":
+                g["memory_total_bytes"] = _int(values[-1])
+            elif s.name == "gpu_energy_joules_total":
+                g["energy_joules"] = _round(values[-1] - values[0], 3)
+                g["energy_method"] = s.labels.get("method", "counter")
+            elif s.name == "gpu_process_memory_used_bytes":
+                for seq, v in pts[s.idx]:
+                    proc_mem[seq] = proc_mem.get(seq, 0.0) + v
+            elif s.name == "gpu_clock_event_reasons":
+                throttle: dict[str, float] = {}
+                p = pts[s.idx]
+                for (seq, mask), (nseq, _) in itertools.pairwise(p):
+                    t0, t1 = seq_mono.get(seq), seq_mono.get(nseq)
+                    if t0 is None or t1 is None:
+                        continue
+                    for reason in decode_clock_events(mask):
+                        if reason not in _NOT_THROTTLE:
+                            throttle[reason] = throttle.get(reason, 0.0) + (t1 - t0)
+                g["throttle_seconds"] = {k: round(v, 3) for k, v in sorted(throttle.items())}
+        if proc_mem:
+            g["process_memory_peak_bytes"] = _int(max(proc_mem.values()))
+        g.setdefault("energy_joules", None)
+        g.setdefault("energy_method", None)
+        g.setdefault("throttle_seconds", {})
+        out.append(g)
+    return out

@@ -22,10 +22,8 @@ from typing import Any, TextIO
 
 from computewatch.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader
 from computewatch.live import LiveView, make_live_view
+from computewatch.monitor import build_monitor
 from computewatch.sampler import Sampler
-from computewatch.sources.base import Source, SourceUnavailable
-from computewatch.sources.host import HostSource, allowed_cores, host_facts
-from computewatch.sources.process_tree import ProcessTreeSource
 from computewatch.store import COMPLETED, FAILED, INTERRUPTED, RunRow, Store
 from computewatch.summary import build_summary
 
@@ -53,6 +51,8 @@ class RunOptions:
     db_path: Path | None = None
     live: str = "auto"  # auto | panel | plain | quiet
     procfs_root: str = "/proc"
+    gpu_backend: str = "auto"
+    all_gpus: bool = False
 
 
 @dataclass(slots=True)
@@ -68,21 +68,6 @@ def new_run_id() -> str:
 
 def spool_dir(db_path: Path, run_id: str) -> Path:
     return db_path.parent / "spool" / run_id
-
-
-def make_sources(pid: int, procfs_root: str, note: Any) -> list[Source]:
-    """The sources of this issue, each skipped with its reason when unavailable."""
-    sources: list[Source] = []
-    try:
-        # A command spawned just now: everything it uses counts, from 0.
-        sources.append(ProcessTreeSource(pid, procfs_root, count_existing_usage=True))
-    except SourceUnavailable as e:
-        note(f"process source unavailable: {e}")
-    try:
-        sources.append(HostSource(procfs_root=procfs_root, pid=pid))
-    except SourceUnavailable as e:
-        note(f"host source unavailable: {e}")
-    return sources
 
 
 def run_command(opts: RunOptions, store: Store, stderr: TextIO = sys.stderr) -> RunOutcome:
@@ -185,11 +170,18 @@ def _supervise(
     forwarder.start()
 
     live: LiveView = make_live_view(stderr, opts.live, title=opts.name or run_id)  # type: ignore[arg-type]
-    early_notes: list[str] = []
-    facts = host_facts(procfs_root=opts.procfs_root, pid=pid)
-    cores = allowed_cores(facts)
-    facts["allowed_cores"] = cores
-    sources = make_sources(pid, opts.procfs_root, early_notes.append)
+    # A command spawned just now: everything it uses counts, from 0.
+    mon = build_monitor(
+        pid,
+        procfs_root=opts.procfs_root,
+        gpu_backend=opts.gpu_backend,
+        all_gpus=opts.all_gpus,
+        count_existing_usage=True,
+        fake_gpu_pids=(pid,),
+    )
+    facts = mon.facts
+    cores = mon.allowed_cores
+    sources = mon.sources
     run_key = store.create_run(
         run_id=run_id,
         name=opts.name,
@@ -210,17 +202,18 @@ def _supervise(
         spool=reader,
         live=live,
         allowed_cores=cores,
-        note=live.note,
+        note=None if opts.live == "quiet" else live.note,
     )
-    for n in early_notes:
-        sampler.note(n)
+    sampler.gpu_names = mon.gpu_names()
+    for n in mon.notes:
+        sampler.note(n, show=False)
     app_meta: list[dict[str, Any]] = []
     sampler.on_writer = app_meta.append
 
     sampler.loop(state.done)
     waiter.join()
     assert state.status is not None
-    tree = next((s for s in sampler.sources if isinstance(s, ProcessTreeSource)), None)
+    tree = mon.tree
     if tree is not None:
         if state.rusage_cpu is not None:
             tree.set_final_root_cpu(state.rusage_cpu)
@@ -240,9 +233,11 @@ def _supervise(
         sampler.note(
             f"received {names} during the run (forwarded to the command when sent by kill)"
         )
-    return finish_run(
-        store, sampler, run_key, status, exit_code, app_meta, reader, ended_at=state.ended_at
-    )
+    outcome = finish_run(
+        store, sampler, run_key, status, exit_code, app_meta, reader,
+        ended_at=state.ended_at, facts=mon.final_facts(),
+    )  # fmt: skip
+    return outcome
 
 
 def finish_run(
@@ -255,6 +250,7 @@ def finish_run(
     reader: SpoolReader | None,
     *,
     ended_at: float | None = None,
+    facts: dict[str, Any] | None = None,
 ) -> RunOutcome:
     """Last flush, then the run's final row: status, exit code, notes, summary. ``ended_at``
     defaults to now."""
@@ -279,6 +275,7 @@ def finish_run(
         notes=list(run.notes) + sampler.notes,
         name=name,
         tags=tags,
+        **({"host": facts} if facts is not None else {}),
     )
     run = store.run_by_key(run_key)
     summary = build_summary(store, run)

@@ -119,13 +119,20 @@ class track:
         *,
         interval: float = 1.0,
         db: str | os.PathLike[str] | None = None,
+        gpu_backend: str = "auto",
     ) -> None:
+        """``gpu_backend``: auto, nvidia, amd, none, fake:PRESET or replay:FILE (as the CLI's
+        ``--gpu-backend``); unused when attached to ``computewatch run``."""
+        from computewatch.sources.gpus import check_spec
+
+        check_spec(gpu_backend)
         if not 0.05 <= interval <= 3600:
             raise ValueError(f"interval must be between 0.05 and 3600 seconds, not {interval}")
         self.name = name
         self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
         self.interval = interval
         self.db = db
+        self.gpu_backend = gpu_backend
         self._run: Run | None = None
 
     def start(self) -> Run:
@@ -157,7 +164,10 @@ class track:
     def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(fn)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            with track(self.name, self.tags, interval=self.interval, db=self.db):
+            with track(
+                self.name, self.tags, interval=self.interval, db=self.db,
+                gpu_backend=self.gpu_backend,
+            ):  # fmt: skip
                 return fn(*args, **kwargs)
 
         return wrapper
@@ -204,6 +214,8 @@ def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
         repr(started_at),
         "--cpu-baseline",
         repr(cpu_baseline),
+        "--gpu-backend",
+        cfg.gpu_backend,
     ]
     if cfg.name:
         args += ["--name", cfg.name]

@@ -77,13 +77,14 @@ _GPM_METRICS: tuple[tuple[str, int, str], ...] = (
 Add = Callable[[Reading], None]
 
 
-def decode_clock_events(mask: int) -> list[str]:
+def decode_clock_events(mask: float) -> list[str]:
     """Names of the reasons set in a clock-event (throttle) bitmask, lowest bit first.
 
     Unknown bits come back as ``"bit_N"`` so nothing is silently dropped.
     """
+    mask = int(mask)  # a gauge read back from the store is a float
     names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
-    rest = int(mask) & ~_KNOWN_CLOCK_BITS
+    rest = mask & ~_KNOWN_CLOCK_BITS
     n = 0
     while rest:
         if rest & 1:
@@ -285,7 +286,11 @@ class NvidiaSource:
                 ("timeout", "NVML_ERROR_TIMEOUT", _TIMEOUT),
                 ("function_not_found", "NVML_ERROR_FUNCTION_NOT_FOUND", _FUNCTION_NOT_FOUND),
                 ("gpu_is_lost", "NVML_ERROR_GPU_IS_LOST", _GPU_IS_LOST),
-                ("version_mismatch", "NVML_ERROR_ARGUMENT_VERSION_MISMATCH", 25),
+                (
+                    "version_mismatch",
+                    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH",
+                    _ARGUMENT_VERSION_MISMATCH,
+                ),
             )
         }
         try:
@@ -332,9 +337,11 @@ class NvidiaSource:
                 try:
                     fn(d, add)
                 except err as e:
-                    if self._on_error(d, field, fn, e, add):
+                    if self._on_error(d, field, e, add):
                         lost_any = True
                         break
+                except Exception as e:  # not NVML's: a binding or driver oddity on one field
+                    self._broken(d, field, e)
         if lost_any:
             self._devs = [d for d in self._devs if not d.lost]
         return out
@@ -609,10 +616,15 @@ class NvidiaSource:
         # Energy: NVML's counter (Volta and later, mJ since the driver loaded) if it answers.
         # Probed once here; the first read() rebases it to 0. A transient error keeps the
         # counter (read() translates it); only "unsupported" or "not allowed" means polling.
-        raw, e = self._call("nvmlDeviceGetTotalEnergyConsumption", d.handle)
         c = self._c
         unusable = (c["not_supported"], c["function_not_found"], c["no_permission"])
-        if raw is not None or (e is not None and self._code(e) not in unusable):
+        raw, e = (None, None)
+        if d.parent is None:
+            raw, e = self._call("nvmlDeviceGetTotalEnergyConsumption", d.handle)
+        if d.parent is not None:
+            cap["energy_counter"] = False
+            cap["energy_counter_why"] = "a MIG instance: energy is measured on its parent GPU"
+        elif raw is not None or (e is not None and self._code(e) not in unusable):
             cap["energy_counter"] = True
             cap["energy_counter_why"] = "nvmlDeviceGetTotalEnergyConsumption (Volta and later)"
             r.append(("energy_counter", self._r_energy_counter))
@@ -630,7 +642,11 @@ class NvidiaSource:
             ("clock_events", self._r_clock_events),
             ("pcie", self._r_pcie),
         ]
-        if d.parent is None and self._setup_nvlink(d):
+        if d.parent is not None:
+            for feature in ("nvlink", "gpm"):
+                cap[feature] = False
+                cap[f"{feature}_why"] = "a MIG instance: read on its parent GPU"
+        elif self._setup_nvlink(d):
             r.append(("nvlink", self._r_nvlink))
         r += [("ecc", self._r_ecc), ("fan", self._r_fan)]
         if d.parent is None and self._setup_gpm(d):
@@ -725,12 +741,18 @@ class NvidiaSource:
 
     def _disable(self, d: _Dev, field: str, why: str) -> None:
         d.readers = [(f, fn) for f, fn in d.readers if f != field]
-        d.info.capabilities[field] = False
-        d.info.capabilities[f"{field}_why"] = why
+        feature = self._FEATURES.get(field, field)
+        d.info.capabilities[feature] = False
+        d.info.capabilities[f"{feature}_why"] = why
 
-    def _on_error(
-        self, d: _Dev, field: str, fn: Callable[[_Dev, Add], None], e: Exception, add: Add
-    ) -> bool:
+    def _broken(self, d: _Dev, field: str, e: Exception) -> None:
+        """A field that fails with something other than an NVML error is disabled, said once:
+        one odd field must not take the source (and the other GPUs) down."""
+        why = f"failed with {type(e).__name__}: {e}"
+        self._disable(d, field, why)
+        self._note(f"GPU {d.info.uuid}: {field} disabled, it {why}", f"broken:{field}")
+
+    def _on_error(self, d: _Dev, field: str, e: Exception, add: Add) -> bool:
         """Translate an NVML error on one field; True when the device was lost."""
         c = self._c
         code = self._code(e)
@@ -749,7 +771,9 @@ class NvidiaSource:
             try:
                 replacement(d, add)
             except self._err as e2:
-                return self._on_error(d, new_field, replacement, e2, add)
+                return self._on_error(d, new_field, e2, add)
+            except Exception as e2:
+                self._broken(d, new_field, e2)
             return False
         if field == "energy_counter" and code in (c["not_supported"], c["function_not_found"]):
             # Switch to polled power, carrying on from the counter's last value.
@@ -763,6 +787,7 @@ class NvidiaSource:
             d.info.capabilities["energy_counter_why"] = (
                 f"energy counter stopped answering ({e}): energy is the integral of polled power"
             )
+            self._r_energy_polled(d, add)  # power was read earlier in this tick
             return False
         if code in (c["not_supported"], c["function_not_found"]):
             self._disable(d, field, f"not supported by this GPU or driver (NVML: {e})")
@@ -779,6 +804,8 @@ class NvidiaSource:
         "temperature": ("temperature_v", "_r_temperature_v"),
         "clock_events": ("clock_events_throttle", "_r_clock_events_throttle"),
     }
+    # The capability a fallback reader reports under.
+    _FEATURES: ClassVar[dict[str, str]] = {new: old for old, (new, _) in _FALLBACKS.items()}
 
     def _lose(self, d: _Dev) -> None:
         for x in (d, *d.children):

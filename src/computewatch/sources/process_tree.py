@@ -18,6 +18,7 @@ I/O of reaped children, so a process that lives less than one tick has its I/O m
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from computewatch.readings import Labels, Reading, counter, gauge, labels
@@ -113,6 +114,10 @@ class ProcessTreeSource:
     def pids(self) -> list[int]:
         """PIDs of the tree's live processes at the last read."""
         return [p.pid for p in self._procs.values() if p.alive]
+
+    def pids_view(self) -> Collection[int]:
+        """A live, allocation-free view of the tree's PIDs (for per-process GPU attribution)."""
+        return self._procs.keys()
 
     def set_final_root_cpu(self, seconds: float) -> None:
         """The root's exact CPU seconds (with its reaped children) from ``wait4``, used once

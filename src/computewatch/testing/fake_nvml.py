@@ -1141,9 +1141,7 @@ class FakeNVML:
         if eventSet.freed:
             raise NVMLError_InvalidArgument()
         for d in eventSet.devices:
-            if d.pending_xids:
-                if d.lost:
-                    raise NVMLError_GpuIsLost()
+            if d.pending_xids and not d.lost:  # a lost GPU's queued events are dropped
                 code = d.pending_xids.pop(0)
                 return _EventData(d, nvmlEventTypeXidCriticalError, code, _UINT_MAX, _UINT_MAX)
         raise NVMLError_Timeout()

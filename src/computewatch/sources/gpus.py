@@ -1,0 +1,170 @@
+"""Choosing the GPU backend: ``auto``, ``nvidia``, ``amd``, ``none``, ``fake:PRESET`` or
+``replay:FILE`` (the ``--gpu-backend`` option of every command that reads devices).
+
+``auto`` tries NVIDIA (NVML), then AMD (amdsmi), and keeps the reason each one was skipped, so
+``computewatch devices`` can say why. Fake and replayed devices are marked simulated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Collection
+from typing import Any, Protocol
+
+from computewatch.readings import Reading
+from computewatch.sources.base import SourceUnavailable
+from computewatch.sources.nvidia import GpuDevice
+
+BACKEND_CHOICES = "auto|nvidia|amd|none|fake:PRESET|replay:FILE"
+
+
+class GpuBackendError(ValueError):
+    """An unusable ``--gpu-backend`` value (unknown name, bad preset, unreadable trace)."""
+
+
+class GpuSource(Protocol):
+    """What the NVIDIA, AMD and replay sources share beyond the Source contract."""
+
+    name: str
+    notes: list[str]
+    simulated: bool
+
+    @property
+    def devices(self) -> list[GpuDevice]: ...
+
+    def used_uuids(self) -> set[str]: ...
+
+    def read(self) -> list[Reading]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclasses.dataclass(slots=True)
+class GpuBackend:
+    """The GPU sources opened for one command, and why the others were skipped."""
+
+    spec: str
+    sources: list[GpuSource] = dataclasses.field(default_factory=list)
+    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+
+    @property
+    def devices(self) -> list[GpuDevice]:
+        return [d for s in self.sources for d in s.devices]
+
+    @property
+    def simulated(self) -> bool:
+        return any(s.simulated for s in self.sources)
+
+    def used_uuids(self) -> set[str]:
+        return {u for s in self.sources for u in s.used_uuids()}
+
+    def close(self) -> None:
+        for s in self.sources:
+            try:
+                s.close()
+            except Exception:
+                pass
+
+
+def check_spec(spec: str) -> str:
+    """Validate a ``--gpu-backend`` value without opening anything; returns it."""
+    if spec in ("auto", "nvidia", "amd", "none"):
+        return spec
+    kind, sep, arg = spec.partition(":")
+    if sep and kind == "fake" and arg:
+        _fake_module(arg)  # raises for an unknown preset
+        return spec
+    if sep and kind == "replay" and arg:
+        return spec
+    raise GpuBackendError(f"unknown GPU backend {spec!r}; expected {BACKEND_CHOICES}")
+
+
+def open_backend(
+    spec: str,
+    *,
+    pids: Callable[[], Collection[int]] | None = None,
+    all_gpus: bool = False,
+    procfs_root: str = "/proc",
+    fake_pids: Collection[int] = (),
+) -> GpuBackend:
+    """Open the GPU sources ``spec`` names. A real backend that is not available here is
+    listed in ``skipped`` with its reason (never an error: monitoring goes on without GPUs);
+    an invalid spec raises :class:`GpuBackendError`. ``fake_pids`` are placed on every fake
+    device as its processes, so a demo run shows its simulated GPUs as used."""
+    spec = check_spec(spec)
+    backend = GpuBackend(spec)
+    if spec == "none":
+        return backend
+    kind, _, arg = spec.partition(":")
+
+    def try_open(name: str, make: Callable[[], Any]) -> None:
+        try:
+            backend.sources.append(make())
+        except SourceUnavailable as e:
+            backend.skipped.append((name, str(e)))
+
+    if kind == "fake":
+        module = _fake_module(arg)
+        for pid in fake_pids:
+            for dev in module.devices:
+                dev.add_process(pid)
+        make = _amd_source if _is_amd_fake(module) else _nvidia_source
+        try_open(f"fake:{arg}", lambda: make(module, pids, all_gpus, procfs_root))
+        return backend
+    if kind == "replay":
+        from computewatch.sources.replay import ReplaySource
+
+        try:
+            backend.sources.append(ReplaySource(arg))
+        except (OSError, ValueError) as e:
+            raise GpuBackendError(f"cannot replay {arg}: {e}") from None
+        return backend
+    if kind in ("auto", "nvidia"):
+        try_open("nvidia", lambda: _nvidia_source(None, pids, all_gpus, procfs_root))
+    if kind in ("auto", "amd") and not backend.sources:
+        try_open("amd", lambda: _amd_source(None, pids, all_gpus, procfs_root))
+    return backend
+
+
+def _nvidia_source(
+    module: Any, pids: Callable[[], Collection[int]] | None, all_gpus: bool, procfs_root: str
+) -> GpuSource:
+    from computewatch.sources.nvidia import NvidiaSource
+
+    clock = getattr(module, "clock", None) if module is not None else None
+    kw: dict[str, Any] = {"clock": clock} if callable(clock) else {}
+    return NvidiaSource(module, pids=pids, all_gpus=all_gpus, procfs_root=procfs_root, **kw)
+
+
+def _amd_source(
+    module: Any, pids: Callable[[], Collection[int]] | None, all_gpus: bool, procfs_root: str
+) -> GpuSource:
+    try:
+        from computewatch.sources.amd import AmdSource
+    except ImportError as e:  # pragma: no cover - the module ships with the package
+        raise SourceUnavailable(f"AMD support missing: {e}") from e
+    src: GpuSource = AmdSource(module, pids=pids, all_gpus=all_gpus)
+    return src
+
+
+def _fake_module(preset: str) -> Any:
+    """A fake vendor library for ``COUNTxMODEL``: NVML for NVIDIA models, amdsmi for AMD."""
+    from computewatch.catalog import load_accelerators
+
+    count, sep, rest = preset.partition("x")
+    model = rest if sep and count.isdigit() else preset
+    acc = load_accelerators().get(model)
+    try:
+        if acc is not None and acc.vendor.lower() == "amd":
+            from computewatch.testing.fake_amdsmi import amd_from_preset
+
+            return amd_from_preset(preset)
+        from computewatch.testing.fake_nvml import from_preset
+
+        return from_preset(preset)
+    except ValueError as e:
+        raise GpuBackendError(f"fake:{preset}: {e}") from None
+
+
+def _is_amd_fake(module: Any) -> bool:
+    return type(module).__name__ == "FakeAmdSmi"
