@@ -16,7 +16,7 @@ from computewatch._version import __version__
 from computewatch.compare import compare
 from computewatch.export import FORMATS, iter_rows, write_csv, write_jsonl, write_parquet
 from computewatch.paths import resolve_db_path
-from computewatch.render import print_compare, print_runs, print_summary
+from computewatch.render import print_compare, print_devices, print_runs, print_summary
 from computewatch.retention import collect, expired_runs
 from computewatch.sources.gpus import BACKEND_CHOICES, GpuBackendError, check_spec
 from computewatch.store import Store, StoreError
@@ -161,6 +161,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
 
+    dv = with_gpu(
+        sub.add_parser(
+            "devices",
+            help="what can be measured here: CPU energy, GPUs and their capabilities",
+        )
+    )
+    dv.add_argument("--json", action="store_true", help="JSON output")
+    dv.add_argument("--record", metavar="FILE", help="record GPU readings to a trace FILE")
+    dv.add_argument(
+        "--seconds", type=float, default=60.0, help="with --record: how long (default 60)"
+    )
+    dv.add_argument(
+        "--interval", type=_interval, default=1.0, help="with --record: seconds between readings"
+    )
+
     ls = with_db(sub.add_parser("runs", help="list stored runs, newest first"))
     ls.add_argument("--json", action="store_true", help="JSON output")
     ls.add_argument("--limit", type=_positive_int, default=20, metavar="N", help="default 20")
@@ -248,6 +263,33 @@ def cmd_run(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"{PROG}: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
     return outcome.exit_code
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from computewatch.devices import describe, record_trace
+
+    if args.record:
+        if args.seconds <= 0:
+            raise UserError("--seconds must be positive", 2)
+        try:
+            with open(Path(args.record).expanduser(), "w") as f:
+                n, ticks = record_trace(
+                    f, gpu_backend=args.gpu_backend, seconds=args.seconds, interval=args.interval
+                )
+        except ValueError as e:
+            raise UserError(str(e)) from None
+        print(
+            f"recorded {ticks} readings of {n} GPU(s) to {args.record}; replay with "
+            f"--gpu-backend replay:{args.record}",
+            file=sys.stderr,
+        )
+        return 0
+    info = describe(args.gpu_backend)
+    if args.json:
+        _emit_json(info, sys.stdout)
+    else:
+        print_devices(info, sys.stdout)
+    return 0
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -360,6 +402,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 COMMANDS = {
     "run": cmd_run,
+    "devices": cmd_devices,
     "runs": cmd_runs,
     "show": cmd_show,
     "compare": cmd_compare,

@@ -91,6 +91,8 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
         "network",
         f"received {_b(net.get('recv_bytes'))}, sent {_b(net.get('sent_bytes'))} (whole host)",
     )
+    for g in summary.get("gpus") or []:
+        t.add_row(f"gpu {g.get('index')}", _gpu_line(g))
     steps = summary.get("steps") or {}
     if steps.get("count"):
         st = steps.get("step_time_seconds") or {}
@@ -176,3 +178,88 @@ def _plain(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:,.4g}"
     return str(v)
+
+
+def _yes(v: Any) -> str:
+    return "yes" if v is True else ("no" if v is False else "n/a")
+
+
+def print_devices(info: dict[str, Any], out: TextIO) -> None:
+    """``computewatch devices`` as text: host, CPU energy, then each GPU's capabilities."""
+    con = _console(out)
+    h = info["host"]
+    limit = h.get("cgroup_cpu_limit_cores")
+    con.print(
+        f"[bold]host[/bold] {h.get('hostname')} · {h.get('cpu_model')} · "
+        f"{h.get('logical_cpus')} logical CPUs ({h.get('allowed_cores'):g} usable"
+        + (f", cgroup quota {limit:g}" if limit else "")
+        + f") · {_b(h.get('memory_bytes'))} · {h.get('os')}"
+    )
+    ce = info["cpu_energy"]
+    state = "measured (RAPL)" if ce["available"] else "not measured"
+    con.print(f"[bold]CPU energy[/bold] {state}: {ce['detail']}")
+    for skipped in info["gpu_backends_skipped"]:
+        con.print(f"[bold]GPU backend {skipped['backend']}[/bold] skipped: {skipped['reason']}")
+    if not info["gpus"]:
+        con.print("[bold]GPUs[/bold] none")
+        return
+    t = Table(box=None, pad_edge=False)
+    for col in ("#", "GPU", "memory", "power limit", "energy", "GPM", "per process", "notes"):
+        t.add_column(col)
+    for g in info["gpus"]:
+        caps = g.get("capabilities") or {}
+        name = g["name"] + (" [yellow](simulated)[/yellow]" if g.get("simulated") else "")
+        if g.get("mig_parent_uuid"):
+            name += f" (MIG of {g['mig_parent_uuid'][:12]})"
+        energy = "counter" if caps.get("energy_counter") else "polled power"
+        why = [
+            str(caps[k])
+            for k in ("energy_counter_why", "gpm_why", "per_process_why")
+            if caps.get(k) and caps.get(k.removesuffix("_why")) is False
+        ]
+        t.add_row(
+            str(g.get("index")),
+            f"{name}\n[dim]{g['uuid']}[/dim]",
+            _b(g.get("memory_total_bytes")),
+            "n/a" if g.get("power_limit_watts") is None else f"{g['power_limit_watts']:.0f} W",
+            energy,
+            _yes(caps.get("gpm")),
+            _yes(caps.get("per_process")),
+            "; ".join(why),
+        )
+    con.print(t)
+
+
+def _gpu_line(g: dict[str, Any]) -> str:
+    name = str(g.get("name")) + (" [yellow](simulated)[/yellow]" if g.get("simulated") else "")
+    parts = [name]
+    if g.get("utilization_mean") is not None:
+        parts.append(f"util {_pct(g['utilization_mean'])}")
+    if g.get("sm_active_mean") is not None:
+        parts.append(f"SM active {_pct(g['sm_active_mean'])}")
+    if g.get("tensor_active_mean") is not None:
+        parts.append(f"tensor {_pct(g['tensor_active_mean'])}")
+    if g.get("memory_peak_bytes") is not None:
+        mem = f"mem peak {_b(g['memory_peak_bytes'])}"
+        if g.get("process_memory_peak_bytes") is not None:
+            mem += f" (run {_b(g['process_memory_peak_bytes'])})"
+        parts.append(mem)
+    if g.get("power_mean_watts") is not None:
+        parts.append(f"{g['power_mean_watts']:.0f} W mean")
+    if g.get("energy_joules") is not None:
+        parts.append(f"{format_energy(g['energy_joules'])} ({g.get('energy_method')})")
+    throttled = {k: v for k, v in (g.get("throttle_seconds") or {}).items() if v}
+    if throttled:
+        parts.append(
+            "throttled " + ", ".join(f"{k} {format_duration(v)}" for k, v in throttled.items())
+        )
+    return " · ".join(parts)
+
+
+def format_energy(joules: float) -> str:
+    """Joules below 1 Wh, then Wh, then kWh (1 Wh = 3,600 J)."""
+    if joules < 3600:
+        return f"{joules:,.0f} J"
+    if joules < 3.6e6:
+        return f"{joules / 3600:,.1f} Wh"
+    return f"{joules / 3.6e6:,.2f} kWh"
