@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import bench_gpu
 import bench_overhead
 import bench_sampler
 import bench_step
@@ -22,6 +23,7 @@ BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
     ("sampler", bench_sampler.run),
     ("step", bench_step.run),
     ("store", bench_store.run),
+    ("gpu", bench_gpu.run),
 )
 
 

@@ -111,6 +111,7 @@ class SpoolReader:
         self._offsets: dict[Path, int] = {}
         self._metas: dict[int, dict[str, Any]] = {}
         self._fresh: list[tuple[int, dict[str, Any]]] = []
+        self._fds: dict[Path, int] = {}
 
     def poll(self) -> list[StepRecord]:
         out: list[StepRecord] = []
@@ -138,10 +139,11 @@ class SpoolReader:
             pid = int(name[6:-4])
             path = self.dir / name
             off = self._offsets.get(path, len(MAGIC))
+            fd = self._fds.get(path)
             try:
-                with open(path, "rb") as f:
-                    f.seek(off)
-                    data = f.read()
+                if fd is None:  # kept open: a tick's poll is one pread per writer
+                    fd = self._fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                data = _pread_all(fd, off)
             except OSError:
                 continue
             usable = len(data) - len(data) % RECORD.size
@@ -162,14 +164,33 @@ class SpoolReader:
         fresh, self._fresh = self._fresh, []
         return fresh
 
+    def close(self) -> None:
+        for fd in self._fds.values():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._fds.clear()
+
     def remove(self) -> None:
         """Delete the spool once everything in it is stored."""
+        self.close()
         try:
             for p in self.dir.iterdir():
                 p.unlink(missing_ok=True)
             self.dir.rmdir()
         except OSError:
             pass
+
+
+def _pread_all(fd: int, offset: int) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        chunk = os.pread(fd, 1 << 20, offset)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        offset += len(chunk)
 
 
 def now() -> float:

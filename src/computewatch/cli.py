@@ -67,7 +67,12 @@ def _tag(text: str) -> tuple[str, str]:
 
 def _gpu_backend(text: str) -> str:
     try:
-        return check_spec(text)
+        spec = check_spec(text)
+        if spec.startswith("replay:"):  # read the trace now: a bad one must not start a command
+            from computewatch.sources.gpus import open_backend
+
+            open_backend(spec).close()
+        return spec
     except GpuBackendError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -203,6 +208,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--dry-run", action="store_true", help="list what would be deleted")
     gc.add_argument("--vacuum", action="store_true", help="then give the space back to the OS")
+
+    tp = with_gpu(
+        sub.add_parser(
+            "top",
+            help="live view of the host's CPU, memory, GPUs and busiest processes",
+            description="A live, full-screen view of the whole host (keys: c/m/g/s/p sort by "
+            "CPU, memory, GPU memory, GPU SM, PID; q quits). Without a terminal, prints a "
+            "text snapshot every interval.",
+        )
+    )
+    tp.add_argument(
+        "--interval",
+        type=_top_interval,
+        default=2.0,
+        metavar="SECONDS",
+        help="refresh interval, 0.2 to 60 (default 2.0)",
+    )
+    tp.add_argument(
+        "--sort",
+        choices=("cpu", "memory", "gpu-memory", "gpu", "pid"),
+        default="cpu",
+        help="process order (default cpu; gpu = GPU SM share)",
+    )
+    tp.add_argument("--once", action="store_true", help="print one text snapshot and exit")
+    tp.add_argument("--iterations", type=_positive_int, metavar="N", help="stop after N snapshots")
+    tp.add_argument(
+        "--json", action="store_true", help="JSON: one document with --once, else one per line"
+    )
     return p
 
 
@@ -272,11 +305,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
         if args.seconds <= 0:
             raise UserError("--seconds must be positive", 2)
         try:
-            with open(Path(args.record).expanduser(), "w") as f:
+            with _open_output(args.record, binary=False) as f:
                 n, ticks = record_trace(
                     f, gpu_backend=args.gpu_backend, seconds=args.seconds, interval=args.interval
                 )
         except ValueError as e:
+            Path(args.record).expanduser().unlink(missing_ok=True)  # nothing recorded: no file
             raise UserError(str(e)) from None
         print(
             f"recorded {ticks} readings of {n} GPU(s) to {args.record}; replay with "
@@ -400,6 +434,36 @@ def cmd_gc(args: argparse.Namespace) -> int:
     return 0
 
 
+def _top_interval(text: str) -> float:
+    v = _interval(text)
+    if not 0.2 <= v <= 60.0:
+        raise argparse.ArgumentTypeError(f"must be between 0.2 and 60 seconds, not {text}")
+    return v
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    from computewatch.top import TopCollector
+    from computewatch.top_view import run_plain, run_screen
+
+    try:
+        collector = TopCollector(args.gpu_backend)
+    except GpuBackendError as e:
+        raise UserError(str(e), 2) from None
+    with collector:
+        iterations = 1 if args.once else args.iterations
+        plain = args.once or args.json or not sys.stdout.isatty()
+        if plain or os.environ.get("TERM", "") == "dumb":
+            return run_plain(
+                collector,
+                sys.stdout,
+                interval=args.interval,
+                sort=args.sort,
+                iterations=iterations,
+                as_json=args.json,
+            )
+        return run_screen(collector, interval=args.interval, sort=args.sort, iterations=iterations)
+
+
 COMMANDS = {
     "run": cmd_run,
     "devices": cmd_devices,
@@ -408,6 +472,7 @@ COMMANDS = {
     "compare": cmd_compare,
     "export": cmd_export,
     "gc": cmd_gc,
+    "top": cmd_top,
 }
 
 

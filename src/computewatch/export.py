@@ -58,13 +58,27 @@ def iter_rows(store: Store, run: RunRow) -> Iterator[tuple[Any, ...]]:
         yield (rid, wall, round(mono - first_mono, 6), name, lbl, kind, unit, value, rate)
 
 
+class _LabelText:
+    """Labels as compact JSON text, computed once per series (rows share their labels dict)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[dict[str, str], str]] = {}
+
+    def __call__(self, lbl: dict[str, str]) -> str:
+        hit = self._cache.get(id(lbl))
+        if hit is None or hit[0] is not lbl:
+            hit = (lbl, json.dumps(lbl, sort_keys=True, separators=(",", ":")) if lbl else "")
+            self._cache[id(lbl)] = hit
+        return hit[1]
+
+
 def write_csv(rows: Iterator[tuple[Any, ...]], out: IO[str]) -> int:
     w = csv.writer(out, lineterminator="\n")
     w.writerow(COLUMNS)
     n = 0
+    text = _LabelText()
     for r in rows:
-        lbl = json.dumps(r[4], sort_keys=True, separators=(",", ":")) if r[4] else ""
-        w.writerow((*r[:4], lbl, *r[5:8], "" if r[8] is None else r[8]))
+        w.writerow((*r[:4], text(r[4]), *r[5:8], "" if r[8] is None else r[8]))
         n += 1
     return n
 
@@ -104,10 +118,11 @@ def write_parquet(rows: Iterator[tuple[Any, ...]], out: IO[bytes]) -> int:
     n = 0
     with pq.ParquetWriter(out, schema) as writer:
         cols: list[list[Any]] = [[] for _ in COLUMNS]
+        text = _LabelText()
         for r in rows:
             for i, v in enumerate(r):
                 cols[i].append(v)
-            cols[4][-1] = json.dumps(r[4], sort_keys=True, separators=(",", ":")) if r[4] else ""
+            cols[4][-1] = text(r[4])
             n += 1
             if len(cols[0]) >= _BATCH:
                 writer.write_table(pa.Table.from_arrays(cols, schema=schema))

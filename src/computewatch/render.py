@@ -250,9 +250,7 @@ def _gpu_line(g: dict[str, Any]) -> str:
         parts.append(f"{format_energy(g['energy_joules'])} ({g.get('energy_method')})")
     throttled = {k: v for k, v in (g.get("throttle_seconds") or {}).items() if v}
     if throttled:
-        parts.append(
-            "throttled " + ", ".join(f"{k} {format_duration(v)}" for k, v in throttled.items())
-        )
+        parts.append("throttled " + ", ".join(f"{k} {_s(v)}" for k, v in throttled.items()))
     return " · ".join(parts)
 
 

@@ -303,8 +303,13 @@ def gpu_stats(
             elif s.name == "gpu_memory_total_bytes":
                 g["memory_total_bytes"] = _int(values[-1])
             elif s.name == "gpu_energy_joules_total":
-                g["energy_joules"] = _round(values[-1] - values[0], 3)
-                g["energy_method"] = s.labels.get("method", "counter")
+                # A counter that stops answering mid-run goes on as method="polled": a second
+                # series, whose part adds up; any polled part makes the whole figure polled.
+                joules = (g.get("energy_joules") or 0.0) + values[-1] - values[0]
+                g["energy_joules"] = _round(joules, 3)
+                method = s.labels.get("method", "counter")
+                if g.get("energy_method") in (None, "counter"):
+                    g["energy_method"] = method
             elif s.name == "gpu_process_memory_used_bytes":
                 for seq, v in pts[s.idx]:
                     proc_mem[seq] = proc_mem.get(seq, 0.0) + v

@@ -280,6 +280,9 @@ def finish_run(
     run = store.run_by_key(run_key)
     summary = build_summary(store, run)
     store.update_run(run_key, summary=summary)
-    if ok and reader is not None:
-        reader.remove()
+    if reader is not None:
+        if ok:
+            reader.remove()
+        else:  # keep the spooled steps: a later reader can still store them
+            reader.close()
     return RunOutcome(exit_code if exit_code is not None else 0, store.run_by_key(run_key), summary)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import pwd
 import resource
@@ -54,6 +55,7 @@ _PAGE = int(os.sysconf("SC_PAGE_SIZE"))
 _IDLE_MODES = frozenset({"idle", "iowait"})
 _RUN_ID_KEY = b"\0" + ENV_RUN_ID.encode() + b"="
 _MAX_ENVIRON = 1 << 20  # an environment larger than this is not searched past its first MiB
+_PF_KTHREAD = 0x00200000  # include/linux/sched.h: the flags field of stat marks kernel threads
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -204,6 +206,17 @@ def _read_file(path: str, limit: int = -1) -> bytes | None:
         return None
 
 
+def _read_environ(path: str) -> bytes | None:
+    """A process's initial environment; None when not allowed (another user's process without
+    CAP_SYS_PTRACE: proc(5), ptrace access mode PTRACE_MODE_READ_FSCREDS). A process without
+    an address space (a zombie) reads ESRCH: no environment, b""."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(_MAX_ENVIRON)
+    except OSError as e:
+        return b"" if e.errno in (errno.ESRCH, errno.ENOENT) else None
+
+
 class TopCollector:
     """Builds a :class:`TopSnapshot` of the host at each :meth:`snapshot` call.
 
@@ -331,14 +344,12 @@ class TopCollector:
                 unreadable += 1
             if cpu <= 0 and not on_gpu and p.run_id is None:
                 continue
-            rss = 0
-            state = states.get(pid, (b"?", 0))
-            rss = state[1]
+            state, rss = states.get(pid, (b"?", 0))
             rows.append(
                 ProcessRow(
                     pid=pid,
                     user=p.user,
-                    state=state[0].decode("ascii", "replace"),
+                    state=state.decode("ascii", "replace"),
                     cpu_ratio=cpu,
                     rss_bytes=rss,
                     gpus=tuple(gpu[0]) if gpu else (),
@@ -401,7 +412,7 @@ class TopCollector:
         the last refresh too (or born since: 0) and ``{pid: (state, rss_bytes)}``."""
         self._generation += 1
         gen = self._generation
-        first = self._last_t is None or gen == 1
+        first = gen == 1
         try:
             names = os.listdir(self._root)
         except OSError:
@@ -440,7 +451,7 @@ class TopCollector:
                     else:
                         prev = p.ticks
                         if comm != p.comm:  # exec: a new command line and environment
-                            self._describe(p, comm)
+                            self._describe(p, comm, fields)
                 ticks = int(fields[11]) + int(fields[12])
                 rss = int(fields[21]) * _PAGE
             except (ValueError, IndexError):
@@ -481,10 +492,10 @@ class TopCollector:
             comm, fields = _parse_stat(raw)
             p.starttime = fields[19]
         self._procs[pid] = p
-        self._describe(p, comm)
+        self._describe(p, comm, fields)
         return p
 
-    def _describe(self, p: _Proc, comm: bytes) -> None:
+    def _describe(self, p: _Proc, comm: bytes, fields: list[bytes]) -> None:
         """Read what changes only at exec: user, command line, run id."""
         base = os.path.join(self._root, str(p.pid))
         p.comm = comm
@@ -496,7 +507,8 @@ class TopCollector:
         else:
             text = f"[{comm.decode('utf-8', 'replace')}]"
         p.command = "".join(c if c.isprintable() else " " for c in text[: self._command_width])
-        environ = _read_file(os.path.join(base, "environ"), _MAX_ENVIRON)
+        kthread = int(fields[6]) & _PF_KTHREAD
+        environ = b"" if kthread else _read_environ(os.path.join(base, "environ"))
         p.run_id_readable = environ is not None
         p.run_id = None
         if environ:
@@ -617,8 +629,8 @@ class TopCollector:
             m = proc_mem.get((uuid, pid))
             if m is not None:
                 mem = m if mem is None else mem + m
-            s = proc_sm.get((uuid, pid))
-            if s is not None:
-                sm = s if sm is None else sm + s
+            u = proc_sm.get((uuid, pid))
+            if u is not None:
+                sm = u if sm is None else sm + u
             per_pid[pid] = (devs, mem, sm)
         return tuple(rows), per_pid, tuple(dict.fromkeys(notes))

@@ -17,7 +17,9 @@ I/O of reaped children, so a process that lives less than one tick has its I/O m
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
@@ -26,6 +28,7 @@ from computewatch.sources.base import SourceUnavailable
 
 _CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
 _PAGE = float(os.sysconf("SC_PAGE_SIZE"))
+HWM_SECONDS = 1.0
 
 
 @dataclass(slots=True)
@@ -43,6 +46,7 @@ class _Proc:
     write_bytes: float = 0.0
     io_base: tuple[float, float] = (0.0, 0.0)
     alive: bool = True
+    hwm_read_at: float = -math.inf
 
 
 @dataclass(slots=True)
@@ -130,6 +134,7 @@ class ProcessTreeSource:
 
     def read(self) -> list[Reading]:
         self._discover()
+        now = time.monotonic()
         out: list[Reading] = []
         cpu = rd = wr = 0.0
         rss_sum = 0.0
@@ -171,14 +176,18 @@ class ProcessTreeSource:
                     pass
             rd += p.read_bytes
             wr += p.write_bytes
-            try:
-                status = os.pread(p.status_fd, 4096, 0)
-                i = status.find(b"VmHWM:")
-                if i >= 0:
-                    hwm = float(status[i + 6 : status.index(b"kB", i)]) * 1024.0
-                    self._peak_hwm = max(self._peak_hwm, hwm)
-            except (OSError, ValueError):
-                pass
+            # VmHWM only rises, and /proc/PID/status is the costliest file here (about twice
+            # stat): read it at most once per HWM_SECONDS per process (and on first sight).
+            if now - p.hwm_read_at >= HWM_SECONDS:
+                p.hwm_read_at = now
+                try:
+                    status = os.pread(p.status_fd, 4096, 0)
+                    i = status.find(b"VmHWM:")
+                    if i >= 0:
+                        hwm = float(status[i + 6 : status.index(b"kB", i)]) * 1024.0
+                        self._peak_hwm = max(self._peak_hwm, hwm)
+                except (OSError, ValueError):
+                    pass
             if per:
                 lbl = p.lbl
                 out.append(counter("process_cpu_seconds_total", own, lbl))

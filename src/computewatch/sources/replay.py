@@ -102,16 +102,19 @@ class ReplaySource:
         self._frames = frames
         self._span = frames[-1][0] + float(header.get("interval_seconds") or 1.0)
         self._start = clock()
-        self._devices = [
-            GpuDevice(
-                **{
-                    **{k: d.get(k) for k in _DEVICE_FIELDS if k in d},
-                    "simulated": True,
-                    "capabilities": {**d.get("capabilities", {}), "replayed_from": str(path)},
-                }
-            )
-            for d in header.get("devices", [])
-        ]
+        try:
+            self._devices = [
+                GpuDevice(
+                    **{
+                        **{k: d.get(k) for k in _DEVICE_FIELDS if k in d},
+                        "simulated": True,
+                        "capabilities": {**d.get("capabilities", {}), "replayed_from": str(path)},
+                    }
+                )
+                for d in header.get("devices", [])
+            ]
+        except (TypeError, AttributeError) as e:
+            raise ValueError(f"line 1: malformed device in the trace header ({e})") from None
         self._laps = 0
         self._base: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
 
@@ -134,11 +137,19 @@ class ReplaySource:
             if t > pos:
                 break
             frame = readings
-        if laps != self._laps:  # counters carry on across laps instead of jumping back
-            for r in self._frames[-1][1]:
-                if r.kind == Kind.COUNTER:
-                    key = (r.name, r.labels)
-                    self._base[key] = self._base.get(key, 0.0) + r.value
+        if laps != self._laps:
+            # Counters carry on across laps: each lap gone by (a missed one too) adds what the
+            # counter gained in the trace, last frame minus first (it need not start at 0).
+            first: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+            last: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+            for _, readings in self._frames:
+                for r in readings:
+                    if r.kind == Kind.COUNTER:
+                        first.setdefault((r.name, r.labels), r.value)
+                        last[(r.name, r.labels)] = r.value
+            for key, v in last.items():
+                gain = max(v - first[key], 0.0) * (laps - self._laps)
+                self._base[key] = self._base.get(key, 0.0) + gain
             self._laps = laps
         if not self._base:
             return list(frame)

@@ -250,6 +250,13 @@ class AmdSmiMemoryType(enum.IntEnum):
     GTT = 2
 
 
+# Names for annotations inside FakeAmdSmi, whose class attributes shadow the enums' names.
+_InitFlags = AmdSmiInitFlags
+_ClkType = AmdSmiClkType
+_TempType = AmdSmiTemperatureType
+_TempMetric = AmdSmiTemperatureMetric
+
+
 # -- scripting --------------------------------------------------------------------------------
 AMD_FIELDS: dict[str, str] = {
     "gfx_activity": "amdsmi_get_gpu_activity()['gfx_activity'], %",
@@ -383,6 +390,7 @@ class FakeAmdDevice:
         energy_start_uj: float = 0.0,
         gfx_version: str = "gfx942",
         compute_units: int = 304,
+        hip_id: int | None = None,
         unsupported: Iterable[str] = (),
     ) -> None:
         if power_field not in ("current_socket_power", "average_socket_power"):
@@ -398,6 +406,7 @@ class FakeAmdDevice:
         self.gfx_version = gfx_version
         self.compute_units = compute_units
         self.index = -1  # set by FakeAmdSmi
+        self.hip_id = hip_id  # ROCm's ordinal; None: the same as amdsmi's order
         self.unsupported: set[str] = set(unsupported)
         self.calls: dict[str, int] = {}
         self.total_calls = 0
@@ -651,8 +660,8 @@ class FakeAmdSmi:
             raise AmdSmiParameterException(value, kind)
 
     # -- library ------------------------------------------------------------------------------
-    def amdsmi_init(self, flag: AmdSmiInitFlags = AmdSmiInitFlags.INIT_AMD_GPUS) -> None:
-        self._check_enum(flag, AmdSmiInitFlags)
+    def amdsmi_init(self, flag: _InitFlags = _InitFlags.INIT_AMD_GPUS) -> None:
+        self._check_enum(flag, _InitFlags)
         self._global("amdsmi_init", needs_init=False)
         self.init_count += 1
         self.init_flags.append(int(flag))
@@ -690,11 +699,12 @@ class FakeAmdSmi:
         """amdsmi 7: the DRM nodes, the KFD node (``hsa_id``; CPU nodes come first), the
         ROCm/HIP ordinal (``hip_id``) and the UUID ROCm runtimes use (``hip_uuid``)."""
         d = self._dev(processor_handle, "amdsmi_get_gpu_enumeration_info")
+        hip_id = d.index if d.hip_id is None else d.hip_id
         return {
             "drm_render": 128 + d.index,
             "drm_card": 1 + d.index,
-            "hsa_id": self.cpu_nodes + d.index,
-            "hip_id": d.index,
+            "hsa_id": self.cpu_nodes + hip_id,
+            "hip_id": hip_id,
             "hip_uuid": d.rocr_uuid,
         }
 
@@ -758,8 +768,8 @@ class FakeAmdSmi:
     def amdsmi_get_temp_metric(
         self,
         processor_handle: FakeAmdDevice,
-        sensor_type: AmdSmiTemperatureType,
-        metric: AmdSmiTemperatureMetric,
+        sensor_type: _TempType,
+        metric: _TempMetric,
     ) -> int:
         d = self._dev(processor_handle, "amdsmi_get_temp_metric")
         self._check_enum(sensor_type, AmdSmiTemperatureType)
@@ -771,7 +781,7 @@ class FakeAmdSmi:
         return int(d._scalar(field))
 
     def amdsmi_get_clock_info(
-        self, processor_handle: FakeAmdDevice, clock_type: AmdSmiClkType
+        self, processor_handle: FakeAmdDevice, clock_type: _ClkType
     ) -> dict[str, Any]:
         d = self._dev(processor_handle, "amdsmi_get_clock_info")
         self._check_enum(clock_type, AmdSmiClkType)
@@ -918,7 +928,9 @@ def amd_from_preset(
     return FakeAmdSmi(devices, clock, legacy=legacy)
 
 
-def _preset_device(acc: Accelerator, board: _Board, package: int, gcd: int, seed: int) -> FakeAmdDevice:
+def _preset_device(
+    acc: Accelerator, board: _Board, package: int, gcd: int, seed: int
+) -> FakeAmdDevice:
     key = _mix(seed, package, gcd, _str_seed(acc.model))
     pkg_key = _mix(seed, package, _str_seed(acc.model))
     tdp_w = acc.tdp_watts or 500.0
@@ -937,7 +949,7 @@ def _preset_device(acc: Accelerator, board: _Board, package: int, gcd: int, seed
             return 0.0
         return round(idle_w + (0.92 * tdp_w - idle_w) * util(t))
 
-    serial = _mix(seed, package, gcd, 0x414D44) & 0x7FFF_FFFF_FFFF_FFFF
+    serial = _mix(key, 0x414D44) & 0x7FFF_FFFF_FFFF_FFFF
     d = FakeAmdDevice(
         board.market_name,
         serial=serial,

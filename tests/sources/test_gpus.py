@@ -1,0 +1,209 @@
+"""Choosing the GPU backend: spec validation, fake presets, real backends that are missing here,
+and replayed traces that cannot be read."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from computewatch.sources.gpus import BACKEND_CHOICES, GpuBackendError, check_spec, open_backend
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["auto", "nvidia", "amd", "none", "fake:2xA100-80GB", "fake:H100-SXM", "replay:trace.jsonl"],
+)
+def test_check_spec_accepts_every_documented_form(spec: str) -> None:
+    assert check_spec(spec) == spec
+
+
+@pytest.mark.parametrize(
+    "spec", ["", "cuda", "NVIDIA", "fake", "fake:", "replay", "replay:", "rocm:0", "auto:1"]
+)
+def test_check_spec_rejects_others_listing_the_choices(spec: str) -> None:
+    with pytest.raises(GpuBackendError) as e:
+        check_spec(spec)
+    assert BACKEND_CHOICES in str(e.value)
+    assert repr(spec) in str(e.value)
+
+
+def test_a_backend_error_is_a_value_error() -> None:
+    # track() and the CLI rely on it: an invalid spec is a plain bad value.
+    assert issubclass(GpuBackendError, ValueError)
+
+
+def test_fake_with_an_unknown_model_names_the_valid_models() -> None:
+    with pytest.raises(GpuBackendError) as e:
+        check_spec("fake:2xNOPE")
+    msg = str(e.value)
+    assert "NOPE" in msg
+    for model in ("A100-80GB", "H100-SXM", "L4", "T4"):
+        assert model in msg
+
+
+def test_open_backend_none_has_no_sources() -> None:
+    b = open_backend("none")
+    assert b.sources == []
+    assert b.skipped == []
+    assert b.devices == []
+    assert not b.simulated
+    assert b.used_uuids() == set()
+    b.close()
+
+
+def test_fake_preset_gives_simulated_devices() -> None:
+    b = open_backend("fake:2xA100-80GB", all_gpus=True)
+    try:
+        assert b.skipped == []
+        assert len(b.sources) == 1
+        assert b.simulated
+        devs = b.devices
+        assert [d.index for d in devs] == [0, 1]
+        assert len({d.uuid for d in devs}) == 2
+        assert all(d.simulated for d in devs)
+        assert all(d.model == "A100-80GB" for d in devs)
+        assert all(d.memory_total_bytes == 80 * 2**30 for d in devs)
+        names = {r.name for r in b.sources[0].read()}
+        assert {"gpu_utilization_ratio", "gpu_energy_joules_total"} <= names
+    finally:
+        b.close()
+
+
+def test_fake_pids_on_every_device_make_them_used() -> None:
+    me = os.getpid()
+    b = open_backend("fake:2xA100-80GB", pids=lambda: {me}, fake_pids=[me])
+    try:
+        assert b.used_uuids() == set()  # nothing read yet
+        readings = b.sources[0].read()
+        assert b.used_uuids() == {d.uuid for d in b.devices}
+        per_process = {
+            dict(r.labels)["gpu"]
+            for r in readings
+            if r.name == "gpu_process_memory_used_bytes" and dict(r.labels)["pid"] == str(me)
+        }
+        assert per_process == {d.uuid for d in b.devices}
+    finally:
+        b.close()
+
+
+def test_fake_devices_without_the_tree_pids_are_not_used() -> None:
+    b = open_backend("fake:2xA100-80GB", pids=lambda: {999_999_999}, fake_pids=[4242])
+    try:
+        b.sources[0].read()
+        assert b.used_uuids() == set()
+    finally:
+        b.close()
+
+
+def test_each_open_gets_fresh_fake_devices() -> None:
+    # fake_pids of one open must not leak into the next one (presets are built per call).
+    first = open_backend("fake:1xL4", pids=lambda: {4242}, fake_pids=[4242])
+    first.sources[0].read()
+    first.close()
+    second = open_backend("fake:1xL4", pids=lambda: {4242})
+    try:
+        second.sources[0].read()
+        assert second.used_uuids() == set()
+    finally:
+        second.close()
+
+
+def _nvml_works() -> bool:
+    b = open_backend("nvidia", all_gpus=True)
+    b.close()
+    return bool(b.sources)
+
+
+def test_nvidia_without_a_driver_is_skipped_with_nvml_reason() -> None:
+    if _nvml_works():
+        pytest.skip("NVML works on this machine")
+    b = open_backend("nvidia")
+    assert b.sources == []
+    assert len(b.skipped) == 1
+    name, why = b.skipped[0]
+    assert name == "nvidia"
+    assert "NVML" in why or "nvidia-ml-py" in why
+
+
+def test_auto_without_gpus_says_why_for_nvidia_and_amd() -> None:
+    if _nvml_works():
+        pytest.skip("NVML works on this machine")
+    b = open_backend("auto")
+    assert b.sources == []
+    assert [n for n, _ in b.skipped] == ["nvidia", "amd"]
+    assert all(why for _, why in b.skipped)
+
+
+def test_replay_of_a_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "missing.jsonl"
+    with pytest.raises(GpuBackendError) as e:
+        open_backend(f"replay:{path}")
+    assert str(path) in str(e.value)
+    assert "No such file" in str(e.value)
+
+
+def test_replay_of_a_file_that_is_not_a_trace(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello\n")
+    with pytest.raises(GpuBackendError, match="not a computewatch GPU trace"):
+        open_backend(f"replay:{path}")
+    path.write_text('{"format": "something-else"}\n')
+    with pytest.raises(GpuBackendError, match="not a computewatch GPU trace"):
+        open_backend(f"replay:{path}")
+
+
+def _header(**extra: object) -> str:
+    header = {
+        "format": "computewatch-gpu-trace",
+        "version": 1,
+        "recorded_at": 0.0,
+        "hostname": "h",
+        "interval_seconds": 1.0,
+        "devices": [
+            {
+                "index": 0,
+                "uuid": "GPU-1",
+                "name": "Tesla T4",
+                "model": "T4",
+                "memory_total_bytes": 16 * 2**30,
+                "power_limit_watts": 70.0,
+                "capabilities": {},
+            }
+        ],
+    }
+    header.update(extra)
+    return json.dumps(header) + "\n"
+
+
+def test_replay_of_a_trace_with_a_bad_line_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    good = json.dumps({"t": 0.0, "readings": [["gpu_power_watts", {"gpu": "GPU-1"}, 50.0, 0]]})
+    path.write_text(_header() + good + "\n" + '{"t": 1.0, "readings": [["x", {}]]}\n')
+    with pytest.raises(GpuBackendError) as e:
+        open_backend(f"replay:{path}")
+    assert "line 3" in str(e.value)
+    assert str(path) in str(e.value)
+
+
+def test_replay_of_another_version_or_no_frames(tmp_path: Path) -> None:
+    path = tmp_path / "v2.jsonl"
+    path.write_text(_header(version=2))
+    with pytest.raises(GpuBackendError, match="version 2"):
+        open_backend(f"replay:{path}")
+    path.write_text(_header())
+    with pytest.raises(GpuBackendError, match="no readings"):
+        open_backend(f"replay:{path}")
+
+
+@pytest.mark.parametrize(
+    "devices", [[{"uuid": "GPU-1"}], ["GPU-1"], {"uuid": "GPU-1"}], ids=["fields", "str", "dict"]
+)
+def test_replay_of_a_trace_with_bad_devices_in_its_header(tmp_path: Path, devices: object) -> None:
+    path = tmp_path / "bad-header.jsonl"
+    frame = json.dumps({"t": 0.0, "readings": []})
+    path.write_text(_header(devices=devices) + frame + "\n")
+    with pytest.raises(GpuBackendError, match="line 1"):
+        open_backend(f"replay:{path}")
