@@ -231,6 +231,24 @@ def test_fake_gpus_attribute_memory_to_this_process_and_say_simulated():
     assert doc["processes"][0]["pid"] == me
 
 
+def test_replayed_gpus_are_simulated_too(tmp_path: Path):
+    from computewatch.sources.nvidia import NvidiaSource
+    from computewatch.sources.replay import record
+    from computewatch.testing.fake_nvml import from_preset
+
+    trace = tmp_path / "l4.jsonl"
+    src = NvidiaSource(from_preset("1xL4"), all_gpus=True)
+    with trace.open("w") as f:
+        record([src], f, seconds=0, interval=1.0, sleep=lambda s: None)
+    src.close()
+    with TopCollector(f"replay:{trace}", prime_seconds=0) as c:
+        snap = c.snapshot()
+    (gpu,) = snap.gpus
+    assert gpu.simulated and gpu.name == "NVIDIA L4"
+    assert gpu.utilization_ratio is not None and gpu.memory_used_bytes is not None
+    assert "GPU 0  NVIDIA L4 (simulated)" in render_text(snap, "cpu", 2.0)
+
+
 def test_a_process_of_a_computewatch_run_shows_its_run_id(tmp_path: Path):
     env = {**os.environ, "COMPUTEWATCH_RUN_ID": "0123abcd4567"}
     code = "import sys; sys.stdin.readline()"

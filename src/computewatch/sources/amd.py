@@ -22,7 +22,8 @@ Field names differ between amdsmi versions; both forms are read where known. The
 is ``energy_accumulator`` from 6.2.1 on and ``power`` before; the clock is ``clk`` in 7.x and
 ``cur_clk`` in older bindings; power is ``current_socket_power`` (MI300 and later) or
 ``average_socket_power`` (MI200 and earlier), or 7.x's ``socket_power``; the process list holds
-dicts from ROCm 6.1 on and handles (resolved with ``amdsmi_get_gpu_process_info``) before.
+dicts in current bindings and handles (resolved with ``amdsmi_get_gpu_process_info``) in ROCm
+6.0's.
 """
 
 from __future__ import annotations

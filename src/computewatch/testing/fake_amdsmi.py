@@ -8,10 +8,11 @@ its own exception classes built like amdsmi's (``AmdSmiLibraryException(code)`` 
 ``get_error_code()`` and ``get_error_info()``; RETRY and TIMEOUT raise the
 ``AmdSmiRetryException`` and ``AmdSmiTimeoutException`` subclasses). Results are the dicts the
 ``amdsmi`` 7.x Python layer returns, with ``"N/A"`` where the library has no value (it turns
-UINT_MAX sentinels into that string). ``legacy=True`` gives the older shapes instead (ROCm
-6.0/6.1-era bindings): the energy count under ``"power"``, the clock under ``"cur_clk"``, no
-``socket_power``, no ``amdsmi_get_gpu_enumeration_info``, and a process list of handles read
-through ``amdsmi_get_gpu_process_info``.
+UINT_MAX sentinels into that string). ``legacy=True`` gives older bindings' shapes instead,
+each from before the release that changed it: the energy count under ``"power"`` (before
+6.2.1), the clock under ``"cur_clk"``, no ``socket_power``, no
+``amdsmi_get_gpu_enumeration_info``, and a process list of handles read through
+``amdsmi_get_gpu_process_info`` (ROCm 6.0).
 
 Devices are :class:`FakeAmdDevice` objects, which also serve as the processor handles. Each
 reading can be scripted (a constant, a sequence consumed one value per call, or a function of
