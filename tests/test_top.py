@@ -319,7 +319,7 @@ def test_cli_once_prints_one_text_snapshot_with_simulated_gpus(cw):
     r = cw.ok("top", "--once", "--gpu-backend", "fake:1xH100-SXM")
     assert "NVIDIA H100 80GB HBM3 (simulated)" in r.stdout
     assert "\x1b" not in r.stdout
-    assert r.stdout.count("computewatch top") == 1
+    assert r.stdout.count("computewatch top  (CPU over") == 1  # one title line
     assert "PID USER" in r.stdout
 
 
@@ -402,12 +402,12 @@ class Term:
                 pytest.fail(f"screen never showed {needles}:\n{self.text}")
         return self.text
 
-    def finish(self) -> int:
-        while self._pump(1.0):
-            if not self.child.isalive():
-                while self._pump(0.05):
-                    pass
-                break
+    def finish(self, timeout: float = 60.0) -> int:
+        """Read to the end of the output; the exit status (-1 if killed by a signal)."""
+        deadline = time.monotonic() + timeout
+        while self._pump(0.2):
+            if time.monotonic() > deadline:
+                pytest.fail(f"computewatch top did not exit:\n{self.text}")
         self.child.close()
         return self.child.exitstatus if self.child.signalstatus is None else -1
 

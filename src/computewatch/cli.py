@@ -278,11 +278,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except CommandNotStarted as e:
         print(f"{PROG}: {e}", file=sys.stderr)
         return e.exit_code
-    except sqlite3.Error as e:  # the command has ended; only the record was lost
-        print(f"{PROG}: the run could not be stored completely: {e}", file=sys.stderr)
-        return 1
     finally:
         store.close()
+    if outcome.summary is None:  # monitoring failed (already said): the status is the command's
+        return outcome.exit_code
     if not args.quiet:
         sys.stderr.write("\n")
         print_summary(outcome.summary, sys.stderr)
@@ -442,6 +441,7 @@ def _top_interval(text: str) -> float:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
+    from computewatch.sources.base import SourceUnavailable
     from computewatch.top import TopCollector
     from computewatch.top_view import run_plain, run_screen
 
@@ -449,6 +449,8 @@ def cmd_top(args: argparse.Namespace) -> int:
         collector = TopCollector(args.gpu_backend)
     except GpuBackendError as e:
         raise UserError(str(e), 2) from None
+    except SourceUnavailable as e:
+        raise UserError(str(e)) from None
     with collector:
         iterations = 1 if args.once else args.iterations
         plain = args.once or args.json or not sys.stdout.isatty()

@@ -205,7 +205,7 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
         return
     t = Table(box=None, pad_edge=False)
     for col in ("#", "GPU", "memory", "power limit", "energy", "GPM", "per process", "notes"):
-        t.add_column(col)
+        t.add_column(col, overflow="fold")
     for g in info["gpus"]:
         caps = g.get("capabilities") or {}
         name = g["name"] + (" [yellow](simulated)[/yellow]" if g.get("simulated") else "")

@@ -98,6 +98,9 @@ def build_summary(store: Store, run: RunRow) -> dict[str, Any]:
     cpu_pts = (by_name.get("tree_cpu_seconds_total") or [[]])[0]
     cpu_total = cpu_pts[-1][1] if cpu_pts else None
     util_max = _max_window_rate(cpu_pts, seq_mono)
+    if util_max is not None and cpu_total is not None and duration > 0:
+        # A run's last, partial window is not among the >= 1 s windows; the mean covers it.
+        util_max = max(util_max, cpu_total / duration)
     cpu: dict[str, Any] = {
         "seconds_total": _round(cpu_total),
         "utilization_mean": _round(cpu_total / duration / allowed)

@@ -57,9 +57,11 @@ class RunOptions:
 
 @dataclass(slots=True)
 class RunOutcome:
+    """The command's exit status, and the stored run (None when monitoring itself failed)."""
+
     exit_code: int
-    run: RunRow
-    summary: dict[str, Any]
+    run: RunRow | None
+    summary: dict[str, Any] | None
 
 
 def new_run_id() -> str:
@@ -168,8 +170,31 @@ def _supervise(
         target=_forward_signals, args=(state,), name="cw-signals", daemon=True
     )
     forwarder.start()
-
     live: LiveView = make_live_view(stderr, opts.live, title=opts.name or run_id)  # type: ignore[arg-type]
+    try:
+        return _monitor(opts, store, live, run_id, spool, state, waiter, started)
+    except Exception as e:  # the monitor failed, never the command: wait for it, keep its status
+        live.close()
+        stderr.write(
+            f"computewatch: monitoring failed ({type(e).__name__}: {e}); "
+            "the command went on unmonitored\n"
+        )
+        waiter.join()
+        assert state.status is not None
+        return RunOutcome(_exit_code(state.status), None, None)
+
+
+def _monitor(
+    opts: RunOptions,
+    store: Store,
+    live: LiveView,
+    run_id: str,
+    spool: Path,
+    state: _ChildState,
+    waiter: threading.Thread,
+    started: float,
+) -> RunOutcome:
+    pid = state.pid
     # A command spawned just now: everything it uses counts, from 0.
     mon = build_monitor(
         pid,

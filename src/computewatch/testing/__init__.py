@@ -1,9 +1,19 @@
 """Public test and demo helpers: hardware faked at its boundary (DESIGN.md, "Principles").
 
-``FakeNVML`` stands in for nvidia-ml-py's ``pynvml`` module: pass it as ``nvml=`` to
-:class:`computewatch.sources.nvidia.NvidiaSource`. Everything it reports is simulated.
+``FakeNVML`` stands in for nvidia-ml-py's ``pynvml`` module (pass it as ``nvml=`` to
+:class:`computewatch.sources.nvidia.NvidiaSource`), ``FakeAmdSmi`` for ``amdsmi`` (``amdsmi=``
+of :class:`computewatch.sources.amd.AmdSource`). Everything they report is simulated.
 """
 
+from computewatch.testing.fake_amdsmi import FakeAmdDevice, FakeAmdSmi, amd_from_preset
 from computewatch.testing.fake_nvml import FakeDevice, FakeNVML, ManualClock, from_preset
 
-__all__ = ["FakeDevice", "FakeNVML", "ManualClock", "from_preset"]
+__all__ = [
+    "FakeAmdDevice",
+    "FakeAmdSmi",
+    "FakeDevice",
+    "FakeNVML",
+    "ManualClock",
+    "amd_from_preset",
+    "from_preset",
+]
