@@ -9,11 +9,16 @@ import re
 import sqlite3
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 from computewatch._version import __version__
+from computewatch.accounting.engine import AccountingOptions, accounted
+from computewatch.accounting.region import RegionError, resolve_location
+from computewatch.catalog import PRECISIONS
 from computewatch.compare import compare
+from computewatch.config import ConfigError, load_config
 from computewatch.export import FORMATS, iter_rows, write_csv, write_jsonl, write_parquet
 from computewatch.paths import resolve_db_path
 from computewatch.render import print_compare, print_devices, print_runs, print_summary
@@ -63,6 +68,37 @@ def _tag(text: str) -> tuple[str, str]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
     return key.strip(), value
+
+
+def _pue(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not v >= 1:
+        raise argparse.ArgumentTypeError(f"a PUE is at least 1, not {text}")
+    return v
+
+
+def _accounting_options(args: argparse.Namespace) -> AccountingOptions:
+    """The accounting context from flags and configuration, checked before anything runs."""
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        raise UserError(str(e), 2) from None
+    try:
+        resolve_location(args.region, config_region=cfg.region)
+    except RegionError as e:
+        raise UserError(f"--region: {e}" if args.region else str(e), 2) from None
+    return AccountingOptions(
+        config=cfg,
+        region=args.region,
+        pue=args.pue,
+        precision=args.precision,
+        whole_machine=args.whole_machine,
+        total_steps=args.total_steps,
+        instance_type=args.instance_type,
+    )
 
 
 def _gpu_backend(text: str) -> str:
@@ -130,6 +166,45 @@ def build_parser() -> argparse.ArgumentParser:
         )
         return sp
 
+    def with_accounting(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        g = sp.add_argument_group("accounting (energy, carbon, cost, FLOPs)")
+        g.add_argument(
+            "--region",
+            metavar="CODE",
+            help="where the electricity comes from: FR, US-CA, aws:us-east-1, gcp:europe-west4, "
+            "azure:westeurope ... (default: configuration, COMPUTEWATCH_REGION, cloud variables; "
+            "else the world average, said so)",
+        )
+        g.add_argument("--pue", type=_pue, metavar="PUE", help="facility PUE (>= 1)")
+        g.add_argument(
+            "--precision",
+            choices=PRECISIONS,
+            help="precision for the hardware FLOPs estimate (default: bf16 where the GPU has it)",
+        )
+        g.add_argument(
+            "--whole-machine",
+            action="store_true",
+            help="charge the whole machine's CPU and memory energy to the run",
+        )
+        g.add_argument(
+            "--instance-type",
+            metavar="PROVIDER:TYPE",
+            help="cloud instance for the cost, e.g. aws:p5.48xlarge (default: configuration, DMI)",
+        )
+        g.add_argument(
+            "--total-steps",
+            type=_positive_int,
+            metavar="N",
+            help="the run's planned steps: forecast time, energy, carbon, cost at completion",
+        )
+        g.add_argument(
+            "--config",
+            metavar="FILE",
+            help="configuration file (default: $COMPUTEWATCH_CONFIG or "
+            "~/.config/computewatch/config.toml)",
+        )
+        return sp
+
     r = with_db(
         sub.add_parser(
             "run",
@@ -159,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="live view style (default: a panel on a terminal, plain lines otherwise)",
     )
     with_gpu(r)
+    with_accounting(r)
     r.add_argument(
         "--all-gpus",
         action="store_true",
@@ -189,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     sh = with_db(sub.add_parser("show", help="print the summary of a run"))
     sh.add_argument("run", metavar="RUN", help="id, unique id prefix, name, or 'last'")
     sh.add_argument("--json", action="store_true", help="JSON output")
+    with_accounting(sh)
 
     cp = with_db(sub.add_parser("compare", help="two runs side by side"))
     cp.add_argument("a", metavar="RUN")
@@ -199,6 +276,17 @@ def build_parser() -> argparse.ArgumentParser:
     ex.add_argument("run", metavar="RUN")
     ex.add_argument("--format", choices=FORMATS, default="csv")
     ex.add_argument("-o", "--output", metavar="FILE", help="default: standard output")
+
+    rp = with_db(
+        sub.add_parser(
+            "report",
+            help="write a run's report: one self-contained HTML page with charts",
+            description="Write one HTML file with the run's charts (zoom, hover), summary, "
+            "GPUs and notes. It embeds everything it needs and opens with no network.",
+        )
+    )
+    rp.add_argument("run", metavar="RUN", help="id, unique id prefix, name, or 'last'")
+    rp.add_argument("-o", "--output", metavar="FILE", help="default: computewatch-ID.html here")
 
     gc = with_db(
         sub.add_parser("gc", help="delete the samples of old runs (their summaries are kept)")
@@ -248,6 +336,14 @@ def _open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
     return Store.open(path, create=create)
 
 
+def _emit(obj: Any, printer: Callable[[Any, TextIO], None], *, as_json: bool) -> None:
+    """JSON or the human-readable text, on standard output."""
+    if as_json:
+        _emit_json(obj, sys.stdout)
+    else:
+        printer(obj, sys.stdout)
+
+
 def _emit_json(obj: Any, out: TextIO) -> None:
     json.dump(obj, out, indent=2, sort_keys=False)
     out.write("\n")
@@ -263,6 +359,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         parent = Path(args.json).expanduser().resolve().parent
         if not parent.is_dir():
             raise UserError(f"--json: directory {parent} does not exist", 2)
+    accounting = _accounting_options(args)
     store = _open_store(args, create=True)
     opts = RunOptions(
         command=command,
@@ -272,6 +369,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         live="quiet" if args.quiet else args.live,
         gpu_backend=args.gpu_backend,
         all_gpus=args.all_gpus,
+        accounting=accounting,
     )
     try:
         outcome = run_command(opts, store)
@@ -284,7 +382,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return outcome.exit_code
     if not args.quiet:
         sys.stderr.write("\n")
-        print_summary(outcome.summary, sys.stderr)
+        try:
+            print_summary(outcome.summary, sys.stderr)
+        except Exception as e:  # the run is stored; `show` can print it again
+            print(f"{PROG}: cannot print the summary ({type(e).__name__}: {e})", file=sys.stderr)
     if args.json:
         try:
             if args.json == "-":
@@ -318,10 +419,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         )
         return 0
     info = describe(args.gpu_backend)
-    if args.json:
-        _emit_json(info, sys.stdout)
-    else:
-        print_devices(info, sys.stdout)
+    _emit(info, print_devices, as_json=args.json)
     return 0
 
 
@@ -368,23 +466,29 @@ def _summary_of(store: Store, ref: str) -> dict[str, Any]:
     return build_summary(store, run)
 
 
+_ACCOUNTING_FLAGS = (
+    "region", "pue", "precision", "whole_machine", "instance_type", "total_steps", "config",
+)  # fmt: skip
+
+
 def cmd_show(args: argparse.Namespace) -> int:
+    recompute = any(getattr(args, f) for f in _ACCOUNTING_FLAGS)
+    accounting = _accounting_options(args) if recompute else None
     with _open_store(args) as store:
         summary = _summary_of(store, args.run)
-    if args.json:
-        _emit_json(summary, sys.stdout)
-    else:
-        print_summary(summary, sys.stdout)
+        if accounting is not None:  # the same run, accounted again in another context
+            summary = {
+                **summary,
+                **accounted(store, store.find_run(summary["id"]), summary, accounting),
+            }
+    _emit(summary, print_summary, as_json=args.json)
     return 0
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
     with _open_store(args) as store:
         result = compare(_summary_of(store, args.a), _summary_of(store, args.b))
-    if args.json:
-        _emit_json(result, sys.stdout)
-    else:
-        print_compare(result, sys.stdout)
+    _emit(result, print_compare, as_json=args.json)
     return 0
 
 
@@ -417,6 +521,20 @@ def _open_output(path: str, *, binary: bool) -> Any:
         )
     except OSError as e:
         raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from computewatch.report import default_filename, write_report
+
+    with _open_store(args) as store:
+        run = store.find_run(args.run)
+        path = args.output or default_filename(run)
+        try:
+            written = write_report(store, run, path)
+        except OSError as e:
+            raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    print(written)
+    return 0
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -473,6 +591,7 @@ COMMANDS = {
     "show": cmd_show,
     "compare": cmd_compare,
     "export": cmd_export,
+    "report": cmd_report,
     "gc": cmd_gc,
     "top": cmd_top,
 }
@@ -505,6 +624,15 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as e:
         print(f"{PROG}: {e.strerror or e}", file=sys.stderr)
         return 1
+    except Exception as e:  # a bug: one line, and the traceback on request
+        if os.environ.get("COMPUTEWATCH_DEBUG"):
+            raise
+        print(
+            f"{PROG}: internal error: {type(e).__name__}: {e} "
+            "(set COMPUTEWATCH_DEBUG=1 for the traceback, and please report it)",
+            file=sys.stderr,
+        )
+        return 70  # EX_SOFTWARE (sysexits.h)
 
 
 if __name__ == "__main__":

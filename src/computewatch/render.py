@@ -6,11 +6,19 @@ import shlex
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from computewatch.compare import lookup
 from computewatch.live import format_bytes, format_duration
 from computewatch.store import RunRow
+
+
+def _row(t: Table, *cells: str | Text) -> None:
+    """Add a row of plain text: user strings (names, commands, tags) are never read as rich
+    markup, so a run named ``[bold]x`` prints as typed."""
+    t.add_row(*(c if isinstance(c, Text) else Text(str(c)) for c in cells))
 
 
 def _console(out: TextIO) -> Console:
@@ -55,44 +63,48 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
     """The summary as a compact table."""
     con = _console(out)
     title = f"run {summary['id']}" + (f" · {summary['name']}" if summary.get("name") else "")
-    t = Table(title=title, show_header=False, box=None, pad_edge=False, title_justify="left")
+    t = Table(title=Text(title), show_header=False, box=None, pad_edge=False, title_justify="left")
     t.add_column("field", style="bold")
     t.add_column("value")
     tags = summary.get("tags") or {}
     status = summary["status"]
     if summary.get("exit_code") is not None:
         status += f" (exit {summary['exit_code']})"
-    t.add_row("command", shlex.join(summary.get("command") or []))
+    _row(t, "command", shlex.join(summary.get("command") or []))
     if tags:
-        t.add_row("tags", " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
-    t.add_row("status", status)
-    t.add_row("started", str(summary.get("started_at")))
-    t.add_row("duration", format_duration(summary.get("duration_seconds") or 0.0))
+        _row(t, "tags", " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
+    _row(t, "status", status)
+    _row(t, "started", str(summary.get("started_at")))
+    _row(t, "duration", format_duration(summary.get("duration_seconds") or 0.0))
     cpu = summary["cpu"]
-    t.add_row(
+    _row(
+        t,
         "cpu",
         f"{_num(cpu.get('seconds_total'))} s · mean {_pct(cpu.get('utilization_mean'))}, "
         f"max {_pct(cpu.get('utilization_max'))} of {cpu.get('allowed_cores'):g} cores",
     )
     mem = summary["memory"]
-    t.add_row(
+    _row(
+        t,
         "memory",
         f"peak RSS {_b(mem.get('peak_rss_bytes'))} · host peak used "
         f"{_b(mem.get('peak_host_used_bytes'))} of {_b(mem.get('host_total_bytes'))}",
     )
     disk = summary["disk"]
-    t.add_row(
+    _row(
+        t,
         "disk",
         f"read {_b(disk.get('read_bytes'))}, written {_b(disk.get('write_bytes'))} (the run) · "
         f"host devices r {_b(disk.get('host_read_bytes'))} w {_b(disk.get('host_write_bytes'))}",
     )
     net = summary["network"]
-    t.add_row(
+    _row(
+        t,
         "network",
         f"received {_b(net.get('recv_bytes'))}, sent {_b(net.get('sent_bytes'))} (whole host)",
     )
     for g in summary.get("gpus") or []:
-        t.add_row(f"gpu {g.get('index')}", _gpu_line(g))
+        _row(t, f"gpu {g.get('index')}", _gpu_line(g))
     steps = summary.get("steps") or {}
     if steps.get("count"):
         st = steps.get("step_time_seconds") or {}
@@ -102,7 +114,7 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
                 f" · step time mean {_s(st.get('mean'))}, p50 {_s(st.get('p50'))}, "
                 f"p90 {_s(st.get('p90'))}, p99 {_s(st.get('p99'))}, max {_s(st.get('max'))}"
             )
-        t.add_row("steps", line)
+        _row(t, "steps", line)
         rates = []
         for key, label in (
             ("steps_per_second", "steps/s"),
@@ -112,15 +124,18 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
             if steps.get(key) is not None:
                 rates.append(f"{steps[key]:,.2f} {label}")
         if rates:
-            t.add_row("throughput", " · ".join(rates))
+            _row(t, "throughput", " · ".join(rates))
+    for label, text in accounting_lines(summary):
+        _row(t, label, text)
     smp = summary.get("samples") or {}
-    t.add_row(
+    _row(
+        t,
         "samples",
         f"{smp.get('count', 0)} ticks every {smp.get('interval_seconds')} s, "
         f"{smp.get('series', 0)} series",
     )
     for n in summary.get("notes") or []:
-        t.add_row("note", f"[yellow]{n}[/yellow]")
+        _row(t, "note", Text(n, style="yellow"))
     con.print(t)
 
 
@@ -134,7 +149,8 @@ def print_runs(runs: list[RunRow], out: TextIO) -> None:
     for r in runs:
         s = r.summary or {}
         dur = (r.ended_at - r.started_at) if r.ended_at else None
-        t.add_row(
+        _row(
+            t,
             r.id,
             r.name or "",
             r.status if r.exit_code in (None, 0) else f"{r.status} ({r.exit_code})",
@@ -152,8 +168,9 @@ def print_compare(result: dict[str, Any], out: TextIO) -> None:
     a, b = result["a"], result["b"]
     t = Table(box=None, pad_edge=False)
     t.add_column("field")
-    t.add_column(f"A {a['id']}" + (f" {a['name']}" if a.get("name") else ""), justify="right")
-    t.add_column(f"B {b['id']}" + (f" {b['name']}" if b.get("name") else ""), justify="right")
+    for tag, run in (("A", a), ("B", b)):
+        head = f"{tag} {run['id']}" + (f" {run['name']}" if run.get("name") else "")
+        t.add_column(Text(head), justify="right")
     t.add_column("B − A", justify="right")
     t.add_column("B / A", justify="right")
     for row in result["fields"]:
@@ -168,7 +185,7 @@ def print_compare(result: dict[str, Any], out: TextIO) -> None:
         else:
             dtext = f"{diff:+,.4g}"
         ratio = "" if row["ratio"] is None else f"{row['ratio']:.3f}×"
-        t.add_row(row["field"], fmt(row["a"]), fmt(row["b"]), dtext, ratio)
+        _row(t, row["field"], fmt(row["a"]), fmt(row["b"]), dtext, ratio)
     con.print(t)
 
 
@@ -190,16 +207,18 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
     h = info["host"]
     limit = h.get("cgroup_cpu_limit_cores")
     con.print(
-        f"[bold]host[/bold] {h.get('hostname')} · {h.get('cpu_model')} · "
+        f"[bold]host[/bold] {escape(str(h.get('hostname')))} · {escape(str(h.get('cpu_model')))} · "
         f"{h.get('logical_cpus')} logical CPUs ({h.get('allowed_cores'):g} usable"
         + (f", cgroup quota {limit:g}" if limit else "")
         + f") · {_b(h.get('memory_bytes'))} · {h.get('os')}"
     )
     ce = info["cpu_energy"]
     state = "measured (RAPL)" if ce["available"] else "not measured"
-    con.print(f"[bold]CPU energy[/bold] {state}: {ce['detail']}")
+    con.print(f"[bold]CPU energy[/bold] {state}: {escape(ce['detail'])}")
     for skipped in info["gpu_backends_skipped"]:
-        con.print(f"[bold]GPU backend {skipped['backend']}[/bold] skipped: {skipped['reason']}")
+        con.print(
+            f"[bold]GPU backend {skipped['backend']}[/bold] skipped: {escape(skipped['reason'])}"
+        )
     if not info["gpus"]:
         con.print("[bold]GPUs[/bold] none")
         return
@@ -208,7 +227,7 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
         t.add_column(col, overflow="fold")
     for g in info["gpus"]:
         caps = g.get("capabilities") or {}
-        name = g["name"] + (" [yellow](simulated)[/yellow]" if g.get("simulated") else "")
+        name = g["name"] + (" (simulated)" if g.get("simulated") else "")
         if g.get("mig_parent_uuid"):
             name += f" (MIG of {g['mig_parent_uuid'][:12]})"
         energy = "counter" if caps.get("energy_counter") else "polled power"
@@ -217,9 +236,10 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
             for k in ("energy_counter_why", "gpm_why", "per_process_why")
             if caps.get(k) and caps.get(k.removesuffix("_why")) is False
         ]
-        t.add_row(
+        _row(
+            t,
             str(g.get("index")),
-            f"{name}\n[dim]{g['uuid']}[/dim]",
+            f"{name}\n{g['uuid']}",
             _b(g.get("memory_total_bytes")),
             "n/a" if g.get("power_limit_watts") is None else f"{g['power_limit_watts']:.0f} W",
             energy,
@@ -231,7 +251,7 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
 
 
 def _gpu_line(g: dict[str, Any]) -> str:
-    name = str(g.get("name")) + (" [yellow](simulated)[/yellow]" if g.get("simulated") else "")
+    name = str(g.get("name")) + (" (simulated)" if g.get("simulated") else "")
     parts = [name]
     if g.get("utilization_mean") is not None:
         parts.append(f"util {_pct(g['utilization_mean'])}")
@@ -256,8 +276,106 @@ def _gpu_line(g: dict[str, Any]) -> str:
 
 def format_energy(joules: float) -> str:
     """Joules below 1 Wh, then Wh, then kWh (1 Wh = 3,600 J)."""
+    if joules < 10:
+        return f"{joules:.2g} J"
     if joules < 3600:
         return f"{joules:,.0f} J"
     if joules < 3.6e6:
         return f"{joules / 3600:,.1f} Wh"
     return f"{joules / 3.6e6:,.2f} kWh"
+
+
+def _kwh(f: dict[str, Any]) -> str:
+    return format_energy(f["value"] * 3.6e6)
+
+
+def _range(f: dict[str, Any], fmt: Any) -> str:
+    if f.get("low") is None or f.get("low") == f.get("high"):
+        return ""
+    return f" ({fmt({'value': f['low']})}–{fmt({'value': f['high']})})"
+
+
+def _grams(f: dict[str, Any]) -> str:
+    g = float(f["value"])
+    return f"{g / 1000:,.3g} kg CO2e" if g >= 1000 else f"{g:,.3g} g CO2e"
+
+
+def _usd(f: dict[str, Any]) -> str:
+    v = float(f["value"])
+    return f"${v:,.2f}" if v >= 1 else f"${v:.4g}"
+
+
+def _flop(f: dict[str, Any]) -> str:
+    return f"{float(f['value']):.3g} FLOP"
+
+
+def accounting_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """One line each for energy, carbon, cost, FLOPs and the forecast, with method and range."""
+    out: list[tuple[str, str]] = []
+    energy = summary.get("energy")
+    if energy:
+        fac = energy["facility"]
+        parts = [
+            f"{name} {_kwh(c)} {c['method']}"
+            for name, c in energy["components"].items()
+            if c.get("value") is not None
+        ]
+        out.append(
+            (
+                "energy",
+                f"{_kwh(fac)}{_range(fac, _kwh)} at the facility (PUE {energy['pue']['value']:g})"
+                f" · {', '.join(parts)}",
+            )
+        )
+    carbon = summary.get("carbon")
+    if carbon:
+        tot, inten = carbon["total"], carbon["intensity"]
+        where = inten["name"] + (" — location unknown" if inten["how"] == "unknown" else "")
+        out.append(
+            (
+                "carbon",
+                f"{_grams(tot)}{_range(tot, _grams)} · {inten['g_per_kwh']:g} g/kWh, {where} "
+                f"({inten['source']})",
+            )
+        )
+    cost = summary.get("cost")
+    if cost:
+        tot = cost["total"]
+        if tot.get("value") is None:
+            out.append(("cost", "; ".join(tot.get("assumptions") or ["no price known"])))
+        else:
+            per = cost.get("per_unit") or {}
+            extra = [
+                f"${v:.4g} {label}"
+                for key, label in (
+                    ("usd_per_1m_tokens", "per 1M tokens"),
+                    ("usd_per_1k_samples", "per 1k samples"),
+                    ("usd_per_step", "per step"),
+                )
+                if (v := per.get(key)) is not None
+            ]
+            out.append(("cost", " · ".join([f"{_usd(tot)}{_range(tot, _usd)}", *extra])))
+    flops = summary.get("flops")
+    if flops:
+        if flops.get("value") is None:
+            out.append(("flops", "; ".join(flops.get("assumptions") or ["not estimated"])))
+        else:
+            out.append(("flops", f"{_flop(flops)}{_range(flops, _flop)} {flops['method']}"))
+    fc = summary.get("forecast")
+    if fc:
+        if fc.get("complete"):
+            out.append(("forecast", f"complete: {fc['steps_done']} of {fc['total_steps']} steps"))
+        elif "wall_seconds_at_completion" in fc:
+            w = fc["wall_seconds_at_completion"]
+            bits = [
+                f"at {fc['total_steps']} steps: {format_duration(w['value'])} "
+                f"({format_duration(w['low'])}–{format_duration(w['high'])})"
+            ]
+            if "energy_kwh" in fc:
+                bits.append(_kwh(fc["energy_kwh"]))
+            if "carbon_gco2e" in fc:
+                bits.append(_grams(fc["carbon_gco2e"]))
+            if "cost_usd" in fc:
+                bits.append(_usd(fc["cost_usd"]))
+            out.append(("forecast", " · ".join(bits)))
+    return out

@@ -16,7 +16,9 @@ import threading
 import time
 from pathlib import Path
 
+from computewatch.accounting.engine import AccountingOptions
 from computewatch.channel import SpoolReader
+from computewatch.config import ConfigError, load_config
 from computewatch.live import make_live_view
 from computewatch.monitor import build_monitor
 from computewatch.sampler import Sampler
@@ -107,9 +109,14 @@ def main(argv: list[str] | None = None) -> int:
             pass
     if not result:
         sampler.note("the tracked process ended without closing the run")
+    try:
+        accounting = AccountingOptions(config=load_config())
+    except ConfigError as e:
+        sampler.note(f"configuration ignored: {e}")
+        accounting = AccountingOptions()
     finish_run(
         store, sampler, run_key, status, None, [], reader,
-        ended_at=ended_at, facts=mon.final_facts(),
+        ended_at=ended_at, facts=mon.final_facts(), accounting=accounting,
     )  # fmt: skip
     store.close()
     return 0

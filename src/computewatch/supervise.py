@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+from computewatch.accounting.engine import AccountingOptions, accounted
 from computewatch.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader
 from computewatch.live import LiveView, make_live_view
 from computewatch.monitor import build_monitor
@@ -53,6 +54,7 @@ class RunOptions:
     procfs_root: str = "/proc"
     gpu_backend: str = "auto"
     all_gpus: bool = False
+    accounting: AccountingOptions = field(default_factory=AccountingOptions)
 
 
 @dataclass(slots=True)
@@ -260,7 +262,7 @@ def _monitor(
         )
     outcome = finish_run(
         store, sampler, run_key, status, exit_code, app_meta, reader,
-        ended_at=state.ended_at, facts=mon.final_facts(),
+        ended_at=state.ended_at, facts=mon.final_facts(), accounting=opts.accounting,
     )  # fmt: skip
     return outcome
 
@@ -276,6 +278,7 @@ def finish_run(
     *,
     ended_at: float | None = None,
     facts: dict[str, Any] | None = None,
+    accounting: AccountingOptions | None = None,
 ) -> RunOutcome:
     """Last flush, then the run's final row: status, exit code, notes, summary. ``ended_at``
     defaults to now."""
@@ -304,6 +307,7 @@ def finish_run(
     )
     run = store.run_by_key(run_key)
     summary = build_summary(store, run)
+    summary.update(accounted(store, run, summary, accounting or AccountingOptions()))
     store.update_run(run_key, summary=summary)
     if reader is not None:
         if ok:

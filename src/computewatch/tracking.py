@@ -120,9 +120,11 @@ class track:
         interval: float = 1.0,
         db: str | os.PathLike[str] | None = None,
         gpu_backend: str = "auto",
+        total_steps: int | None = None,
     ) -> None:
         """``gpu_backend``: auto, nvidia, amd, none, fake:PRESET or replay:FILE (as the CLI's
-        ``--gpu-backend``); unused when attached to ``computewatch run``."""
+        ``--gpu-backend``); unused when attached to ``computewatch run``. ``total_steps``: the
+        planned steps, for a forecast at completion (also when attached)."""
         from computewatch.sources.gpus import check_spec
 
         check_spec(gpu_backend)
@@ -133,11 +135,19 @@ class track:
         self.interval = interval
         self.db = db
         self.gpu_backend = gpu_backend
+        if total_steps is not None and total_steps < 1:
+            raise ValueError(f"total_steps must be at least 1, not {total_steps}")
+        self.total_steps = total_steps
         self._run: Run | None = None
 
     def start(self) -> Run:
         """Start (or attach to) the run."""
-        meta = {"name": self.name, "tags": self.tags, "started_mono": _mono()}
+        meta = {
+            "name": self.name,
+            "tags": self.tags,
+            "started_mono": _mono(),
+            "total_steps": self.total_steps,
+        }
         run_id = os.environ.get(ENV_RUN_ID)
         spool = os.environ.get(ENV_SPOOL)
         if run_id and spool and not self.db:
@@ -166,7 +176,7 @@ class track:
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             with track(
                 self.name, self.tags, interval=self.interval, db=self.db,
-                gpu_backend=self.gpu_backend,
+                gpu_backend=self.gpu_backend, total_steps=self.total_steps,
             ):  # fmt: skip
                 return fn(*args, **kwargs)
 

@@ -35,12 +35,18 @@ import os
 import re
 import time
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, ClassVar
 
 from computewatch.catalog import Accelerator, load_accelerators
-from computewatch.readings import Labels, Reading, counter, gauge, labels
+from computewatch.readings import counter, gauge
 from computewatch.sources.base import SourceUnavailable
-from computewatch.sources.nvidia import GpuDevice, parse_visible_devices
+from computewatch.sources.gpu_common import (
+    Add,
+    GpuDev,
+    GpuDevice,
+    VendorGpuSource,
+    parse_visible_devices,
+)
 
 __all__ = [
     "INSTALL_HINT",
@@ -76,7 +82,6 @@ _WRAP32 = 1 << 32
 _POWER_KEYS = ("current_socket_power", "average_socket_power", "socket_power")
 _MAX_BOARD_WATTS = 1000.0  # bounds an energy step when the power cap is unknown
 
-Add = Callable[[Reading], None]
 Reader = Callable[["_Dev", Add], None]
 
 
@@ -100,10 +105,6 @@ def _text(value: object) -> str | None:
         return None
     value = value.strip()
     return value if value and value != "N/A" else None
-
-
-def _clock_time() -> str:
-    return time.strftime("%H:%M:%S")
 
 
 _INSTINCT = re.compile(r"MI\d+[A-Z]*")
@@ -141,8 +142,8 @@ def rocm_uuid_from_amdsmi_uuid(uuid: str) -> str | None:
     return f"GPU-{serial:016X}" if serial else None
 
 
-class _Dev:
-    """Per-device state kept between ticks (handle, label tuples, counter state)."""
+class _Dev(GpuDev):
+    """amdsmi's per-device state kept between ticks (ROCm identity, N/A strikes, counter)."""
 
     __slots__ = (
         "e_jumps",
@@ -151,23 +152,8 @@ class _Dev:
         "e_stuck",
         "e_t",
         "e_total",
-        "handle",
-        "info",
-        "lbl",
-        "lbl_counter",
-        "lbl_polled",
-        "lost",
-        "mine",
         "na",
-        "ns_strikes",
-        "poll_e",
-        "poll_p",
-        "poll_t",
         "power_key",
-        "power_t",
-        "power_w",
-        "proc_labels",
-        "readers",
         "rocm_index",
         "rocm_uuid",
     )
@@ -175,42 +161,21 @@ class _Dev:
     def __init__(
         self, info: GpuDevice, handle: Any, rocm_index: int | None, rocm_uuid: str | None
     ) -> None:
-        self.info = info
-        self.handle = handle
+        super().__init__(info, handle)
         self.rocm_index = rocm_index  # the GPU's ordinal in ROCm (HIP/ROCr), when amdsmi says
         self.rocm_uuid = rocm_uuid  # GPU-<16 hex>, as ROCR_VISIBLE_DEVICES takes it
-        self.lbl: Labels = labels(gpu=info.uuid)
-        self.lbl_counter = labels(gpu=info.uuid, method="counter")
-        self.lbl_polled = labels(gpu=info.uuid, method="polled")
-        self.readers: list[tuple[str, Reader]] = []
-        self.lost = False
-        self.na: dict[str, int] = {}  # field -> consecutive N/A reads
+        # field -> (N/A reads in a row, the tick of the last one or of a later transient error)
+        self.na: dict[str, tuple[int, int]] = {}
         self.e_total = 0.0  # joules counted since the first read
         self.e_last: int | None = None  # the last accepted raw count
         self.e_t = 0.0  # when the last raw count was accepted
         self.e_moved = 0.0  # when the count last advanced
         self.e_stuck = 0
         self.e_jumps = 0
-        self.poll_e = 0.0
-        self.poll_t: float | None = None
-        self.poll_p = 0.0
-        self.power_w: float | None = None
-        self.power_t = 0.0
         self.power_key = ""
-        self.proc_labels: dict[int, Labels] = {}
-        self.mine: list[int] = []
-        self.ns_strikes = 0
-
-    def proc_label(self, pid: int) -> Labels:
-        lbl = self.proc_labels.get(pid)
-        if lbl is None:
-            if len(self.proc_labels) > 4096:
-                self.proc_labels.clear()
-            lbl = self.proc_labels[pid] = labels(gpu=self.info.uuid, pid=pid)
-        return lbl
 
 
-class AmdSource:
+class AmdSource(VendorGpuSource[_Dev]):
     """Per-GPU utilization, memory, power, energy, temperature and clocks of AMD GPUs; memory
     of the monitored tree's processes on each.
 
@@ -229,6 +194,9 @@ class AmdSource:
     """
 
     name = "amd"
+    _LIBRARY = "amdsmi"
+    _PID_OWNER = "KFD"
+    _FEATURES: ClassVar[dict[str, str]] = {"temperature_edge": "temperature"}
 
     def __init__(
         self,
@@ -248,21 +216,10 @@ class AmdSource:
         energy integral and the energy counter's plausibility checks."""
         if amdsmi is None:
             amdsmi = _import_amdsmi()
-        self._mod = amdsmi
-        self._err: type[Exception] = amdsmi.AmdSmiLibraryException
-        self._base_err: type[Exception] = getattr(amdsmi, "AmdSmiException", self._err)
-        self._clock = clock
-        self._procfs = procfs_root
-        self._pids = pids
-        self.simulated = bool(getattr(amdsmi, "simulated", False))
-        self.notes: list[str] = []
-        self.pid_namespace_mismatch = False
-        self._noted: set[str] = set()
-        self._used: set[str] = set()
-        self._devs: list[_Dev] = []
-        self._all: list[_Dev] = []
-        self._tree: frozenset[int] = frozenset()
-        self._closed = False
+        err: type[Exception] = amdsmi.AmdSmiLibraryException
+        base_err: type[Exception] = getattr(amdsmi, "AmdSmiException", err)
+        super().__init__(amdsmi, err, pids, procfs_root, clock, base_err=base_err)
+        self._tick = 0  # read() calls so far
         wrapper = getattr(amdsmi, "amdsmi_wrapper", None)
         self._c = {
             name: int(getattr(wrapper, f"AMDSMI_STATUS_{name}", default))
@@ -286,61 +243,10 @@ class AmdSource:
                 amdsmi.amdsmi_init()
         except (self._base_err, OSError) as e:
             raise SourceUnavailable(f"amdsmi could not start: {self._reason(e)}") from e
-        try:
-            self._setup(visible_devices, all_gpus)
-        except BaseException:
-            self.close()
-            raise
+        self._open(visible_devices, all_gpus)
 
-    # -- public -------------------------------------------------------------------------------
-    @property
-    def devices(self) -> list[GpuDevice]:
-        """Every device set up at start, lost ones included (their capabilities say so)."""
-        return [d.info for d in self._all]
-
-    def used_uuids(self) -> set[str]:
-        """UUIDs of the GPUs on which any PID of the tree was seen so far."""
-        return set(self._used)
-
-    def read(self) -> list[Reading]:
-        """Every GPU reading of one tick; each device is read once."""
-        if self._closed:
-            raise ValueError("read() on a closed AmdSource")
-        out: list[Reading] = []
-        add = out.append
-        if self._pids is not None:
-            try:
-                self._tree = frozenset(self._pids())
-            except Exception as e:  # the tree callable must not stop GPU readings
-                self._note(f"could not list the monitored PIDs: {e}", "pids")
-                self._tree = frozenset()
-        err = self._err
-        lost_any = False
-        for d in self._devs:
-            d.power_w = None
-            for field, fn in d.readers:
-                try:
-                    fn(d, add)
-                except err as e:
-                    if self._on_error(d, field, e, add):
-                        lost_any = True
-                        break
-                except _NotAvailable as e:
-                    self._on_not_available(d, field, str(e), add)
-                except Exception as e:  # not amdsmi's status: a binding oddity on one field
-                    self._broken(d, field, e)
-                else:
-                    if d.na:
-                        d.na.pop(field, None)
-        if lost_any:
-            self._devs = [d for d in self._devs if not d.lost]
-        return out
-
-    def close(self) -> None:
-        """``amdsmi_shut_down``; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
+    def _shutdown(self) -> None:
+        """``amdsmi_shut_down``."""
         try:
             self._mod.amdsmi_shut_down()
         except Exception:
@@ -366,15 +272,6 @@ class AmdSource:
             self._setup_readers(d)
         self._all = chosen
         self._devs = list(chosen)
-
-    def _call(self, fn_name: str, *args: Any) -> tuple[Any, Exception | None]:
-        fn = getattr(self._mod, fn_name, None)
-        if fn is None:
-            return None, None
-        try:
-            return fn(*args), None
-        except self._base_err as e:
-            return None, e
 
     def _probe(self, index: int, handle: Any) -> _Dev | None:
         try:
@@ -549,14 +446,12 @@ class AmdSource:
         d.readers = r
 
     # -- error translation --------------------------------------------------------------------
-    @staticmethod
-    def _code(e: Exception) -> int | None:
+    def _code(self, e: Exception) -> int | None:
         get = getattr(e, "get_error_code", None)
         code = get() if callable(get) else getattr(e, "err_code", None)
         return code if isinstance(code, int) else None
 
-    @staticmethod
-    def _reason(e: BaseException) -> str:
+    def _reason(self, e: BaseException) -> str:
         """amdsmi's one-line text ("AMDSMI_STATUS_NO_PERM - Permission Denied"), not its
         multi-line ``str()``."""
         get = getattr(e, "get_error_info", None)
@@ -565,34 +460,32 @@ class AmdSource:
                 return str(get())
         return " ".join(str(e).split()) or type(e).__name__
 
-    def _note(self, message: str, key: str) -> None:
-        if key and key in self._noted:
-            return
-        if key:
-            self._noted.add(key)
-        self.notes.append(message)
+    def _before_devices(self) -> None:
+        self._tick += 1
 
-    def _disable(self, d: _Dev, field: str, why: str) -> None:
-        d.readers = [(f, fn) for f, fn in d.readers if f != field]
-        feature = "temperature" if field == "temperature_edge" else field
-        d.info.capabilities[feature] = False
-        d.info.capabilities[f"{feature}_why"] = why
+    def _on_other_error(self, d: _Dev, field: str, e: Exception, add: Add) -> None:
+        if isinstance(e, _NotAvailable):
+            self._on_not_available(d, field, str(e), add)
+        else:
+            self._broken(d, field, e)
 
-    def _broken(self, d: _Dev, field: str, e: Exception) -> None:
-        """A field that fails with something other than an amdsmi status is disabled, said
-        once: one odd field must not take the source (and the other GPUs) down."""
-        why = f"failed with {type(e).__name__}: {self._reason(e)}"
-        self._disable(d, field, why)
-        self._note(f"GPU {d.info.uuid}: {field} disabled, it {why}", f"broken:{field}")
+    def _na_row(self, d: _Dev, field: str) -> int:
+        """The N/A reads in a row of ``field`` before this tick. The row holds while every
+        tick since its last N/A brought a transient error (``_on_error`` restamps it); a good
+        read ends it. Every field is read once a tick, so a tick missing from the row is one
+        whose read was good."""
+        n, tick = d.na.get(field, (0, 0))
+        return n if tick == self._tick - 1 else 0
 
     def _on_not_available(self, d: _Dev, field: str, what: str, add: Add) -> None:
-        n = d.na[field] = d.na.get(field, 0) + 1
+        n = self._na_row(d, field) + 1
         if n < _NA_STRIKES:
+            d.na[field] = (n, self._tick)
             return
         d.na.pop(field, None)
         why = f"amdsmi reports {what} as N/A ({n} reads in a row)"
         if field == "energy_counter":
-            self._to_polled(d, why, add)
+            self._to_polled(d, d.e_total, why, add)
         else:
             self._disable(d, field, f"{why}: not available")
 
@@ -600,26 +493,17 @@ class AmdSource:
         """Translate an amdsmi error on one field; True when the device was lost."""
         code = self._code(e)
         why = self._reason(e)
+        row = self._na_row(d, field)
+        if row:  # a transient error does not end a row of N/A reads
+            d.na[field] = (row, self._tick)
         if code in self._lost_codes and self._gone(d):
             self._lose(d)
             return True
         if field == "temperature" and code in self._unsupported and self._edge is not None:
             # MI300-series boards have no edge sensor; older ones may lack the hotspot one.
-            d.readers = [
-                ("temperature_edge", self._r_temperature_edge) if f == field else (f, g)
-                for f, g in d.readers
-            ]
-            try:
-                self._r_temperature_edge(d, add)
-            except self._err as e2:
-                return self._on_error(d, "temperature_edge", e2, add)
-            except _NotAvailable as e2:
-                self._on_not_available(d, "temperature_edge", str(e2), add)
-            except Exception as e2:
-                self._broken(d, "temperature_edge", e2)
-            return False
+            return self._fall_back(d, field, "temperature_edge", self._r_temperature_edge, add)
         if field == "energy_counter" and code in (*self._unsupported, self._c["NO_PERM"]):
-            self._to_polled(d, f"energy counter stopped answering ({why})", add)
+            self._to_polled(d, d.e_total, f"energy counter stopped answering ({why})", add)
             return False
         if code in self._unsupported:
             self._disable(d, field, f"not supported by this GPU or driver (amdsmi: {why})")
@@ -643,14 +527,7 @@ class AmdSource:
         return False
 
     def _lose(self, d: _Dev) -> None:
-        d.lost = True
-        d.readers = []
-        d.info.capabilities["lost"] = True
-        d.info.capabilities["lost_why"] = f"amdsmi stopped finding the GPU at {_clock_time()}"
-        self._note(
-            f"GPU {d.info.uuid} was lost at {_clock_time()}; its data stops there",
-            f"lost:{d.info.uuid}",
-        )
+        self._mark_lost(d, "amdsmi stopped finding the GPU")
 
     # -- per-field readers (hot path: one amdsmi call, one or two readings) -------------------
     def _r_activity(self, d: _Dev, add: Add) -> None:
@@ -754,9 +631,8 @@ class AmdSource:
         if step == 0 and d.power_w is not None and d.power_w >= 1.0:
             d.e_stuck += 1
             if d.e_stuck >= _STUCK_STRIKES and now - d.e_moved >= _STUCK_SECONDS:
-                self._to_polled(
-                    d, f"energy counter stood still over {d.e_stuck} reads at {d.power_w:g} W", add
-                )
+                why = f"energy counter stood still over {d.e_stuck} reads at {d.power_w:g} W"
+                self._to_polled(d, d.e_total, why, add)
                 return
         else:
             d.e_stuck = 0
@@ -787,31 +663,6 @@ class AmdSource:
             f"energy-jump:{d.info.uuid}",
         )
         return None
-
-    def _to_polled(self, d: _Dev, why: str, add: Add) -> None:
-        """Switch from the counter to polled power, carrying on from the counter's total."""
-        d.poll_e = d.e_total
-        d.poll_t = None
-        d.readers = [
-            ("energy_polled", self._r_energy_polled) if f == "energy_counter" else (f, g)
-            for f, g in d.readers
-        ]
-        d.info.capabilities["energy_counter"] = False
-        d.info.capabilities["energy_counter_why"] = f"{why}: energy is the integral of polled power"
-        self._r_energy_polled(d, add)  # power was read earlier in this tick
-
-    def _r_energy_polled(self, d: _Dev, add: Add) -> None:
-        """Trapezoid integral of the power read this tick over the monotonic time of reads."""
-        p = d.power_w
-        if p is None:
-            if "power" not in {f for f, _ in d.readers}:
-                self._disable(d, "energy_polled", "neither an energy counter nor power readings")
-            return
-        t = d.power_t
-        if d.poll_t is not None:
-            d.poll_e += (d.poll_p + p) / 2.0 * (t - d.poll_t)
-        d.poll_t, d.poll_p = t, p
-        add(counter("gpu_energy_joules_total", d.poll_e, d.lbl_polled))
 
     def _r_temperature(self, d: _Dev, add: Add) -> None:
         celsius = self._mod.amdsmi_get_temp_metric(d.handle, self._hotspot, self._current)
@@ -846,7 +697,8 @@ class AmdSource:
         add(gauge("gpu_memory_clock_hertz", mhz * 1e6, d.lbl))
 
     # -- processes ----------------------------------------------------------------------------
-    def _r_processes(self, d: _Dev, add: Add) -> None:
+    def _list_processes(self, d: _Dev) -> dict[int, int | None]:
+        """VRAM of each process KFD lists (its ``mem`` total where VRAM is not given)."""
         listed: dict[int, int | None] = {}
         for p in self._mod.amdsmi_get_gpu_process_list(d.handle):
             info = p if isinstance(p, dict) else self._process_info(d, p)
@@ -860,20 +712,7 @@ class AmdSource:
             if vram is None:
                 vram = _num(info.get("mem"), _U64)
             listed[int(pid)] = int(vram) if vram is not None else None
-        tree = self._tree
-        mine = [pid for pid in listed if pid in tree]
-        d.mine = mine
-        if mine:
-            self._used.add(d.info.uuid)
-            d.ns_strikes = 0
-            for pid in mine:
-                mem = listed[pid]
-                if mem is not None:
-                    add(gauge("gpu_process_memory_used_bytes", mem, d.proc_label(pid)))
-        elif listed and tree:
-            self._check_namespace(d, listed)
-        if self.pid_namespace_mismatch and listed:
-            self._used.add(d.info.uuid)
+        return listed
 
     def _process_info(self, d: _Dev, handle: Any) -> dict[str, Any] | None:
         """ROCm 6.0's process list holds handles; their details come one call each."""
@@ -887,25 +726,6 @@ class AmdSource:
                 return None  # the process ended between the two calls
             raise
         return info if isinstance(info, dict) else None
-
-    def _check_namespace(self, d: _Dev, listed: dict[int, int | None]) -> None:
-        """amdsmi lists host PIDs (KFD's): if none of them exists here, we are in another PID
-        namespace. Two ticks in a row are required, so a process that just exited does not
-        trigger it."""
-        root = self._procfs
-        if any(os.path.exists(os.path.join(root, str(pid))) for pid in listed):
-            d.ns_strikes = 0
-            return
-        d.ns_strikes += 1
-        if d.ns_strikes >= 2 and not self.pid_namespace_mismatch:
-            self.pid_namespace_mismatch = True
-            self._note(
-                "amdsmi lists processes on the GPUs whose PIDs do not exist in this PID "
-                "namespace (a container without --pid=host: KFD reports host PIDs), so GPU use "
-                "cannot be attributed to the job's processes; whole-device figures are used for "
-                "every visible GPU with processes on it",
-                "pid-namespace",
-            )
 
 
 def _import_amdsmi() -> Any:

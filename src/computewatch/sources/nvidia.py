@@ -17,7 +17,6 @@ Units are SI base units: NVML's percentages become 0-1 ratios, mW watts, mJ joul
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import time
@@ -25,8 +24,16 @@ from collections.abc import Callable, Collection
 from typing import Any, ClassVar
 
 from computewatch.catalog import find_by_nvml_name
-from computewatch.readings import Labels, Reading, counter, gauge, labels
+from computewatch.readings import counter, gauge, labels
 from computewatch.sources.base import SourceUnavailable
+from computewatch.sources.gpu_common import (
+    Add,
+    GpuDev,
+    GpuDevice,
+    VendorGpuSource,
+    clock_time,
+    parse_visible_devices,
+)
 
 __all__ = [
     "CLOCK_EVENT_REASONS",
@@ -74,7 +81,7 @@ _GPM_METRICS: tuple[tuple[str, int, str], ...] = (
     ("NVML_GPM_METRIC_DRAM_BW_UTIL", 10, "gpu_dram_active_ratio"),
 )
 
-Add = Callable[[Reading], None]
+Reader = Callable[["_Dev", Add], None]
 
 
 def decode_clock_events(mask: float) -> list[str]:
@@ -94,44 +101,8 @@ def decode_clock_events(mask: float) -> list[str]:
     return names
 
 
-def parse_visible_devices(value: str | None) -> list[str] | None:
-    """CUDA_VISIBLE_DEVICES as a list of entries; None when unset (every GPU is visible).
-
-    An empty string gives ``[]``: no GPU. Entries are stripped; matching them to devices, and
-    stopping at the first invalid one as CUDA does, happens in :class:`NvidiaSource`.
-    """
-    if value is None:
-        return None
-    if not value.strip():
-        return []
-    return [e.strip() for e in value.split(",")]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class GpuDevice:
-    """One monitored GPU or MIG instance.
-
-    ``capabilities`` says, per feature, whether it is read (``True``/``False``) and why
-    (``"<feature>_why"``): ``energy_counter``, ``gpm``, ``per_process``, ``nvlink``,
-    ``xid_events``, and any field found unsupported while running (it is updated in place then).
-    """
-
-    index: int  # NVML index of the physical GPU (for a MIG instance: of its parent)
-    uuid: str
-    name: str
-    model: str | None  # catalog key (computewatch.catalog), None when the name is not in it
-    memory_total_bytes: int | None
-    power_limit_watts: float | None
-    mig_parent_uuid: str | None = None
-    mig_index: int | None = None
-    simulated: bool = False
-    capabilities: dict[str, str | bool] = dataclasses.field(
-        default_factory=dict, hash=False, compare=False
-    )
-
-
-class _Dev:
-    """Per-device state kept between ticks (handles, label tuples, counter bases)."""
+class _Dev(GpuDev):
+    """NVML's per-device state kept between ticks (MIG tree, counter bases, GPM samples, XIDs)."""
 
     __slots__ = (
         "children",
@@ -144,52 +115,26 @@ class _Dev:
         "gpm_prev",
         "gpu_instance_id",
         "graphics_ok",
-        "handle",
-        "info",
-        "lbl",
         "lbl_corrected",
-        "lbl_counter",
-        "lbl_polled",
         "lbl_uncorrected",
-        "lost",
         "mig_parent",
-        "mine",
-        "ns_strikes",
         "parent",
-        "poll_e",
-        "poll_p",
-        "poll_t",
-        "power_t",
-        "power_w",
-        "proc_labels",
         "proc_ts",
-        "readers",
         "xid",
         "xid_codes",
     )
 
     def __init__(self, info: GpuDevice, handle: Any, parent: _Dev | None) -> None:
-        self.info = info
-        self.handle = handle
+        super().__init__(info, handle)
         self.parent = parent
         self.children: list[_Dev] = []
         self.mig_parent = False  # MIG mode enabled on this physical GPU
         self.gpu_instance_id: int | None = None  # of a MIG instance
-        extra = {"parent": info.mig_parent_uuid} if info.mig_parent_uuid else {}
-        self.lbl: Labels = labels(gpu=info.uuid, **extra)
-        self.lbl_counter = labels(gpu=info.uuid, method="counter", **extra)
-        self.lbl_polled = labels(gpu=info.uuid, method="polled", **extra)
+        extra = self._parent_label()
         self.lbl_corrected = labels(gpu=info.uuid, type="corrected", **extra)
         self.lbl_uncorrected = labels(gpu=info.uuid, type="uncorrected", **extra)
-        self.readers: list[tuple[str, Callable[[_Dev, Add], None]]] = []
-        self.lost = False
         self.e_base: float | None = None
         self.e_last = 0.0
-        self.poll_e = 0.0
-        self.poll_t: float | None = None
-        self.poll_p = 0.0
-        self.power_w: float | None = None
-        self.power_t = 0.0
         self.gpm_get: Any = None
         self.gpm_prev: Any = None
         self.gpm_cur: Any = None
@@ -197,20 +142,8 @@ class _Dev:
         self.gpm_names: tuple[str, ...] = ()
         self.graphics_ok = True
         self.proc_ts = 0
-        self.proc_labels: dict[int, Labels] = {}
-        self.mine: list[int] = []
-        self.ns_strikes = 0
         self.xid: float | None = None  # XID count; None when events are not registered
         self.xid_codes: set[int] = set()
-
-    def proc_label(self, pid: int) -> Labels:
-        lbl = self.proc_labels.get(pid)
-        if lbl is None:
-            if len(self.proc_labels) > 4096:
-                self.proc_labels.clear()
-            extra = {"parent": self.info.mig_parent_uuid} if self.info.mig_parent_uuid else {}
-            lbl = self.proc_labels[pid] = labels(gpu=self.info.uuid, pid=pid, **extra)
-        return lbl
 
 
 def _text(value: object) -> str:
@@ -218,11 +151,7 @@ def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _clock_time() -> str:
-    return time.strftime("%H:%M:%S")
-
-
-class NvidiaSource:
+class NvidiaSource(VendorGpuSource[_Dev]):
     """Per-GPU (and per-MIG-instance) utilization, memory, power, energy, clocks, traffic,
     errors and, on Hopper and later, GPM activity; per-process memory and SM use for the
     monitored tree's PIDs.
@@ -241,6 +170,8 @@ class NvidiaSource:
     """
 
     name = "nvidia"
+    _LIBRARY = "NVML"
+    _PID_OWNER = "NVML"
 
     def __init__(
         self,
@@ -261,22 +192,9 @@ class NvidiaSource:
                 nvml = importlib.import_module("pynvml")  # nvidia-ml-py; untyped
             except ImportError as exc:
                 raise SourceUnavailable(INSTALL_HINT) from exc
-        self._nvml = nvml
-        self._err: type[Exception] = nvml.NVMLError
-        self._clock = clock
-        self._procfs = procfs_root
-        self._pids = pids
-        self.simulated = bool(getattr(nvml, "simulated", False))
-        self.notes: list[str] = []
-        self.pid_namespace_mismatch = False
-        self._noted: set[str] = set()
-        self._used: set[str] = set()
-        self._devs: list[_Dev] = []
-        self._all: list[_Dev] = []
+        super().__init__(nvml, nvml.NVMLError, pids, procfs_root, clock)
         self._by_uuid: dict[str, _Dev] = {}
         self._event_set: Any = None
-        self._tree: frozenset[int] = frozenset()
-        self._closed = False
         self._c = {
             name: getattr(nvml, const, default)
             for name, const, default in (
@@ -299,59 +217,11 @@ class NvidiaSource:
             raise SourceUnavailable(f"NVML could not start: {e}") from e
         except OSError as e:
             raise SourceUnavailable(f"NVML could not start: {e}") from e
-        try:
-            self._setup(visible_devices, all_gpus)
-        except BaseException:
-            self.close()
-            raise
+        self._open(visible_devices, all_gpus)
 
-    # -- public -------------------------------------------------------------------------------
-    @property
-    def devices(self) -> list[GpuDevice]:
-        """Every device set up at start, lost ones included (their capabilities say so)."""
-        return [d.info for d in self._all]
-
-    def used_uuids(self) -> set[str]:
-        """UUIDs of the GPUs (or MIG instances) on which any PID of the tree was seen so far."""
-        return set(self._used)
-
-    def read(self) -> list[Reading]:
-        """Every GPU reading of one tick; each device is read once."""
-        if self._closed:
-            raise ValueError("read() on a closed NvidiaSource")
-        out: list[Reading] = []
-        add = out.append
-        if self._pids is not None:
-            try:
-                self._tree = frozenset(self._pids())
-            except Exception as e:  # the tree callable must not stop GPU readings
-                self._note(f"could not list the monitored PIDs: {e}", "pids")
-                self._tree = frozenset()
-        if self._event_set is not None:
-            self._read_events()
-        err = self._err
-        lost_any = False
-        for d in self._devs:
-            d.power_w = None
-            for field, fn in d.readers:
-                try:
-                    fn(d, add)
-                except err as e:
-                    if self._on_error(d, field, e, add):
-                        lost_any = True
-                        break
-                except Exception as e:  # not NVML's: a binding or driver oddity on one field
-                    self._broken(d, field, e)
-        if lost_any:
-            self._devs = [d for d in self._devs if not d.lost]
-        return out
-
-    def close(self) -> None:
-        """Free GPM samples and the event set, then ``nvmlShutdown``; safe to call twice."""
-        if self._closed:
-            return
-        self._closed = True
-        nvml = self._nvml
+    def _shutdown(self) -> None:
+        """Free GPM samples and the event set, then ``nvmlShutdown``."""
+        nvml = self._mod
         for d in self._all:
             for sample in (d.gpm_prev, d.gpm_cur):
                 if sample is not None:
@@ -373,7 +243,7 @@ class NvidiaSource:
 
     # -- setup --------------------------------------------------------------------------------
     def _setup(self, visible_devices: str | None, all_gpus: bool) -> None:
-        nvml = self._nvml
+        nvml = self._mod
         try:
             count = int(nvml.nvmlDeviceGetCount())
         except self._err as e:
@@ -402,17 +272,8 @@ class NvidiaSource:
         self._devs = list(self._all)
         self._by_uuid = {d.info.uuid: d for d in self._all}
 
-    def _call(self, fn_name: str, *args: Any) -> tuple[Any, Exception | None]:
-        fn = getattr(self._nvml, fn_name, None)
-        if fn is None:
-            return None, None
-        try:
-            return fn(*args), None
-        except self._err as e:
-            return None, e
-
     def _probe_physical(self, index: int) -> _Dev | None:
-        nvml = self._nvml
+        nvml = self._mod
         try:
             h = nvml.nvmlDeviceGetHandleByIndex(index)
             uuid = _text(nvml.nvmlDeviceGetUUID(h))
@@ -445,7 +306,7 @@ class NvidiaSource:
         return dev
 
     def _probe_mig(self, parent: _Dev) -> None:
-        nvml = self._nvml
+        nvml = self._mod
         slots, e = self._call("nvmlDeviceGetMaxMigDeviceCount", parent.handle)
         if slots is None:
             self._note(f"GPU {parent.info.uuid}: MIG instances could not be listed ({e})", "")
@@ -569,7 +430,7 @@ class NvidiaSource:
 
     def _setup_events(self) -> None:
         """One event set for XID critical errors of every physical GPU, polled each tick."""
-        nvml = self._nvml
+        nvml = self._mod
         xid_type = getattr(nvml, "nvmlEventTypeXidCriticalError", 0x8)
         physical = [d for d in self._all if d.parent is None]
         event_set, e = self._call("nvmlEventSetCreate")
@@ -601,9 +462,9 @@ class NvidiaSource:
 
     def _setup_readers(self, d: _Dev) -> None:
         """The fields to read for this device, in tick order (power before polled energy)."""
-        nvml = self._nvml
+        nvml = self._mod
         cap = d.info.capabilities
-        r: list[tuple[str, Callable[[_Dev, Add], None]]] = [
+        r: list[tuple[str, Reader]] = [
             ("utilization", self._r_utilization),
             (
                 ("memory", self._r_memory_v2)
@@ -670,7 +531,7 @@ class NvidiaSource:
         d.readers = r
 
     def _setup_nvlink(self, d: _Dev) -> bool:
-        nvml = self._nvml
+        nvml = self._mod
         cap = d.info.capabilities
         fid = getattr(nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", None)
         if fid is None or not hasattr(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX"):
@@ -692,7 +553,7 @@ class NvidiaSource:
 
     def _setup_gpm(self, d: _Dev) -> bool:
         """GPM (Hopper and later): two samples per device, swapped each tick."""
-        nvml = self._nvml
+        nvml = self._mod
         cap = d.info.capabilities
         if not hasattr(nvml, "nvmlGpmQueryDeviceSupport"):
             cap["gpm"] = False
@@ -732,26 +593,6 @@ class NvidiaSource:
         value = getattr(e, "value", None)
         return value if isinstance(value, int) else None
 
-    def _note(self, message: str, key: str) -> None:
-        if key and key in self._noted:
-            return
-        if key:
-            self._noted.add(key)
-        self.notes.append(message)
-
-    def _disable(self, d: _Dev, field: str, why: str) -> None:
-        d.readers = [(f, fn) for f, fn in d.readers if f != field]
-        feature = self._FEATURES.get(field, field)
-        d.info.capabilities[feature] = False
-        d.info.capabilities[f"{feature}_why"] = why
-
-    def _broken(self, d: _Dev, field: str, e: Exception) -> None:
-        """A field that fails with something other than an NVML error is disabled, said once:
-        one odd field must not take the source (and the other GPUs) down."""
-        why = f"failed with {type(e).__name__}: {e}"
-        self._disable(d, field, why)
-        self._note(f"GPU {d.info.uuid}: {field} disabled, it {why}", f"broken:{field}")
-
     def _on_error(self, d: _Dev, field: str, e: Exception, add: Add) -> bool:
         """Translate an NVML error on one field; True when the device was lost."""
         c = self._c
@@ -766,28 +607,11 @@ class NvidiaSource:
             c["version_mismatch"],
         ):
             new_field, method = fallback
-            replacement: Callable[[_Dev, Add], None] = getattr(self, method)
-            d.readers = [(new_field, replacement) if f == field else (f, g) for f, g in d.readers]
-            try:
-                replacement(d, add)
-            except self._err as e2:
-                return self._on_error(d, new_field, e2, add)
-            except Exception as e2:
-                self._broken(d, new_field, e2)
-            return False
+            return self._fall_back(d, field, new_field, getattr(self, method), add)
         if field == "energy_counter" and code in (c["not_supported"], c["function_not_found"]):
-            # Switch to polled power, carrying on from the counter's last value.
-            d.poll_e = d.e_last - (d.e_base or 0.0)
-            d.poll_e /= 1000.0
-            d.readers = [
-                ("energy_polled", self._r_energy_polled) if f == field else (f, g)
-                for f, g in d.readers
-            ]
-            d.info.capabilities["energy_counter"] = False
-            d.info.capabilities["energy_counter_why"] = (
-                f"energy counter stopped answering ({e}): energy is the integral of polled power"
-            )
-            self._r_energy_polled(d, add)  # power was read earlier in this tick
+            # Carry on from the counter's last value (mJ).
+            joules = (d.e_last - (d.e_base or 0.0)) / 1000.0
+            self._to_polled(d, joules, f"energy counter stopped answering ({e})", add)
             return False
         if code in (c["not_supported"], c["function_not_found"]):
             self._disable(d, field, f"not supported by this GPU or driver (NVML: {e})")
@@ -808,49 +632,42 @@ class NvidiaSource:
     _FEATURES: ClassVar[dict[str, str]] = {new: old for old, (new, _) in _FALLBACKS.items()}
 
     def _lose(self, d: _Dev) -> None:
+        """GPU_IS_LOST: the GPU and its MIG instances are gone."""
         for x in (d, *d.children):
-            if x.lost:
-                continue
-            x.lost = True
-            x.readers = []
-            x.info.capabilities["lost"] = True
-            x.info.capabilities["lost_why"] = f"GPU_IS_LOST at {_clock_time()}"
-            self._note(
-                f"GPU {x.info.uuid} was lost at {_clock_time()}; its data stops there",
-                f"lost:{x.info.uuid}",
-            )
+            if not x.lost:
+                self._mark_lost(x, "GPU_IS_LOST")
         if d.parent is None and d.xid is not None:
             d.xid = None
 
     # -- per-field readers (hot path: one NVML call or two, one or two readings) --------------
     def _r_utilization(self, d: _Dev, add: Add) -> None:
-        u = self._nvml.nvmlDeviceGetUtilizationRates(d.handle)
+        u = self._mod.nvmlDeviceGetUtilizationRates(d.handle)
         add(gauge("gpu_utilization_ratio", u.gpu / 100.0, d.lbl))
         add(gauge("gpu_memory_utilization_ratio", u.memory / 100.0, d.lbl))
 
     def _r_memory_v2(self, d: _Dev, add: Add) -> None:
         # v2 separates the driver-reserved memory from "used" (nvmlMemory_v2_t).
-        m = self._nvml.nvmlDeviceGetMemoryInfo(d.handle, self._nvml.nvmlMemory_v2)
+        m = self._mod.nvmlDeviceGetMemoryInfo(d.handle, self._mod.nvmlMemory_v2)
         add(gauge("gpu_memory_used_bytes", m.used, d.lbl))
         add(gauge("gpu_memory_total_bytes", m.total, d.lbl))
 
     def _r_memory_v1(self, d: _Dev, add: Add) -> None:
-        m = self._nvml.nvmlDeviceGetMemoryInfo(d.handle)
+        m = self._mod.nvmlDeviceGetMemoryInfo(d.handle)
         add(gauge("gpu_memory_used_bytes", m.used, d.lbl))
         add(gauge("gpu_memory_total_bytes", m.total, d.lbl))
 
     def _r_power(self, d: _Dev, add: Add) -> None:
-        watts = self._nvml.nvmlDeviceGetPowerUsage(d.handle) / 1000.0  # mW
+        watts = self._mod.nvmlDeviceGetPowerUsage(d.handle) / 1000.0  # mW
         d.power_w = watts
         d.power_t = self._clock()
         add(gauge("gpu_power_watts", watts, d.lbl))
 
     def _r_power_limit(self, d: _Dev, add: Add) -> None:
-        watts = self._nvml.nvmlDeviceGetEnforcedPowerLimit(d.handle) / 1000.0  # mW
+        watts = self._mod.nvmlDeviceGetEnforcedPowerLimit(d.handle) / 1000.0  # mW
         add(gauge("gpu_power_limit_watts", watts, d.lbl))
 
     def _r_energy_counter(self, d: _Dev, add: Add) -> None:
-        raw = float(self._nvml.nvmlDeviceGetTotalEnergyConsumption(d.handle))  # mJ
+        raw = float(self._mod.nvmlDeviceGetTotalEnergyConsumption(d.handle))  # mJ
         if d.e_base is None:
             d.e_base = raw
         elif raw < d.e_last:  # the driver reloaded and the counter restarted: keep counting
@@ -858,52 +675,39 @@ class NvidiaSource:
         d.e_last = raw
         add(counter("gpu_energy_joules_total", (raw - d.e_base) / 1000.0, d.lbl_counter))
 
-    def _r_energy_polled(self, d: _Dev, add: Add) -> None:
-        """Trapezoid integral of the power read this tick over the monotonic time of reads."""
-        p = d.power_w
-        if p is None:
-            if "power" not in {f for f, _ in d.readers}:
-                self._disable(d, "energy_polled", "neither an energy counter nor power readings")
-            return
-        t = d.power_t
-        if d.poll_t is not None:
-            d.poll_e += (d.poll_p + p) / 2.0 * (t - d.poll_t)
-        d.poll_t, d.poll_p = t, p
-        add(counter("gpu_energy_joules_total", d.poll_e, d.lbl_polled))
-
     def _r_temperature(self, d: _Dev, add: Add) -> None:
-        fn = getattr(self._nvml, "nvmlDeviceGetTemperature", None)
+        fn = getattr(self._mod, "nvmlDeviceGetTemperature", None)
         if fn is None:  # removed from later bindings (deprecated for nvmlDeviceGetTemperatureV)
-            raise self._nvml.NVMLError(self._c["function_not_found"])
-        celsius = fn(d.handle, self._nvml.NVML_TEMPERATURE_GPU)
+            raise self._mod.NVMLError(self._c["function_not_found"])
+        celsius = fn(d.handle, self._mod.NVML_TEMPERATURE_GPU)
         add(gauge("gpu_temperature_celsius", celsius, d.lbl))
 
     def _r_temperature_v(self, d: _Dev, add: Add) -> None:
-        celsius = self._nvml.nvmlDeviceGetTemperatureV(d.handle, self._nvml.NVML_TEMPERATURE_GPU)
+        celsius = self._mod.nvmlDeviceGetTemperatureV(d.handle, self._mod.NVML_TEMPERATURE_GPU)
         add(gauge("gpu_temperature_celsius", celsius, d.lbl))
 
     def _r_sm_clock(self, d: _Dev, add: Add) -> None:
-        mhz = self._nvml.nvmlDeviceGetClockInfo(d.handle, self._nvml.NVML_CLOCK_SM)
+        mhz = self._mod.nvmlDeviceGetClockInfo(d.handle, self._mod.NVML_CLOCK_SM)
         add(gauge("gpu_sm_clock_hertz", mhz * 1e6, d.lbl))
 
     def _r_memory_clock(self, d: _Dev, add: Add) -> None:
-        mhz = self._nvml.nvmlDeviceGetClockInfo(d.handle, self._nvml.NVML_CLOCK_MEM)
+        mhz = self._mod.nvmlDeviceGetClockInfo(d.handle, self._mod.NVML_CLOCK_MEM)
         add(gauge("gpu_memory_clock_hertz", mhz * 1e6, d.lbl))
 
     def _r_clock_events(self, d: _Dev, add: Add) -> None:
-        fn = getattr(self._nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        fn = getattr(self._mod, "nvmlDeviceGetCurrentClocksEventReasons", None)
         if fn is None:  # bindings before the 535 rename
-            raise self._nvml.NVMLError(self._c["function_not_found"])
+            raise self._mod.NVMLError(self._c["function_not_found"])
         add(gauge("gpu_clock_event_reasons", fn(d.handle), d.lbl))
 
     def _r_clock_events_throttle(self, d: _Dev, add: Add) -> None:
-        mask = self._nvml.nvmlDeviceGetCurrentClocksThrottleReasons(d.handle)
+        mask = self._mod.nvmlDeviceGetCurrentClocksThrottleReasons(d.handle)
         add(gauge("gpu_clock_event_reasons", mask, d.lbl))
 
     def _r_pcie(self, d: _Dev, add: Add) -> None:
         # NVML counts bytes over a 20 ms window and reports "KB/s"; like nvidia-smi and nvitop
         # we read its KB as 1024 bytes.
-        nvml = self._nvml
+        nvml = self._mod
         tx = nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_TX_BYTES)
         rx = nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_RX_BYTES)
         add(gauge("gpu_pcie_transmit_bytes_per_second", tx * 1024.0, d.lbl))
@@ -911,7 +715,7 @@ class NvidiaSource:
 
     def _r_nvlink(self, d: _Dev, add: Add) -> None:
         # Cumulative KiB since the driver loaded; scopeId UINT_MAX sums every link (nvml.h).
-        nvml = self._nvml
+        nvml = self._mod
         tx_id = nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
         rx_id = nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
         tx, rx = nvml.nvmlDeviceGetFieldValues(d.handle, [(tx_id, _UINT_MAX), (rx_id, _UINT_MAX)])
@@ -924,7 +728,7 @@ class NvidiaSource:
 
     def _r_ecc(self, d: _Dev, add: Add) -> None:
         # Volatile counts: errors since the driver loaded.
-        nvml = self._nvml
+        nvml = self._mod
         kind = nvml.NVML_VOLATILE_ECC
         corrected = nvml.nvmlDeviceGetTotalEccErrors(
             d.handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, kind
@@ -936,10 +740,10 @@ class NvidiaSource:
         add(counter("gpu_ecc_errors_total", uncorrected, d.lbl_uncorrected))
 
     def _r_fan(self, d: _Dev, add: Add) -> None:
-        add(gauge("gpu_fan_ratio", self._nvml.nvmlDeviceGetFanSpeed(d.handle) / 100.0, d.lbl))
+        add(gauge("gpu_fan_ratio", self._mod.nvmlDeviceGetFanSpeed(d.handle) / 100.0, d.lbl))
 
     def _r_gpm(self, d: _Dev, add: Add) -> None:
-        nvml = self._nvml
+        nvml = self._mod
         nvml.nvmlGpmSampleGet(d.handle, d.gpm_cur)
         if d.gpm_have_prev:
             get = d.gpm_get
@@ -958,9 +762,13 @@ class NvidiaSource:
         if d.xid is not None:
             add(counter("gpu_xid_errors_total", d.xid, d.lbl))
 
+    def _before_devices(self) -> None:
+        if self._event_set is not None:
+            self._read_events()
+
     def _read_events(self) -> None:
         """Drain pending XID events (timeout 0: never waits) before the devices are read."""
-        nvml = self._nvml
+        nvml = self._mod
         err = self._err
         timeout = self._c["timeout"]
         for _ in range(_MAX_EVENTS_PER_TICK):
@@ -981,11 +789,12 @@ class NvidiaSource:
             code = int(ev.eventData)
             if code not in d.xid_codes:
                 d.xid_codes.add(code)
-                self._note(f"GPU {uuid} reported XID {code} at {_clock_time()}", "")
+                self._note(f"GPU {uuid} reported XID {code} at {clock_time()}", "")
 
     # -- processes ----------------------------------------------------------------------------
-    def _r_processes(self, d: _Dev, add: Add) -> None:
-        nvml = self._nvml
+    def _list_processes(self, d: _Dev) -> dict[int, int | None]:
+        """Compute and graphics processes; a PID in both keeps the larger memory figure."""
+        nvml = self._mod
         listed: dict[int, int | None] = {}
         for p in nvml.nvmlDeviceGetComputeRunningProcesses(d.handle):
             listed[int(p.pid)] = p.usedGpuMemory
@@ -1001,45 +810,14 @@ class NvidiaSource:
                     d.graphics_ok = False
                 else:
                     raise
-        tree = self._tree
-        mine = [pid for pid in listed if pid in tree]
-        d.mine = mine
-        if mine:
-            self._used.add(d.info.uuid)
-            d.ns_strikes = 0
-            for pid in mine:
-                mem = listed[pid]
-                if mem is not None:
-                    add(gauge("gpu_process_memory_used_bytes", mem, d.proc_label(pid)))
-        elif listed and tree:
-            self._check_namespace(d, listed)
-        if self.pid_namespace_mismatch and listed:
-            self._used.add(d.info.uuid)
-
-    def _check_namespace(self, d: _Dev, listed: dict[int, int | None]) -> None:
-        """NVML lists host PIDs: if none of them exists here, we are in another PID namespace.
-        Two ticks in a row are required, so a process that just exited does not trigger it."""
-        root = self._procfs
-        if any(os.path.exists(os.path.join(root, str(pid))) for pid in listed):
-            d.ns_strikes = 0
-            return
-        d.ns_strikes += 1
-        if d.ns_strikes >= 2 and not self.pid_namespace_mismatch:
-            self.pid_namespace_mismatch = True
-            self._note(
-                "NVML lists processes on the GPUs whose PIDs do not exist in this PID namespace "
-                "(a container without --pid=host: NVML reports host PIDs), so GPU use cannot be "
-                "attributed to the job's processes; whole-device figures are used for every "
-                "visible GPU with processes on it",
-                "pid-namespace",
-            )
+        return listed
 
     def _r_process_utilization(self, d: _Dev, add: Add) -> None:
         """Mean SM utilization per tree process over the samples newer than the last seen."""
         if not d.mine:
             return
         try:
-            samples = self._nvml.nvmlDeviceGetProcessUtilization(d.handle, d.proc_ts)
+            samples = self._mod.nvmlDeviceGetProcessUtilization(d.handle, d.proc_ts)
         except self._err as e:
             if self._code(e) == self._c["not_found"]:
                 return  # no sample newer than proc_ts

@@ -27,12 +27,24 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from computewatch.catalog import Accelerator, load_accelerators
+from computewatch.testing._script import (
+    Failure,
+    Integral,
+    Script,
+    Scripted,
+    Value,
+    due,
+    mix,
+    parse_preset,
+    schedule,
+    str_seed,
+    unit,
+)
 
 __all__ = [
     "AMD_FIELDS",
@@ -279,58 +291,12 @@ AMD_FIELDS: dict[str, str] = {
 """Scriptable readings and where they show. None makes a value in a dict ``"N/A"`` (as amdsmi
 does for UINT_MAX) and makes a call that returns a bare number raise NOT_SUPPORTED."""
 
-Script = float | int | None | Sequence[float | int | None] | Callable[[float], float | None]
-Value = float | int | None
-
 _NA = "N/A"
 _TEMPERATURE_FIELDS = {
     AmdSmiTemperatureType.EDGE: "edge_c",
     AmdSmiTemperatureType.HOTSPOT: "hotspot_c",
     AmdSmiTemperatureType.VRAM: "vram_c",
 }
-
-
-class _Scripted:
-    """One field's script: a constant, a sequence (one value per read, the last repeats), or
-    a function of the fake's clock."""
-
-    __slots__ = ("fn", "index", "seq", "value")
-
-    def __init__(self, script: Script) -> None:
-        self.fn: Callable[[float], Value] | None = None
-        self.seq: list[Value] | None = None
-        self.value: Value = None
-        self.index = 0
-        if callable(script):
-            self.fn = script
-        elif isinstance(script, (int, float)) or script is None:
-            self.value = script
-        else:
-            self.seq = list(script)
-            if not self.seq:
-                raise ValueError("a scripted sequence needs at least one value")
-
-    def peek(self, now: float) -> Value:
-        if self.fn is not None:
-            return self.fn(now)
-        if self.seq is not None:
-            return self.seq[min(self.index, len(self.seq) - 1)]
-        return self.value
-
-    def take(self, now: float) -> Value:
-        if self.seq is not None:
-            value = self.seq[min(self.index, len(self.seq) - 1)]
-            self.index += 1
-            return value
-        return self.peek(now)
-
-
-@dataclasses.dataclass(slots=True)
-class _Failure:
-    function: str  # an amdsmi function name, or "*" for any call on the device
-    code: int
-    start: int  # the first failing call, 1-based
-    count: int | None  # how many calls fail; None: every call from ``start`` on
 
 
 @dataclasses.dataclass(slots=True)
@@ -413,13 +379,11 @@ class FakeAmdDevice:
         self.total_calls = 0
         self.lost = False
         self.processes: dict[int, _Process] = {}
-        self._failures: list[_Failure] = []
-        self._scripts: dict[str, _Scripted] = {k: _Scripted(v) for k, v in _DEFAULTS.items()}
-        self._scripts["power_cap_uw"] = _Scripted(int(power_cap_w * 1e6))
+        self._failures: list[Failure] = []
+        self._scripts: dict[str, Scripted] = {k: Scripted(v) for k, v in _DEFAULTS.items()}
+        self._scripts["power_cap_uw"] = Scripted(int(power_cap_w * 1e6))
         self._energy_scripted = False
-        self._energy_uj = float(energy_start_uj)
-        self._energy_t: float | None = None
-        self._energy_p = 0.0
+        self._energy = Integral(float(energy_start_uj), 1e6)  # W·s to µJ
         self._clock: Callable[[], float] = time.monotonic
         self._owner: FakeAmdSmi | None = None
 
@@ -438,7 +402,7 @@ class FakeAmdDevice:
         value per call (the last one repeats), or a function of the fake's clock."""
         if field not in AMD_FIELDS:
             raise ValueError(f"unknown field {field!r}; scriptable fields: {', '.join(AMD_FIELDS)}")
-        self._scripts[field] = _Scripted(values)
+        self._scripts[field] = Scripted(values)
         if field == "energy_accumulator":
             self._energy_scripted = True
         return self
@@ -456,18 +420,10 @@ class FakeAmdDevice:
         ``AmdSmiLibraryException(code)``: from call number ``at_call`` on (1-based), or once
         ``after`` calls have succeeded (default: from the next call). ``count`` limits how
         many calls fail (a transient error)."""
-        if after is not None and at_call is not None:
-            raise ValueError("give after= or at_call=, not both")
         done = self.total_calls if function == "*" else self.calls.get(function, 0)
-        if at_call is not None:
-            start = at_call
-        elif after is not None:
-            start = after + 1
-        else:
-            start = done + 1
-        if start < 1:
-            raise ValueError("calls are numbered from 1")
-        self._failures.append(_Failure(function, code, start, count))
+        self._failures.append(
+            schedule(function, code, done, after=after, at_call=at_call, count=count)
+        )
         return self
 
     def lose(self) -> FakeAmdDevice:
@@ -502,11 +458,7 @@ class FakeAmdDevice:
         """Energy since the driver loaded: its start plus the trapezoid integral of ``power_w``
         over the fake's clock, evaluated at each read (exact for constant or linear power)."""
         now = self._clock()
-        p = float(self._scripts["power_w"].peek(now) or 0)
-        if self._energy_t is not None:
-            self._energy_uj += (self._energy_p + p) / 2.0 * (now - self._energy_t) * 1e6
-        self._energy_t, self._energy_p = now, p
-        return self._energy_uj
+        return self._energy.at(now, float(self._scripts["power_w"].peek(now) or 0))
 
     # -- internals ----------------------------------------------------------------------------
     def _attach(self, owner: FakeAmdSmi, index: int) -> None:
@@ -517,7 +469,7 @@ class FakeAmdDevice:
             self.serial = 0x5A5A_0000_0000_0000 + 0x1111 * (index + 1)
         if self._auto_uuid:
             self.uuid = amd_uuid(self.serial, self.device_id)
-        self._energy_t = None
+        self._energy.restart()
         _ = self.energy_uj  # start integrating at attach time
 
     def _enter(self, function: str) -> None:
@@ -525,10 +477,10 @@ class FakeAmdDevice:
         self.total_calls += 1
         if self.lost:
             _raise(AMDSMI_STATUS_NOT_FOUND)
-        for f in self._failures:
-            k = self.total_calls if f.function == "*" else n
-            if f.function in (function, "*") and f.start <= k < f.start + (f.count or k + 1):
-                _raise(f.code)
+        if self._failures:
+            code = due(self._failures, function, n, self.total_calls)
+            if code is not None:
+                _raise(code)
         if function in self.unsupported:
             _raise(AMDSMI_STATUS_NOT_SUPPORTED)
 
@@ -598,7 +550,7 @@ class FakeAmdSmi:
         self.shutdown_count = 0
         self.init_flags: list[int] = []
         self.calls: dict[str, int] = {}
-        self._failures: list[_Failure] = []
+        self._failures: list[Failure] = []
         hidden = set(missing) | (self._LEGACY_MISSING if legacy else self._MODERN_MISSING)
         self.hide(*hidden)
         for i, d in enumerate(self.devices):
@@ -630,19 +582,21 @@ class FakeAmdSmi:
     ) -> FakeAmdSmi:
         """Like :meth:`FakeAmdDevice.fail`, for calls that take no handle (``amdsmi_init``,
         ``amdsmi_get_processor_handles``, ``amdsmi_shut_down``)."""
-        if after is not None and at_call is not None:
-            raise ValueError("give after= or at_call=, not both")
         done = self.calls.get(function, 0)
-        start = at_call if at_call is not None else (after + 1 if after is not None else done + 1)
-        self._failures.append(_Failure(function, code, start, count))
+        # check_start=False: at_call=0 (or after=-1) fails from the first call.
+        f = schedule(
+            function, code, done, after=after, at_call=at_call, count=count, check_start=False
+        )
+        self._failures.append(f)
         return self
 
     # -- internals ----------------------------------------------------------------------------
     def _global(self, function: str, needs_init: bool = True) -> None:
         n = self.calls[function] = self.calls.get(function, 0) + 1
-        for f in self._failures:
-            if f.function == function and f.start <= n < f.start + (f.count or n + 1):
-                _raise(f.code)
+        if self._failures:
+            code = due(self._failures, function, n)
+            if code is not None:
+                _raise(code)
         if needs_init and self.init_count <= 0:
             _raise(AMDSMI_STATUS_NOT_INIT)
 
@@ -838,32 +792,6 @@ class FakeAmdSmi:
 
 
 # -- presets ----------------------------------------------------------------------------------
-_MASK64 = (1 << 64) - 1
-
-
-def _mix(*parts: int) -> int:
-    """A 64-bit hash of integers (splitmix64 steps): cheap, deterministic noise."""
-    x = 0x9E3779B97F4A7C15
-    for p in parts:
-        x = ((x ^ (p & _MASK64)) + 0x9E3779B97F4A7C15) & _MASK64
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-        x ^= x >> 31
-    return x
-
-
-def _unit(*parts: int) -> float:
-    """Deterministic noise in [-1, 1)."""
-    return _mix(*parts) / 2**63 - 1.0
-
-
-def _str_seed(text: str) -> int:
-    h = 0
-    for ch in text.encode():
-        h = _mix(h, ch)
-    return h
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Board:
     market_name: str
@@ -884,23 +812,6 @@ _BOARDS: dict[str, _Board] = {
     "MI300X": _Board("AMD Instinct MI300X", 0x74A1, "gfx942", 304, 2100, 1300, 1,
                      "current_socket_power", False),
 }  # fmt: skip
-_PRESET = re.compile(r"\s*(?:(\d+)\s*[xX×]\s*)?(\S+)\s*")
-
-
-def _parse_preset(preset: str) -> tuple[int, Accelerator]:
-    m = _PRESET.fullmatch(preset)
-    catalog = {k: a for k, a in load_accelerators().items() if a.vendor == "AMD" and k in _BOARDS}
-    valid = ", ".join(sorted(catalog))
-    if m is None:
-        raise ValueError(f"preset {preset!r} is not COUNTxMODEL; AMD models: {valid}")
-    count = int(m.group(1) or 1)
-    by_lower = {k.lower(): a for k, a in catalog.items()}
-    acc = by_lower.get(m.group(2).lower())
-    if acc is None:
-        raise ValueError(f"unknown AMD model {m.group(2)!r} in preset {preset!r}; models: {valid}")
-    if not 1 <= count <= 64:
-        raise ValueError(f"preset {preset!r}: count must be 1 to 64")
-    return count, acc
 
 
 def amd_from_preset(
@@ -920,7 +831,8 @@ def amd_from_preset(
     energy counter integrating that power over ``clock``, temperatures and clocks. Memory and
     power come from the catalog; serials and UUIDs are deterministic from ``seed``.
     """
-    count, acc = _parse_preset(preset)
+    catalog = {k: a for k, a in load_accelerators().items() if a.vendor == "AMD" and k in _BOARDS}
+    count, acc = parse_preset(preset, catalog, "AMD ")
     board = _BOARDS[acc.model]
     devices: list[FakeAmdDevice] = []
     for package in range(count):
@@ -932,25 +844,25 @@ def amd_from_preset(
 def _preset_device(
     acc: Accelerator, board: _Board, package: int, gcd: int, seed: int
 ) -> FakeAmdDevice:
-    key = _mix(seed, package, gcd, _str_seed(acc.model))
-    pkg_key = _mix(seed, package, _str_seed(acc.model))
+    key = mix(seed, package, gcd, str_seed(acc.model))
+    pkg_key = mix(seed, package, str_seed(acc.model))
     tdp_w = acc.tdp_watts or 500.0
     idle_w = 0.18 * tdp_w
-    level = 0.70 + 0.25 * (_unit(key, 1) + 1) / 2  # 70-95 % busy
-    mem_frac = 0.55 + 0.35 * (_unit(key, 2) + 1) / 2
+    level = 0.70 + 0.25 * (unit(key, 1) + 1) / 2  # 70-95 % busy
+    mem_frac = 0.55 + 0.35 * (unit(key, 2) + 1) / 2
     total = acc.memory_bytes // board.gcds
     period = 0.1  # seconds per noise step
     reports_power = gcd == 0  # an MI250X reports its package's power on the first GCD
 
     def util(t: float) -> float:
-        return min(max(level + 0.08 * _unit(key, 3, int(t / period)), 0.0), 1.0)
+        return min(max(level + 0.08 * unit(key, 3, int(t / period)), 0.0), 1.0)
 
     def power(t: float) -> float:
         if not reports_power:
             return 0.0
         return round(idle_w + (0.92 * tdp_w - idle_w) * util(t))
 
-    serial = _mix(key, 0x414D44) & 0x7FFF_FFFF_FFFF_FFFF
+    serial = mix(key, 0x414D44) & 0x7FFF_FFFF_FFFF_FFFF
     d = FakeAmdDevice(
         board.market_name,
         serial=serial,
@@ -958,7 +870,7 @@ def _preset_device(
         vram_total=total,
         power_cap_w=tdp_w,
         power_field=board.power_field,
-        energy_start_uj=4e12 + 1e12 * (_unit(pkg_key, 4) + 1) if reports_power else 2e9,
+        energy_start_uj=4e12 + 1e12 * (unit(pkg_key, 4) + 1) if reports_power else 2e9,
         gfx_version=board.gfx_version,
         compute_units=board.compute_units,
     )

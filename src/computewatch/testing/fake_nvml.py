@@ -26,6 +26,18 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 from computewatch.catalog import Accelerator, load_accelerators
+from computewatch.testing._script import (
+    Failure,
+    Integral,
+    Script,
+    Scripted,
+    due,
+    mix,
+    parse_preset,
+    schedule,
+    str_seed,
+    unit,
+)
 
 __all__ = [
     "FIELDS",
@@ -418,51 +430,6 @@ _GPM_FIELDS = {
     NVML_GPM_METRIC_GRAPHICS_UTIL: "gpu_util_percent",
 }
 
-Script = float | int | None | Sequence[float | int | None] | Callable[[float], float | None]
-
-
-class _Scripted:
-    """One field's script: a constant, a sequence (one value per read, the last repeats), or
-    a function of the fake's clock."""
-
-    __slots__ = ("fn", "index", "seq", "value")
-
-    def __init__(self, script: Script) -> None:
-        self.fn: Callable[[float], float | None] | None = None
-        self.seq: list[float | int | None] | None = None
-        self.value: float | int | None = None
-        self.index = 0
-        if callable(script):
-            self.fn = script
-        elif isinstance(script, (int, float)) or script is None:
-            self.value = script
-        else:
-            self.seq = list(script)
-            if not self.seq:
-                raise ValueError("a scripted sequence needs at least one value")
-
-    def peek(self, now: float) -> float | int | None:
-        if self.fn is not None:
-            return self.fn(now)
-        if self.seq is not None:
-            return self.seq[min(self.index, len(self.seq) - 1)]
-        return self.value
-
-    def take(self, now: float) -> float | int | None:
-        if self.seq is not None:
-            value = self.seq[min(self.index, len(self.seq) - 1)]
-            self.index += 1
-            return value
-        return self.peek(now)
-
-
-@dataclasses.dataclass(slots=True)
-class _Failure:
-    function: str  # a pynvml function name, or "*" for any call on the device
-    code: int
-    start: int  # the first failing call, 1-based
-    count: int | None  # how many calls fail; None: every call from ``start`` on
-
 
 @dataclasses.dataclass(slots=True)
 class _Process:
@@ -586,13 +553,11 @@ class FakeDevice:
         self.lost = False
         self.processes: dict[int, _Process] = {}
         self.pending_xids: list[int] = []
-        self._failures: list[_Failure] = []
-        self._scripts: dict[str, _Scripted] = {k: _Scripted(v) for k, v in _DEFAULTS.items()}
-        self._scripts["power_limit_mw"] = _Scripted(power_limit_mw)
+        self._failures: list[Failure] = []
+        self._scripts: dict[str, Scripted] = {k: Scripted(v) for k, v in _DEFAULTS.items()}
+        self._scripts["power_limit_mw"] = Scripted(power_limit_mw)
         self._energy_scripted = False
-        self._energy_mj = float(energy_start_mj)
-        self._energy_t: float | None = None
-        self._energy_p = 0.0
+        self._energy = Integral(float(energy_start_mj))  # mW·s = mJ
         self._clock: Callable[[], float] = time.monotonic
         self._owner: FakeNVML | None = None
 
@@ -606,7 +571,7 @@ class FakeDevice:
         the sequence) makes that call raise NOT_SUPPORTED."""
         if field not in FIELDS:
             raise ValueError(f"unknown field {field!r}; scriptable fields: {', '.join(FIELDS)}")
-        self._scripts[field] = _Scripted(values)
+        self._scripts[field] = Scripted(values)
         if field == "energy_mj":
             self._energy_scripted = True
         return self
@@ -624,18 +589,9 @@ class FakeDevice:
         ``NVMLError(error_code)``: from call number ``at_call`` on (1-based), or once ``after``
         calls have succeeded (default: from the next call). ``count`` limits how many calls
         fail (a transient error). GPU_IS_LOST also makes every later call on the device fail."""
-        if after is not None and at_call is not None:
-            raise ValueError("give after= or at_call=, not both")
         done = self.total_calls if function == "*" else self.calls.get(function, 0)
-        if at_call is not None:
-            start = at_call
-        elif after is not None:
-            start = after + 1
-        else:
-            start = done + 1
-        if start < 1:
-            raise ValueError("calls are numbered from 1")
-        self._failures.append(_Failure(function, error_code, start, count))
+        f = schedule(function, error_code, done, after=after, at_call=at_call, count=count)
+        self._failures.append(f)
         return self
 
     def lose(self) -> FakeDevice:
@@ -706,14 +662,7 @@ class FakeDevice:
         """The energy counter now: its start plus the trapezoid integral of power over the
         fake's clock, evaluated at each read (exact for constant or linear power)."""
         now = self._clock()
-        if self._energy_t is None:
-            self._energy_t = now
-            self._energy_p = float(self._scripts["power_mw"].peek(now) or 0)
-            return self._energy_mj
-        p = float(self._scripts["power_mw"].peek(now) or 0)
-        self._energy_mj += (self._energy_p + p) / 2.0 * (now - self._energy_t)  # mW·s = mJ
-        self._energy_t, self._energy_p = now, p
-        return self._energy_mj
+        return self._energy.at(now, float(self._scripts["power_mw"].peek(now) or 0))
 
     # -- internals ----------------------------------------------------------------------------
     def _attach(self, owner: FakeNVML, index: int) -> None:
@@ -724,7 +673,7 @@ class FakeDevice:
             self.uuid = f"GPU-{index:08x}-0000-4000-8000-00000000f4ce"
         if self._auto_bus:
             self.pci_bus_id = f"00000000:{0x10 + index:02X}:00.0"
-        self._energy_t = None
+        self._energy.restart()
         _ = self.energy_mj  # start integrating at attach time
         for n, child in enumerate(self.mig_instances):
             child._owner = owner
@@ -739,12 +688,12 @@ class FakeDevice:
         self.total_calls += 1
         if self.lost:
             raise NVMLError_GpuIsLost()
-        for f in self._failures:
-            k = self.total_calls if f.function == "*" else n
-            if f.function in (function, "*") and f.start <= k < f.start + (f.count or k + 1):
-                if f.code == NVML_ERROR_GPU_IS_LOST:
+        if self._failures:
+            code = due(self._failures, function, n, self.total_calls)
+            if code is not None:
+                if code == NVML_ERROR_GPU_IS_LOST:
                     self.lose()
-                raise NVMLError(f.code)
+                raise NVMLError(code)
         if function in self.missing:
             raise NVMLError_FunctionNotFound()
         if function in self.unsupported:
@@ -764,7 +713,7 @@ class FakeDevice:
 
 
 def _mig_uuid(parent_uuid: str, n: int) -> str:
-    h = _mix(_str_seed(parent_uuid), n, 0x4D4947)
+    h = mix(str_seed(parent_uuid), n, 0x4D4947)
     return "MIG-" + _uuid_from(h)
 
 
@@ -823,7 +772,7 @@ class FakeNVML:
         self.shutdown_count = 0
         self.calls: dict[str, int] = {}
         self.missing: set[str] = set()
-        self._failures: list[_Failure] = []
+        self._failures: list[Failure] = []
         self._event_sets: list[_EventSet] = []
         for i, d in enumerate(self.devices):
             if d._owner is not None and d._owner is not self:
@@ -850,19 +799,21 @@ class FakeNVML:
     ) -> FakeNVML:
         """Like :meth:`FakeDevice.fail`, for calls that take no device handle (``nvmlInit``,
         ``nvmlDeviceGetCount``, ``nvmlDeviceGetHandleByIndex``, ``nvmlEventSetWait``...)."""
-        if after is not None and at_call is not None:
-            raise ValueError("give after= or at_call=, not both")
         done = self.calls.get(function, 0)
-        start = at_call if at_call is not None else (after + 1 if after is not None else done + 1)
-        self._failures.append(_Failure(function, error_code, start, count))
+        # check_start=False: at_call=0 (or after=-1) fails from the first call.
+        f = schedule(
+            function, error_code, done, after=after, at_call=at_call, count=count, check_start=False
+        )
+        self._failures.append(f)
         return self
 
     # -- internals ----------------------------------------------------------------------------
     def _global(self, function: str, needs_init: bool = True) -> None:
         n = self.calls[function] = self.calls.get(function, 0) + 1
-        for f in self._failures:
-            if f.function == function and f.start <= n < f.start + (f.count or n + 1):
-                raise NVMLError(f.code)
+        if self._failures:
+            code = due(self._failures, function, n)
+            if code is not None:
+                raise NVMLError(code)
         if function in self.missing:
             raise NVMLError_FunctionNotFound()
         if needs_init and self.init_count <= 0:
@@ -1268,54 +1219,11 @@ _CLOCKS = {"Volta": (1530, 877), "Turing": (1590, 5001), "Ampere": (1410, 1593),
            "Ada": (2040, 9001), "Hopper": (1980, 2619), "Blackwell": (1965, 3996)}  # fmt: skip
 # Typical HGX PCI bus numbers of the 8 GPUs.
 _HGX_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
-_MASK64 = (1 << 64) - 1
-
-
-def _mix(*parts: int) -> int:
-    """A 64-bit hash of integers (splitmix64 steps): cheap, deterministic noise."""
-    x = 0x9E3779B97F4A7C15
-    for p in parts:
-        x = ((x ^ (p & _MASK64)) + 0x9E3779B97F4A7C15) & _MASK64
-        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
-        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
-        x ^= x >> 31
-    return x
-
-
-def _unit(*parts: int) -> float:
-    """Deterministic noise in [-1, 1)."""
-    return _mix(*parts) / 2**63 - 1.0
-
-
-def _str_seed(text: str) -> int:
-    h = 0
-    for ch in text.encode():
-        h = _mix(h, ch)
-    return h
 
 
 def _uuid_from(h: int) -> str:
-    hx = f"{h:016x}{_mix(h, 1):016x}"
+    hx = f"{h:016x}{mix(h, 1):016x}"
     return f"{hx[:8]}-{hx[8:12]}-{hx[12:16]}-{hx[16:20]}-{hx[20:32]}"
-
-
-_PRESET = re.compile(r"\s*(?:(\d+)\s*[xX×]\s*)?(\S+)\s*")
-
-
-def _parse_preset(preset: str) -> tuple[int, Accelerator]:
-    m = _PRESET.fullmatch(preset)
-    catalog = {k: a for k, a in load_accelerators().items() if a.nvml_names}
-    valid = ", ".join(sorted(catalog))
-    if m is None:
-        raise ValueError(f"preset {preset!r} is not COUNTxMODEL; models: {valid}")
-    count = int(m.group(1) or 1)
-    by_lower = {k.lower(): a for k, a in catalog.items()}
-    acc = by_lower.get(m.group(2).lower())
-    if acc is None:
-        raise ValueError(f"unknown model {m.group(2)!r} in preset {preset!r}; models: {valid}")
-    if not 1 <= count <= 64:
-        raise ValueError(f"preset {preset!r}: count must be 1 to 64")
-    return count, acc
 
 
 def from_preset(
@@ -1332,27 +1240,28 @@ def from_preset(
     clock-event reasons, zero ECC errors and, on Hopper and later, GPM metrics. Names, memory and
     power limits come from the catalog; UUIDs and PCI bus ids are deterministic from ``seed``.
     """
-    count, acc = _parse_preset(preset)
+    catalog = {k: a for k, a in load_accelerators().items() if a.nvml_names}
+    count, acc = parse_preset(preset, catalog)
     devices = [_preset_device(acc, i, seed, count) for i in range(count)]
     return FakeNVML(devices, clock)
 
 
 def _preset_device(acc: Accelerator, i: int, seed: int, count: int) -> FakeDevice:
     arch = acc.architecture
-    key = _mix(seed, i, _str_seed(acc.model))
+    key = mix(seed, i, str_seed(acc.model))
     bus = _HGX_BUSES[i] if count <= len(_HGX_BUSES) else 0x10 + i
     tdp_w = acc.tdp_watts or 300.0
     limit_mw = int(tdp_w * 1000)
     idle_mw = 0.1 * limit_mw
-    level = 0.70 + 0.25 * (_unit(key, 1) + 1) / 2  # 70-95 % busy
-    mem_frac = 0.55 + 0.35 * (_unit(key, 2) + 1) / 2
+    level = 0.70 + 0.25 * (unit(key, 1) + 1) / 2  # 70-95 % busy
+    mem_frac = 0.55 + 0.35 * (unit(key, 2) + 1) / 2
     total = acc.memory_bytes
     sm_max, mem_clock = _CLOCKS.get(arch, (1500, 1500))
     links = _NVLINK_LINKS.get(acc.model, 0)
     period = 0.1  # seconds per noise step
 
     def util(t: float) -> float:
-        return min(max(level + 0.08 * _unit(key, 3, int(t / period)), 0.0), 1.0)
+        return min(max(level + 0.08 * unit(key, 3, int(t / period)), 0.0), 1.0)
 
     def power(t: float) -> float:
         return idle_mw + (0.92 * limit_mw - idle_mw) * util(t)
@@ -1370,7 +1279,7 @@ def _preset_device(acc: Accelerator, i: int, seed: int, count: int) -> FakeDevic
         power_limit_mw=limit_mw,
         architecture=_ARCH.get(arch, NVML_DEVICE_ARCH_UNKNOWN),
         pci_bus_id=f"00000000:{bus:02X}:00.0",
-        energy_start_mj=int(1e9 + 1e8 * (_unit(key, 4) + 1)),
+        energy_start_mj=int(1e9 + 1e8 * (unit(key, 4) + 1)),
         nvlink_links=links,
         gpm=arch in ("Hopper", "Blackwell"),
         mig_capable=acc.model in _MIG_CAPABLE,
@@ -1385,8 +1294,8 @@ def _preset_device(acc: Accelerator, i: int, seed: int, count: int) -> FakeDevic
     d.script("sm_clock_mhz", lambda t: round(sm_max * (0.9 + 0.1 * (1 - util(t)))))
     d.script("mem_clock_mhz", mem_clock)
     d.script("clock_events", events)
-    d.script("pcie_tx_kbps", lambda t: round(2e6 * util(t) * (1 + 0.3 * _unit(key, 5, int(t)))))
-    d.script("pcie_rx_kbps", lambda t: round(4e6 * util(t) * (1 + 0.3 * _unit(key, 6, int(t)))))
+    d.script("pcie_tx_kbps", lambda t: round(2e6 * util(t) * (1 + 0.3 * unit(key, 5, int(t)))))
+    d.script("pcie_rx_kbps", lambda t: round(4e6 * util(t) * (1 + 0.3 * unit(key, 6, int(t)))))
     d.script("nvlink_tx_kib", lambda t: int(t * 5e7 * level) if links else 0)
     d.script("nvlink_rx_kib", lambda t: int(t * 5e7 * level) if links else 0)
     d.script("gpm_sm_active_percent", lambda t: 85 * util(t))

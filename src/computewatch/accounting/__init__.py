@@ -1,0 +1,1 @@
+"""Accounting: energy, carbon, cost and FLOPs from stored readings, and their reference data."""

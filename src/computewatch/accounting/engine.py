@@ -1,0 +1,577 @@
+"""Energy, carbon, cost, FLOPs and the forecast of a run, from its stored readings and summary.
+
+Every figure says how it was obtained (``measured``, ``polled``, ``modeled``, ``estimated``),
+what it assumed and its low-high range; the formulas and sources are in docs/methodology.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from computewatch.accounting import reference
+from computewatch.accounting.figures import (
+    MEASURED,
+    MODELED,
+    POLLED,
+    figure,
+    relative_range,
+)
+from computewatch.accounting.flops import hardware_estimate
+from computewatch.accounting.forecast import forecast
+from computewatch.accounting.live_intensity import LiveIntensityClient, LiveIntensityError
+from computewatch.accounting.region import Location, detect_cloud, resolve_location
+from computewatch.config import Config
+from computewatch.store import RunRow, Store
+
+J_PER_KWH = 3.6e6
+GPU_COUNTER_UNCERTAINTY = 0.05  # NVML: power readings within +/-5% of the draw (nvml.h docs)
+GPU_POLLED_UNCERTAINTY = 0.10  # the counter's +/-5% plus what sampling misses between polls
+RAPL_UNCERTAINTY = 0.10  # RAPL tracks wall-plug CPU power closely (Khan et al. 2018, TOMPECS)
+KNOWN_CPU_UNCERTAINTY = 0.40  # TDP curve for a known CPU model
+CPU_IDLE_FRACTION = 0.30  # package power at idle as a fraction of TDP (linear model below)
+GRID_UNCERTAINTY = 0.15  # an annual average applied to particular hours
+SERVER_LIFETIME_YEARS = 6.0  # embodied carbon amortised over 6 years (Luccioni et al. 2022)
+SERVER_LIFETIME_SOURCE = "Luccioni, Viguier and Ligozat (2022): 6-year replacement rate"
+_BUSY_MODES = frozenset({"user", "nice", "system", "irq", "softirq", "steal"})
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AccountingOptions:
+    """What the user said about the run's context (flags win over the configuration)."""
+
+    config: Config = dataclasses.field(default_factory=Config)
+    region: str | None = None
+    pue: float | None = None
+    precision: str | None = None
+    whole_machine: bool = False
+    total_steps: int | None = None
+    instance_type: str | None = None
+    environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
+    dmi_root: str = "/sys/class/dmi/id"
+    live_client: Callable[[str, str | None], Any] | None = None  # (token, url) -> client
+
+
+def account(
+    store: Store, run: RunRow, summary: dict[str, Any], opts: AccountingOptions
+) -> dict[str, Any]:
+    """The ``energy``, ``carbon``, ``cost``, ``flops`` (and with a step target ``forecast``)
+    sections of a run's summary."""
+    cfg = opts.config
+    location = resolve_location(
+        opts.region, config_region=cfg.region, environ=opts.environ, dmi_root=opts.dmi_root
+    )
+    host_cloud = detect_cloud(opts.dmi_root)
+    duration = float(summary.get("duration_seconds") or 0.0)
+    energy = _energy(store, run, summary, opts, location, duration)
+    carbon = _carbon(energy, summary, opts, location, duration)
+    cost = _cost(energy, summary, opts, host_cloud, duration)
+    flops = hardware_estimate(summary.get("gpus") or [], duration, opts.precision or cfg.precision)
+    out: dict[str, Any] = {"energy": energy, "carbon": carbon, "cost": cost, "flops": flops}
+    total = opts.total_steps or _declared_total_steps(store, run)
+    if total:
+        out["forecast"] = forecast(store, run, summary, out, total)
+    return out
+
+
+def accounted(
+    store: Store, run: RunRow, summary: dict[str, Any], opts: AccountingOptions
+) -> dict[str, Any]:
+    """:func:`account`, never raising: a failure becomes a note in the summary (the run and
+    its measurements are stored whatever happens to the accounting)."""
+    try:
+        return account(store, run, summary, opts)
+    except Exception as e:
+        return {"notes": [*summary.get("notes", []), f"accounting failed: {type(e).__name__}: {e}"]}
+
+
+# -- energy ---------------------------------------------------------------------------------
+
+
+def _energy(
+    store: Store,
+    run: RunRow,
+    summary: dict[str, Any],
+    opts: AccountingOptions,
+    location: Location,
+    duration: float,
+) -> dict[str, Any]:
+    cfg = opts.config
+    components: dict[str, dict[str, Any]] = {}
+    rules: list[str] = []
+    gpus = summary.get("gpus") or []
+    if gpus:
+        components["gpu"] = _gpu_energy(gpus)
+        rules.append(
+            "GPU: each GPU the run used is charged whole (per-process energy is not reported "
+            "by the driver)"
+        )
+    series = _deltas(store, run)
+    cpu_share, share_rule = _cpu_share(summary, series, opts.whole_machine)
+    rules.append(share_rule)
+    rapl = {k: v for k, v in series.items() if k[0] == "cpu_energy_joules_total"}
+    package = sum(v for k, v in rapl.items() if dict(k[1]).get("domain") == "package")
+    dram = sum(v for k, v in rapl.items() if dict(k[1]).get("domain") == "dram")
+    if package > 0:
+        lo, hi = relative_range(package * cpu_share, RAPL_UNCERTAINTY)
+        components["cpu"] = figure(
+            package * cpu_share / J_PER_KWH,
+            "kWh",
+            MEASURED,
+            low=lo / J_PER_KWH,
+            high=hi / J_PER_KWH,
+            assumptions=[f"RAPL package counters x {cpu_share:.3f} (the run's CPU share)"],
+            source="RAPL powercap energy_uj",
+        )
+    else:
+        components["cpu"] = _cpu_model_energy(summary, cfg, duration, cpu_share)
+    if dram > 0:
+        lo, hi = relative_range(dram * cpu_share, RAPL_UNCERTAINTY)
+        components["memory"] = figure(
+            dram * cpu_share / J_PER_KWH,
+            "kWh",
+            MEASURED,
+            low=lo / J_PER_KWH,
+            high=hi / J_PER_KWH,
+            assumptions=[f"RAPL DRAM counters x {cpu_share:.3f} (the run's CPU share)"],
+            source="RAPL powercap energy_uj",
+        )
+    else:
+        components["memory"] = _memory_model_energy(summary, cfg, duration, opts.whole_machine)
+    if cfg.server_watts > 0:
+        kwh = cfg.server_watts * duration * cpu_share / J_PER_KWH
+        components["server"] = figure(
+            kwh,
+            "kWh",
+            MODELED,
+            assumptions=[f"rest of the server {cfg.server_watts:g} W (configured) x CPU share"],
+            source=str(cfg.path) if cfg.path else "configuration",
+        )
+    it = _sum(components.values())
+    pue_value, pue_low, pue_high, pue_src = _pue(opts, location)
+    facility = figure(
+        it["value"] * pue_value,
+        "kWh",
+        _weakest(components.values()),
+        low=it["low"] * pue_low,
+        high=it["high"] * pue_high,
+        assumptions=[f"PUE {pue_value:g} ({pue_src})"],
+        source=pue_src,
+    )
+    return {
+        "components": components,
+        "device": it,
+        "facility": facility,
+        "pue": {"value": pue_value, "low": pue_low, "high": pue_high, "source": pue_src},
+        "attribution": rules,
+    }
+
+
+def _gpu_energy(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    total = low = high = 0.0
+    methods = set()
+    notes = []
+    for g in gpus:
+        j = g.get("energy_joules")
+        if j is None:
+            notes.append(f"GPU {g.get('index')}: no energy reading")
+            continue
+        method = g.get("energy_method") or "counter"
+        methods.add(method)
+        rel = GPU_COUNTER_UNCERTAINTY if method == "counter" else GPU_POLLED_UNCERTAINTY
+        lo, hi = relative_range(float(j), rel)
+        total, low, high = total + float(j), low + lo, high + hi
+        sim = " (simulated device)" if g.get("simulated") else ""
+        notes.append(f"GPU {g.get('index')}: {method}{sim}")
+    method = MEASURED if methods <= {"counter"} else POLLED
+    return figure(
+        total / J_PER_KWH,
+        "kWh",
+        method,
+        low=low / J_PER_KWH,
+        high=high / J_PER_KWH,
+        assumptions=notes,
+        source="NVML/amdsmi energy counter, or polled power integrated",
+    )
+
+
+def _deltas(store: Store, run: RunRow) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Last minus first of the counters accounting needs (RAPL and host CPU time)."""
+    wanted = [
+        s
+        for s in store.series(run.key)
+        if s.name in ("cpu_energy_joules_total", "host_cpu_seconds_total")
+    ]
+    pts = store.points_of(run.key, [s.idx for s in wanted])
+    out = {}
+    for s in wanted:
+        p = pts[s.idx]
+        if len(p) >= 2:
+            out[(s.name, tuple(sorted(s.labels.items())))] = p[-1][1] - p[0][1]
+    return out
+
+
+def _cpu_share(summary: dict[str, Any], series: dict[Any, float], whole: bool) -> tuple[float, str]:
+    if whole:
+        return 1.0, "CPU and memory: the whole machine is charged (--whole-machine)"
+    busy = sum(
+        v
+        for k, v in series.items()
+        if k[0] == "host_cpu_seconds_total" and dict(k[1]).get("mode") in _BUSY_MODES
+    )
+    mine = (summary.get("cpu") or {}).get("seconds_total") or 0.0
+    if busy <= 0:
+        return 1.0, "CPU and memory: the whole machine (host CPU time not available)"
+    share = min(mine / busy, 1.0)
+    return share, (
+        f"CPU: the run's share of the host's busy CPU time ({mine:.1f} s of {busy:.1f} s = "
+        f"{share:.1%}); use --whole-machine to charge everything"
+    )
+
+
+def _cpu_model_energy(
+    summary: dict[str, Any], cfg: Config, duration: float, share: float
+) -> dict[str, Any]:
+    host = summary.get("host") or {}
+    logical = float(host.get("logical_cpus") or 1)
+    model = str(host.get("cpu_model") or "unknown")
+    row = reference.cpu_tdp(model)
+    d = reference.defaults()
+    if cfg.cpu_tdp_watts is not None:
+        watts, rel = cfg.cpu_tdp_watts, KNOWN_CPU_UNCERTAINTY
+        how = f"TDP {watts:g} W (configured) for the machine's CPUs"
+        src = str(cfg.path) if cfg.path else "configuration"
+    elif row is not None:
+        # A VM sees part of a socket: scale the socket's TDP by the share of its threads we see
+        # (2 threads per core assumed), capped at whole sockets.
+        sockets = logical / (2 * row.cores)
+        watts = row.tdp_watts * max(sockets, 0.0)
+        rel = KNOWN_CPU_UNCERTAINTY
+        how = (
+            f"{model}: TDP {row.tdp_watts:g} W per {row.cores}-core socket ({row.source}, "
+            f"{row.year}) x {sockets:.3g} sockets' worth of threads"
+        )
+        src = row.source
+    else:
+        per_core = d["unknown_cpu_watts_per_core"]
+        watts = per_core.value * logical / 2
+        rel = d["unknown_cpu_relative_uncertainty"].value
+        how = (
+            f"CPU model {model!r} not in the catalog: {per_core.value:g} W per core "
+            f"({per_core.source}) x {logical:g} logical CPUs / 2 threads per core"
+        )
+        src = per_core.source
+    util = float((summary.get("cpu") or {}).get("utilization_mean") or 0.0)
+    # Host power with the linear model P = TDP x (idle + (1 - idle) x u); the run is charged its
+    # share of it. u is taken as the run's own utilization of its cores (a lower bound of the
+    # host's), so the idle part is what the share attributes.
+    power = watts * (CPU_IDLE_FRACTION + (1 - CPU_IDLE_FRACTION) * min(util, 1.0))
+    joules = power * duration * share
+    lo, hi = relative_range(joules, rel)
+    return figure(
+        joules / J_PER_KWH,
+        "kWh",
+        MODELED,
+        low=lo / J_PER_KWH,
+        high=hi / J_PER_KWH,
+        assumptions=[
+            "no RAPL counters readable here",
+            how,
+            f"power = TDP x ({CPU_IDLE_FRACTION:g} + {1 - CPU_IDLE_FRACTION:g} x utilization "
+            f"{util:.2f}) = {power:.1f} W, x CPU share {share:.3f}",
+            f"uncertainty +/-{rel:.0%}",
+        ],
+        source=src,
+    )
+
+
+def _memory_model_energy(
+    summary: dict[str, Any], cfg: Config, duration: float, whole: bool
+) -> dict[str, Any]:
+    d = reference.defaults()
+    per_gib = cfg.memory_watts_per_gib
+    src = str(cfg.path) if per_gib is not None and cfg.path else d["memory_watts_per_gib"].source
+    if per_gib is None:
+        per_gib = d["memory_watts_per_gib"].value
+    mem = summary.get("memory") or {}
+    total = float(mem.get("host_total_bytes") or 0.0)
+    gib = total / 2**30
+    share = 1.0
+    rule = "the whole host's memory (--whole-machine)"
+    if not whole:
+        peak_rss = float(mem.get("peak_rss_bytes") or 0.0)
+        used = float(mem.get("peak_host_used_bytes") or 0.0)
+        share = min(peak_rss / used, 1.0) if used > 0 else 1.0
+        rule = f"the run's share of memory in use (peak RSS / host peak used = {share:.1%})"
+    joules = per_gib * gib * duration * share
+    lo, hi = relative_range(joules, d["memory_relative_uncertainty"].value)
+    return figure(
+        joules / J_PER_KWH,
+        "kWh",
+        MODELED,
+        low=lo / J_PER_KWH,
+        high=hi / J_PER_KWH,
+        assumptions=[
+            "no RAPL DRAM counter readable here",
+            f"{per_gib:g} W per GiB x {gib:.1f} GiB installed x {rule}",
+        ],
+        source=src,
+    )
+
+
+def _pue(opts: AccountingOptions, location: Location) -> tuple[float, float, float, str]:
+    if opts.pue is not None:
+        return opts.pue, opts.pue, opts.pue, "--pue"
+    if opts.config.pue is not None:
+        src = f"configuration {opts.config.path}" if opts.config.path else "configuration"
+        return opts.config.pue, opts.config.pue, opts.config.pue, src
+    provider = location.provider
+    row = reference.pue_rows().get(provider) if provider else None
+    if row is not None:
+        return row.pue, row.pue, row.pue, f"{provider} published PUE: {row.source} ({row.year})"
+    d = reference.default_pue()
+    rel = reference.defaults()["pue_default_relative_uncertainty"].value
+    return (
+        d.pue,
+        max(1.0, d.pue * (1 - rel)),
+        d.pue * (1 + rel),
+        f"default PUE, facility unknown: {d.source} ({d.year})",
+    )
+
+
+# -- carbon ---------------------------------------------------------------------------------
+
+
+def _carbon(
+    energy: dict[str, Any],
+    summary: dict[str, Any],
+    opts: AccountingOptions,
+    location: Location,
+    duration: float,
+) -> dict[str, Any]:
+    cfg = opts.config
+    row = location.row
+    g_per_kwh = row.g_per_kwh
+    src = f"{row.source} ({row.year})"
+    method = MODELED
+    notes: list[str] = [n for n in [location.note] if n]
+    rel = location.relative_uncertainty or GRID_UNCERTAINTY
+    if cfg.electricitymaps_token and row.zone:
+        make = opts.live_client or (
+            lambda tok, url: LiveIntensityClient(tok, url) if url else LiveIntensityClient(tok)
+        )
+        try:
+            live = make(cfg.electricitymaps_token, cfg.electricitymaps_url).latest(row.zone)
+            g_per_kwh, src = (
+                live.g_per_kwh,
+                f"{live.source}, zone {live.zone}, {live.datetime:%Y-%m-%d %H:00} UTC",
+            )
+            rel = 0.10
+            method = MEASURED
+        except LiveIntensityError as e:
+            notes.append(f"live intensity unavailable ({e}); annual average used")
+    facility = energy["facility"]
+    kwh, kwh_lo, kwh_hi = facility["value"], facility["low"], facility["high"]
+    op = figure(
+        kwh * g_per_kwh,
+        "gCO2e",
+        MODELED,
+        low=kwh_lo * g_per_kwh * (1 - rel),
+        high=kwh_hi * g_per_kwh * (1 + rel),
+        assumptions=[
+            f"{kwh:.6f} kWh at the facility x {g_per_kwh:g} gCO2e/kWh ({row.name}, "
+            f"{location.code}, found by {location.how})",
+            f"intensity uncertainty +/-{rel:.0%}",
+            *notes,
+        ],
+        source=src,
+    )
+    out: dict[str, Any] = {
+        "operational": op,
+        "intensity": {
+            "g_per_kwh": g_per_kwh,
+            "region": location.code,
+            "name": row.name,
+            "how": location.how,
+            "method": method,
+            "source": src,
+            "year": row.year,
+        },
+    }
+    total = op
+    if cfg.embodied:
+        emb = _embodied(summary, duration)
+        out["embodied"] = emb
+        total = _sum([op, emb], unit="gCO2e")
+    out["total"] = total
+    return out
+
+
+def _embodied(summary: dict[str, Any], duration: float) -> dict[str, Any]:
+    d = reference.defaults()
+    gpus = len(summary.get("gpus") or [])
+    hours = duration / 3600
+    life = SERVER_LIFETIME_YEARS * 8760
+    per_gpu = d["embodied_kgco2e_per_gpu"]
+    server = d["embodied_kgco2e_per_server"]
+    host = summary.get("host") or {}
+    share = float(host.get("allowed_cores") or 1) / float(host.get("logical_cpus") or 1)
+    g = (gpus * per_gpu.value + server.value * min(share, 1.0)) * 1000 * hours / life
+    return figure(
+        g,
+        "gCO2e",
+        MODELED,
+        low=g * 0.5,
+        high=g * 2.0,
+        assumptions=[
+            f"{gpus} GPU(s) x {per_gpu.value:g} kgCO2e ({per_gpu.source})",
+            f"server {server.value:g} kgCO2e x {min(share, 1.0):.2f} (the run's cores) "
+            f"({server.source})",
+            f"amortised over {SERVER_LIFETIME_YEARS:g} years ({SERVER_LIFETIME_SOURCE})",
+            "order of magnitude only: range x0.5 to x2",
+        ],
+        source=per_gpu.source,
+    )
+
+
+# -- cost -----------------------------------------------------------------------------------
+
+
+def _cost(
+    energy: dict[str, Any],
+    summary: dict[str, Any],
+    opts: AccountingOptions,
+    host_cloud: Any,
+    duration: float,
+) -> dict[str, Any]:
+    cfg = opts.config
+    hours = duration / 3600
+    gpus = summary.get("gpus") or []
+    ngpu = len(gpus)
+    parts: list[dict[str, Any]] = []
+    notes: list[str] = []
+    instance_key = opts.instance_type or cfg.instance_type
+    how = "--instance-type" if opts.instance_type else "configuration"
+    if not instance_key and host_cloud.provider and host_cloud.instance_type:
+        instance_key = f"{host_cloud.provider}:{host_cloud.instance_type}"
+        how = f"DMI ({host_cloud.evidence})"
+    compute: dict[str, Any] | None = None
+    if cfg.usd_per_gpu_hour is not None and ngpu:
+        usd = cfg.usd_per_gpu_hour * ngpu * hours
+        compute = figure(
+            usd,
+            "USD",
+            MODELED,
+            assumptions=[
+                f"{ngpu} GPU(s) x {hours:.4f} h x ${cfg.usd_per_gpu_hour:g}/GPU-hour (configured)"
+            ],
+            source="configuration",
+        )
+    elif cfg.usd_per_hour is not None:
+        usd = cfg.usd_per_hour * hours
+        compute = figure(
+            usd,
+            "USD",
+            MODELED,
+            assumptions=[f"{hours:.4f} h x ${cfg.usd_per_hour:g}/hour (configured)"],
+            source="configuration",
+        )
+    elif instance_key:
+        provider, _, name = instance_key.partition(":")
+        inst = reference.find_instance(provider, name) if name else None
+        if inst is None:
+            notes.append(f"instance type {instance_key!r} (from {how}) is not in the price catalog")
+        else:
+            if ngpu and inst.gpus:
+                share = min(ngpu / inst.gpus, 1.0)
+                rule = f"{ngpu} of its {inst.gpus} GPUs"
+            else:
+                host = summary.get("host") or {}
+                share = min(
+                    float(host.get("allowed_cores") or 1) / float(host.get("logical_cpus") or 1),
+                    1.0,
+                )
+                rule = f"its cores' share of the instance ({share:.0%})"
+            rate = inst.usd_per_hour * (1 - cfg.discount)
+            usd = rate * share * hours
+            assumptions = [
+                f"{inst.provider}:{inst.instance} on demand ${inst.usd_per_hour:g}/h "
+                f"(${inst.usd_per_gpu_hour:.2f}/GPU-hour; {inst.price_region}, {inst.as_of})",
+                f"the run's share: {rule}, for {hours:.4f} h",
+            ]
+            if cfg.discount:
+                assumptions.append(f"discount {cfg.discount:.0%} (configured: spot/reserved)")
+            compute = figure(usd, "USD", MODELED, assumptions=assumptions, source=inst.source)
+    if compute is not None:
+        parts.append(compute)
+    electricity = None
+    if cfg.usd_per_kwh is not None:
+        fac = energy["facility"]
+        electricity = figure(
+            fac["value"] * cfg.usd_per_kwh,
+            "USD",
+            MODELED,
+            low=fac["low"] * cfg.usd_per_kwh,
+            high=fac["high"] * cfg.usd_per_kwh,
+            assumptions=[f"{fac['value']:.6f} kWh x ${cfg.usd_per_kwh:g}/kWh (configured)"],
+            source="configuration",
+        )
+        parts.append(electricity)
+    if not parts:
+        notes.append(
+            "no price known: set [cost] instance_type, usd_per_gpu_hour or usd_per_hour in the "
+            "configuration, or --instance-type"
+        )
+        total = figure(None, "USD", MODELED, assumptions=notes)
+    else:
+        total = _sum(parts, unit="USD")
+        total["assumptions"] = [a for p in parts for a in p["assumptions"]] + notes
+    out: dict[str, Any] = {"compute": compute, "electricity": electricity, "total": total}
+    out["per_unit"] = _unit_costs(total, summary)
+    return out
+
+
+def _unit_costs(total: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
+    steps = summary.get("steps") or {}
+    usd = total.get("value")
+    if usd is None or not steps.get("count"):
+        return {}
+    out: dict[str, Any] = {"usd_per_step": usd / steps["count"]}
+    if steps.get("samples_total"):
+        out["usd_per_1k_samples"] = usd / steps["samples_total"] * 1e3
+    if steps.get("tokens_total"):
+        out["usd_per_1m_tokens"] = usd / steps["tokens_total"] * 1e6
+    return {k: round(v, 8) for k, v in out.items()}
+
+
+# -- helpers --------------------------------------------------------------------------------
+
+
+def _sum(figs: Any, unit: str = "kWh") -> dict[str, Any]:
+    figs = [f for f in figs if f is not None and f.get("value") is not None]
+    return figure(
+        sum(f["value"] for f in figs),
+        unit,
+        _weakest(figs),
+        low=sum(f["low"] for f in figs),
+        high=sum(f["high"] for f in figs),
+        assumptions=[f"sum of {len(figs)} part(s); ranges added (taken as fully correlated)"],
+    )
+
+
+_ORDER = {MEASURED: 0, "counted": 0, POLLED: 1, MODELED: 2, "estimated": 3}
+
+
+def _weakest(figs: Any) -> str:
+    """The least direct method among the parts: a total is only as measured as its weakest part."""
+    methods = [f["method"] for f in figs if f is not None and f.get("value") is not None]
+    return max(methods, key=lambda m: _ORDER.get(m, 9)) if methods else MODELED
+
+
+def _declared_total_steps(store: Store, run: RunRow) -> int | None:
+    for _, meta in store.writers(run.key).values():
+        if meta.get("total_steps"):
+            return int(meta["total_steps"])
+    return None

@@ -1,0 +1,45 @@
+"""One shape for every accounted figure: a value with its unit, how it was obtained, what it
+assumed, and a low-high range."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MEASURED = "measured"  # a hardware or kernel counter read at the start and end
+POLLED = "polled"  # instantaneous readings integrated over the samples
+MODELED = "modeled"  # computed from a model and reference figures
+ESTIMATED = "estimated"  # from assumed utilization (hardware-time FLOPs, forecasts)
+COUNTED = "counted"  # counted by the program (FLOPs per step)
+
+
+def figure(
+    value: float | None,
+    unit: str,
+    method: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    assumptions: list[str] | None = None,
+    source: str | None = None,
+    digits: int = 6,
+) -> dict[str, Any]:
+    """A figure dict; ``low``/``high`` default to the value itself (no stated uncertainty).
+    Numbers keep ``digits`` significant digits (a 2-second run's energy is a few mWh)."""
+
+    def r(v: float | None) -> float | None:
+        return None if v is None else float(f"{v:.{digits}g}")
+
+    return {
+        "value": r(value),
+        "unit": unit,
+        "method": method,
+        "low": r(low if low is not None else value),
+        "high": r(high if high is not None else value),
+        "assumptions": list(assumptions or []),
+        "source": source,
+    }
+
+
+def relative_range(value: float, rel: float) -> tuple[float, float]:
+    """``value`` ± ``rel`` (a fraction), never below zero."""
+    return max(value * (1 - rel), 0.0), value * (1 + rel)
