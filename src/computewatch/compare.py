@@ -25,6 +25,14 @@ COMPARED: tuple[tuple[str, str], ...] = (
     ("steps.steps_per_second", "per_second"),
     ("steps.samples_per_second", "per_second"),
     ("steps.tokens_per_second", "per_second"),
+    ("energy.facility.value", "kWh"),
+    ("energy.device.value", "kWh"),
+    ("carbon.total.value", "gCO2e"),
+    ("cost.total.value", "USD"),
+    ("cost.per_unit.usd_per_step", "USD"),
+    ("cost.per_unit.usd_per_1k_samples", "USD"),
+    ("cost.per_unit.usd_per_1m_tokens", "USD"),
+    ("flops.value", "FLOP"),
 )
 
 

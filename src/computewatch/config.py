@@ -28,9 +28,8 @@ usd_per_kwh = 0.15             # electricity, when you pay it
 [flops]
 precision = "bf16"             # fp64 fp32 tf32 bf16 fp16 fp8
 
-[catalog]                      # your own rows, merged over the package's (same CSV columns)
+[catalog]                      # your own price rows, over the package's (same CSV columns)
 cloud_instances = "~/prices.csv"
-grid_intensity = "~/grid.csv"
 ```
 """
 
@@ -39,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +67,12 @@ class Config:
     usd_per_kwh: float | None = None
     precision: str | None = None
     catalog_cloud_instances: Path | None = None
-    catalog_grid_intensity: Path | None = None
+    extra_instances: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Rows of ``catalog_cloud_instances``, parsed and checked when the file was loaded."""
 
 
-# section -> key -> (field, kind); kind: "str", "float>=0", "float>=1", "ratio", "bool", "path"
+# section -> key -> (field, kind); kind: "str", "float>=0", "float>=1", "ratio", "bool", "path",
+# "url", "precision"
 _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
     "location": {"region": ("region", "str")},
     "energy": {
@@ -82,7 +84,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
     "carbon": {
         "embodied": ("embodied", "bool"),
         "electricitymaps_token": ("electricitymaps_token", "str"),
-        "electricitymaps_url": ("electricitymaps_url", "str"),
+        "electricitymaps_url": ("electricitymaps_url", "url"),
     },
     "cost": {
         "instance_type": ("instance_type", "str"),
@@ -91,10 +93,9 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "usd_per_hour": ("usd_per_hour", "float>=0"),
         "usd_per_kwh": ("usd_per_kwh", "float>=0"),
     },
-    "flops": {"precision": ("precision", "str")},
+    "flops": {"precision": ("precision", "precision")},
     "catalog": {
         "cloud_instances": ("catalog_cloud_instances", "path"),
-        "grid_intensity": ("catalog_grid_intensity", "path"),
     },
 }
 
@@ -145,7 +146,21 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
                 )
             field, kind = spec
             fields[field] = _check(where, f"{section}.{key}", value, kind, path)
+    prices = fields.get("catalog_cloud_instances")
+    if prices is not None:
+        fields["extra_instances"] = _load_prices(where, prices)
     return Config(**fields)
+
+
+def _load_prices(where: str, path: Path) -> Mapping[str, Any]:
+    from computewatch.accounting.reference import parse_instances
+
+    try:
+        return parse_instances(path.read_text(), str(path))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where}: catalog.cloud_instances: cannot read {path}: {e}") from None
+    except ValueError as e:
+        raise ConfigError(f"{where}: catalog.cloud_instances: {e}") from None
 
 
 def _check(where: str, key: str, value: Any, kind: str, path: Path | None) -> Any:
@@ -154,9 +169,19 @@ def _check(where: str, key: str, value: Any, kind: str, path: Path | None) -> An
         if not isinstance(value, bool):
             raise ConfigError(f"{bad} must be true or false")
         return value
-    if kind in ("str", "path"):
+    if kind in ("str", "path", "url", "precision"):
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{bad} must be a non-empty string")
+        if kind == "url":  # checked here, not when the first run fails to account
+            import urllib.parse
+
+            if urllib.parse.urlsplit(value.strip()).scheme not in ("http", "https"):
+                raise ConfigError(f"{bad} must be an http or https URL")
+        if kind == "precision":
+            from computewatch.catalog import PRECISIONS
+
+            if value.strip() not in PRECISIONS:
+                raise ConfigError(f"{bad} must be one of {', '.join(PRECISIONS)}")
         if kind == "path":
             p = Path(value).expanduser()
             if not p.is_absolute() and path is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from rich.console import Console
@@ -174,7 +175,7 @@ def print_compare(result: dict[str, Any], out: TextIO) -> None:
     t.add_column("B − A", justify="right")
     t.add_column("B / A", justify="right")
     for row in result["fields"]:
-        fmt = {"bytes": _b, "ratio": _pct, "seconds": _s}.get(row["unit"], _plain)
+        fmt = _FORMATS.get(row["unit"], _plain)
         diff = row["difference"]
         if diff is None:
             dtext = ""
@@ -187,6 +188,28 @@ def print_compare(result: dict[str, Any], out: TextIO) -> None:
         ratio = "" if row["ratio"] is None else f"{row['ratio']:.3f}×"
         _row(t, row["field"], fmt(row["a"]), fmt(row["b"]), dtext, ratio)
     con.print(t)
+
+
+def _fmt_kwh(v: Any) -> str:
+    return "n/a" if v is None else format_energy(float(v) * 3.6e6)
+
+
+def _fmt_grams(v: Any) -> str:
+    return "n/a" if v is None else _grams({"value": v})
+
+
+def _fmt_usd(v: Any) -> str:
+    return "n/a" if v is None else _usd({"value": v})
+
+
+_FORMATS: dict[str, Callable[[Any], str]] = {
+    "bytes": _b,
+    "ratio": _pct,
+    "seconds": _s,
+    "kWh": _fmt_kwh,
+    "gCO2e": _fmt_grams,
+    "USD": _fmt_usd,
+}
 
 
 def _plain(v: Any) -> str:

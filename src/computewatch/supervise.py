@@ -10,7 +10,6 @@ The command is spawned with an empty signal mask, so it sees signals exactly as 
 from __future__ import annotations
 
 import os
-import resource
 import signal
 import sys
 import threading
@@ -83,6 +82,7 @@ def run_command(opts: RunOptions, store: Store, stderr: TextIO = sys.stderr) -> 
     env[ENV_SPOOL] = str(spool)
 
     old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    hwm = own_hwm_bytes()
     try:
         pid = _spawn(opts.command, env)
     except CommandNotStarted:
@@ -90,9 +90,22 @@ def run_command(opts: RunOptions, store: Store, stderr: TextIO = sys.stderr) -> 
         raise
     started = time.time()
     try:
-        return _supervise(opts, store, stderr, run_id, spool, pid, started)
+        return _supervise(opts, store, stderr, run_id, spool, pid, started, hwm)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+def own_hwm_bytes() -> float:
+    """This process's resident-memory high-water mark (VmHWM), in bytes; inf if unknown,
+    so that an unknown baseline never lets a contaminated figure through."""
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmHWM:"):
+                    return float(line.split()[1]) * 1024.0
+    except (OSError, ValueError, IndexError):
+        pass
+    return float("inf")
 
 
 def _spawn(command: list[str], env: dict[str, str]) -> int:
@@ -118,6 +131,7 @@ class _ChildState:
     maxrss_bytes: float | None = None
     signals: list[int] = field(default_factory=list)
     ended_at: float | None = None
+    spawn_hwm: float = 0.0  # the supervisor's VmHWM when it spawned the command
 
 
 def _wait_child(state: _ChildState) -> None:
@@ -164,8 +178,9 @@ def _supervise(
     spool: Path,
     pid: int,
     started: float,
+    spawn_hwm: float,
 ) -> RunOutcome:
-    state = _ChildState(pid)
+    state = _ChildState(pid, spawn_hwm=spawn_hwm)
     waiter = threading.Thread(target=_wait_child, args=(state,), name="cw-wait", daemon=True)
     waiter.start()
     forwarder = threading.Thread(
@@ -244,11 +259,11 @@ def _monitor(
     if tree is not None:
         if state.rusage_cpu is not None:
             tree.set_final_root_cpu(state.rusage_cpu)
-        # ru_maxrss also holds the peak of the address space the command replaced at exec,
-        # here the supervisor's (kernel fs/exec.c, exec_mmap): only a figure above our own
-        # peak is certainly the command's.
-        own_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024.0
-        if state.maxrss_bytes is not None and state.maxrss_bytes > own_peak:
+        # ru_maxrss also holds the peak of the address space the command replaced at exec:
+        # posix_spawn's child runs in the supervisor's memory until exec (CLONE_VM), so that
+        # is the supervisor's high-water mark at spawn (kernel fs/exec.c, exec_mmap). Only a
+        # figure above it is certainly the command's own peak.
+        if state.maxrss_bytes is not None and state.maxrss_bytes > state.spawn_hwm:
             tree.note_peak_rss(state.maxrss_bytes)
     sampler.final_tick()
     sampler.close()

@@ -298,7 +298,16 @@ ACCOUNTING: dict[str, Any] = {
         }
     },
     "cost": {"currency": "EUR", "provider": "on-prem", "rates": [1, 2]},
-    "flops": {"mfu": {"value": 0.41, "unit": "ratio", "method": "6ND"}, "model": "llama"},
+    "flops": {  # a figure with more beside it
+        "value": 5.5e14,
+        "unit": "FLOP",
+        "method": "estimated",
+        "low": 4.4e14,
+        "high": 6.6e14,
+        "assumptions": ["6ND"],
+        "devices": [{"model": "A100-80GB", "active_seconds": 2.9}],
+        "model": "llama",
+    },
     "forecast": {"eta": None, "remaining_steps": 1000},
 }
 
@@ -323,12 +332,14 @@ def test_accounting_sections_when_the_summary_has_them(store: Store) -> None:
     cost = page[page.index('id="section-cost"') : page.index('id="section-flops"')]
     assert "currency" in cost and "EUR" in cost and "1, 2" in cost
     flops = page[page.index('id="section-flops"') : page.index('id="section-forecast"')]
-    assert "0.41 ratio" in flops and "6ND" in flops and "llama" in flops
+    assert "5.5e+14 FLOP" in flops and "4.4e+14–6.6e+14 FLOP" in flops and "6ND" in flops
+    assert "devices[0].model" in flops and "A100-80GB" in flops and "llama" in flops
     forecast = page[page.index('id="section-forecast"') :]
     assert "remaining_steps" in forecast and "n/a" in forecast
     # A headline figure of a section becomes a card at the top too.
     cards = page[page.index('class="cards"') : page.index("</section>")]
-    assert "energy" in cards and "carbon" in cards
+    assert "energy" in cards and "1,250 kWh" in cards and "0.42 kgCO2e" in cards
+    assert "5.5e+14 FLOP" in cards
 
 
 def test_accounting_section_of_any_shape() -> None:

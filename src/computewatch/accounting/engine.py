@@ -480,7 +480,7 @@ def _cost(
         )
     elif instance_key:
         provider, _, name = instance_key.partition(":")
-        inst = reference.find_instance(provider, name) if name else None
+        inst = reference.find_instance(provider, name, cfg.extra_instances) if name else None
         if inst is None:
             notes.append(f"instance type {instance_key!r} (from {how}) is not in the price catalog")
         else:

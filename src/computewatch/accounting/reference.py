@@ -14,7 +14,7 @@ import dataclasses
 import functools
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from importlib import resources
 
 from computewatch.catalog import load_accelerators
@@ -431,9 +431,14 @@ def _instances_folded() -> dict[str, CloudInstance]:
     return {key.casefold(): item for key, item in instances().items()}
 
 
-def find_instance(provider: str, instance: str) -> CloudInstance | None:
-    """The price row of an instance type, ignoring case; Azure's "Standard_" prefix is optional."""
+def find_instance(
+    provider: str, instance: str, extra: Mapping[str, CloudInstance] | None = None
+) -> CloudInstance | None:
+    """The price row of an instance type, ignoring case; Azure's "Standard_" prefix is optional.
+    Rows of ``extra`` (the user's own price file) win over the package's."""
     table = _instances_folded()
+    if extra:
+        table = {**table, **{k.casefold(): v for k, v in extra.items()}}
     provider = provider.strip().casefold()
     instance = instance.strip().casefold()
     found = table.get(f"{provider}:{instance}")

@@ -427,11 +427,11 @@ def _number(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, int):
-        return f"{v:,}"
+        return f"{v:,}" if abs(v) >= 10_000 else str(v)  # a year stays 2024
     if isinstance(v, float):
         if not math.isfinite(v):
             return "n/a"
-        if v != 0 and (abs(v) >= 1e15 or abs(v) < 1e-3):
+        if v != 0 and (abs(v) >= 1e9 or abs(v) < 1e-3):
             return f"{v:.4g}"
         return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
     return str(v)
@@ -445,6 +445,8 @@ def _plain(v: Any) -> str:
         return _e(_number(v))
     if isinstance(v, str):
         return _e(v)
+    if isinstance(v, list) and all(isinstance(x, str) for x in v) and len(v) > 1:
+        return "<ul>" + "".join(f"<li>{_e(x)}</li>" for x in v) + "</ul>"
     if isinstance(v, list) and all(isinstance(x, str | int | float) for x in v):
         return _e(", ".join(_number(x) for x in v))
     return f"<code>{_e(json.dumps(v, sort_keys=True))}</code>"
@@ -522,9 +524,9 @@ def _cards(s: dict[str, Any]) -> str:
             )
         )
     for section in ACCOUNTING_SECTIONS:
-        total = (s.get(section) or {}).get("total") if isinstance(s.get(section), dict) else None
-        if isinstance(total, dict) and "value" in total:
-            cards.append((section, _figure_value(total), str(total.get("method") or "")))
+        head = _headline(s.get(section))
+        if head is not None and head.get("value") is not None:
+            cards.append((section, _figure_value(head), str(head.get("method") or "")))
     return (
         '<section class="cards" aria-label="key figures">'
         + "".join(
@@ -723,9 +725,26 @@ def _gpu_table(gpus: list[dict[str, Any]]) -> str:
 
 
 def _is_figure(v: Any) -> bool:
-    """A figure with its provenance: ``{value, unit, method, assumptions, low, high, source}``
-    (``value`` required, the rest optional)."""
-    return isinstance(v, dict) and "value" in v and set(v) <= _FIGURE_KEYS | {"note", "notes"}
+    """A figure with its provenance: ``{value, unit, method, assumptions, low, high, source}``,
+    a number (or null) ``value`` and at least one of the others; other keys may ride along."""
+    return (
+        isinstance(v, dict)
+        and "value" in v
+        and (v["value"] is None or isinstance(v["value"], int | float))
+        and len(set(v) & _FIGURE_KEYS) > 1
+    )
+
+
+def _headline(section: Any) -> dict[str, Any] | None:
+    """The figure that sums up an accounting section: itself, or its total (the facility
+    energy for ``energy``)."""
+    if _is_figure(section):
+        return dict(section)
+    if isinstance(section, dict):
+        for key in ("total", "facility"):
+            if _is_figure(section.get(key)):
+                return dict(section[key])
+    return None
 
 
 def _figure_value(f: dict[str, Any]) -> str:
@@ -739,7 +758,10 @@ def _flatten(
     prefix: str, v: Any, figures: list[tuple[str, dict[str, Any]]], other: list[tuple[str, Any]]
 ) -> None:
     if _is_figure(v):
-        figures.append((prefix, v))
+        figures.append((prefix, {k: x for k, x in v.items() if k in _FIGURE_KEYS}))
+        for k, sub in v.items():  # what rides along: devices, thresholds, ...
+            if k not in _FIGURE_KEYS:
+                _flatten(f"{prefix}.{k}" if prefix else str(k), sub, figures, other)
     elif isinstance(v, dict) and v:
         for k, sub in v.items():
             _flatten(f"{prefix}.{k}" if prefix else str(k), sub, figures, other)

@@ -122,7 +122,7 @@
       bands: bands,
       scales: { x: { time: true }, y: { range: yRange(spec.unit) } },
       axes: [
-        { stroke: "#59636e", grid: { stroke: "#eaeef2" }, ticks: { stroke: "#d1d9e0" } },
+        { stroke: "#59636e", space: 80, grid: { stroke: "#eaeef2" }, ticks: { stroke: "#d1d9e0" } },
         {
           stroke: "#59636e",
           size: function (u, values, axisIdx, cycleNum) {
