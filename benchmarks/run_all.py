@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Callable
 
+import bench_codecarbon
 import bench_gpu
 import bench_overhead
 import bench_sampler
@@ -24,6 +25,7 @@ BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
     ("step", bench_step.run),
     ("store", bench_store.run),
     ("gpu", bench_gpu.run),
+    ("codecarbon", bench_codecarbon.run),
 )
 
 

@@ -376,6 +376,7 @@ def test_cli_report_of_a_real_run(cw: Any, tmp_path: Path) -> None:
     charts = {c["id"] for c in doc.data()["charts"]}
     assert {"cpu", "memory"} <= charts
     assert rid in page
+    assert 'id="section-energy"' in page  # accounted at the run's end, shown as stored
 
     r = cw.ok("report", rid[:6])
     assert r.stdout.strip() == f"computewatch-{rid}.html"

@@ -126,7 +126,8 @@ def _energy(
             source="RAPL powercap energy_uj",
         )
     else:
-        components["cpu"] = _cpu_model_energy(summary, cfg, duration, cpu_share)
+        busy = host_busy_seconds(series) if opts.whole_machine else None
+        components["cpu"] = _cpu_model_energy(summary, cfg, duration, cpu_share, busy)
     if dram > 0:
         lo, hi = relative_range(dram * cpu_share, RAPL_UNCERTAINTY)
         components["memory"] = figure(
@@ -213,14 +214,19 @@ def _deltas(store: Store, run: RunRow) -> dict[tuple[str, tuple[tuple[str, str],
     return out
 
 
-def _cpu_share(summary: dict[str, Any], series: dict[Any, float], whole: bool) -> tuple[float, str]:
-    if whole:
-        return 1.0, "CPU and memory: the whole machine is charged (--whole-machine)"
-    busy = sum(
+def host_busy_seconds(series: dict[Any, float]) -> float:
+    """CPU seconds the whole host spent busy over the run (all cores, busy modes)."""
+    return sum(
         v
         for k, v in series.items()
         if k[0] == "host_cpu_seconds_total" and dict(k[1]).get("mode") in _BUSY_MODES
     )
+
+
+def _cpu_share(summary: dict[str, Any], series: dict[Any, float], whole: bool) -> tuple[float, str]:
+    if whole:
+        return 1.0, "CPU and memory: the whole machine is charged (--whole-machine)"
+    busy = host_busy_seconds(series)
     mine = (summary.get("cpu") or {}).get("seconds_total") or 0.0
     if busy <= 0:
         return 1.0, "CPU and memory: the whole machine (host CPU time not available)"
@@ -232,7 +238,11 @@ def _cpu_share(summary: dict[str, Any], series: dict[Any, float], whole: bool) -
 
 
 def _cpu_model_energy(
-    summary: dict[str, Any], cfg: Config, duration: float, share: float
+    summary: dict[str, Any],
+    cfg: Config,
+    duration: float,
+    share: float,
+    whole_busy_seconds: float | None = None,
 ) -> dict[str, Any]:
     host = summary.get("host") or {}
     logical = float(host.get("logical_cpus") or 1)
@@ -263,12 +273,17 @@ def _cpu_model_energy(
             f"({per_core.source}) x {logical:g} logical CPUs / 2 threads per core"
         )
         src = per_core.source
-    util = float((summary.get("cpu") or {}).get("utilization_mean") or 0.0)
-    # Host power with the linear model P = TDP x (idle + (1 - idle) x u); the run is charged its
-    # share of it. u is taken as the run's own utilization of its cores (a lower bound of the
-    # host's), so the idle part is what the share attributes.
-    power = watts * (CPU_IDLE_FRACTION + (1 - CPU_IDLE_FRACTION) * min(util, 1.0))
-    joules = power * duration * share
+    # Linear model of the visible CPUs' power: P = TDP x (idle + (1 - idle) x u_host). The run
+    # is charged its share of the idle part and the busy part of the CPU seconds it used itself:
+    #   E = TDP x (idle x duration x share + (1 - idle) x cpu_seconds / logical CPUs),
+    # which equals P x duration x share with share = its CPU seconds / the host's busy seconds.
+    cpu_seconds = float((summary.get("cpu") or {}).get("seconds_total") or 0.0)
+    if whole_busy_seconds:  # --whole-machine: every busy CPU second of the host
+        cpu_seconds = max(cpu_seconds, whole_busy_seconds)
+    idle_j = watts * CPU_IDLE_FRACTION * duration * share
+    busy_j = watts * (1 - CPU_IDLE_FRACTION) * cpu_seconds / logical
+    joules = idle_j + busy_j
+    power = joules / duration if duration > 0 else 0.0
     lo, hi = relative_range(joules, rel)
     return figure(
         joules / J_PER_KWH,
@@ -279,8 +294,9 @@ def _cpu_model_energy(
         assumptions=[
             "no RAPL counters readable here",
             how,
-            f"power = TDP x ({CPU_IDLE_FRACTION:g} + {1 - CPU_IDLE_FRACTION:g} x utilization "
-            f"{util:.2f}) = {power:.1f} W, x CPU share {share:.3f}",
+            f"energy = TDP x ({CPU_IDLE_FRACTION:g} x duration x CPU share {share:.3f} + "
+            f"{1 - CPU_IDLE_FRACTION:g} x {cpu_seconds:.2f} CPU-s / {logical:g} CPUs) "
+            f"= {power:.2f} W on average",
             f"uncertainty +/-{rel:.0%}",
         ],
         source=src,
@@ -381,7 +397,7 @@ def _carbon(
         low=kwh_lo * g_per_kwh * (1 - rel),
         high=kwh_hi * g_per_kwh * (1 + rel),
         assumptions=[
-            f"{kwh:.6f} kWh at the facility x {g_per_kwh:g} gCO2e/kWh ({row.name}, "
+            f"{kwh:.3g} kWh at the facility x {g_per_kwh:g} gCO2e/kWh ({row.name}, "
             f"{location.code}, found by {location.how})",
             f"intensity uncertainty +/-{rel:.0%}",
             *notes,

@@ -524,18 +524,31 @@ def _cards(s: dict[str, Any]) -> str:
             )
         )
     for section in ACCOUNTING_SECTIONS:
-        head = _headline(s.get(section))
-        if head is not None and head.get("value") is not None:
-            cards.append((section, _figure_value(head), str(head.get("method") or "")))
+        found = _headline(s.get(section))
+        if found is not None and found[1].get("value") is not None:
+            which, head = found
+            sub = ", ".join(str(x) for x in (which, head.get("method")) if x)
+            cards.append((section, _figure_value(head), sub))
     return (
         '<section class="cards" aria-label="key figures">'
         + "".join(
-            f'<div class="card"><div class="label">{_e(k)}</div><div class="value">{_e(v)}</div>'
-            f'<div class="sub">{_e(sub)}</div></div>'
+            f'<div class="card"><div class="label">{_e(k)}</div>'
+            f'<div class="value">{_card_value(v)}</div><div class="sub">{_e(sub)}</div></div>'
             for k, v, sub in cards
         )
         + "</section>"
     )
+
+
+_NUMBER_AND_UNIT = re.compile(r"([-+]?[\d.,]+(?:e[-+]?\d+)?) (\S+)")
+
+
+def _card_value(text: str) -> str:
+    """``0.0008282 kWh`` with the unit set smaller, so long numbers fit their card."""
+    m = _NUMBER_AND_UNIT.fullmatch(text)
+    if m is None:
+        return _e(text)
+    return f'{_e(m[1])} <span class="unit">{_e(m[2])}</span>'
 
 
 def _run_table(s: dict[str, Any], run: RunRow) -> str:
@@ -735,15 +748,15 @@ def _is_figure(v: Any) -> bool:
     )
 
 
-def _headline(section: Any) -> dict[str, Any] | None:
-    """The figure that sums up an accounting section: itself, or its total (the facility
-    energy for ``energy``)."""
+def _headline(section: Any) -> tuple[str, dict[str, Any]] | None:
+    """The figure that sums up an accounting section, and where it was: the section itself,
+    or its total (the facility energy for ``energy``)."""
     if _is_figure(section):
-        return dict(section)
+        return "", dict(section)
     if isinstance(section, dict):
         for key in ("total", "facility"):
             if _is_figure(section.get(key)):
-                return dict(section[key])
+                return key, dict(section[key])
     return None
 
 
