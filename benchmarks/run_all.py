@@ -14,6 +14,7 @@ from collections.abc import Callable
 import bench_codecarbon
 import bench_gpu
 import bench_overhead
+import bench_report
 import bench_sampler
 import bench_step
 import bench_store
@@ -25,6 +26,7 @@ BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
     ("step", bench_step.run),
     ("store", bench_store.run),
     ("gpu", bench_gpu.run),
+    ("report", bench_report.run),
     ("codecarbon", bench_codecarbon.run),
 )
 

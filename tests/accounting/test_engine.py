@@ -36,11 +36,12 @@ def approx(x: float) -> Any:
 
 
 # Host CPU seconds over the run, by cpu and mode: busy = user + system + softirq
-# = 2000 + 1000 + 600 = 3600 s; idle and iowait are not busy.
+# = 60,000 + 30,000 + 10,800 = 100,800 s (56 CPUs x 3600 s x 50% busy); idle and iowait are
+# not busy.
 HOST_CPU: list[tuple[str, Labels, Kind, list[float]]] = [
-    ("host_cpu_seconds_total", labels(cpu=0, mode="user"), Kind.COUNTER, [100.0, 2100.0]),
-    ("host_cpu_seconds_total", labels(cpu=0, mode="system"), Kind.COUNTER, [10.0, 1010.0]),
-    ("host_cpu_seconds_total", labels(cpu=1, mode="softirq"), Kind.COUNTER, [0.0, 600.0]),
+    ("host_cpu_seconds_total", labels(cpu=0, mode="user"), Kind.COUNTER, [100.0, 60_100.0]),
+    ("host_cpu_seconds_total", labels(cpu=0, mode="system"), Kind.COUNTER, [10.0, 30_010.0]),
+    ("host_cpu_seconds_total", labels(cpu=1, mode="softirq"), Kind.COUNTER, [0.0, 10_800.0]),
     ("host_cpu_seconds_total", labels(cpu=1, mode="idle"), Kind.COUNTER, [0.0, 50_000.0]),
     ("host_cpu_seconds_total", labels(cpu=1, mode="iowait"), Kind.COUNTER, [0.0, 400.0]),
 ]
@@ -101,13 +102,13 @@ def gpu(index: int, joules: float | None, method: str | None = "counter", **kw: 
 
 
 def make_summary(**over: Any) -> dict[str, Any]:
-    """A one-hour run: 900 CPU-s (share 900 / 3600 busy = 0.25), 50% of its cores busy,
+    """A one-hour run: 25,200 CPU-s (share 25,200 / 100,800 busy = 0.25; 25% of its 28 cores),
     64 GiB installed with peak RSS 8 of 32 GiB used (memory share 0.25), and two GPUs:
     GPU 0 with a counter (3.6 MJ = 1 kWh), GPU 1 polled (1.8 MJ = 0.5 kWh)."""
     s: dict[str, Any] = {
         "id": "0b0b0b0b0b0b",
         "duration_seconds": HOUR,
-        "cpu": {"seconds_total": 900.0, "utilization_mean": 0.5},
+        "cpu": {"seconds_total": 25_200.0, "utilization_mean": 0.25},
         "memory": {
             "host_total_bytes": 64 * GIB,
             "peak_rss_bytes": 8 * GIB,
@@ -181,9 +182,9 @@ def test_no_gpu_no_gpu_component(store: Store, run: RunRow) -> None:
 
 def test_cpu_share_rule_is_the_runs_share_of_busy_host_time(store: Store, run: RunRow) -> None:
     e = acc(store, run)["energy"]
-    # 900 s of 2000 + 1000 + 600 = 3600 busy seconds (idle, iowait left out) = 25%
+    # 25,200 s of 60,000 + 30,000 + 10,800 = 100,800 busy seconds (idle, iowait left out) = 25%
     assert (
-        "CPU: the run's share of the host's busy CPU time (900.0 s of 3600.0 s = 25.0%); "
+        "CPU: the run's share of the host's busy CPU time (25200.0 s of 100800.0 s = 25.0%); "
         "use --whole-machine to charge everything"
     ) in e["attribution"]
 
@@ -211,8 +212,9 @@ def test_cpu_and_dram_from_rapl_times_the_cpu_share(store: Store) -> None:
 def test_cpu_modeled_from_a_known_cpu(store: Store, run: RunRow) -> None:
     c = acc(store, run)["energy"]["components"]["cpu"]
     # Xeon Platinum 8480+: 350 W per 56-core socket; 56 logical CPUs / (2 x 56) = 0.5 socket
-    # -> 175 W. P = 175 x (0.3 + 0.7 x 0.5) = 113.75 W; x 3600 s x share 0.25 = 102,375 J
-    # = 0.0284375 kWh, +/-40% -> [0.0170625, 0.0398125]
+    # -> 175 W. E = 175 x (0.3 x 3600 s x share 0.25 + 0.7 x 25,200 CPU-s / 56 CPUs)
+    # = 175 x (270 + 315) = 102,375 J = 0.0284375 kWh, +/-40% -> [0.0170625, 0.0398125]
+    # (the same as the host's power at u = 100,800 / (56 x 3600) = 0.5, 175 x 0.65 W, x share)
     assert (c["value"], c["low"], c["high"]) == (
         approx(0.0284375),
         approx(0.0170625),
@@ -221,7 +223,7 @@ def test_cpu_modeled_from_a_known_cpu(store: Store, run: RunRow) -> None:
     assert c["method"] == "modeled"
     text = " ".join(c["assumptions"])
     assert "TDP 350 W per 56-core socket" in text and "x 0.5 sockets' worth" in text
-    assert "power = TDP x (0.3 + 0.7 x utilization 0.50)" in text
+    assert "0.3 x duration x CPU share 0.250 + 0.7 x 25200.00 CPU-s / 56 CPUs" in text
     assert "no RAPL counters readable here" in text
 
 
@@ -230,29 +232,31 @@ def test_cpu_modeled_from_a_known_cpu(store: Store, run: RunRow) -> None:
     [
         (56, 0.0, 52.5),  # 0.5 socket: 175 W x 0.3 (idle)
         (56, 1.0, 175.0),  # 175 W x (0.3 + 0.7)
-        (56, 1.7, 175.0),  # utilization above 1 is capped at 1
+        (56, 0.5, 113.75),  # 175 W x 0.65
         (224, 0.5, 455.0),  # two sockets: 700 W x 0.65
         (8, 0.5, 16.25),  # a VM seeing 8 threads: 350 x 8 / 112 = 25 W x 0.65
     ],
 )
 def test_known_cpu_socket_share_and_linear_curve(
-    store: Store, run: RunRow, logical: int, util: float, watts: float
+    store: Store, logical: int, util: float, watts: float
 ) -> None:
+    # no host CPU time: share 1; the run's CPU seconds are u x logical CPUs x 3600 s, so
+    # E = W x (0.3 x 3600 + 0.7 x u x 3600) = W x (0.3 + 0.7 u) x 3600 s -> kWh = that / 1000
     s = make_summary(
-        cpu={"seconds_total": 900.0, "utilization_mean": util},
-        host={"cpu_model": XEON, "logical_cpus": logical, "allowed_cores": 8.0},
+        cpu={"seconds_total": util * logical * HOUR, "utilization_mean": util},
+        host={"cpu_model": XEON, "logical_cpus": logical, "allowed_cores": float(logical)},
     )
-    c = acc(store, run, s, whole_machine=True)["energy"]["components"]["cpu"]
-    # --whole-machine: share 1, so kWh = W x 3600 s / 3.6e6 = W / 1000
+    c = acc(store, write_run(store, []), s)["energy"]["components"]["cpu"]
     assert c["value"] == approx(watts / 1000)
 
 
 def test_cpu_modeled_from_an_unknown_cpu(store: Store, run: RunRow) -> None:
-    s = make_summary(host={"cpu_model": "Mystery CPU 9000", "logical_cpus": 16})
+    s = make_summary(host={"cpu_model": "Mystery CPU 9000", "logical_cpus": 56})
     c = acc(store, run, s)["energy"]["components"]["cpu"]
-    # defaults.csv: 7 W per core x 16 logical / 2 = 56 W; x (0.3 + 0.7 x 0.5) = 36.4 W;
-    # x 3600 s x 0.25 = 32,760 J = 0.0091 kWh, +/-60% -> [0.00364, 0.01456]
-    assert (c["value"], c["low"], c["high"]) == (approx(0.0091), approx(0.00364), approx(0.01456))
+    # defaults.csv: 7 W per core x 56 logical / 2 = 196 W;
+    # E = 196 x (0.3 x 3600 x 0.25 + 0.7 x 25,200 / 56) = 196 x 585 = 114,660 J = 0.03185 kWh,
+    # +/-60% -> [0.01274, 0.05096]
+    assert (c["value"], c["low"], c["high"]) == (approx(0.03185), approx(0.01274), approx(0.05096))
     assert c["method"] == "modeled"
     assert any("'Mystery CPU 9000' not in the catalog" in a for a in c["assumptions"])
     assert "uncertainty +/-60%" in c["assumptions"]
@@ -260,7 +264,7 @@ def test_cpu_modeled_from_an_unknown_cpu(store: Store, run: RunRow) -> None:
 
 def test_configured_cpu_tdp_wins_over_the_catalog(store: Store, run: RunRow) -> None:
     c = acc(store, run, config=Config(cpu_tdp_watts=200.0))["energy"]["components"]["cpu"]
-    # 200 W x 0.65 = 130 W x 3600 s x 0.25 = 117,000 J = 0.0325 kWh, +/-40%
+    # 200 x (0.3 x 3600 x 0.25 + 0.7 x 25,200 / 56) = 200 x 585 = 117,000 J = 0.0325 kWh, +/-40%
     assert (c["value"], c["low"], c["high"]) == (approx(0.0325), approx(0.0195), approx(0.0455))
     assert any("TDP 200 W (configured)" in a for a in c["assumptions"])
 
@@ -301,7 +305,9 @@ def test_whole_machine_charges_everything(store: Store) -> None:
     assert c["server"]["value"] == approx(0.1)  # 100 W x 1 h
     e = acc(store, write_run(store, HOST_CPU, "0c0c0c0c0c0c"), whole_machine=True)["energy"]
     c = e["components"]
-    assert c["cpu"]["value"] == approx(0.11375)  # 113.75 W x 1 h
+    # every busy second of the host: 175 x (0.3 x 3600 + 0.7 x 100,800 / 56) = 175 x 2340
+    # = 409,500 J = 0.11375 kWh
+    assert c["cpu"]["value"] == approx(0.11375)
     assert c["memory"]["value"] == approx(0.024)  # 24 W x 1 h, all of the memory
 
 
@@ -309,7 +315,9 @@ def test_without_host_cpu_time_the_whole_machine_is_charged(store: Store) -> Non
     run = write_run(store, [])
     e = acc(store, run)["energy"]
     assert "CPU and memory: the whole machine (host CPU time not available)" in e["attribution"]
-    assert e["components"]["cpu"]["value"] == approx(0.11375)
+    # share 1 for the idle part, the run's own CPU seconds for the busy part:
+    # 175 x (0.3 x 3600 + 0.7 x 25,200 / 56) = 175 x 1395 = 244,125 J = 0.0678125 kWh
+    assert e["components"]["cpu"]["value"] == approx(0.0678125)
 
 
 # --- energy: PUE and facility ---------------------------------------------------------------

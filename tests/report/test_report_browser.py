@@ -16,13 +16,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import ConsoleMessage, Page, Request, Route, sync_playwright
-
-from computewatch.readings import Kind, Labels, labels
-from computewatch.report import write_report
-from computewatch.store import COMPLETED, Store
 
 CHROMIUM = "/usr/bin/chromium"
+if not Path(CHROMIUM).exists():  # skip before importing Playwright, which may be missing too
+    pytest.skip(
+        f"no Chromium at {CHROMIUM} (apt-get install chromium); CI installs it",
+        allow_module_level=True,
+    )
+
+from playwright.sync_api import (  # noqa: E402
+    ConsoleMessage,
+    Page,
+    Request,
+    Route,
+    sync_playwright,
+)
+
+from computewatch.readings import Kind, Labels, labels  # noqa: E402
+from computewatch.report import write_report  # noqa: E402
+from computewatch.store import COMPLETED, Store  # noqa: E402
+
 CHROMIUM_ARGS = [
     "--headless",
     "--no-sandbox",
@@ -37,11 +50,6 @@ T0 = 1_700_000_000.0
 MONO0 = 5000.0
 N = 5000  # ticks: more than the 2,000 buckets, so series are drawn as bands
 GPUS = ("GPU-11111111-2222-3333-4444-555555555555", "GPU-66666666-7777-8888-9999-000000000000")
-
-pytestmark = pytest.mark.skipif(
-    not Path(CHROMIUM).exists(),
-    reason=f"no Chromium at {CHROMIUM} (apt-get install chromium); CI installs it",
-)
 
 
 def write_run(path: Path) -> Path:

@@ -533,7 +533,8 @@ def _cards(s: dict[str, Any]) -> str:
         '<section class="cards" aria-label="key figures">'
         + "".join(
             f'<div class="card"><div class="label">{_e(k)}</div>'
-            f'<div class="value">{_card_value(v)}</div><div class="sub">{_e(sub)}</div></div>'
+            f'<div class="value" title="{_e(v)}">{_card_value(v)}</div>'
+            f'<div class="sub">{_e(sub)}</div></div>'
             for k, v, sub in cards
         )
         + "</section>"
