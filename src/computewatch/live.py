@@ -91,6 +91,14 @@ class Snapshot:
     steps_total: int | None  # None until the program reports a step
     steps_per_second: float | None
     gpus: tuple[GpuLine, ...] = ()
+    total_steps: int | None = None  # the planned steps, when declared: adds an ETA
+
+    @property
+    def eta_seconds(self) -> float | None:
+        """Time to ``total_steps`` at the current step rate, or None."""
+        if not (self.total_steps and self.steps_total and self.steps_per_second):
+            return None
+        return max(self.total_steps - self.steps_total, 0) / self.steps_per_second
 
 
 class LiveView(Protocol):
@@ -319,8 +327,12 @@ def _plain_line(snap: Snapshot, *, title: str = "") -> str:
         parts.append(f"procs {snap.processes}")
     if snap.steps_total is not None:
         steps = f"steps {snap.steps_total}"
+        if snap.total_steps:
+            steps += f"/{snap.total_steps}"
         if snap.steps_per_second is not None:
             steps += f" ({_format_count_rate(snap.steps_per_second)}/s)"
+        if snap.eta_seconds is not None:
+            steps += f" ETA {format_duration(snap.eta_seconds)}"
         parts.append(steps)
     for gpu in snap.gpus:
         g = [f"gpu{_one_line(gpu.index)}" + (" (simulated)" if gpu.simulated else "")]
@@ -519,6 +531,8 @@ class _PanelView:
         if snap.steps_total is not None:
             rate = snap.steps_per_second
             per_s = f"  {_format_count_rate(rate)}/s" if rate is not None else ""
+            if snap.eta_seconds is not None:
+                per_s += f"  ETA {format_duration(snap.eta_seconds)} to {snap.total_steps}"
             lines.append(
                 row(
                     f"{'steps':<6}{snap.steps_total:>9}{per_s}",

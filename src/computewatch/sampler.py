@@ -85,6 +85,8 @@ class Sampler:
         self.stopped_at: float | None = None
         self.tick_cpu_seconds = 0.0
         self.on_writer: Callable[[dict[str, Any]], None] | None = None
+        self.total_steps: int | None = None
+        """The run's planned steps (``--total-steps`` or ``track(total_steps=)``), for an ETA."""
         self.gpu_names: dict[str, tuple[int | str, str, bool]] = {}
         """GPU uuid → (index, name, simulated), for the live view."""
         self._notes_seen: dict[str, int] = {}
@@ -155,6 +157,8 @@ class Sampler:
                 self._step_times.append(s.mono)
             for pid, meta in self.spool.new_metas():
                 pend.writers.append((pid, float(meta.get("started_mono", mono)), meta))
+                if meta.get("total_steps") and not self.total_steps:
+                    self.total_steps = int(meta["total_steps"])
                 if self.on_writer is not None:
                     self.on_writer(meta)
         self.last_tick_wall = wall
@@ -290,6 +294,7 @@ class Sampler:
             processes=_int_or_none(latest.get("tree_processes")),
             steps_total=self._steps_total or None,
             steps_per_second=sps,
+            total_steps=self.total_steps,
             gpus=tuple(
                 GpuLine(
                     index=str(info[0]),

@@ -247,6 +247,7 @@ def _monitor(
         note=None if opts.live == "quiet" else live.note,
     )
     sampler.gpu_names = mon.gpu_names()
+    sampler.total_steps = opts.accounting.total_steps
     for n in mon.notes:
         sampler.note(n, show=False)
     app_meta: list[dict[str, Any]] = []
