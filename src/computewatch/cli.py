@@ -477,10 +477,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     with _open_store(args) as store:
         summary = _summary_of(store, args.run)
         if accounting is not None:  # the same run, accounted again in another context
-            summary = {
-                **summary,
-                **accounted(store, store.find_run(summary["id"]), summary, accounting),
-            }
+            run = store.find_run(summary["id"])
+            if run.samples_deleted_at is not None:
+                raise UserError(
+                    f"the samples of run {run.id} were deleted by gc: its accounting can only "
+                    "be shown as stored (drop the accounting flags)"
+                )
+            summary = {**summary, **accounted(store, run, summary, accounting)}
     _emit(summary, print_summary, as_json=args.json)
     return 0
 

@@ -92,13 +92,15 @@ class Snapshot:
     steps_per_second: float | None
     gpus: tuple[GpuLine, ...] = ()
     total_steps: int | None = None  # the planned steps, when declared: adds an ETA
+    step_processes: int = 1  # processes reporting steps (ranks each report every step)
 
     @property
     def eta_seconds(self) -> float | None:
-        """Time to ``total_steps`` at the current step rate, or None."""
+        """Time to ``total_steps`` at the current step rate (steps and rate per process)."""
         if not (self.total_steps and self.steps_total and self.steps_per_second):
             return None
-        return max(self.total_steps - self.steps_total, 0) / self.steps_per_second
+        n = max(self.step_processes, 1)
+        return max(self.total_steps - self.steps_total / n, 0) / (self.steps_per_second / n)
 
 
 class LiveView(Protocol):

@@ -80,7 +80,7 @@ class Sampler:
         self._prev_mono: float | None = None
         self._steps_total = 0
         self._step_times: deque[float] = deque(maxlen=4096)
-        self._pids_seen: set[int] = set()
+        self._step_pids: set[int] = set()
         self.last_tick_wall: float | None = None
         self.stopped_at: float | None = None
         self.tick_cpu_seconds = 0.0
@@ -155,6 +155,7 @@ class Sampler:
                 )
                 self._steps_total += 1
                 self._step_times.append(s.mono)
+                self._step_pids.add(s.pid)
             for pid, meta in self.spool.new_metas():
                 pend.writers.append((pid, float(meta.get("started_mono", mono)), meta))
                 if meta.get("total_steps") and not self.total_steps:
@@ -295,6 +296,7 @@ class Sampler:
             steps_total=self._steps_total or None,
             steps_per_second=sps,
             total_steps=self.total_steps,
+            step_processes=max(len(self._step_pids), 1),
             gpus=tuple(
                 GpuLine(
                     index=str(info[0]),

@@ -170,14 +170,16 @@ def test_no_steps_is_a_note(store: Store) -> None:
     assert "note" in forecast(store, run, summary(101, elapsed=0.0), SECTIONS, 201)
 
 
-def test_multi_process_divides_remaining_steps_by_processes(store: Store) -> None:
-    # two ranks, each a first step then 49 steps of 0.1 s: 100 steps done in all
+def test_ranks_reporting_every_step_count_the_steps_of_one(store: Store) -> None:
+    # two data-parallel ranks, each a first step then 49 steps of 0.1 s: 100 step records,
+    # 50 steps of the run
     run = write_run(store, {11: step_times([0.1] * 49), 12: step_times([0.1] * 49, MONO0 + 0.05)})
     fc = forecast(store, run, summary(100, processes=2, elapsed=10.0), SECTIONS, 200)
-    # (200 - 100) steps / 2 processes = 50 x 0.1 s = 5 s; 10 + 5 = 15 s
+    assert fc["steps_done"] == 50
+    # (200 - 50) steps x 0.1 s = 15 s; 10 + 15 = 25 s
     w = fc["wall_seconds_at_completion"]
-    assert (w["value"], w["low"], w["high"]) == (approx(15.0), approx(15.0), approx(15.0))
-    assert fc["energy_kwh"]["value"] == approx(1.5)  # k = 15 / 10
+    assert (w["value"], w["low"], w["high"]) == (approx(25.0), approx(25.0), approx(25.0))
+    assert fc["energy_kwh"]["value"] == approx(2.5)  # k = 25 / 10
 
 
 def test_account_adds_a_forecast_for_a_declared_step_target(store: Store) -> None:

@@ -255,7 +255,7 @@ def _cpu_model_energy(
         src = str(cfg.path) if cfg.path else "configuration"
     elif row is not None:
         # A VM sees part of a socket: scale the socket's TDP by the share of its threads we see
-        # (2 threads per core assumed), capped at whole sockets.
+        # (2 threads per core assumed: a host without SMT is charged half; say so).
         sockets = logical / (2 * row.cores)
         watts = row.tdp_watts * max(sockets, 0.0)
         rel = KNOWN_CPU_UNCERTAINTY

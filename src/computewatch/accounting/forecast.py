@@ -1,6 +1,8 @@
 """Projecting a run to completion from its steps so far (``--total-steps N``).
 
-Remaining time = remaining steps × recent step time (the mean of the last ``WINDOW`` steps), with
+``total_steps`` is the run's steps; when several processes report steps (data-parallel ranks
+each reporting every step) the steps done are the mean per process. Remaining time = remaining
+steps × recent step time (the mean of the last ``WINDOW`` steps), with
 a range from the 10th to the 90th percentile of those steps. Energy, carbon, cost and FLOPs are
 projected in proportion to time: value so far × (elapsed + remaining) / elapsed, their own
 ranges widened by the time range.
@@ -37,9 +39,11 @@ def forecast(
     total_steps: int,
 ) -> dict[str, Any]:
     steps = summary.get("steps") or {}
-    done = int(steps.get("count") or 0)
     elapsed = float(summary.get("duration_seconds") or 0.0)
     procs = max(int(steps.get("processes") or 1), 1)
+    # ``total_steps`` counts the run's steps: in data-parallel training every rank reports
+    # each step, so the run has done the steps of one process (the mean over processes).
+    done = round(int(steps.get("count") or 0) / procs)
     base: dict[str, Any] = {"total_steps": total_steps, "steps_done": done}
     if done >= total_steps:
         return {**base, "complete": True}
@@ -48,8 +52,7 @@ def forecast(
         return {**base, "complete": False, "note": "no step times yet: nothing to project"}
     recent = sorted(durations)
     mean = sum(recent) / len(recent)
-    # Ranks report steps in parallel: the run advances one step per step time of one process.
-    remaining = (total_steps - done) / procs
+    remaining = total_steps - done
     rem = remaining * mean
     rem_lo = remaining * percentile(recent, 0.10)
     rem_hi = remaining * percentile(recent, 0.90)
