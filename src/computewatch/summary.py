@@ -249,6 +249,27 @@ def _int(v: float | None) -> int | None:
     return None if v is None else int(v)
 
 
+def _gpu_share(
+    mine_sm: dict[int, float], mine_mem: dict[int, float], other: dict[str, dict[int, float]]
+) -> tuple[float, str]:
+    """The run's share of a GPU: whole when no other process was seen on it; else its share of
+    the SM utilization of all processes, or failing that of their memory."""
+    count = other.get("gpu_other_processes") or {}
+    if not count or max(count.values()) == 0:
+        return 1.0, "alone on the device: charged whole"
+    o_sm = other.get("gpu_other_processes_sm_utilization_ratio") or {}
+    ours, theirs = sum(mine_sm.values()), sum(o_sm.get(q, 0.0) for q in mine_sm)
+    if ours + theirs > 0:
+        share = ours / (ours + theirs)
+        return round(share, 4), f"shared with other processes: its share of SM use ({share:.1%})"
+    o_mem = other.get("gpu_other_processes_memory_used_bytes") or {}
+    ours, theirs = sum(mine_mem.values()), sum(o_mem.get(q, 0.0) for q in mine_mem)
+    if ours + theirs > 0:
+        share = ours / (ours + theirs)
+        return round(share, 4), f"shared with other processes: its share of memory ({share:.1%})"
+    return 1.0, "shared, but no per-process figures: charged whole"
+
+
 _GPU_MEANS = {
     "gpu_utilization_ratio": "utilization_mean",
     "gpu_power_watts": "power_mean_watts",
@@ -295,6 +316,8 @@ def gpu_stats(
             "scope": "device" if every or uuid not in chosen else "used by the run",
         }
         proc_mem: dict[int, float] = {}
+        proc_sm: dict[int, float] = {}
+        other: dict[str, dict[int, float]] = {}
         for s in mine:
             values = [v for _, v in pts[s.idx]]
             if not values:
@@ -316,6 +339,11 @@ def gpu_stats(
             elif s.name == "gpu_process_memory_used_bytes":
                 for seq, v in pts[s.idx]:
                     proc_mem[seq] = proc_mem.get(seq, 0.0) + v
+            elif s.name == "gpu_process_sm_utilization_ratio":
+                for seq, v in pts[s.idx]:
+                    proc_sm[seq] = proc_sm.get(seq, 0.0) + v
+            elif s.name.startswith("gpu_other_processes"):
+                other[s.name] = dict(pts[s.idx])
             elif s.name == "gpu_clock_event_reasons":
                 throttle: dict[str, float] = {}
                 p = pts[s.idx]
@@ -329,6 +357,7 @@ def gpu_stats(
                 g["throttle_seconds"] = {k: round(v, 3) for k, v in sorted(throttle.items())}
         if proc_mem:
             g["process_memory_peak_bytes"] = _int(max(proc_mem.values()))
+        g["share"], g["share_rule"] = _gpu_share(proc_sm, proc_mem, other)
         g.setdefault("energy_joules", None)
         g.setdefault("energy_method", None)
         g.setdefault("throttle_seconds", {})

@@ -158,7 +158,10 @@ def test_gpu_counter_and_polled_energy(store: Store, run: RunRow) -> None:
     assert (g["value"], g["low"], g["high"]) == (approx(1.5), approx(1.4), approx(1.6))
     assert g["unit"] == "kWh"
     assert g["method"] == "polled"  # any polled GPU makes the whole figure polled
-    assert "GPU 0: counter" in g["assumptions"] and "GPU 1: polled" in g["assumptions"]
+    assert (
+        "GPU 0: counter, share 100.0%" in g["assumptions"]
+        and "GPU 1: polled, share 100.0%" in g["assumptions"]
+    )
 
 
 def test_gpu_counter_only_is_measured_within_5_percent(store: Store, run: RunRow) -> None:
@@ -167,7 +170,7 @@ def test_gpu_counter_only_is_measured_within_5_percent(store: Store, run: RunRow
     # 3.6e6 J = 1 kWh, +/-5%
     assert (g["value"], g["low"], g["high"]) == (approx(1.0), approx(0.95), approx(1.05))
     assert g["method"] == "measured"
-    assert "GPU 0: counter (simulated device)" in g["assumptions"]
+    assert "GPU 0: counter (simulated device), share 100.0%" in g["assumptions"]
     assert "GPU 1: no energy reading" in g["assumptions"]
 
 

@@ -103,11 +103,10 @@ def _energy(
     rules: list[str] = []
     gpus = summary.get("gpus") or []
     if gpus:
-        components["gpu"] = _gpu_energy(gpus)
-        rules.append(
-            "GPU: each GPU the run used is charged whole (per-process energy is not reported "
-            "by the driver)"
-        )
+        components["gpu"] = _gpu_energy(gpus, opts.whole_machine)
+        for g in gpus:
+            rule = "charged whole (--whole-machine)" if opts.whole_machine else g.get("share_rule")
+            rules.append(f"GPU {g.get('index')}: {rule or 'charged whole'}")
     series = _deltas(store, run)
     cpu_share, share_rule = _cpu_share(summary, series, opts.whole_machine)
     rules.append(share_rule)
@@ -170,7 +169,7 @@ def _energy(
     }
 
 
-def _gpu_energy(gpus: list[dict[str, Any]]) -> dict[str, Any]:
+def _gpu_energy(gpus: list[dict[str, Any]], whole: bool = False) -> dict[str, Any]:
     total = low = high = 0.0
     methods = set()
     notes = []
@@ -182,10 +181,12 @@ def _gpu_energy(gpus: list[dict[str, Any]]) -> dict[str, Any]:
         method = g.get("energy_method") or "counter"
         methods.add(method)
         rel = GPU_COUNTER_UNCERTAINTY if method == "counter" else GPU_POLLED_UNCERTAINTY
-        lo, hi = relative_range(float(j), rel)
-        total, low, high = total + float(j), low + lo, high + hi
+        share = 1.0 if whole else float(g.get("share", 1.0))
+        j = float(j) * share
+        lo, hi = relative_range(j, rel)
+        total, low, high = total + j, low + lo, high + hi
         sim = " (simulated device)" if g.get("simulated") else ""
-        notes.append(f"GPU {g.get('index')}: {method}{sim}")
+        notes.append(f"GPU {g.get('index')}: {method}{sim}, share {share:.1%}")
     method = MEASURED if methods <= {"counter"} else POLLED
     return figure(
         total / J_PER_KWH,

@@ -352,6 +352,11 @@ class VendorGpuSource(abc.ABC, Generic[DevT]):
         tree = self._tree
         mine = [pid for pid in listed if pid in tree]
         d.mine = mine
+        if self._pids is not None and not self.pid_namespace_mismatch:
+            # Other processes on the device: the share of the GPU the run is charged.
+            others = [m for pid, m in listed.items() if pid not in tree]
+            add(gauge("gpu_other_processes", len(others), d.lbl))
+            add(gauge("gpu_other_processes_memory_used_bytes", sum(m or 0 for m in others), d.lbl))
         if mine:
             self._used.add(d.info.uuid)
             d.ns_strikes = 0

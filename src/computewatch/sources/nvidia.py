@@ -824,12 +824,17 @@ class NvidiaSource(VendorGpuSource[_Dev]):
             raise
         mine = set(d.mine)
         sums: dict[int, list[float]] = {}
+        other: dict[int, list[float]] = {}
         newest = d.proc_ts
         for s in samples:
             ts = int(s.timeStamp)
             newest = max(newest, ts)
             pid = int(s.pid)
-            if pid in mine:
+            if pid not in mine:
+                o = other.setdefault(pid, [0.0, 0.0])
+                o[0] += s.smUtil
+                o[1] += 1.0
+            else:
                 acc = sums.get(pid)
                 if acc is None:
                     sums[pid] = [float(s.smUtil), 1.0]
@@ -839,3 +844,6 @@ class NvidiaSource(VendorGpuSource[_Dev]):
         d.proc_ts = newest
         for pid, (total, n) in sums.items():
             add(gauge("gpu_process_sm_utilization_ratio", total / n / 100.0, d.proc_label(pid)))
+        if sums:
+            foreign = sum(total / n for total, n in other.values()) / 100.0
+            add(gauge("gpu_other_processes_sm_utilization_ratio", foreign, d.lbl))
