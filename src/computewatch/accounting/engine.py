@@ -114,30 +114,12 @@ def _energy(
     package = sum(v for k, v in rapl.items() if dict(k[1]).get("domain") == "package")
     dram = sum(v for k, v in rapl.items() if dict(k[1]).get("domain") == "dram")
     if package > 0:
-        lo, hi = relative_range(package * cpu_share, RAPL_UNCERTAINTY)
-        components["cpu"] = figure(
-            package * cpu_share / J_PER_KWH,
-            "kWh",
-            MEASURED,
-            low=lo / J_PER_KWH,
-            high=hi / J_PER_KWH,
-            assumptions=[f"RAPL package counters x {cpu_share:.3f} (the run's CPU share)"],
-            source="RAPL powercap energy_uj",
-        )
+        components["cpu"] = _rapl_figure(package, cpu_share, "package")
     else:
         busy = host_busy_seconds(series) if opts.whole_machine else None
         components["cpu"] = _cpu_model_energy(summary, cfg, duration, cpu_share, busy)
     if dram > 0:
-        lo, hi = relative_range(dram * cpu_share, RAPL_UNCERTAINTY)
-        components["memory"] = figure(
-            dram * cpu_share / J_PER_KWH,
-            "kWh",
-            MEASURED,
-            low=lo / J_PER_KWH,
-            high=hi / J_PER_KWH,
-            assumptions=[f"RAPL DRAM counters x {cpu_share:.3f} (the run's CPU share)"],
-            source="RAPL powercap energy_uj",
-        )
+        components["memory"] = _rapl_figure(dram, cpu_share, "DRAM")
     else:
         components["memory"] = _memory_model_energy(summary, cfg, duration, opts.whole_machine)
     if cfg.server_watts > 0:
@@ -167,6 +149,20 @@ def _energy(
         "pue": {"value": pue_value, "low": pue_low, "high": pue_high, "source": pue_src},
         "attribution": rules,
     }
+
+
+def _rapl_figure(joules: float, share: float, domain: str) -> dict[str, Any]:
+    """A RAPL counter's delta over the run, times the run's CPU share (``measured``)."""
+    lo, hi = relative_range(joules * share, RAPL_UNCERTAINTY)
+    return figure(
+        joules * share / J_PER_KWH,
+        "kWh",
+        MEASURED,
+        low=lo / J_PER_KWH,
+        high=hi / J_PER_KWH,
+        assumptions=[f"RAPL {domain} counters x {share:.3f} (the run's CPU share)"],
+        source="RAPL powercap energy_uj",
+    )
 
 
 def _gpu_energy(gpus: list[dict[str, Any]], whole: bool = False) -> dict[str, Any]:
