@@ -9,7 +9,7 @@ import re
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -499,22 +499,29 @@ def cmd_export(args: argparse.Namespace) -> int:
     with _open_store(args) as store:
         run = store.find_run(args.run)
         rows = iter_rows(store, run)
-        if args.format == "parquet":
-            if args.output:
-                with _open_output(args.output, binary=True) as fb:
-                    write_parquet(rows, fb)
-            elif sys.stdout.isatty():
-                raise UserError("parquet is binary: give -o FILE or redirect standard output", 2)
-            else:
-                write_parquet(rows, sys.stdout.buffer)
-            return 0
-        writer = write_csv if args.format == "csv" else write_jsonl
-        if args.output:
-            with _open_output(args.output, binary=False) as ft:
-                writer(rows, ft)
-        else:
-            writer(rows, sys.stdout)
+        try:
+            _write_export(args, rows)
+        finally:  # before the store closes: a reader that went away (| head) stops it early
+            rows.close()
     return 0
+
+
+def _write_export(args: argparse.Namespace, rows: Iterator[tuple[Any, ...]]) -> None:
+    if args.format == "parquet":
+        if args.output:
+            with _open_output(args.output, binary=True) as fb:
+                write_parquet(rows, fb)
+        elif sys.stdout.isatty():
+            raise UserError("parquet is binary: give -o FILE or redirect standard output", 2)
+        else:
+            write_parquet(rows, sys.stdout.buffer)
+        return
+    writer = write_csv if args.format == "csv" else write_jsonl
+    if args.output:
+        with _open_output(args.output, binary=False) as ft:
+            writer(rows, ft)
+    else:
+        writer(rows, sys.stdout)
 
 
 def _open_output(path: str, *, binary: bool) -> Any:

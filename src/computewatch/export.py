@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import IO, Any
 
 from computewatch.readings import Kind, unit_of
@@ -30,7 +30,7 @@ COLUMNS = (
 _BATCH = 100_000
 
 
-def iter_rows(store: Store, run: RunRow) -> Iterator[tuple[Any, ...]]:
+def iter_rows(store: Store, run: RunRow) -> Generator[tuple[Any, ...], None, None]:
     """Rows in tick order; ``labels`` is a dict."""
     if run.samples_deleted_at is not None:
         raise StoreError(
