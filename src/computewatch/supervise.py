@@ -181,8 +181,9 @@ def _supervise(
     spawn_hwm: float,
 ) -> RunOutcome:
     state = _ChildState(pid, spawn_hwm=spawn_hwm)
+    # Started once the sources exist: until it reaps the command, a command that exits at once
+    # stays visible (a zombie) for the process source to find.
     waiter = threading.Thread(target=_wait_child, args=(state,), name="cw-wait", daemon=True)
-    waiter.start()
     forwarder = threading.Thread(
         target=_forward_signals, args=(state,), name="cw-signals", daemon=True
     )
@@ -196,6 +197,8 @@ def _supervise(
             f"computewatch: monitoring failed ({type(e).__name__}: {e}); "
             "the command went on unmonitored\n"
         )
+        if waiter.ident is None:
+            waiter.start()
         waiter.join()
         assert state.status is not None
         return RunOutcome(_exit_code(state.status), None, None)
@@ -221,6 +224,7 @@ def _monitor(
         count_existing_usage=True,
         fake_gpu_pids=(pid,),
     )
+    waiter.start()
     facts = mon.facts
     cores = mon.allowed_cores
     sources = mon.sources

@@ -108,6 +108,7 @@ class ProcessTreeSource:
         self._exited_write = 0.0
         self._peak_hwm = 0.0
         self._final_root_cpu: float | None = None
+        self._root_seen = False
         self._first = True
         self.new_processes: list[ProcessInfo] = []
         if not os.path.exists(os.path.join(procfs_root, str(root_pid), "stat")):
@@ -305,6 +306,8 @@ class ProcessTreeSource:
             except (OSError, ValueError, IndexError):
                 pass
         self._procs[pid] = p
+        if pid == self.root_pid:
+            self._root_seen = True
         cmdline: list[str] = []
         try:
             with open(os.path.join(base, "cmdline"), "rb") as f:

@@ -149,7 +149,10 @@ class Store:
         store = cls(conn, p)
         try:
             store._setup()
-        except sqlite3.DatabaseError as e:
+        except sqlite3.OperationalError as e:  # disk full, read-only, locked too long: the place
+            conn.close()
+            raise StoreError(f"cannot use the database {p}: {e}") from None
+        except sqlite3.DatabaseError as e:  # the file itself: not a database, corrupt
             conn.close()
             raise StoreError(f"{p} is not a usable computewatch database: {e}") from None
         except BaseException:  # a newer schema (StoreError), Ctrl-C: do not leak the connection
