@@ -112,14 +112,22 @@ class SpoolReader:
         self._metas: dict[int, dict[str, Any]] = {}
         self._fresh: list[tuple[int, dict[str, Any]]] = []
         self._fds: dict[Path, int] = {}
+        self._names: list[str] = []
+        self._dir_mtime: int | None = None
 
     def poll(self) -> list[StepRecord]:
         out: list[StepRecord] = []
         try:
-            names = os.listdir(self.dir)
+            # Writers only append to their files after creating them: while the directory's
+            # mtime stands still, the known files are all there is to read. File times are
+            # coarse (a few ms), so a directory changed in the last second is listed anyway.
+            mtime = os.stat(self.dir).st_mtime_ns
+            if mtime != self._dir_mtime or time.time_ns() - mtime < 1_000_000_000:
+                self._names = os.listdir(self.dir)
+                self._dir_mtime = mtime
         except OSError:
             return out
-        for name in names:
+        for name in self._names:
             if name.startswith("meta-") and name.endswith(".json"):
                 if not name[5:-5].isdigit():
                     continue
