@@ -293,22 +293,10 @@ def _cw_view(cw: dict[str, Any]) -> dict[str, Any]:
         "util": _f((cw.get("cpu") or {}).get("utilization_mean")),
     }
     cpu = comps.get("cpu") or {}
-    # "power = TDP x (0.3 + 0.7 x utilization 0.24) = 3.3 W, x CPU share 0.248"
-    for a in cpu.get("assumptions", []):
-        m = re.search(
-            r"\(([\d.]+) \+ ([\d.]+) x utilization ([\d.]+)\) = ([\d.]+) W, x CPU share ([\d.]+)",
-            a,
-        )
-        if m:
-            idle, slope, u, _, share = (float(x) for x in m.groups())
-            v["cpu_curve"] = (idle, slope, u)
-            v["cpu_share"] = share
-            v["cpu_power_text"] = a
-    if "cpu_share" not in v:
-        for a in cpu.get("assumptions", []):
-            m = re.search(r"x ([\d.]+) \(the run's CPU share\)", a)
-            if m:
-                v["cpu_share"] = float(m.group(1))
+    inputs = cpu.get("inputs") or {}
+    if inputs:  # the CPU model's own numbers (absent when RAPL measured the CPU)
+        v["cpu_inputs"] = inputs
+        v["cpu_share"] = float(inputs["share"])
     mem = cw.get("memory") or {}
     rss, used = _f(mem.get("peak_rss_bytes")), _f(mem.get("peak_host_used_bytes"))
     total = _f(mem.get("host_total_bytes"))
@@ -435,10 +423,8 @@ def _table(s: Section, cw: dict[str, Any] | None, cc: dict[str, Any] | None) -> 
         return f["value"], f"{f['method']}{rng}"
 
     cpu_v, cpu_m = cw_fig("cpu")
-    if cw and cw.get("cpu_power_text"):
-        cpu_m += f": {cw['cpu_power_text']}"
-    elif comps.get("cpu"):
-        cpu_m += ": " + "; ".join(comps["cpu"]["assumptions"][:2])
+    if comps.get("cpu"):  # what the model did: the TDP used and the energy formula
+        cpu_m += ": " + "; ".join(comps["cpu"]["assumptions"][1:3])
     rows.append(
         [
             "CPU energy",
@@ -578,39 +564,25 @@ def _why(cw: dict[str, Any], cc: dict[str, Any]) -> list[str]:
     cpu = cw["comps"].get("cpu") or {}
     e_cw, e_cc = cpu.get("value"), cc.get("cpu_energy")
     tdp_cc, share = cc["cpu_hw"].get("tdp"), cw.get("cpu_share")
-    if e_cw and e_cc and dcc and dcw and share and "cpu_curve" in cw and tdp_cc:
-        idle, slope, u = cw["cpu_curve"]
-        f_cw = idle + slope * min(u, 1.0)
-        p_cw = e_cw * J_PER_KWH / dcw  # the run's mean W
-        tdp_cw = p_cw / share / f_cw
+    inp = cw.get("cpu_inputs")
+    if e_cw and e_cc and dcc and dcw and share and inp and tdp_cc:
+        tdp_cw = float(inp["tdp_watts"])
+        f_cw = float(inp["mean_watts"]) / tdp_cw  # the run's mean charge, as a share of TDP
         lf_cc = e_cc * J_PER_KWH / dcc / float(tdp_cc)
         at = _load_at(cc["setup"].get("load_curve"), lf_cc)
         rec = cc.get("cpu_utilization_percent")
         out.append(
             f"**CPU ×{e_cc / e_cw:.3g}** = TDP ×{float(tdp_cc) / tdp_cw:.3g} "
             f"(CodeCarbon {_cc_tdp_text(cc)}; computewatch {tdp_cw:.3g} W for the "
-            f"{int(cc.get('cpu_count') or 0)} logical CPUs it sees) × load curve "
+            f"{inp['logical_cpus']:g} logical CPUs it sees) × charge per watt of TDP "
             f"×{lf_cc / f_cw:.3g} (CodeCarbon's mean power was {lf_cc:.1%} of its TDP"
             + (f", which its curve gives at {at:.0f} % system load" if at is not None else "")
             + (f" (its own `cpu_utilization_percent`: {rec:.0f})" if rec is not None else "")
-            + f"; computewatch's {idle:g} + {slope:g} × {u:.2f} = {f_cw:.1%}, u being the run's "
-            f"own utilization) × attribution ×{1 / share:.3g} (CodeCarbon charges the whole "
-            f"machine, every process on it included; computewatch the run's CPU share "
-            f"{share:.1%}) × window ×{win:.3f}."
+            + f", for the whole machine; computewatch charged the run {f_cw:.1%} of its TDP: "
+            f"{inp['idle_fraction']:g} × TDP × its CPU share {share:.1%}, plus "
+            f"{1 - inp['idle_fraction']:g} × TDP × its {inp['cpu_seconds']:.1f} CPU-s ÷ "
+            f"{inp['logical_cpus']:g} CPUs ÷ {dcw:.2f} s) × window ×{win:.3f}."
         )
-        busy = re.search(r"of ([\d.]+) s = ", " ".join(cw.get("attribution", [])))
-        cores = cc.get("cpu_count")
-        if busy and cores:
-            u_host = min(float(busy.group(1)) / (dcw * cores), 1.0)
-            host = idle + slope * u_host
-            out.append(
-                f"computewatch puts the run's own utilization ({u:.2f}) in the power curve and "
-                f"then multiplies by its CPU share, so the load-dependent part is scaled by the "
-                f"share twice. With the host's utilization over the window "
-                f"({float(busy.group(1)):.1f} busy CPU s ÷ ({dcw:.2f} s × {cores:g} CPUs) = "
-                f"{u_host:.2f}) the run's share of the host's modelled power would be "
-                f"{tdp_cw * host * share:.3g} W instead of {p_cw:.3g} W (×{host / f_cw:.3g})."
-            )
     elif e_cw and e_cc:
         out.append(
             f"**CPU ×{e_cc / e_cw:.3g}**: the models could not be split into factors "

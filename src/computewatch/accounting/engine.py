@@ -282,7 +282,7 @@ def _cpu_model_energy(
     joules = idle_j + busy_j
     power = joules / duration if duration > 0 else 0.0
     lo, hi = relative_range(joules, rel)
-    return figure(
+    out = figure(
         joules / J_PER_KWH,
         "kWh",
         MODELED,
@@ -298,6 +298,16 @@ def _cpu_model_energy(
         ],
         source=src,
     )
+    out["inputs"] = {  # the model's numbers, for anyone checking or comparing the figure
+        "tdp_watts": round(watts, 4),
+        "idle_fraction": CPU_IDLE_FRACTION,
+        "duration_seconds": round(duration, 4),
+        "share": round(share, 6),
+        "cpu_seconds": round(cpu_seconds, 4),
+        "logical_cpus": logical,
+        "mean_watts": round(power, 4),
+    }
+    return out
 
 
 def _memory_model_energy(
