@@ -439,9 +439,8 @@ def _embodied(summary: dict[str, Any], duration: float) -> dict[str, Any]:
     life = SERVER_LIFETIME_YEARS * 8760
     per_gpu = d["embodied_kgco2e_per_gpu"]
     server = d["embodied_kgco2e_per_server"]
-    host = summary.get("host") or {}
-    share = float(host.get("allowed_cores") or 1) / float(host.get("logical_cpus") or 1)
-    g = (gpus * per_gpu.value + server.value * min(share, 1.0)) * 1000 * hours / life
+    share = _core_share(summary)
+    g = (gpus * per_gpu.value + server.value * share) * 1000 * hours / life
     return figure(
         g,
         "gCO2e",
@@ -450,8 +449,7 @@ def _embodied(summary: dict[str, Any], duration: float) -> dict[str, Any]:
         high=g * 2.0,
         assumptions=[
             f"{gpus} GPU(s) x {per_gpu.value:g} kgCO2e ({per_gpu.source})",
-            f"server {server.value:g} kgCO2e x {min(share, 1.0):.2f} (the run's cores) "
-            f"({server.source})",
+            f"server {server.value:g} kgCO2e x {share:.2f} (the run's cores) ({server.source})",
             f"amortised over {SERVER_LIFETIME_YEARS:g} years ({SERVER_LIFETIME_SOURCE})",
             "order of magnitude only: range x0.5 to x2",
         ],
@@ -511,11 +509,7 @@ def _cost(
                 share = min(ngpu / inst.gpus, 1.0)
                 rule = f"{ngpu} of its {inst.gpus} GPUs"
             else:
-                host = summary.get("host") or {}
-                share = min(
-                    float(host.get("allowed_cores") or 1) / float(host.get("logical_cpus") or 1),
-                    1.0,
-                )
+                share = _core_share(summary)
                 rule = f"its cores' share of the instance ({share:.0%})"
             rate = inst.usd_per_hour * (1 - cfg.discount)
             usd = rate * share * hours
@@ -567,6 +561,12 @@ def _unit_costs(total: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any
     if steps.get("tokens_total"):
         out["usd_per_1m_tokens"] = usd / steps["tokens_total"] * 1e6
     return {k: round(v, 8) for k, v in out.items()}
+
+
+def _core_share(summary: dict[str, Any]) -> float:
+    """The run's share of the machine's cores: the cores it may use over the logical CPUs."""
+    host = summary.get("host") or {}
+    return min(float(host.get("allowed_cores") or 1) / float(host.get("logical_cpus") or 1), 1.0)
 
 
 # -- helpers --------------------------------------------------------------------------------
