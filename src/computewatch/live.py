@@ -265,6 +265,8 @@ def _write(stream: TextIO, text: str) -> None:
 class _QuietView:
     """Prints notes only."""
 
+    shows_figures = False  # the sampler need not gather figures for it
+
     def __init__(self, stream: TextIO) -> None:
         self._stream = stream
         self._lock = threading.Lock()
@@ -291,6 +293,8 @@ class _QuietView:
 
 class _PlainView(_QuietView):
     """One line per ``every_seconds`` of elapsed time, for logs and pipes."""
+
+    shows_figures = True
 
     def __init__(self, stream: TextIO, *, title: str, every_seconds: float) -> None:
         super().__init__(stream)

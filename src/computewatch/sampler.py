@@ -117,6 +117,7 @@ class Sampler:
         ids = self._ids
         latest: dict[str, float] = {}
         gpu_latest: dict[str, dict[str, float]] = {}
+        figures = self.live is not None and getattr(self.live, "shows_figures", True)
         for src in list(self.sources):
             try:
                 readings = src.read()
@@ -132,12 +133,15 @@ class Sampler:
                     ids[key] = sid
                     pend.series.append((sid, r.name, r.labels, r.kind))
                 rows.append((rk, seq, sid, r.value))
-                if not r.labels:
-                    latest[r.name] = r.value
-                elif r.name in _GPU_LIVE:
-                    gpu_latest.setdefault(dict(r.labels).get("gpu", ""), {})[r.name] = r.value
-                else:
-                    _aggregate(latest, r)
+            if figures:  # only for a live view that shows them (not --quiet, not track())
+                for r in readings:
+                    if not r.labels:
+                        latest[r.name] = r.value
+                    elif r.name in _GPU_LIVE:
+                        gpu = dict(r.labels).get("gpu", "")
+                        gpu_latest.setdefault(gpu, {})[r.name] = r.value
+                    else:
+                        _aggregate(latest, r)
             notes = getattr(src, "notes", None)
             if notes:
                 seen = self._notes_seen.get(src.name, 0)
@@ -163,7 +167,7 @@ class Sampler:
                 if self.on_writer is not None:
                     self.on_writer(meta)
         self.last_tick_wall = wall
-        if self.live is not None:
+        if figures:
             self._update_live(mono, latest, gpu_latest)
         if pend.size() > MAX_PENDING_ROWS:
             drop = pend.size() - MAX_PENDING_ROWS
