@@ -10,7 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from computewatch.channel import MAGIC, RECORD, SpoolReader, StepRecord, StepWriter
+from computewatch.channel import (
+    MAGIC,
+    RECORD,
+    PhaseRecord,
+    RequestRecord,
+    SpoolReader,
+    StepRecord,
+    StepWriter,
+    _pack,
+)
+
+
+def _step(mono: float, samples: float, tokens: float) -> bytes:
+    return _pack(
+        (mono, None if math.isnan(samples) else samples, None if math.isnan(tokens) else tokens)
+    )
 
 
 @pytest.fixture
@@ -60,8 +75,8 @@ def test_a_partial_record_waits_until_complete(tmp_path: Path) -> None:
     spool = tmp_path / "spool"
     spool.mkdir()
     path = spool / "steps-4242.bin"
-    first = RECORD.pack(1.0, 8.0, math.nan)
-    second = RECORD.pack(2.0, math.nan, 64.0)
+    first = _step(1.0, 8.0, math.nan)
+    second = _step(2.0, math.nan, 64.0)
     half = RECORD.size // 2
     path.write_bytes(MAGIC + first + second[:half])
     reader = SpoolReader(spool)
@@ -83,7 +98,7 @@ def test_a_file_with_only_part_of_its_header_yet(tmp_path: Path) -> None:
     path.write_bytes(b"")
     reader = SpoolReader(spool)
     assert reader.poll() == []
-    path.write_bytes(MAGIC + RECORD.pack(3.0, 1.0, 2.0))
+    path.write_bytes(MAGIC + _step(3.0, 1.0, 2.0))
     assert reader.poll() == [StepRecord(7, 3.0, 1.0, 2.0)]
 
 
@@ -91,7 +106,7 @@ def test_several_writers_and_metas_once(writer: StepWriter, tmp_path: Path) -> N
     spool = tmp_path / "spool"
     # A second writer process, written by hand (its pid is not ours).
     (spool / "meta-77.json").write_text(json.dumps({"name": "worker", "pid": 77}))
-    (spool / "steps-77.bin").write_bytes(MAGIC + RECORD.pack(9.0, math.nan, math.nan))
+    (spool / "steps-77.bin").write_bytes(MAGIC + _step(9.0, math.nan, math.nan))
     (spool / ".meta-78.json").write_text("{")  # a writer's temp file: ignored
     (spool / "notes.txt").write_text("ignored")
     writer.append((8.0, 1.0, None))
@@ -158,3 +173,36 @@ def test_writer_on_an_unusable_directory_does_not_raise(tmp_path: Path) -> None:
     finally:
         w.close()
     assert blocker.read_text() == "not a directory"
+
+
+def test_phases_requests_flops_and_settings_round_trip(writer: StepWriter, tmp_path: Path) -> None:
+    from computewatch.channel import PHASE, REQUEST, SETTING, STEP
+
+    pid = os.getpid()
+    fwd = writer.name_id("forward")
+    assert writer.name_id("forward") == fwd  # declared once
+    long_name = "x" * 60
+    gen = writer.name_id(long_name)
+    knob = writer.name_id("flops_per_step")
+    writer.append((PHASE, fwd, 1.0, 1.5, None, None, None))
+    writer.append((PHASE, gen, 1.5, 1.75, 0.2, None, None))
+    writer.append((STEP, 0, 2.0, 8.0, None, 3e12, None))
+    writer.append((REQUEST, gen, 3.0, 3.25, 12.0, None, 0.0))
+    writer.append((SETTING, knob, 3e12, None, None, None, None))
+    writer.flush()
+    reader = SpoolReader(tmp_path / "spool")
+    assert reader.poll() == [
+        PhaseRecord(pid, "forward", 1.0, 1.5, None),
+        PhaseRecord(pid, "x" * 40, 1.5, 1.75, 0.2),  # names are cut at 40 bytes
+        StepRecord(pid, 2.0, 8.0, None, 3e12),
+        RequestRecord(pid, "x" * 40, 3.0, 3.25, 12.0, None, False),
+    ]
+    metas = dict(reader.new_metas())
+    assert metas[pid]["settings"] == {"flops_per_step": 3e12}
+
+
+def test_a_foreign_spool_file_is_ignored(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    spool.mkdir()
+    (spool / "steps-9.bin").write_bytes(b"CWSTEP1\n" + b"\0" * 48)
+    assert SpoolReader(spool).poll() == []

@@ -24,10 +24,20 @@ from typing import Any
 ENV_RUN_ID = "COMPUTEWATCH_RUN_ID"
 ENV_SPOOL = "COMPUTEWATCH_SPOOL"
 
-MAGIC = b"CWSTEP1\n"
-RECORD = struct.Struct("<ddd")  # monotonic seconds, samples, tokens (NaN = not given)
+MAGIC = b"CWSTEP2\n"
+RECORD = struct.Struct("<B3xI5d")
+"""One event: kind, name id, five doubles (meaning by kind; NaN = not given). 48 bytes."""
+NAME_BYTES = 40  # a NAME record carries the name's UTF-8 bytes in place of the five doubles
 FLUSH_SECONDS = 0.25
 _NAN = math.nan
+
+# Record kinds. A name (phase, request kind, setting) is declared once per writer by a NAME
+# record before the first record that uses its id.
+STEP = 1  # d0 monotonic end, d1 samples, d2 tokens, d3 FLOPs
+PHASE = 2  # name; d0 start, d1 end (monotonic), d2 accelerator seconds (CUDA events)
+REQUEST = 3  # name; d0 start, d1 end, d2 tokens in, d3 tokens out, d4 1 = ok, 0 = error
+NAME = 4  # id; the name's UTF-8 bytes, NUL-padded
+SETTING = 5  # name; d0 value (flops_per_step, recompute factor ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,17 +46,50 @@ class StepRecord:
     mono: float
     samples: float | None
     tokens: float | None
+    flops: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseRecord:
+    """A named interval of one step (``data``, ``forward``, ``comm`` ...)."""
+
+    pid: int
+    name: str
+    start: float
+    end: float
+    accel_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One served request (inference): its interval, tokens and outcome."""
+
+    pid: int
+    name: str
+    start: float
+    end: float
+    tokens_in: float | None
+    tokens_out: float | None
+    ok: bool
+
+
+Event = StepRecord | PhaseRecord | RequestRecord
 
 
 class StepWriter:
-    """The user-process end: cheap appends, packed and written by a background thread."""
+    """The user-process end: cheap appends, packed and written by a background thread.
+
+    ``append`` takes ``(kind, name id, d0, d1, d2, d3, d4)`` tuples, or for a plain step the
+    short ``(mono, samples, tokens)`` form kept for the hot path."""
 
     def __init__(self, spool: str | os.PathLike[str], meta: dict[str, Any]) -> None:
         self._dir = Path(spool)
         self._pid = os.getpid()
-        self._buf: deque[tuple[float, float | None, float | None]] = deque()
+        self._buf: deque[tuple[Any, ...]] = deque()
         self.append = self._buf.append
-        """Queue one ``(monotonic time, samples, tokens)`` record; safe from any thread."""
+        """Queue one record; safe from any thread (deque appends are atomic)."""
+        self._names: dict[str, int] = {}
+        self._names_lock = threading.Lock()
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._file = None
@@ -65,20 +108,31 @@ class StepWriter:
         self._thread.start()
         atexit.register(self.close)
 
+    def name_id(self, name: str) -> int:
+        """The id of ``name`` in this writer's stream, declaring it on first use."""
+        nid = self._names.get(name)
+        if nid is not None:
+            return nid
+        with self._names_lock:
+            nid = self._names.get(name)
+            if nid is None:
+                nid = len(self._names) + 1
+                raw = name.encode("utf-8")[:NAME_BYTES]
+                self._buf.append((NAME, nid, raw, None))  # four items: not a short step
+                self._names[name] = nid
+        return nid
+
     def flush(self) -> None:
         with self._lock:
             buf = self._buf
             n = len(buf)
             if not n:
                 return
-            if self._file is None:  # no spool file: drop the steps, never grow user memory
+            if self._file is None:  # no spool file: drop the records, never grow user memory
                 buf.clear()
                 return
-            pack = RECORD.pack
             recs = [buf.popleft() for _ in range(n)]
-            data = b"".join(
-                pack(t, _NAN if s is None else s, _NAN if k is None else k) for t, s, k in recs
-            )
+            data = b"".join(map(_pack, recs))
             try:
                 self._file.write(data)
             except OSError:  # a full disk loses steps, never the user's job
@@ -103,6 +157,26 @@ class StepWriter:
         atexit.unregister(self.close)
 
 
+_pack_record = RECORD.pack
+_NAME_STRUCT = struct.Struct(f"<B3xI{NAME_BYTES}s")
+
+
+def _pack(rec: tuple[Any, ...]) -> bytes:
+    if len(rec) == 3:  # a step: (mono, samples, tokens)
+        t, s, k = rec
+        return _pack_record(
+            STEP, 0, t, _NAN if s is None else s, _NAN if k is None else k, _NAN, _NAN
+        )
+    kind = rec[0]
+    if kind == NAME:
+        return _NAME_STRUCT.pack(NAME, rec[1], rec[2])
+    return _pack_record(kind, rec[1], *(_NAN if v is None else v for v in rec[2:7]))
+
+
+def _opt(v: float) -> float | None:
+    return None if math.isnan(v) else v
+
+
 class SpoolReader:
     """The sampler end: picks up complete new records and metadata from every writer."""
 
@@ -114,9 +188,11 @@ class SpoolReader:
         self._fds: dict[Path, int] = {}
         self._names: list[str] = []
         self._dir_mtime: int | None = None
+        self._idnames: dict[int, dict[int, str]] = {}
 
-    def poll(self) -> list[StepRecord]:
-        out: list[StepRecord] = []
+    def poll(self) -> list[Event]:
+        """Every complete record written since the last poll, in file order per writer."""
+        out: list[Event] = []
         try:
             # Writers only append to their files after creating them: while the directory's
             # mtime stands still, the known files are all there is to read. File times are
@@ -150,25 +226,59 @@ class SpoolReader:
             fd = self._fds.get(path)
             try:
                 if fd is None:  # kept open: a tick's poll is one pread per writer
-                    fd = self._fds[path] = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+                    head = os.pread(fd, len(MAGIC), 0)
+                    if head != MAGIC:
+                        if len(head) == len(MAGIC):  # another format: never read it
+                            self._offsets[path] = 1 << 62
+                            self._fds[path] = fd
+                        else:  # its writer is still writing the header: next poll
+                            os.close(fd)
+                        continue
+                    self._fds[path] = fd
                 data = _pread_all(fd, off)
             except OSError:
                 continue
             usable = len(data) - len(data) % RECORD.size
-            for mono, samples, tokens in RECORD.iter_unpack(data[:usable]):
-                out.append(
-                    StepRecord(
-                        pid,
-                        mono,
-                        None if math.isnan(samples) else samples,
-                        None if math.isnan(tokens) else tokens,
-                    )
-                )
+            self._decode(pid, data[:usable], out)
             self._offsets[path] = off + usable
         return out
 
+    def _decode(self, pid: int, data: bytes, out: list[Event]) -> None:
+        names = self._idnames.setdefault(pid, {})
+        settings: dict[str, float] | None = None
+        unpack_name = _NAME_STRUCT.unpack_from
+        for i, rec in enumerate(RECORD.iter_unpack(data)):
+            kind = rec[0]
+            if kind == STEP:
+                out.append(StepRecord(pid, rec[2], _opt(rec[3]), _opt(rec[4]), _opt(rec[5])))
+            elif kind == PHASE:
+                out.append(PhaseRecord(pid, names.get(rec[1], "?"), rec[2], rec[3], _opt(rec[4])))
+            elif kind == REQUEST:
+                out.append(
+                    RequestRecord(
+                        pid,
+                        names.get(rec[1], ""),
+                        rec[2],
+                        rec[3],
+                        _opt(rec[4]),
+                        _opt(rec[5]),
+                        rec[6] != 0.0,
+                    )
+                )
+            elif kind == NAME:
+                raw = unpack_name(data, i * RECORD.size)[2]
+                names[rec[1]] = raw.rstrip(b"\0").decode("utf-8", "replace")
+            elif kind == SETTING:
+                settings = settings if settings is not None else {}
+                settings[names.get(rec[1], "?")] = rec[2]
+        if settings:  # a setting updates the writer's metadata, given out again as fresh
+            meta = self._metas.setdefault(pid, {"pid": pid})
+            meta.setdefault("settings", {}).update(settings)
+            self._fresh.append((pid, meta))
+
     def new_metas(self) -> list[tuple[int, dict[str, Any]]]:
-        """Metadata of writers that appeared in the polls since the last call."""
+        """Metadata of writers that appeared (or changed their settings) since the last call."""
         fresh, self._fresh = self._fresh, []
         return fresh
 

@@ -16,8 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from computewatch.channel import SpoolReader
+from computewatch.channel import PhaseRecord, SpoolReader, StepRecord
 from computewatch.live import GpuLine, LiveView, Snapshot
+from computewatch.observe import RunObserver, StepEvent, Tick
 from computewatch.readings import Kind, Labels, Reading
 from computewatch.sources.base import Source
 from computewatch.sources.process_tree import ProcessTreeSource
@@ -33,12 +34,16 @@ class _Pending:
     series: list[tuple[int, str, Labels, Kind]] = field(default_factory=list)
     ticks: list[tuple[int, float, float]] = field(default_factory=list)
     samples: list[tuple[int, int, int, float]] = field(default_factory=list)
-    steps: list[tuple[int, float, float, float | None, float | None]] = field(default_factory=list)
+    steps: list[tuple[Any, ...]] = field(default_factory=list)
+    phases: list[tuple[int, str, float, float, float | None]] = field(default_factory=list)
+    requests: list[tuple[int, str, float, float, float | None, float | None, bool]] = field(
+        default_factory=list
+    )
     processes: list[tuple[int, int, str, list[str], float]] = field(default_factory=list)
     writers: list[tuple[int, float, dict[str, Any]]] = field(default_factory=list)
 
     def size(self) -> int:
-        return len(self.samples) + len(self.steps)
+        return len(self.samples) + len(self.steps) + len(self.phases) + len(self.requests)
 
 
 class Sampler:
@@ -90,6 +95,8 @@ class Sampler:
         self.gpu_names: dict[str, tuple[int | str, str, bool]] = {}
         """GPU uuid → (index, name, simulated), for the live view."""
         self._notes_seen: dict[str, int] = {}
+        self.observers: list[RunObserver] = []
+        """Called after each tick with its readings and steps (``computewatch.observe``)."""
 
     # -- notes ------------------------------------------------------------------------------
     def note(self, message: str, *, once_key: str | None = None, show: bool = True) -> None:
@@ -118,6 +125,7 @@ class Sampler:
         latest: dict[str, float] = {}
         gpu_latest: dict[str, dict[str, float]] = {}
         figures = self.live is not None and getattr(self.live, "shows_figures", True)
+        observed: list[Reading] | None = [] if self.observers else None
         for src in list(self.sources):
             try:
                 readings = src.read()
@@ -125,6 +133,8 @@ class Sampler:
                 self._source_failed(src, e)
                 continue
             self._strikes.pop(src.name, None)
+            if observed is not None:
+                observed.extend(readings)
             for r in readings:
                 key = (r.name, r.labels)
                 sid = ids.get(key)
@@ -152,14 +162,33 @@ class Sampler:
                 for p in src.new_processes:
                     pend.processes.append((p.pid, p.ppid, p.name, p.cmdline, wall))
                 src.new_processes.clear()
+        step_events: list[StepEvent] = []
         if self.spool is not None:
-            for s in self.spool.poll():
-                pend.steps.append(
-                    (s.pid, s.mono, self._wall0 + (s.mono - self._mono0), s.samples, s.tokens)
-                )
-                self._steps_total += 1
-                self._step_times.append(s.mono)
-                self._step_pids.add(s.pid)
+            for ev in self.spool.poll():
+                if isinstance(ev, StepRecord):
+                    pend.steps.append(
+                        (
+                            ev.pid,
+                            ev.mono,
+                            self._wall0 + (ev.mono - self._mono0),
+                            ev.samples,
+                            ev.tokens,
+                            ev.flops,
+                        )
+                    )
+                    self._steps_total += 1
+                    self._step_times.append(ev.mono)
+                    self._step_pids.add(ev.pid)
+                    if observed is not None:
+                        step_events.append(
+                            StepEvent(ev.pid, ev.mono, ev.samples, ev.tokens, ev.flops)
+                        )
+                elif isinstance(ev, PhaseRecord):
+                    pend.phases.append((ev.pid, ev.name, ev.start, ev.end, ev.accel_seconds))
+                else:
+                    pend.requests.append(
+                        (ev.pid, ev.name, ev.start, ev.end, ev.tokens_in, ev.tokens_out, ev.ok)
+                    )
             for pid, meta in self.spool.new_metas():
                 pend.writers.append((pid, float(meta.get("started_mono", mono)), meta))
                 if meta.get("total_steps") and not self.total_steps:
@@ -167,6 +196,8 @@ class Sampler:
                 if self.on_writer is not None:
                     self.on_writer(meta)
         self.last_tick_wall = wall
+        if observed is not None:
+            self._observe(Tick(seq, mono, wall, observed, step_events))
         if figures:
             self._update_live(mono, latest, gpu_latest)
         if pend.size() > MAX_PENDING_ROWS:
@@ -176,6 +207,14 @@ class Sampler:
         if mono - self._last_flush >= self.flush_seconds:
             self.flush()
         self.tick_cpu_seconds += time.thread_time() - c0
+
+    def _observe(self, tick: Tick) -> None:
+        for obs in list(self.observers):
+            try:
+                obs.on_tick(tick)
+            except Exception as e:  # an observer's failure never stops sampling
+                self.observers.remove(obs)
+                self.note(f"{type(obs).__name__} stopped: {type(e).__name__}: {e}")
 
     def _source_failed(self, src: Source, e: Exception) -> None:
         n = self._strikes.get(src.name, 0) + 1
@@ -200,6 +239,8 @@ class Sampler:
             pend.samples
             or pend.ticks
             or pend.steps
+            or pend.phases
+            or pend.requests
             or pend.series
             or pend.processes
             or pend.writers
@@ -212,6 +253,8 @@ class Sampler:
                 ticks=pend.ticks,
                 samples=pend.samples,
                 steps=pend.steps,
+                phases=pend.phases,
+                requests=pend.requests,
                 processes=pend.processes,
                 writers=pend.writers,
                 heartbeat_at=time.time(),

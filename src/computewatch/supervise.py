@@ -23,6 +23,7 @@ from computewatch.accounting.engine import AccountingOptions, accounted
 from computewatch.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader
 from computewatch.live import LiveView, make_live_view
 from computewatch.monitor import build_monitor
+from computewatch.observe import RunInfo, RunObserver
 from computewatch.sampler import Sampler
 from computewatch.store import COMPLETED, FAILED, INTERRUPTED, RunRow, Store
 from computewatch.summary import build_summary
@@ -54,6 +55,8 @@ class RunOptions:
     gpu_backend: str = "auto"
     all_gpus: bool = False
     accounting: AccountingOptions = field(default_factory=AccountingOptions)
+    observers: list[RunObserver] = field(default_factory=list)
+    """Watch the ticks as they happen (``--prometheus``, ``--alerts``)."""
 
 
 @dataclass(slots=True)
@@ -254,6 +257,21 @@ def _monitor(
     sampler.total_steps = opts.accounting.total_steps
     for n in mon.notes:
         sampler.note(n, show=False)
+    info = RunInfo(
+        run_id=run_id,
+        name=opts.name,
+        tags=dict(opts.tags),
+        command=list(opts.command),
+        started_at=started,
+        facts=facts,
+    )
+    for obs in opts.observers:
+        try:
+            obs.start(info)
+        except Exception as e:  # e.g. a port already in use: said once, the run goes on
+            sampler.note(f"{type(obs).__name__} not started: {type(e).__name__}: {e}")
+            continue
+        sampler.observers.append(obs)
     app_meta: list[dict[str, Any]] = []
     sampler.on_writer = app_meta.append
 
@@ -284,6 +302,11 @@ def _monitor(
         store, sampler, run_key, status, exit_code, app_meta, reader,
         ended_at=state.ended_at, facts=mon.final_facts(), accounting=opts.accounting,
     )  # fmt: skip
+    for obs in sampler.observers:
+        try:
+            obs.finish(status, outcome.summary)
+        except Exception as e:
+            sys.stderr.write(f"computewatch: {type(obs).__name__}: {type(e).__name__}: {e}\n")
     return outcome
 
 

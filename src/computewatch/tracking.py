@@ -10,16 +10,29 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from computewatch.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader, StepWriter
+from computewatch.channel import (
+    ENV_RUN_ID,
+    ENV_SPOOL,
+    PHASE,
+    REQUEST,
+    SETTING,
+    STEP,
+    PhaseRecord,
+    RequestRecord,
+    SpoolReader,
+    StepRecord,
+    StepWriter,
+)
 from computewatch.paths import resolve_db_path
 
 P = ParamSpec("P")
@@ -29,6 +42,92 @@ SAMPLER_EXIT_TIMEOUT = 15.0
 _mono = time.monotonic
 
 _active: list[Run] = []
+
+
+T = TypeVar("T")
+
+
+class Phase:
+    """A named phase of a step; reusable, re-entrant, also a decorator. Two appends' cost."""
+
+    __slots__ = ("_append", "_id", "_starts")
+
+    def __init__(self, append: Callable[[tuple[Any, ...]], None], name_id: int) -> None:
+        self._append = append
+        self._id = name_id
+        self._starts: list[float] = []
+
+    def __enter__(self) -> Phase:
+        self._starts.append(_mono())
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        end = _mono()
+        if self._starts:
+            self._append((PHASE, self._id, self._starts.pop(), end, None, None, None))
+
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            with self:
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class Request:
+    """One request's timing; set ``tokens_out`` (and ``tokens_in``) inside the block. An
+    exception marks it failed (and propagates)."""
+
+    __slots__ = ("_append", "_id", "_start", "tokens_in", "tokens_out")
+
+    def __init__(
+        self, append: Callable[[tuple[Any, ...]], None], name_id: int, tokens_in: float | None
+    ) -> None:
+        self._append = append
+        self._id = name_id
+        self._start = 0.0
+        self.tokens_in = tokens_in
+        self.tokens_out: float | None = None
+
+    def __enter__(self) -> Request:
+        self._start = _mono()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        self._append(
+            (
+                REQUEST,
+                self._id,
+                self._start,
+                _mono(),
+                self.tokens_in,
+                self.tokens_out,
+                0.0 if exc_type is not None else 1.0,
+            )
+        )
+
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
+        append, nid = self._append, self._id
+
+        @functools.wraps(fn)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            with Request(append, nid, None):
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+def recompute_factor(recompute: float | str) -> float:
+    """Hardware FLOPs per model FLOP for a declared activation recomputation."""
+    if isinstance(recompute, str):
+        factors = {"none": 1.0, "full": 4.0 / 3.0}
+        if recompute not in factors:
+            raise ValueError(f"recompute must be 'none', 'full' or a number, not {recompute!r}")
+        return factors[recompute]
+    if not 1.0 <= recompute <= 2.0:
+        raise ValueError(f"a recompute factor is between 1 and 2, not {recompute!r}")
+    return float(recompute)
 
 
 class Run:
@@ -49,6 +148,8 @@ class Run:
         self._writer = writer
         self._sampler = sampler
         self._append = writer.append
+        self._phases: dict[str, Phase] = {}
+        self._flops_rule: Callable[[float | None], float | None] | None = None
         self._closed = False
         self.summary: dict[str, Any] | None = None
         self.status: str | None = None
@@ -58,9 +159,86 @@ class Run:
         """PID of this run's sampler subprocess (None when attached to ``computewatch run``)."""
         return self._sampler.pid if self._sampler is not None else None
 
-    def step(self, samples: float | None = None, tokens: float | None = None) -> None:
-        """Close one training or inference step; optional sample and token counts. An append."""
-        self._append((_mono(), samples, tokens))
+    def step(
+        self,
+        samples: float | None = None,
+        tokens: float | None = None,
+        flops: float | None = None,
+    ) -> None:
+        """Close one training or inference step: optional sample and token counts, and the
+        step's model FLOPs (else those set by :meth:`set_flops`). An append to a buffer."""
+        if flops is None and self._flops_rule is not None:
+            flops = self._flops_rule(tokens)
+        if flops is None:
+            self._append((_mono(), samples, tokens))
+        else:
+            self._append((STEP, 0, _mono(), samples, tokens, flops, None))
+
+    def phase(self, name: str) -> Phase:
+        """A named part of each step, as a context manager or decorator:
+        ``with run.phase("forward"): ...``. The time inside is recorded against the step the
+        phase ends in. Phases may nest (``comm`` inside ``backward``)."""
+        ph = self._phases.get(name)
+        if ph is None:
+            ph = self._phases[name] = Phase(self._append, self._writer.name_id(name))
+        return ph
+
+    def record_phase(
+        self, name: str, start: float, end: float, accel_seconds: float | None = None
+    ) -> None:
+        """Record a phase timed elsewhere (``time.monotonic()`` start and end), with the
+        accelerator's own time for it when known (CUDA events resolved later)."""
+        self._append((PHASE, self._writer.name_id(name), start, end, accel_seconds, None, None))
+
+    def data(self, iterable: Iterable[T], name: str = "data") -> Iterator[T]:
+        """Iterate over ``iterable`` (a DataLoader, a generator), timing each ``next()`` as
+        the ``data`` phase: the time the loop waited for input."""
+        it = iter(iterable)
+        app = self._append
+        nid = self._writer.name_id(name)
+        mono = _mono
+        while True:
+            t0 = mono()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            app((PHASE, nid, t0, mono(), None, None, None))
+            yield item
+
+    def request(self, name: str = "", tokens_in: float | None = None) -> Request:
+        """One served request, as a context manager (``with run.request() as r:`` then
+        ``r.tokens_out = n``) or decorator. Its latency, tokens and outcome are recorded."""
+        return Request(self._append, self._writer.name_id(name) if name else 0, tokens_in)
+
+    def set_flops(
+        self,
+        per_step: float | None = None,
+        per_token: float | None = None,
+        recompute: float | str | None = None,
+    ) -> None:
+        """Declare the model FLOPs of each step (or per token, times each step's tokens), so
+        the run's FLOPs are counted, not estimated, and its MFU known. ``recompute``:
+        ``"full"`` activation recomputation (one more forward: hardware FLOPs = 4/3 of model
+        FLOPs), ``"none"``, or the hardware/model ratio as a number, for HFU."""
+        if per_step is not None and per_token is not None:
+            raise ValueError("give flops per step or per token, not both")
+        for v in (per_step, per_token):
+            if v is not None and not (v > 0 and math.isfinite(v)):
+                raise ValueError(f"FLOPs must be a positive number, not {v!r}")
+        if per_step is not None:
+            fps = float(per_step)
+            self._flops_rule = lambda _tokens: fps
+            self._setting("flops_per_step", fps)
+        elif per_token is not None:
+            fpt = float(per_token)
+            self._flops_rule = lambda tokens: None if tokens is None else fpt * tokens
+            self._setting("flops_per_token", fpt)
+        if recompute is not None:
+            self._setting("recompute_factor", recompute_factor(recompute))
+
+    def _setting(self, key: str, value: float) -> None:
+        self._append((SETTING, self._writer.name_id(key), value, None, None, None, None))
 
     def close(self, status: str = "completed") -> None:
         """End the run: flush the steps; a standalone run also stops its sampler, which
@@ -147,6 +325,7 @@ class track:
             "tags": self.tags,
             "started_mono": _mono(),
             "total_steps": self.total_steps,
+            **_rank_meta(),
         }
         run_id = os.environ.get(ENV_RUN_ID)
         spool = os.environ.get(ENV_SPOOL)
@@ -188,10 +367,46 @@ def current_run() -> Run | None:
     return _active[-1] if _active else None
 
 
-def step(samples: float | None = None, tokens: float | None = None) -> None:
+def step(
+    samples: float | None = None, tokens: float | None = None, flops: float | None = None
+) -> None:
     """``step()`` on the current run (for code inside a ``@track`` function); no run: no-op."""
     if _active:
-        _active[-1].step(samples, tokens)
+        _active[-1].step(samples, tokens, flops)
+
+
+class _NoPhase:
+    """What :func:`phase` gives without an active run: does nothing."""
+
+    def __enter__(self) -> _NoPhase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
+        return fn
+
+
+def phase(name: str) -> Phase | _NoPhase:
+    """``phase()`` on the current run; without one, a phase that records nothing."""
+    return _active[-1].phase(name) if _active else _NoPhase()
+
+
+def _rank_meta() -> dict[str, int]:
+    """The process's place in a distributed job (torchrun, Slurm, MPI launchers)."""
+    out: dict[str, int] = {}
+    for key, names in (
+        ("rank", ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")),
+        ("local_rank", ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")),
+        ("world_size", ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")),
+    ):
+        for n in names:
+            v = os.environ.get(n, "")
+            if v.isdigit():
+                out[key] = int(v)
+                break
+    return out
 
 
 def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
@@ -287,11 +502,24 @@ def _ingest_spool(store: Any, run_key: int, started_at: float) -> None:
     reader = SpoolReader(spool_dir(store.path, run.id))
     offset = time.time() - _mono()
     stored = {(s.pid, s.mono) for s in store.steps(run_key)}  # the sampler's, before it died
+    stored_phases = {(p.pid, p.start, p.name) for p in store.phases(run_key)}
+    stored_requests = {(r.pid, r.start) for r in store.requests(run_key)}
+    events = reader.poll()
     steps = [
-        (s.pid, s.mono, s.mono + offset, s.samples, s.tokens)
-        for s in reader.poll()
-        if (s.pid, s.mono) not in stored
+        (e.pid, e.mono, e.mono + offset, e.samples, e.tokens, e.flops)
+        for e in events
+        if isinstance(e, StepRecord) and (e.pid, e.mono) not in stored
+    ]
+    phases = [
+        (e.pid, e.name, e.start, e.end, e.accel_seconds)
+        for e in events
+        if isinstance(e, PhaseRecord) and (e.pid, e.start, e.name) not in stored_phases
+    ]
+    requests = [
+        (e.pid, e.name, e.start, e.end, e.tokens_in, e.tokens_out, e.ok)
+        for e in events
+        if isinstance(e, RequestRecord) and (e.pid, e.start) not in stored_requests
     ]
     writers = [(pid, float(m.get("started_mono", 0.0)), m) for pid, m in reader.new_metas()]
-    store.write_batch(run_key, steps=steps, writers=writers)
+    store.write_batch(run_key, steps=steps, phases=phases, requests=requests, writers=writers)
     reader.remove()

@@ -66,9 +66,35 @@ class StepRow:
     wall: float
     samples: float | None
     tokens: float | None
+    flops: float | None = None
 
 
-_OWN_TABLES = frozenset({"runs", "series", "ticks", "samples", "steps", "writers", "processes"})
+@dataclass(frozen=True, slots=True)
+class PhaseRow:
+    pid: int
+    name: str
+    start: float
+    end: float
+    accel_seconds: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRow:
+    pid: int
+    name: str
+    start: float
+    end: float
+    tokens_in: float | None
+    tokens_out: float | None
+    ok: bool
+
+
+_OWN_TABLES = frozenset(
+    {"runs", "series", "ticks", "samples", "steps", "writers", "processes", "phases", "requests"}
+)
+_RUN_DATA_TABLES = (
+    "samples", "ticks", "steps", "series", "processes", "writers", "phases", "requests",
+)  # fmt: skip
 
 _RUN_COLUMNS = (
     "key, id, name, tags, command, cwd, mode, status, exit_code, started_at, ended_at, "
@@ -256,7 +282,9 @@ class Store:
         series: Iterable[tuple[int, str, Labels, Kind]] = (),
         ticks: Iterable[tuple[int, float, float]] = (),
         samples: Sequence[tuple[int, int, int, float]] = (),
-        steps: Iterable[tuple[int, float, float, float | None, float | None]] = (),
+        steps: Iterable[tuple[Any, ...]] = (),
+        phases: Iterable[tuple[int, str, float, float, float | None]] = (),
+        requests: Iterable[tuple[int, str, float, float, float | None, float | None, bool]] = (),
         processes: Iterable[tuple[int, int, str, list[str], float]] = (),
         writers: Iterable[tuple[int, float, dict[str, Any]]] = (),
         heartbeat_at: float | None = None,
@@ -265,7 +293,8 @@ class Store:
         """Write one batch in one transaction.
 
         ``samples`` rows are ``(run_key, seq, series idx, value)``, built by the caller so that
-        the hot path hands them to SQLite without copying."""
+        the hot path hands them to SQLite without copying. ``steps`` rows are ``(pid, mono,
+        wall, samples, tokens[, flops])``."""
         c = self.conn
         c.execute("BEGIN IMMEDIATE")
         try:
@@ -283,9 +312,19 @@ class Store:
                 samples,
             )
             c.executemany(
-                "INSERT INTO steps (run_key, pid, mono, wall, samples, tokens) "
+                "INSERT INTO steps (run_key, pid, mono, wall, samples, tokens, flops) "
+                "VALUES (?,?,?,?,?,?,?)",
+                [(run_key, *s) if len(s) == 6 else (run_key, *s, None) for s in steps],
+            )
+            c.executemany(
+                "INSERT INTO phases (run_key, pid, name, start, end, accel_seconds) "
                 "VALUES (?,?,?,?,?,?)",
-                [(run_key, *s) for s in steps],
+                [(run_key, *ph) for ph in phases],
+            )
+            c.executemany(
+                "INSERT INTO requests (run_key, pid, name, start, end, tokens_in, tokens_out, ok) "
+                "VALUES (?,?,?,?,?,?,?,?)",
+                [(run_key, p, n, a, b, ti, to, int(ok)) for p, n, a, b, ti, to, ok in requests],
             )
             c.executemany(
                 "INSERT OR IGNORE INTO processes (run_key, pid, ppid, name, cmdline, first_seen) "
@@ -433,8 +472,30 @@ class Store:
         return [
             StepRow(*r)
             for r in self.conn.execute(
-                "SELECT pid, mono, wall, samples, tokens FROM steps WHERE run_key=? "
+                "SELECT pid, mono, wall, samples, tokens, flops FROM steps WHERE run_key=? "
                 "ORDER BY pid, mono",
+                (run_key,),
+            )
+        ]
+
+    def phases(self, run_key: int) -> list[PhaseRow]:
+        """The run's phase intervals, by process then start time."""
+        return [
+            PhaseRow(*r)
+            for r in self.conn.execute(
+                "SELECT pid, name, start, end, accel_seconds FROM phases WHERE run_key=? "
+                "ORDER BY pid, start",
+                (run_key,),
+            )
+        ]
+
+    def requests(self, run_key: int) -> list[RequestRow]:
+        """The run's served requests, by start time."""
+        return [
+            RequestRow(p, n, a, b, ti, to, bool(ok))
+            for p, n, a, b, ti, to, ok in self.conn.execute(
+                "SELECT pid, name, start, end, tokens_in, tokens_out, ok FROM requests "
+                "WHERE run_key=? ORDER BY start",
                 (run_key,),
             )
         ]
@@ -510,7 +571,7 @@ class Store:
             c = self.conn
             c.execute("BEGIN IMMEDIATE")
             try:
-                for table in ("samples", "ticks", "steps", "series", "processes", "writers"):
+                for table in _RUN_DATA_TABLES:
                     c.execute(f"DELETE FROM {table} WHERE run_key=?", (run.key,))
                 c.execute("UPDATE runs SET samples_deleted_at=? WHERE key=?", (now, run.key))
                 c.execute("COMMIT")

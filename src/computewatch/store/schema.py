@@ -86,6 +86,30 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (run_key, pid, first_seen)
     ) WITHOUT ROWID;
     """,
+    # 2: inside the training loop: FLOPs per step, named phases of steps, served requests.
+    """
+    ALTER TABLE steps ADD COLUMN flops REAL;
+    CREATE TABLE phases (
+        run_key INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        start REAL NOT NULL,
+        end REAL NOT NULL,
+        accel_seconds REAL
+    );
+    CREATE INDEX phases_run ON phases(run_key, pid, start);
+    CREATE TABLE requests (
+        run_key INTEGER NOT NULL,
+        pid INTEGER NOT NULL,
+        name TEXT NOT NULL,
+        start REAL NOT NULL,
+        end REAL NOT NULL,
+        tokens_in REAL,
+        tokens_out REAL,
+        ok INTEGER NOT NULL
+    );
+    CREATE INDEX requests_run ON requests(run_key, start);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -1,0 +1,1 @@
+"""Fleets: the node agent, job attribution, the Prometheus export and fleet reports."""

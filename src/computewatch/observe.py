@@ -1,0 +1,59 @@
+"""Observers: code that watches a run's ticks as they happen (a Prometheus endpoint, alert
+rules), without touching the store.
+
+The sampler hands every observer each tick's readings once; an observer that raises is
+reported once and dropped, never the sampler. Observers run on the sampler's thread, so
+``on_tick`` must be quick: hand slow work (network delivery) to a thread of its own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from computewatch.readings import Reading
+
+
+@dataclass(frozen=True, slots=True)
+class RunInfo:
+    """What an observer knows of the run it watches."""
+
+    run_id: str
+    name: str | None
+    tags: dict[str, str]
+    command: list[str]
+    started_at: float
+    facts: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """A step closed in user code: its process, end time (monotonic), counts and FLOPs."""
+
+    pid: int
+    mono: float
+    samples: float | None
+    tokens: float | None
+    flops: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """One sampler tick as observers see it."""
+
+    seq: int
+    mono: float
+    wall: float
+    readings: list[Reading]
+    steps: list[StepEvent]
+
+
+class RunObserver(Protocol):
+    def start(self, run: RunInfo) -> None:
+        """Called once, before the first tick."""
+
+    def on_tick(self, tick: Tick) -> None:
+        """Called after every tick; must not block."""
+
+    def finish(self, status: str, summary: dict[str, Any] | None) -> None:
+        """Called once when the run has ended (its summary is stored by then)."""
