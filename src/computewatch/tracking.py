@@ -216,14 +216,17 @@ class Run:
         per_step: float | None = None,
         per_token: float | None = None,
         recompute: float | str | None = None,
+        peak_flops: float | None = None,
     ) -> None:
         """Declare the model FLOPs of each step (or per token, times each step's tokens), so
         the run's FLOPs are counted, not estimated, and its MFU known. ``recompute``:
         ``"full"`` activation recomputation (one more forward: hardware FLOPs = 4/3 of model
-        FLOPs), ``"none"``, or the hardware/model ratio as a number, for HFU."""
+        FLOPs), ``"none"``, or the hardware/model ratio as a number, for HFU.
+        ``peak_flops``: the peak FLOP/s of the hardware the run uses, for MFU where the
+        catalog has no figure (a CPU, a new accelerator)."""
         if per_step is not None and per_token is not None:
             raise ValueError("give flops per step or per token, not both")
-        for v in (per_step, per_token):
+        for v in (per_step, per_token, peak_flops):
             if v is not None and not (v > 0 and math.isfinite(v)):
                 raise ValueError(f"FLOPs must be a positive number, not {v!r}")
         if per_step is not None:
@@ -236,6 +239,8 @@ class Run:
             self._setting("flops_per_token", fpt)
         if recompute is not None:
             self._setting("recompute_factor", recompute_factor(recompute))
+        if peak_flops is not None:
+            self._setting("peak_flops", float(peak_flops))
 
     def _setting(self, key: str, value: float) -> None:
         self._append((SETTING, self._writer.name_id(key), value, None, None, None, None))
@@ -299,10 +304,15 @@ class track:
         db: str | os.PathLike[str] | None = None,
         gpu_backend: str = "auto",
         total_steps: int | None = None,
+        flops_per_step: float | None = None,
+        flops_per_token: float | None = None,
+        recompute: float | str | None = None,
+        peak_flops: float | None = None,
     ) -> None:
         """``gpu_backend``: auto, nvidia, amd, none, fake:PRESET or replay:FILE (as the CLI's
         ``--gpu-backend``); unused when attached to ``computewatch run``. ``total_steps``: the
-        planned steps, for a forecast at completion (also when attached)."""
+        planned steps, for a forecast at completion (also when attached). The FLOPs arguments
+        are :meth:`Run.set_flops`'s."""
         from computewatch.sources.gpus import check_spec
 
         check_spec(gpu_backend)
@@ -316,6 +326,12 @@ class track:
         if total_steps is not None and total_steps < 1:
             raise ValueError(f"total_steps must be at least 1, not {total_steps}")
         self.total_steps = total_steps
+        self.flops_per_step = flops_per_step
+        self.flops_per_token = flops_per_token
+        self.recompute = recompute
+        self.peak_flops = peak_flops
+        if flops_per_step is not None and flops_per_token is not None:
+            raise ValueError("give flops per step or per token, not both")
         self._run: Run | None = None
 
     def start(self) -> Run:
@@ -333,6 +349,9 @@ class track:
             run = Run(run_id, StepWriter(spool, meta), attached=True, db_path=None)
         else:
             run = _start_standalone(self, meta)
+        flops = (self.flops_per_step, self.flops_per_token, self.recompute, self.peak_flops)
+        if any(v is not None for v in flops):
+            run.set_flops(*flops)
         _active.append(run)
         return run
 
@@ -356,6 +375,8 @@ class track:
             with track(
                 self.name, self.tags, interval=self.interval, db=self.db,
                 gpu_backend=self.gpu_backend, total_steps=self.total_steps,
+                flops_per_step=self.flops_per_step, flops_per_token=self.flops_per_token,
+                recompute=self.recompute, peak_flops=self.peak_flops,
             ):  # fmt: skip
                 return fn(*args, **kwargs)
 
