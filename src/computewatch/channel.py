@@ -208,11 +208,14 @@ class SpoolReader:
                 if not name[5:-5].isdigit():
                     continue
                 pid = int(name[5:-5])
-                if pid not in self._metas:
+                known = self._metas.get(pid)
+                if known is None or known.keys() <= {"pid", "settings"}:  # unread, or settings only
                     try:
                         meta = json.loads((self.dir / name).read_text())
                     except (OSError, ValueError):
                         continue
+                    if known is not None:  # settings decoded before this file was listed
+                        meta.setdefault("settings", {}).update(known.get("settings", {}))
                     self._metas[pid] = meta
                     self._fresh.append((pid, meta))
                 continue

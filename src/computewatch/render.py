@@ -12,7 +12,9 @@ from rich.table import Table
 from rich.text import Text
 
 from computewatch.compare import lookup
+from computewatch.diagnosis.render import diagnosis_rows
 from computewatch.live import format_bytes, format_duration
+from computewatch.render_steps import steps_lines
 from computewatch.store import RunRow
 
 
@@ -126,7 +128,11 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
                 rates.append(f"{steps[key]:,.2f} {label}")
         if rates:
             _row(t, "throughput", " · ".join(rates))
+    for label, text in steps_lines(summary):  # phases, ranks, requests
+        _row(t, label, text)
     for label, text in accounting_lines(summary):
+        _row(t, label, text)
+    for label, text in diagnosis_rows(summary):
         _row(t, label, text)
     smp = summary.get("samples") or {}
     _row(
@@ -332,6 +338,39 @@ def _flop(f: dict[str, Any]) -> str:
     return f"{float(f['value']):.3g} FLOP"
 
 
+def flops_text(flops: dict[str, Any]) -> str:
+    """The summary's FLOPs line: counted FLOPs with the FLOP/s achieved, MFU and HFU (or why
+    there is none) and the hardware estimate beside them; or the estimate alone; and the
+    regulatory thresholds crossed or approached."""
+    if flops.get("value") is None:
+        return "; ".join(flops.get("assumptions") or ["not estimated"])
+    parts = [f"{_flop(flops)}{_range(flops, _flop)} {flops['method']}"]
+    rate = flops.get("flops_per_second") or {}
+    if rate.get("value") is not None:
+        parts.append(f"{rate['value']:.3g} FLOP/s")
+    mfu = flops.get("mfu")
+    if isinstance(mfu, dict):
+        if mfu.get("value") is None:
+            parts.append("; ".join(mfu.get("assumptions") or ["no MFU"]))
+        else:
+            peak = flops.get("peak_flops")
+            at = f" {flops['precision']}" if flops.get("precision") else ""
+            of = f" of {peak:.3g} FLOP/s{at} peak" if peak else ""
+            parts.append(f"MFU {mfu['value']:.1%}{of}")
+    hfu = flops.get("hfu")
+    if isinstance(hfu, dict) and hfu.get("value") is not None:
+        parts.append(f"HFU {hfu['value']:.1%}")
+    est = flops.get("hardware_estimate")
+    if isinstance(est, dict) and est.get("value") is not None:
+        parts.append(f"hardware estimate {_flop(est)}{_range(est, _flop)}")
+    for t in flops.get("thresholds") or []:
+        if t.get("crossed"):
+            parts.append(f"crosses {t['flop']:.0e} FLOP ({t['name']})")
+        elif t.get("approached"):
+            parts.append(f"{t['fraction']:.0%} of {t['flop']:.0e} FLOP ({t['name']})")
+    return " · ".join(parts)
+
+
 def accounting_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
     """One line each for energy, carbon, cost, FLOPs and the forecast, with method and range."""
     out: list[tuple[str, str]] = []
@@ -380,10 +419,7 @@ def accounting_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
             out.append(("cost", " · ".join([f"{_usd(tot)}{_range(tot, _usd)}", *extra])))
     flops = summary.get("flops")
     if flops:
-        if flops.get("value") is None:
-            out.append(("flops", "; ".join(flops.get("assumptions") or ["not estimated"])))
-        else:
-            out.append(("flops", f"{_flop(flops)}{_range(flops, _flop)} {flops['method']}"))
+        out.append(("flops", flops_text(flops)))
     fc = summary.get("forecast")
     if fc:
         if fc.get("complete"):

@@ -57,6 +57,8 @@ def build_summary(store: Store, run: RunRow) -> dict[str, Any]:
     """Compute a run's summary from its stored samples and steps."""
     if run.summary is not None and run.samples_deleted_at is not None:
         return run.summary  # samples are gone; the summary kept at gc time is all there is
+    from computewatch.steps_summary import steps_sections
+
     ticks = store.ticks(run.key)
     series = store.series(run.key)
     wanted: dict[int, str] = {}
@@ -154,6 +156,7 @@ def build_summary(store: Store, run: RunRow) -> dict[str, Any]:
         "network": network,
         "gpus": gpu_stats(store, run, series, seq_mono),
         "steps": step_stats(store, run),
+        **steps_sections(store, run),  # phases, ranks, requests (steps_summary.py)
         "samples": samples,
         "notes": list(run.notes),
     }

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from computewatch.accounting.engine import AccountingOptions, accounted
 from computewatch.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader
+from computewatch.diagnosis import diagnosed
 from computewatch.live import LiveView, make_live_view
 from computewatch.monitor import build_monitor
 from computewatch.observe import RunInfo, RunObserver
@@ -263,13 +264,17 @@ def _monitor(
         tags=dict(opts.tags),
         command=list(opts.command),
         started_at=started,
-        facts=facts,
+        facts=mon.final_facts(),
     )
     for obs in opts.observers:
         try:
             obs.start(info)
         except Exception as e:  # e.g. a port already in use: said once, the run goes on
             sampler.note(f"{type(obs).__name__} not started: {type(e).__name__}: {e}")
+            try:
+                obs.finish("failed", None)
+            except Exception:
+                pass
             continue
         sampler.observers.append(obs)
     app_meta: list[dict[str, Any]] = []
@@ -351,6 +356,7 @@ def finish_run(
     run = store.run_by_key(run_key)
     summary = build_summary(store, run)
     summary.update(accounted(store, run, summary, accounting or AccountingOptions()))
+    summary["diagnosis"] = diagnosed(store, run, summary, accounting)  # never raises
     store.update_run(run_key, summary=summary)
     if reader is not None:
         if ok:

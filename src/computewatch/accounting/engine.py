@@ -19,11 +19,12 @@ from computewatch.accounting.figures import (
     figure,
     relative_range,
 )
-from computewatch.accounting.flops import hardware_estimate
+from computewatch.accounting.flops import run_flops
 from computewatch.accounting.forecast import forecast
 from computewatch.accounting.live_intensity import LiveIntensityClient, LiveIntensityError
 from computewatch.accounting.region import Location, detect_cloud, resolve_location
 from computewatch.config import Config
+from computewatch.steps_summary import request_accounting
 from computewatch.store import RunRow, Store
 
 J_PER_KWH = 3.6e6
@@ -68,8 +69,10 @@ def account(
     energy = _energy(store, run, summary, opts, location, duration)
     carbon = _carbon(energy, summary, opts, location, duration)
     cost = _cost(energy, summary, opts, host_cloud, duration)
-    flops = hardware_estimate(summary.get("gpus") or [], duration, opts.precision or cfg.precision)
+    flops = run_flops(store, run, summary, opts.precision or cfg.precision)
     out: dict[str, Any] = {"energy": energy, "carbon": carbon, "cost": cost, "flops": flops}
+    if summary.get("requests"):  # energy and cost per request and per 1M tokens
+        out["requests"] = request_accounting(summary["requests"], energy, cost)
     total = opts.total_steps or _declared_total_steps(store, run)
     if total:
         out["forecast"] = forecast(store, run, summary, out, total)

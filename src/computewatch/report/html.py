@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from computewatch._version import __version__
+from computewatch.diagnosis.render import diagnosis_html
 from computewatch.live import format_bytes, format_duration
 from computewatch.report.downsample import (
     MAX_BUCKETS,
@@ -33,6 +34,7 @@ from computewatch.report.downsample import (
     grid_band,
     grid_times,
 )
+from computewatch.report.steps_section import steps_section
 from computewatch.store import RUNNING, RunRow, SeriesRow, StepRow, Store
 from computewatch.summary import build_summary, iso
 
@@ -934,9 +936,11 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
     gpus = [g for g in summary.get("gpus") or [] if isinstance(g, dict)]
     if gpus:
         parts += ['<section id="section-gpus"><h2>GPUs</h2>', _gpu_table(gpus), "</section>"]
+    parts.append(steps_section(store, run, summary, data, max_buckets))  # phases, ranks
     for name in ACCOUNTING_SECTIONS:
         if summary.get(name) is not None:
             parts.append(accounting_section(name, summary[name]))
+    parts.append(diagnosis_html(summary))  # findings, when the run was diagnosed
     parts += [
         '<section id="section-host"><h2>Host</h2>',
         _host_table(dict(summary.get("host") or run.host)),

@@ -1,0 +1,110 @@
+"""Run every rule over one run and rank what they find."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from computewatch.diagnosis.findings import Finding, ranked
+from computewatch.diagnosis.loader import NotApplicable, RunData
+from computewatch.diagnosis.rules import Rule, all_rules
+from computewatch.diagnosis.thresholds import DEFAULTS, Thresholds
+from computewatch.store import RunRow, Store
+
+DIAGNOSIS_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    """Ranked findings, and for every rule that found nothing to look at, why."""
+
+    findings: list[Finding]
+    not_applicable: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+    checked: tuple[str, ...] = ()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": DIAGNOSIS_SCHEMA_VERSION,
+            "findings": [f.as_dict() for f in self.findings],
+            "checked": list(self.checked),
+            "not_applicable": dict(self.not_applicable),
+            "failed": dict(self.failed),
+        }
+
+
+def as_thresholds(thresholds: Thresholds | Mapping[str, Any] | None) -> Thresholds:
+    """Defaults, a full :class:`Thresholds`, or the defaults with overrides (a ``[diagnosis]``
+    mapping, checked)."""
+    if thresholds is None:
+        return DEFAULTS
+    if isinstance(thresholds, Thresholds):
+        return thresholds
+    return DEFAULTS.with_overrides(thresholds)
+
+
+def run_rules(
+    data: RunData,
+    thresholds: Thresholds | Mapping[str, Any] | None = None,
+    rules: Mapping[str, Rule] | None = None,
+) -> Diagnosis:
+    """Apply each rule to ``data``. A rule that raises is reported under ``failed`` and the
+    others go on: one broken rule never hides the rest."""
+    th = as_thresholds(thresholds)
+    found: list[Finding] = []
+    na: dict[str, str] = {}
+    failed: dict[str, str] = {}
+    checked: list[str] = []
+    for rule_id, rule in (rules or all_rules()).items():
+        try:
+            found += rule(data, th)
+        except NotApplicable as e:
+            na[rule_id] = str(e)
+            continue
+        except Exception as e:
+            failed[rule_id] = f"{type(e).__name__}: {e}"
+            continue
+        checked.append(rule_id)
+    return Diagnosis(ranked(found), na, failed, tuple(checked))
+
+
+def diagnose_run(
+    store: Store,
+    run: RunRow,
+    *,
+    thresholds: Thresholds | Mapping[str, Any] | None = None,
+    summary: dict[str, Any] | None = None,
+) -> Diagnosis:
+    """Load what the rules need from the store once, then run them all."""
+    th = as_thresholds(thresholds)
+    return run_rules(RunData.load(store, run, summary), th)
+
+
+def diagnose(
+    store: Store,
+    run: RunRow,
+    *,
+    thresholds: Thresholds | Mapping[str, Any] | None = None,
+    summary: dict[str, Any] | None = None,
+) -> list[Finding]:
+    """The run's findings, most time or money at stake first."""
+    return diagnose_run(store, run, thresholds=thresholds, summary=summary).findings
+
+
+def diagnosed(
+    store: Store, run: RunRow, summary: dict[str, Any], options: Any = None
+) -> dict[str, Any]:
+    """The summary's ``diagnosis`` section, never raising (a run ends whatever the rules do).
+    Thresholds come from the ``[diagnosis]`` section of ``options``: a
+    :class:`computewatch.config.Config`, or accounting options holding one as ``config``."""
+    try:
+        config = getattr(options, "config", options)
+        overrides = getattr(config, "diagnosis", None) or None
+        return diagnose_run(store, run, thresholds=overrides, summary=summary).as_dict()
+    except Exception as e:
+        return {
+            "schema_version": DIAGNOSIS_SCHEMA_VERSION,
+            "findings": [],
+            "error": f"diagnosis failed: {type(e).__name__}: {e}",
+        }

@@ -1,0 +1,235 @@
+"""Everything the rules read, loaded from the store once per diagnosis."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from computewatch.store import PhaseRow, RequestRow, RunRow, StepRow, Store
+
+# The series the rules look at; everything else in the run is left unread.
+WANTED_SERIES = frozenset(
+    {
+        "gpu_utilization_ratio", "gpu_memory_used_bytes", "gpu_memory_total_bytes",
+        "gpu_process_memory_used_bytes", "gpu_clock_event_reasons", "gpu_sm_clock_hertz",
+        "gpu_temperature_celsius", "gpu_power_watts", "gpu_power_limit_watts",
+        "host_cpu_seconds_total", "host_memory_total_bytes", "host_memory_available_bytes",
+        "host_swap_used_bytes", "host_disk_read_bytes_total", "cgroup_memory_current_bytes",
+        "cgroup_memory_max_bytes", "tree_cpu_seconds_total", "tree_read_bytes_total",
+    }
+)  # fmt: skip
+
+
+class NotApplicable(Exception):
+    """A rule cannot look at this run (no steps, no GPU series ...): the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """One stored series: its labels and (monotonic time, value) points in tick order."""
+
+    name: str
+    labels: dict[str, str]
+    points: list[tuple[float, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class StepTime:
+    """One timed step of one process: its 1-based index among that process's steps, and its
+    start and end in monotonic seconds."""
+
+    pid: int
+    index: int
+    start: float
+    end: float
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class RunData:
+    """One run as the rules see it. Times are monotonic seconds; :meth:`rel` turns them into
+    seconds from the run's start for evidence."""
+
+    run: RunRow
+    summary: dict[str, Any]
+    steps: list[StepRow] = field(default_factory=list)
+    phases: list[PhaseRow] = field(default_factory=list)
+    requests: list[RequestRow] = field(default_factory=list)
+    writers: dict[int, tuple[float, dict[str, Any]]] = field(default_factory=dict)
+    ticks: list[float] = field(default_factory=list)  # monotonic time of each tick
+    series: dict[str, list[Series]] = field(default_factory=dict)
+    start_mono: float | None = None  # the run's start on the monotonic clock
+
+    @classmethod
+    def load(cls, store: Store, run: RunRow, summary: dict[str, Any] | None = None) -> RunData:
+        """Read the run's steps, phases, requests, writers, ticks and the wanted series."""
+        if summary is None:
+            if run.summary is not None:
+                summary = run.summary
+            else:
+                from computewatch.summary import build_summary
+
+                summary = build_summary(store, run)
+        ticks = store.ticks(run.key)
+        seq_mono = {seq: mono for seq, mono, _ in ticks}
+        wanted = [s for s in store.series(run.key) if s.name in WANTED_SERIES]
+        pts = store.points_of(run.key, [s.idx for s in wanted])
+        series: dict[str, list[Series]] = {}
+        for s in wanted:
+            points = [(seq_mono[q], v) for q, v in pts[s.idx] if q in seq_mono]
+            series.setdefault(s.name, []).append(Series(s.name, dict(s.labels), points))
+        steps = store.steps(run.key)
+        data = cls(
+            run=run,
+            summary=summary,
+            steps=steps,
+            phases=store.phases(run.key),
+            requests=store.requests(run.key),
+            writers=store.writers(run.key),
+            ticks=[mono for _, mono, _ in ticks],
+            series=series,
+        )
+        # Wall and monotonic times of one moment give the offset between the two clocks.
+        pair = (ticks[0][1], ticks[0][2]) if ticks else None
+        if pair is None and steps:
+            pair = (steps[0].mono, steps[0].wall)
+        if pair is not None:
+            data.start_mono = pair[0] - (pair[1] - run.started_at)
+        elif data.writers:
+            data.start_mono = min(t for t, _ in data.writers.values())
+        return data
+
+    # -- time ---------------------------------------------------------------------------------
+    def rel(self, mono: float) -> float:
+        """Seconds from the run's start."""
+        return mono - (self.start_mono if self.start_mono is not None else 0.0)
+
+    @property
+    def duration(self) -> float:
+        d = self.summary.get("duration_seconds")
+        if isinstance(d, int | float) and d > 0:
+            return float(d)
+        if len(self.ticks) >= 2:
+            return self.ticks[-1] - self.ticks[0]
+        return 0.0
+
+    # -- money --------------------------------------------------------------------------------
+    @property
+    def usd_per_second(self) -> float | None:
+        """The run's price per second of wall time (its total cost / its duration)."""
+        cost = self.summary.get("cost")
+        total = cost.get("total") if isinstance(cost, dict) else None
+        usd = total.get("value") if isinstance(total, dict) else None
+        if not isinstance(usd, int | float) or self.duration <= 0:
+            return None
+        return float(usd) / self.duration
+
+    def usd(self, seconds: float | None) -> float | None:
+        rate = self.usd_per_second
+        return None if rate is None or seconds is None else seconds * rate
+
+    # -- steps and phases ---------------------------------------------------------------------
+    def step_times(self) -> dict[int, list[StepTime]]:
+        """Each process's timed steps: from the previous step (the first from its
+        ``track()`` start, when known)."""
+        out: dict[int, list[StepTime]] = {}
+        by_pid: dict[int, list[StepRow]] = {}
+        for s in self.steps:
+            by_pid.setdefault(s.pid, []).append(s)
+        for pid, rows in by_pid.items():
+            rows.sort(key=lambda r: r.mono)
+            start = self.writers.get(pid, (None, {}))[0]
+            prev = start if start is not None and start <= rows[0].mono else None
+            times = []
+            for i, r in enumerate(rows, 1):
+                if prev is not None:
+                    times.append(StepTime(pid, i, prev, r.mono))
+                prev = r.mono
+            out[pid] = times
+        return out
+
+    def phase_seconds_by_step(self, names: Iterable[str]) -> dict[int, list[float]]:
+        """Per process, the time in the named phases within each timed step (same order as
+        :meth:`step_times`). A phase counts in the first step ending at or after its end."""
+        wanted = set(names)
+        by_pid: dict[int, list[PhaseRow]] = {}
+        for ph in self.phases:
+            if phase_matches(ph.name, wanted):
+                by_pid.setdefault(ph.pid, []).append(ph)
+        out: dict[int, list[float]] = {}
+        for pid, times in self.step_times().items():
+            ends = [t.end for t in times]
+            acc = [0.0] * len(times)
+            for ph in by_pid.get(pid, []):
+                i = bisect.bisect_left(ends, ph.end)
+                if i < len(times) and ph.start >= times[i].start - 1e-9:
+                    acc[i] += ph.end - ph.start
+                elif i < len(times):  # began in an earlier step: count the part inside this one
+                    acc[i] += max(ph.end - times[i].start, 0.0)
+            out[pid] = acc
+        return out
+
+    def rank_of(self, pid: int) -> int | None:
+        meta = self.writers.get(pid, (0.0, {}))[1]
+        r = meta.get("rank") if isinstance(meta, dict) else None
+        return r if isinstance(r, int) else None
+
+    # -- series -------------------------------------------------------------------------------
+    def of(self, name: str, **labels: str) -> list[Series]:
+        """The stored series of ``name`` whose labels include ``labels``."""
+        return [
+            s
+            for s in self.series.get(name, [])
+            if all(s.labels.get(k) == v for k, v in labels.items())
+        ]
+
+    def gpus(self) -> list[dict[str, Any]]:
+        """The summary's GPUs (those the run used), as dicts."""
+        return [g for g in self.summary.get("gpus") or [] if isinstance(g, dict) and g.get("uuid")]
+
+
+def phase_matches(name: str, wanted: set[str]) -> bool:
+    """A phase matches ``comm`` as ``comm`` or ``comm/allreduce``, ``comm.broadcast``..."""
+    return name in wanted or any(name.startswith(w + c) for w in wanted for c in "/.:")
+
+
+def rates(points: Sequence[tuple[float, float]]) -> list[tuple[float, float, float]]:
+    """A counter's (start, end, rate per second) over each interval between points."""
+    out = []
+    for (t0, v0), (t1, v1) in itertools.pairwise(points):
+        if t1 > t0:
+            out.append((t0, t1, max(v1 - v0, 0.0) / (t1 - t0)))
+    return out
+
+
+def stretches(
+    flags: Sequence[tuple[float, float, bool]], *, min_seconds: float = 0.0
+) -> list[tuple[float, float]]:
+    """Merge consecutive flagged intervals into (start, end) stretches of at least
+    ``min_seconds``."""
+    out: list[tuple[float, float]] = []
+    cur: list[float] | None = None
+    for t0, t1, on in flags:
+        if on:
+            if cur is not None and t0 <= cur[1] + 1e-9:
+                cur[1] = t1
+            else:
+                if cur is not None:
+                    out.append((cur[0], cur[1]))
+                cur = [t0, t1]
+        elif cur is not None:
+            out.append((cur[0], cur[1]))
+            cur = None
+    if cur is not None:
+        out.append((cur[0], cur[1]))
+    return [(a, b) for a, b in out if b - a >= min_seconds]
+
+
+def overlap(a0: float, a1: float, b0: float, b1: float) -> float:
+    return max(min(a1, b1) - max(a0, b0), 0.0)

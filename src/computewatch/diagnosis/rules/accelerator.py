@@ -1,0 +1,168 @@
+"""Accelerator use: low utilization, low MFU for the hardware, and unused device memory."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
+from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
+from computewatch.diagnosis.rules import build, gib, pct
+from computewatch.diagnosis.stats import mean, median
+from computewatch.diagnosis.thresholds import Thresholds
+
+SPEEDUPS = (
+    "bf16 mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16)), "
+    "torch.compile(model), a fused optimizer (torch.optim.AdamW(..., fused=True)) and, for "
+    "many small kernels, CUDA graphs (torch.compile(mode='reduce-overhead'))"
+)
+
+
+def _label(g: dict[str, Any]) -> str:
+    sim = " (simulated)" if g.get("simulated") else ""
+    return f"GPU {g.get('index')} {g.get('name') or ''}{sim}".replace("  ", " ").strip()
+
+
+def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
+    """Fires when a GPU the run used had a mean utilization below ``gpu_utilization_low``."""
+    gpus = data.gpus()
+    if not gpus:
+        raise NotApplicable("the run used no GPU")
+    lines: list[str] = []
+    numbers: dict[str, float | int | str | None] = {}
+    ranges: list[TimeRange] = []
+    lost = 0.0
+    seen = 0
+    for g in gpus:
+        pts = [p for s in data.of("gpu_utilization_ratio", gpu=g["uuid"]) for p in s.points]
+        if len(pts) < 2:
+            continue
+        seen += 1
+        values = [u for _, u in pts]
+        m = mean(values)
+        if m >= th.gpu_utilization_low:
+            continue
+        lost += (1 - m / th.gpu_utilization_low) * data.duration
+        low = sum(1 for u in values if u < th.gpu_utilization_low) / len(values)
+        lines.append(
+            f"{_label(g)}: utilization mean {pct(m)}, median {pct(median(values))}, below "
+            f"{pct(th.gpu_utilization_low)} in {pct(low)} of {len(values)} samples"
+        )
+        numbers[f"gpu{g.get('index')}_utilization_mean"] = m
+        flags = [
+            (data.rel(t0), data.rel(t1), u < th.gpu_utilization_low)
+            for (t0, _), (t1, u) in itertools.pairwise(pts)
+        ]
+        longest = max(stretches(flags), key=lambda r: r[1] - r[0], default=None)
+        if longest is not None:
+            ranges.append(TimeRange(*longest))
+            lines.append(f"{_label(g)}: longest low stretch {TimeRange(*longest).text()}")
+    if not seen:
+        raise NotApplicable("no GPU utilization series stored")
+    if not lines:
+        return []
+    at_stake = lost / len(gpus)  # wall time of the whole allocation
+    return build(
+        data,
+        th,
+        id="low_gpu_utilization",
+        title="Low GPU utilization",
+        seconds=at_stake,
+        evidence=Evidence(tuple(lines), numbers, tuple(ranges)),
+        suggestion=(
+            "Give the GPU more work per launch: a larger batch (see memory headroom), "
+            f"{SPEEDUPS}. If the data phase or one CPU core is the limit, fix that first."
+        ),
+    )
+
+
+def _number(v: Any) -> float | None:
+    if isinstance(v, dict):
+        v = v.get("value")
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v)
+
+
+def low_mfu(data: RunData, th: Thresholds) -> list[Finding]:
+    """Fires when the summary's MFU (counted FLOPs / (time x peak)) is below ``mfu_low``."""
+    flops = data.summary.get("flops")
+    mfu = _number(flops.get("mfu")) if isinstance(flops, dict) else None
+    if mfu is None:
+        raise NotApplicable(
+            "no MFU in the summary (declare FLOPs with track(flops_per_step=...) or "
+            "step(flops=...) on hardware with a known peak)"
+        )
+    if mfu >= th.mfu_low:
+        return []
+    target = max(th.mfu_target, th.mfu_low, 1e-9)
+    at_stake = max(1 - mfu / target, 0.0) * data.duration
+    lines = [f"MFU {100 * mfu:.1f}% (threshold {pct(th.mfu_low)}, well-tuned: {pct(target)})"]
+    numbers: dict[str, float | int | str | None] = {"mfu": mfu, "mfu_target": target}
+    assert isinstance(flops, dict)
+    for key in ("hfu", "peak_flops", "precision"):
+        v = flops.get(key)
+        v = v if isinstance(v, str) else _number(v)
+        if v is not None:
+            numbers[key] = v
+            lines.append(f"{key}: {v:.4g}" if isinstance(v, float) else f"{key}: {v}")
+    lines.append(
+        f"at {pct(target)} MFU the same work would take {pct(min(mfu / target, 1))} of the time"
+    )
+    return build(
+        data,
+        th,
+        id="low_mfu",
+        title="Low model FLOPs utilization (MFU) for the hardware",
+        seconds=at_stake,
+        evidence=Evidence(tuple(lines), numbers),
+        suggestion=f"Raise arithmetic efficiency: {SPEEDUPS}; a larger batch per device; "
+        "fused attention (torch.nn.functional.scaled_dot_product_attention).",
+    )
+
+
+def gpu_memory_headroom(data: RunData, th: Thresholds) -> list[Finding]:
+    """Fires when the run's peak memory on a GPU stays below ``gpu_memory_used_low`` of it."""
+    gpus = data.gpus()
+    if not gpus:
+        raise NotApplicable("the run used no GPU")
+    lines: list[str] = []
+    numbers: dict[str, float | int | str | None] = {}
+    checked = 0
+    for g in gpus:
+        total = _number(g.get("memory_total_bytes"))
+        peak = _number(g.get("process_memory_peak_bytes"))
+        whose = "the run's processes"
+        if peak is None:
+            peak, whose = _number(g.get("memory_peak_bytes")), "all processes"
+        if not total or peak is None:
+            continue
+        checked += 1
+        share = peak / total
+        if share >= th.gpu_memory_used_low:
+            continue
+        lines.append(
+            f"{_label(g)}: peak {gib(peak)} of {gib(total)} ({pct(share)}, {whose}); "
+            f"{gib(total - peak)} never used"
+        )
+        numbers[f"gpu{g.get('index')}_memory_peak_bytes"] = peak
+        numbers[f"gpu{g.get('index')}_memory_total_bytes"] = total
+    if not checked:
+        raise NotApplicable("no GPU memory figures in the summary")
+    if not lines:
+        return []
+    return build(
+        data,
+        th,
+        id="gpu_memory_headroom",
+        title="GPU memory headroom: room for a larger batch",
+        seconds=None,
+        severity="low",
+        keep_small=True,
+        evidence=Evidence(tuple(lines), numbers),
+        suggestion=(
+            "Use the memory: raise the batch size (activations grow with it; scale the learning "
+            "rate with it) or run fewer, larger jobs per GPU; if the batch must stay, turn "
+            "activation checkpointing off to trade the spare memory for speed."
+        ),
+    )

@@ -1,0 +1,209 @@
+"""Step time over the run: a lasting change (regression or drift) and outlier steps."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
+from computewatch.diagnosis.loader import NotApplicable, RunData, StepTime
+from computewatch.diagnosis.rules import build, secs
+from computewatch.diagnosis.stats import (
+    MAD_TO_SIGMA,
+    best_split,
+    linear_sse,
+    mad,
+    mann_whitney_p,
+    mean,
+    median,
+)
+from computewatch.diagnosis.thresholds import Thresholds
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """A lasting slowdown of one process's steps, found at ``at`` (index into its steps)."""
+
+    pid: int
+    at: int
+    kind: str  # "regression" (a jump) or "drift" (a gradual rise)
+    before: float
+    after: float
+    p_value: float
+    lost: float  # seconds: the extra time of the slower steps
+
+
+def _series(data: RunData, th: Thresholds) -> dict[int, list[StepTime]]:
+    out = {}
+    for pid, ts in data.step_times().items():
+        # The first step is timed from track() start (imports, model setup): warm-up.
+        skip = max(th.skip_first_steps - (ts[0].index - 1 if ts else 0), 0)
+        if len(ts) - skip >= th.regression_min_steps:
+            out[pid] = ts[skip:]
+    return out
+
+
+def find_change(times: list[StepTime], th: Thresholds) -> Change | None:
+    """The main lasting slowdown in one process's step times, if significant and large."""
+    d = [t.seconds for t in times]
+    if len(d) < max(th.regression_min_steps, 2 * th.min_segment_steps):
+        return None
+    # Fit on values clipped at median + 5 robust sigmas, so a few spikes cannot place the split.
+    cap = median(d) + 5 * MAD_TO_SIGMA * mad(d)
+    clipped = [min(v, cap) if cap > 0 else v for v in d]
+    split = best_split(clipped, th.min_segment_steps)
+    if split is None:
+        return None
+    slope, sse_line = linear_sse(clipped)
+    if slope > 0 and sse_line < split.sse_split:  # a ramp fits better than a jump: drift
+        n = len(d)
+        tenth = max(n // 10, th.min_segment_steps)
+        before, after = mean(d[:tenth]), mean(d[-tenth:])
+        p = mann_whitney_p(d[: n // 2], d[n // 2 :])
+        base = before
+        lost = sum(max(v - base, 0.0) for v in d)
+        at, kind = 0, "drift"
+    else:
+        at, kind = split.index, "regression"
+        before, after = median(d[: split.index]), median(d[split.index :])
+        p = mann_whitney_p(d[: split.index], d[split.index :])
+        lost = sum(max(v - before, 0.0) for v in d[split.index :])
+    if before <= 0 or after <= before:
+        return None
+    if (after - before) / before < th.regression_min_change or p > th.regression_p_value:
+        return None
+    return Change(times[0].pid, at, kind, before, after, p, lost)
+
+
+def step_regression(data: RunData, th: Thresholds) -> list[Finding]:
+    """Fires when one process's step time rises for good, by ``regression_min_change`` or more,
+    significant at ``regression_p_value`` (Mann-Whitney U between the two segments)."""
+    if not data.steps:
+        raise NotApplicable("no steps reported with step()")
+    series = _series(data, th)
+    if not series:
+        raise NotApplicable(f"fewer than {th.regression_min_steps} timed steps per process")
+    changes = [c for pid, ts in series.items() if (c := find_change(ts, th)) is not None]
+    if not changes:
+        return []
+    c = max(changes, key=lambda c: c.lost)
+    times = series[c.pid]
+    first = times[c.at]
+    rank = data.rank_of(c.pid)
+    who = f"rank {rank}" if rank is not None else f"process {c.pid}"
+    multi = (
+        f" ({who}; {len(changes)} of {len(series)} processes changed)" if len(series) > 1 else ""
+    )
+    if c.kind == "regression":
+        title = f"Step time regression from step {first.index}"
+        lines = [
+            f"step time rose from {secs(c.before)} to {secs(c.after)} (medians, "
+            f"{c.after / c.before:.2f}x) at step {first.index}, {data.rel(first.end):,.1f} s "
+            f"into the run{multi}",
+        ]
+        span = TimeRange(data.rel(first.start), data.rel(times[-1].end))
+    else:
+        title = "Step time drift: steps slow down over the run"
+        lines = [
+            f"step time drifted from {secs(c.before)} (first tenth) to {secs(c.after)} "
+            f"(last tenth), {c.after / c.before:.2f}x{multi}",
+        ]
+        span = TimeRange(data.rel(times[0].start), data.rel(times[-1].end))
+    lines.append(f"Mann-Whitney U p = {c.p_value:.2g}; {secs(c.lost)} lost to the slower steps")
+    return build(
+        data,
+        th,
+        id="step_regression",
+        title=title,
+        seconds=c.lost,
+        evidence=Evidence(
+            tuple(lines),
+            {
+                "kind": c.kind,
+                "step": first.index,
+                "at_seconds": data.rel(first.end),
+                "before_seconds": c.before,
+                "after_seconds": c.after,
+                "ratio": c.after / c.before,
+                "p_value": c.p_value,
+                "pid": c.pid,
+                "rank": rank,
+            },
+            (span,),
+        ),
+        suggestion=(
+            "Look at what changed at that point: a growing data structure or Python list kept "
+            "across steps (memory growth), longer sequences later in the data, a learning-rate "
+            "or curriculum phase, thermal throttling or another job arriving on the machine, "
+            "torch.compile recompiling (TORCH_LOGS=recompiles); compare the report's charts "
+            "around that time."
+        ),
+    )
+
+
+def outlier_steps(data: RunData, th: Thresholds) -> list[Finding]:
+    """Fires when steps take longer than median + ``outlier_mad_k`` robust sigmas and at least
+    ``outlier_min_ratio`` x the median (per segment, when the step time changed)."""
+    if not data.steps:
+        raise NotApplicable("no steps reported with step()")
+    series = _series(data, th)
+    if not series:
+        raise NotApplicable(f"fewer than {th.regression_min_steps} timed steps per process")
+    outliers: list[tuple[StepTime, float]] = []  # (step, its segment's median)
+    for ts in series.values():
+        change = find_change(ts, th)
+        cut = change.at if change is not None and change.kind == "regression" else 0
+        for seg in (ts[:cut], ts[cut:]):
+            if not seg:
+                continue
+            d = [t.seconds for t in seg]
+            m, spread = median(d), MAD_TO_SIGMA * mad(d)
+            limit = max(m + th.outlier_mad_k * spread, th.outlier_min_ratio * m)
+            outliers += [(t, m) for t in seg if t.seconds > limit]
+    if not outliers:
+        return []
+    excess = sum(t.seconds - m for t, m in outliers) / len(series)
+    worst = sorted(outliers, key=lambda x: x[0].seconds - x[1], reverse=True)[:5]
+    total = sum(len(ts) for ts in series.values())
+    lines = [
+        f"{len(outliers)} of {total} steps were outliers, {secs(excess)} above the median in all"
+        + (" (per process)" if len(series) > 1 else ""),
+        "worst: "
+        + "; ".join(
+            f"step {t.index} at {data.rel(t.end):,.1f} s took {secs(t.seconds)} "
+            f"({t.seconds / m:.1f}x the median)"
+            if m > 0
+            else f"step {t.index}"
+            for t, m in worst
+        ),
+    ]
+    # Regular spacing of outliers points at periodic work (checkpoints, evaluation).
+    idx = sorted(t.index for t, _ in outliers)
+    gaps = [b - a for a, b in itertools.pairwise(idx)]
+    if len(gaps) >= 2 and max(gaps) - min(gaps) <= 1:
+        lines.append(f"they recur every {median(gaps):.0f} steps: periodic work")
+    return build(
+        data,
+        th,
+        id="outlier_steps",
+        title="Outlier steps: stalls far above the usual step time",
+        seconds=excess,
+        evidence=Evidence(
+            tuple(lines),
+            {
+                "outliers": len(outliers),
+                "steps": total,
+                "excess_seconds": excess,
+                "threshold_ratio": th.outlier_min_ratio,
+                "worst_step": worst[0][0].index,
+                "worst_seconds": worst[0][0].seconds,
+            },
+            tuple(TimeRange(data.rel(t.start), data.rel(t.end)) for t, _ in worst),
+        ),
+        suggestion=(
+            "Find what runs on those steps: synchronous checkpoints (save asynchronously, e.g. "
+            "torch.distributed.checkpoint.async_save), evaluation inside the loop, Python garbage "
+            "collection (gc.freeze() after setup), DataLoader workers restarting each epoch "
+            "(persistent_workers=True), torch.compile recompiles, or logging that forces a sync."
+        ),
+    )

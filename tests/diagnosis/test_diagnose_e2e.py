@@ -1,0 +1,151 @@
+"""`computewatch diagnose` end to end: real runs as child processes through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+SLOWDOWN = """
+import time
+import computewatch
+
+with computewatch.track(name="slowdown") as run:
+    for i in range(100):
+        time.sleep(0.03 if i < 50 else 0.06)  # steps 51..100 take twice as long
+        run.step()
+"""
+
+STARVED = """
+import sys
+import time
+import torch
+from torch.utils.data import DataLoader, Dataset
+import computewatch
+
+DELAY = float(sys.argv[1])
+
+class Slow(Dataset):
+    def __len__(self):
+        return 60
+    def __getitem__(self, i):
+        time.sleep(DELAY)  # an expensive decode, done in the training process (num_workers=0)
+        return torch.randn(16), torch.randn(1)
+
+model = torch.nn.Linear(16, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+with computewatch.track(name="loader") as run:
+    for x, y in run.data(DataLoader(Slow(), batch_size=2, num_workers=0)):
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        time.sleep(0.03)  # the rest of the step's work
+        run.step(samples=len(x))
+"""
+
+
+def _diagnosis(cw, ref: str = "last") -> dict:
+    r = cw.ok("diagnose", ref, "--json")
+    assert r.stderr == ""
+    return json.loads(r.stdout)
+
+
+def _ids(result: dict) -> list[str]:
+    return [f["id"] for f in result["findings"]]
+
+
+def test_slowdown_halfway_is_found_and_stored(cw, make_script, tmp_path):
+    script = make_script("slowdown.py", SLOWDOWN)
+    cw.ok("run", "--quiet", "--interval", "0.2", "--", cw_python(), script)
+    result = _diagnosis(cw)
+    assert set(result) >= {"run", "findings", "checked", "not_applicable", "failed", "thresholds"}
+    assert result["run"]["name"] == "slowdown"
+    assert result["failed"] == {}
+    (f,) = [f for f in result["findings"] if f["id"] == "step_regression"]
+    assert set(f) == {"id", "title", "severity", "at_stake", "evidence", "suggestion"}
+    assert set(f["evidence"]) == {"lines", "numbers", "time_ranges"}
+    n = f["evidence"]["numbers"]
+    assert n["kind"] == "regression"
+    assert abs(n["step"] - 51) <= 3, f
+    assert 1.5 < n["ratio"] < 2.6
+    assert f["at_stake"]["seconds"] > 0.5
+    assert f["evidence"]["time_ranges"][0]["start_seconds"] > 0
+    # the same diagnosis was stored in the summary when the run ended
+    summary = cw.show()
+    assert "step_regression" in _ids(summary["diagnosis"])
+    text = " ".join(cw.ok("show", "last").stdout.split())
+    assert "diagnosis" in text and "Step time regression from step" in text
+    plain = cw.ok("diagnose", "last").stdout
+    assert "suggestion:" in plain and "step time rose from" in " ".join(plain.split())
+    page = tmp_path / "report.html"
+    cw.ok("report", "last", "-o", page)
+    html = page.read_text()
+    assert 'id="section-diagnosis"' in html and "finding-step_regression" in html
+
+
+def cw_python() -> str:
+    import sys
+
+    return sys.executable
+
+
+@pytest.mark.slow
+def test_a_slow_dataset_is_diagnosed_as_starved(cw, make_script):
+    script = make_script("starved.py", STARVED)
+    cw.ok("run", "--quiet", "--", cw_python(), script, "0.05")  # 0.1 s of data per 0.03 s step
+    result = _diagnosis(cw)
+    assert "data_starvation" in _ids(result)
+    f = result["findings"][_ids(result).index("data_starvation")]
+    assert f["evidence"]["numbers"]["data_wait_share"] > 0.5
+    assert "num_workers=" in f["suggestion"] and "pin_memory=True" in f["suggestion"]
+
+
+@pytest.mark.slow
+def test_a_fast_dataset_is_not_starved(cw, make_script):
+    script = make_script("fed.py", STARVED)
+    cw.ok("run", "--quiet", "--", cw_python(), script, "0")
+    result = _diagnosis(cw)
+    assert "data_starvation" in result["checked"]
+    assert "data_starvation" not in _ids(result)
+
+
+def test_fake_gpu_with_thresholds_from_the_configuration(cw, tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[diagnosis]\ngpu_utilization_low = 0.99\nmin_seconds_at_stake = 0\n")
+    cw.ok(
+        "run", "--quiet", "--interval", "0.1", "--gpu-backend", "fake:1xH100-SXM",
+        "--config", cfg, "--", cw_python(), "-c", "import time; time.sleep(1.5)",
+    )  # fmt: skip
+    stored = cw.show()["diagnosis"]
+    assert "low_gpu_utilization" in _ids(stored)  # the fake's 70-95 % is below 99 %
+    f = stored["findings"][_ids(stored).index("low_gpu_utilization")]
+    assert "(simulated)" in f["evidence"]["lines"][0]
+    # without the configuration, the defaults: a busy fake GPU is not low
+    result = _diagnosis(cw)
+    for rule in ("low_gpu_utilization", "gpu_throttling", "idle_allocation"):
+        assert rule in result["checked"] or rule in result["not_applicable"]
+    assert "low_gpu_utilization" in result["checked"]
+    assert "low_gpu_utilization" not in _ids(result)
+    again = json.loads(cw.ok("diagnose", "last", "--json", "--config", cfg).stdout)
+    assert "low_gpu_utilization" in _ids(again)
+    assert again["thresholds"]["gpu_utilization_low"] == 0.99
+
+
+def test_bad_run_id_and_bad_configuration(cw, tmp_path):
+    r = cw("diagnose", "nosuchrun")
+    assert r.returncode == 1
+    assert r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    cw.ok("run", "--quiet", "--", cw_python(), "-c", "pass")
+    r = cw("diagnose", "nosuchrun")
+    assert r.returncode == 1
+    assert (
+        r.stderr.strip()
+        == "computewatch: no run matches 'nosuchrun' (an id, id prefix, name or 'last')"
+    )
+    cfg = tmp_path / "bad.toml"
+    cfg.write_text("[diagnosis]\nidle_min_seconds = -5\n")
+    r = cw("diagnose", "last", "--config", cfg)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "idle_min_seconds" in r.stderr

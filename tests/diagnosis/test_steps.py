@@ -1,0 +1,109 @@
+"""Step-time regression, drift and outlier steps over crafted step series."""
+
+from __future__ import annotations
+
+import random
+
+
+def _noisy(base: float, n: int, rng: random.Random, jitter: float = 0.05) -> list[float]:
+    return [base * (1 + rng.uniform(-jitter, jitter)) for _ in range(n)]
+
+
+def test_slowdown_halfway_is_found_at_the_right_step(crafted):
+    rng = random.Random(1)
+    run = crafted()
+    run.ticks(10)
+    run.writer(10)
+    durations = _noisy(0.02, 50, rng) + _noisy(0.04, 50, rng)  # steps 51.. take twice as long
+    ends = run.steps(10, durations)
+    f = run.finding("step_regression")
+    n = f.evidence.numbers
+    assert n["kind"] == "regression"
+    assert abs(n["step"] - 51) <= 2
+    assert abs(n["at_seconds"] - ends[50]) < 0.2
+    assert abs(n["before_seconds"] - 0.02) < 0.002 and abs(n["after_seconds"] - 0.04) < 0.004
+    assert n["p_value"] < 1e-6
+    assert abs(f.at_stake.seconds - 50 * 0.02) < 0.1
+    assert "step 5" in f.title
+
+
+def test_steady_steps_do_not_fire(crafted):
+    rng = random.Random(2)
+    run = crafted()
+    run.ticks(10)
+    run.writer(10)
+    run.steps(10, _noisy(0.05, 100, rng, jitter=0.2))
+    ids = run.ids()
+    assert "step_regression" not in ids
+    assert "outlier_steps" not in ids
+    assert {"step_regression", "outlier_steps"} <= set(run.diagnose().checked)
+
+
+def test_minimum_change_from_configuration_is_respected(crafted):
+    rng = random.Random(3)
+    run = crafted()
+    run.ticks(10)
+    run.writer(10)
+    run.steps(10, _noisy(0.2, 50, rng) + _noisy(0.3, 50, rng))  # +50 %
+    assert "step_regression" in run.ids()
+    assert "step_regression" not in run.ids(regression_min_change=0.6)
+
+
+def test_a_gradual_rise_is_drift(crafted):
+    rng = random.Random(4)
+    run = crafted()
+    run.ticks(10)
+    run.writer(10)
+    run.steps(10, [0.02 * (1 + i / 100) * (1 + rng.uniform(-0.02, 0.02)) for i in range(200)])
+    f = run.finding("step_regression")
+    assert f.evidence.numbers["kind"] == "drift"
+    assert 2.5 < f.evidence.numbers["ratio"] < 3.2
+
+
+def test_a_speedup_is_not_a_regression(crafted):
+    rng = random.Random(5)
+    run = crafted()
+    run.ticks(10)
+    run.writer(10)
+    run.steps(10, _noisy(0.04, 50, rng) + _noisy(0.02, 50, rng))
+    assert "step_regression" not in run.ids()
+
+
+def test_outlier_steps_are_counted_with_the_worst_listed(crafted):
+    rng = random.Random(6)
+    run = crafted()
+    run.ticks(10)
+    run.writer(10)
+    durations = _noisy(0.05, 200, rng)
+    for i in (40, 80, 120, 160):  # a checkpoint every 40 steps
+        durations[i] = 1.0
+    durations[120] = 2.0
+    run.steps(10, durations)
+    f = run.finding("outlier_steps")
+    assert f.evidence.numbers["outliers"] == 4
+    assert f.evidence.numbers["worst_step"] == 121  # 1-based
+    assert abs(f.evidence.numbers["worst_seconds"] - 2.0) < 1e-9
+    assert any("recur every 40 steps" in line for line in f.evidence.lines)
+    assert "step 121" in f.evidence.lines[1]
+    assert abs(f.at_stake.seconds - (0.95 * 3 + 1.95)) < 0.05
+    assert "step_regression" not in run.ids()  # four spikes are not a lasting change
+
+
+def test_outlier_ratio_from_configuration_is_respected(crafted):
+    rng = random.Random(7)
+    run = crafted()
+    run.ticks(10)
+    run.writer(10)
+    durations = _noisy(0.5, 100, rng)
+    durations[50] = 2.0
+    run.steps(10, durations)
+    assert "outlier_steps" in run.ids()
+    assert "outlier_steps" not in run.ids(outlier_min_ratio=5.0)
+
+
+def test_too_few_steps_is_not_applicable(crafted):
+    run = crafted()
+    run.ticks(5)
+    run.writer(10)
+    run.steps(10, [0.1] * 10)
+    assert "fewer than 20" in run.diagnose().not_applicable["step_regression"]
