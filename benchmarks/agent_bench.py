@@ -1,0 +1,167 @@
+"""The node agent's cost: CPU per tick on a node with 8 fake GPUs and 200 processes, and memory
+over a long compressed run with processes coming and going (it must stay flat).
+
+Run: ``python benchmarks/agent_bench.py [--ticks N] [--churn-ticks N]``; prints a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from computewatch.fleet.attribution import Attributor
+from computewatch.fleet.node import NodeOptions, NodeSampler
+from computewatch.sources.host import HostSource
+from computewatch.sources.nvidia import NvidiaSource
+from computewatch.testing import ManualClock, from_preset
+
+
+def rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def real_node_cost(ticks: int, children: int) -> tuple[float, float, int]:
+    """Mean and max CPU seconds per tick over the real /proc with ``children`` sleepers."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        for _ in range(children)
+    ]
+    try:
+        time.sleep(1.0)
+        fake = from_preset("8xH100-SXM")
+        node = NodeSampler(
+            NodeOptions(node="bench"), Attributor(), host=HostSource(), cpu_model="unknown"
+        )
+        node.gpus = [NvidiaSource(fake, pids=node.pids_view, all_gpus=True)]
+        for i, p in enumerate(procs[:16]):  # some of them "on" the GPUs
+            fake.devices[i % 8].add_process(p.pid)
+        node.sample()
+        costs = []
+        for _ in range(ticks):
+            c0 = time.process_time()
+            node.sample()
+            costs.append(time.process_time() - c0)
+            time.sleep(0.01)
+        n = node.processes
+        node.close()
+        return sum(costs) / len(costs), max(costs), n
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.wait()
+
+
+def _stat(pid: int, utime: int) -> str:
+    rest = [
+        "S",
+        "1",
+        str(pid),
+        str(pid),
+        "0",
+        "-1",
+        "0",
+        "0",
+        "0",
+        "0",
+        "0",
+        str(utime),
+        "0",
+        "0",
+        "0",
+        "20",
+        "0",
+        "1",
+        "0",
+        str(100 + pid),
+        "1000",
+        "256",
+    ] + ["0"] * 30
+    return f"{pid} (w) " + " ".join(rest) + "\n"
+
+
+def churn_memory(ticks: int, live: int, per_tick: int) -> list[tuple[int, float]]:
+    """RSS over a compressed run on a recorded /proc where ``per_tick`` processes start and as
+    many end every tick (each with its own job tag, so jobs come and go too)."""
+    root = Path(tempfile.mkdtemp(prefix="cw-bench-proc-"))
+    try:
+        next_pid = 1000
+        alive: list[int] = []
+        clock = ManualClock(0.0)
+        fake = from_preset("8xH100-SXM", clock=clock)
+        node = NodeSampler(
+            NodeOptions(
+                node="bench", procfs_root=str(root), filesystems=(), job_expiry_seconds=5.0
+            ),
+            Attributor(str(root), user_name=lambda u: "u"),
+            clock=clock,
+        )
+        node.gpus = [NvidiaSource(fake, pids=node.pids_view, all_gpus=True, procfs_root=str(root))]
+
+        def spawn() -> None:
+            nonlocal next_pid
+            pid = next_pid
+            next_pid += 1
+            d = root / str(pid)
+            d.mkdir()
+            (d / "stat").write_text(_stat(pid, 0))
+            (d / "status").write_text("Name:\tw\nUid:\t1000\t1000\t1000\t1000\n")
+            (d / "cgroup").write_text("0::/user.slice\n")
+            (d / "environ").write_bytes(f"COMPUTEWATCH_TAGS=job=j{pid}\0".encode())
+            alive.append(pid)
+            (root / "loadavg").write_text(f"0 0 0 1/1 {pid}\n")
+
+        for _ in range(live):
+            spawn()
+        points: list[tuple[int, float]] = []
+        for t in range(ticks):
+            for _ in range(per_tick):
+                pid = alive.pop(0)
+                (root / str(pid) / "stat").write_text("")
+                shutil.rmtree(root / str(pid), ignore_errors=True)
+                spawn()
+            for pid in alive[:: max(len(alive) // 10, 1)]:
+                (root / str(pid) / "stat").write_text(_stat(pid, t))
+            clock.advance(1.0)
+            node.sample()
+            if t in (ticks // 10, ticks // 2, ticks - 1):
+                points.append((t + 1, rss_mib()))
+        node.close()
+        return points
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--ticks", type=int, default=50)
+    ap.add_argument("--children", type=int, default=200)
+    ap.add_argument("--churn-ticks", type=int, default=5000)
+    args = ap.parse_args()
+    mean, worst, seen = real_node_cost(args.ticks, args.children)
+    points = churn_memory(args.churn_ticks, live=200, per_tick=5)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("| agent benchmark | value |")
+    print("|---|---|")
+    print(f"| processes on the node (real /proc, {args.children} sleepers) | {seen} |")
+    print(f"| CPU per tick, 8 fake GPUs, mean | {mean * 1e3:.2f} ms |")
+    print(f"| CPU per tick, 8 fake GPUs, worst | {worst * 1e3:.2f} ms |")
+    print(f"| CPU share at a 5 s interval | {mean / 5 * 100:.3f} % of one core |")
+    for tick, mib in points:
+        print(
+            f"| RSS after {tick} churn ticks (5 processes and jobs replaced per tick) | "
+            f"{mib:.1f} MiB |"
+        )
+    print(f"| peak RSS | {peak:.1f} MiB |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,177 @@
+"""The exported metric families: name, type and help text of every name the agent and
+``computewatch run --prometheus`` produce (docs/metrics.md, "Prometheus export").
+
+The names and labels of the contract are fixed here once, so the exposition (HELP and TYPE
+lines), the documentation and the tests read one table. Counters carry ``_total`` in their
+name, as exported.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["FAMILIES", "Family", "family"]
+
+MetricType = Literal["gauge", "counter", "info"]
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One exported family: its full sample name (``_total`` for counters), type and help."""
+
+    name: str
+    type: MetricType
+    help: str
+
+
+_GPU = "gpu, gpu_index, gpu_model, node"
+_JOB = "job, user, team, node"
+
+FAMILIES: tuple[Family, ...] = (
+    # -- per GPU ---------------------------------------------------------------------------------
+    Family(
+        "computewatch_gpu_utilization_ratio",
+        "gauge",
+        "Fraction of the last sample period during which a kernel ran on the GPU (0-1).",
+    ),
+    Family("computewatch_gpu_memory_used_bytes", "gauge", "GPU memory in use, bytes."),
+    Family("computewatch_gpu_memory_total_bytes", "gauge", "GPU memory size, bytes."),
+    Family("computewatch_gpu_power_watts", "gauge", "GPU board power, watts."),
+    Family("computewatch_gpu_temperature_celsius", "gauge", "GPU temperature, degrees Celsius."),
+    Family(
+        "computewatch_gpu_energy_joules_total",
+        "counter",
+        "GPU energy since the exporter started, joules (driver counter, else polled power).",
+    ),
+    Family(
+        "computewatch_gpu_throttled",
+        "gauge",
+        "1 while the GPU's clocks are held down for the reason in the label (thermal, power).",
+    ),
+    Family(
+        "computewatch_gpu_allocated",
+        "gauge",
+        "1 while some job's processes hold memory on the GPU.",
+    ),
+    # -- per job ---------------------------------------------------------------------------------
+    Family(
+        "computewatch_job_info",
+        "info",
+        "A job seen on this node (value 1), with its kind, account, namespace, pod and project.",
+    ),
+    Family(
+        "computewatch_job_cpu_seconds_total",
+        "counter",
+        "CPU seconds used by the job's processes since the exporter first saw them.",
+    ),
+    Family(
+        "computewatch_job_memory_bytes", "gauge", "Resident memory of the job's processes, bytes."
+    ),
+    Family("computewatch_job_processes", "gauge", "Live processes of the job."),
+    Family(
+        "computewatch_job_gpu_seconds_total",
+        "counter",
+        "GPU-seconds held by the job: each GPU its processes hold counts one per second.",
+    ),
+    Family(
+        "computewatch_job_gpu_busy_seconds_total",
+        "counter",
+        "Sum over held GPUs of the job's share of utilization times seconds.",
+    ),
+    Family(
+        "computewatch_job_gpu_idle_seconds_total",
+        "counter",
+        "GPU-seconds held by the job while the GPU's utilization was below 0.05.",
+    ),
+    Family(
+        "computewatch_job_gpu_memory_used_bytes",
+        "gauge",
+        "GPU memory held by the job's processes, bytes.",
+    ),
+    Family(
+        "computewatch_job_energy_joules_total",
+        "counter",
+        "Energy charged to the job, joules: its share of each GPU's energy plus its CPU-time "
+        "share of CPU energy (RAPL when readable, else modeled from TDP).",
+    ),
+    Family("computewatch_job_steps_total", "counter", "Training steps the job reported."),
+    Family(
+        "computewatch_job_step_time_seconds_total",
+        "counter",
+        "Sum of the durations of the job's reported steps, seconds.",
+    ),
+    Family(
+        "computewatch_job_flops_total",
+        "counter",
+        "Floating-point operations of the job (method: counted or estimated).",
+    ),
+    # -- node ------------------------------------------------------------------------------------
+    Family(
+        "computewatch_host_cpu_utilization_ratio",
+        "gauge",
+        "Fraction of the node's CPU time spent busy over the last tick (0-1).",
+    ),
+    Family("computewatch_host_memory_used_bytes", "gauge", "MemTotal - MemAvailable, bytes."),
+    Family("computewatch_host_memory_total_bytes", "gauge", "MemTotal, bytes."),
+    Family("computewatch_host_swap_used_bytes", "gauge", "SwapTotal - SwapFree, bytes."),
+    Family(
+        "computewatch_filesystem_avail_bytes",
+        "gauge",
+        "Bytes available to unprivileged users on the filesystem at mountpoint.",
+    ),
+    Family("computewatch_filesystem_size_bytes", "gauge", "Size of the filesystem, bytes."),
+    Family(
+        "computewatch_cpu_energy_joules_total",
+        "counter",
+        "CPU package and DRAM energy from RAPL since the exporter started, joules.",
+    ),
+    # -- optional, per process (off by default) ---------------------------------------------------
+    Family(
+        "computewatch_process_cpu_seconds_total",
+        "counter",
+        "CPU seconds of one noticeable process (only with per-process export enabled).",
+    ),
+    Family(
+        "computewatch_process_memory_bytes",
+        "gauge",
+        "Resident memory of one noticeable process (only with per-process export enabled).",
+    ),
+    Family(
+        "computewatch_process_gpu_memory_used_bytes",
+        "gauge",
+        "GPU memory of one process on one GPU (only with per-process export enabled).",
+    ),
+    # -- the exporter itself ---------------------------------------------------------------------
+    Family(
+        "computewatch_agent_tick_duration_seconds",
+        "gauge",
+        "How long the exporter's last sampling tick took, seconds.",
+    ),
+    Family(
+        "computewatch_agent_ticks_total",
+        "counter",
+        "Sampling ticks done since the exporter started.",
+    ),
+    Family(
+        "computewatch_agent_source_up",
+        "gauge",
+        "1 when the source (label source) was read in the last tick, 0 when it is unavailable.",
+    ),
+)
+
+_BY_NAME = {f.name: f for f in FAMILIES}
+
+GPU_LABELS = _GPU
+JOB_LABELS = _JOB
+
+
+def family(name: str) -> Family:
+    """The family of an exported sample name; unknown names are gauges with a generic help
+    (a producer may add families beyond the contract)."""
+    f = _BY_NAME.get(name)
+    if f is not None:
+        return f
+    if name.endswith("_total"):
+        return Family(name, "counter", f"{name} (computewatch).")
+    return Family(name, "gauge", f"{name} (computewatch).")

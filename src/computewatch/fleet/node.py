@@ -1,0 +1,667 @@
+"""One node, sampled whole: host, CPU energy, every GPU, every process, attributed to jobs.
+
+Each :meth:`NodeSampler.sample` is one tick. Its cost is kept proportional to the live
+processes, with no ``open`` for a process already known (as
+:class:`computewatch.sources.process_tree.ProcessTreeSource`): ``/proc`` is listed only when
+``/proc/loadavg``'s last PID moved (a process was born), a new process has its ``stat`` opened
+once and re-read with ``pread``, and its job, user and start time are learned once (the
+environment and cgroup are read by the :class:`~computewatch.fleet.attribution.Attributor`).
+Kernel threads are skipped.
+
+Per job the counters stay cumulative (docs/metrics.md, "Prometheus export"):
+
+- CPU seconds: each process's ``utime+stime+cutime+cstime`` since the agent first saw it (a
+  process present at the agent's first tick counts from then), plus the last-seen figure of
+  processes that ended. A process reaped by a parent of the same job moves into that parent's
+  ``cutime`` and is not counted twice; one reaped by a parent of another job is counted in its
+  own job and taken off the parent's.
+- GPU-seconds, busy and idle GPU-seconds, and energy accrue over each tick's interval from what
+  the GPUs' process lists show at the tick.
+
+A job whose processes have all ended keeps its counters for ``job_expiry_seconds`` and is then
+dropped. A catch-all ``process:<user>`` job is exported only once one of its processes used
+at least ``min_cpu_cores`` or a GPU (small processes are aggregated, never exported one by one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass, field
+
+from computewatch.fleet.attribution import Attributor, JobIdentity
+from computewatch.fleet.cpu_power import CpuPowerModel
+from computewatch.fleet.model import MetricLabels, MetricSample
+from computewatch.readings import Reading
+from computewatch.sources.base import SourceUnavailable
+from computewatch.sources.gpus import GpuBackend, GpuSource, open_backend
+from computewatch.sources.host import HostSource
+from computewatch.sources.nvidia import decode_clock_events
+from computewatch.sources.rapl import SUMMED_DOMAINS, RaplSource
+
+__all__ = ["NodeOptions", "NodeSampler", "open_node"]
+
+_CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
+_PAGE = float(os.sysconf("SC_PAGE_SIZE"))
+_PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
+_BUSY_EXCLUDED = ("idle", "iowait")
+IDLE_UTILIZATION = 0.05  # a held GPU below this utilization counts as idle (the contract's)
+
+# Clock-event reasons (NVML) that mean the clocks are held down, by kind.
+THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
+POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
+
+
+@dataclass(frozen=True, slots=True)
+class NodeOptions:
+    """What an agent samples and exports (the config's ``[agent]`` section)."""
+
+    node: str = field(default_factory=socket.gethostname)
+    procfs_root: str = "/proc"
+    sysfs_root: str = "/sys"
+    powercap_root: str = "/sys/class/powercap"
+    min_cpu_cores: float = 0.05
+    job_expiry_seconds: float = 300.0
+    per_process: bool = False
+    export_cmdline: bool = False
+    filesystems: tuple[str, ...] = ("/",)
+    cpu_tdp_watts: float | None = None
+
+
+class _Job:
+    __slots__ = (
+        "busy",
+        "cpu_delta",
+        "cpu_exited",
+        "cpu_reported",
+        "energy",
+        "exported",
+        "gpu_mem",
+        "gpu_seconds",
+        "ident",
+        "idle",
+        "info_lbl",
+        "last_live",
+        "lbl",
+        "live",
+        "mem",
+        "nproc",
+    )
+
+    def __init__(self, ident: JobIdentity, node: str, now: float) -> None:
+        self.ident = ident
+        self.lbl = ident.labels(node)
+        self.info_lbl = ident.info_labels(node)
+        self.exported = ident.kind != "process" or ident.tagged
+        self.cpu_exited = 0.0
+        self.cpu_reported = 0.0
+        self.cpu_delta = 0.0
+        self.live = 0.0  # CPU total of live processes this tick
+        self.mem = 0.0
+        self.nproc = 0
+        self.gpu_seconds = 0.0
+        self.busy = 0.0
+        self.idle = 0.0
+        self.gpu_mem = 0.0
+        self.energy = 0.0
+        self.last_live = now
+
+
+class _Proc:
+    __slots__ = (
+        "baseline",
+        "cmdline",
+        "debit",
+        "fd",
+        "job",
+        "lbl",
+        "name",
+        "noticed",
+        "pid",
+        "ppid",
+        "raw",
+        "rss",
+        "start",
+        "total",
+    )
+
+    def __init__(self, pid: int, start: int, fd: int, name: str, job: _Job) -> None:
+        self.pid = pid
+        self.start = start
+        self.fd = fd
+        self.name = name
+        self.job = job
+        self.ppid = 0
+        self.baseline = 0.0
+        self.debit = 0.0  # CPU of children counted in another job, inside our cutime
+        self.raw = 0.0  # utime+stime+cutime+cstime at the last read
+        self.total = 0.0  # raw - baseline - debit
+        self.rss = 0.0
+        self.noticed = False
+        self.cmdline = ""
+        self.lbl: MetricLabels = ()
+
+
+def _close(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _lbl(**pairs: str) -> MetricLabels:
+    return tuple(sorted(pairs.items()))
+
+
+class NodeSampler:
+    """Samples the node each :meth:`sample` call and returns the exported samples.
+
+    ``host``, ``rapl`` and ``gpus`` are the sources (any may be missing: what they would give is
+    then absent, and :attr:`notes` says why). GPU sources must have been opened with
+    ``pids=node.pids_view`` and ``all_gpus=True`` for per-process attribution (:func:`open_node`
+    does this).
+    """
+
+    def __init__(
+        self,
+        options: NodeOptions,
+        attributor: Attributor,
+        *,
+        host: HostSource | None = None,
+        rapl: RaplSource | None = None,
+        gpus: Sequence[GpuSource] = (),
+        cpu_model: str = "unknown",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.options = options
+        self.attributor = attributor
+        self.host = host
+        self.rapl = rapl
+        self.gpus: list[GpuSource] = list(gpus)
+        self.notes: list[str] = []
+        self._noted: set[str] = set()
+        self._clock = clock
+        self._root = options.procfs_root
+        self._node = options.node
+        self._procs: dict[int, _Proc] = {}
+        self._foreign: set[int] = set()  # kernel threads and unreadable PIDs, until they vanish
+        self._jobs: dict[JobIdentity, _Job] = {}
+        self._first = True
+        self._last_mono: float | None = None
+        self._loadavg_fd: int | None = None
+        self._seen_last_pid: int | None = None
+        self._host_busy: float | None = None
+        self._host_total: float | None = None
+        self._rapl_last: float | None = None
+        self._gpu_energy_last: dict[str, float] = {}
+        self._gpu_lbl: dict[str, MetricLabels] = {}
+        self._node_lbl: MetricLabels = (("node", self._node),)
+        self._cpu_model = CpuPowerModel.for_cpu(
+            cpu_model, os.cpu_count() or 1, options.cpu_tdp_watts
+        )
+        self.source_up: dict[str, bool] = {
+            "host": host is not None,
+            "rapl": rapl is not None,
+            "gpu": bool(self.gpus),
+        }
+
+    # -- public -------------------------------------------------------------------------------
+    def pids_view(self) -> Collection[int]:
+        """The live PIDs known at this tick (what the GPU sources attribute per process)."""
+        return self._procs.keys()
+
+    @property
+    def cpu_power_model(self) -> CpuPowerModel:
+        return self._cpu_model
+
+    @property
+    def processes(self) -> int:
+        return len(self._procs)
+
+    @property
+    def jobs(self) -> int:
+        return len(self._jobs)
+
+    def note(self, message: str, key: str) -> None:
+        if key not in self._noted:
+            self._noted.add(key)
+            self.notes.append(message)
+
+    def sample(self) -> list[MetricSample]:
+        """One tick: read everything once, update the jobs, return every exported sample."""
+        mono = self._clock()
+        dt = 0.0 if self._last_mono is None else max(mono - self._last_mono, 0.0)
+        self._last_mono = mono
+        out: list[MetricSample] = []
+        self._read_processes(mono, dt)
+        cpu_busy_delta, host_util = self._read_host(out)
+        cpu_energy_delta = self._read_rapl(out, dt, host_util)
+        self._read_gpus(out, dt)
+        self._charge_cpu_energy(cpu_energy_delta, cpu_busy_delta)
+        self._emit_jobs(out, mono)
+        self._filesystems(out)
+        self._first = False
+        return out
+
+    def close(self) -> None:
+        """Close every descriptor and source; safe to call twice."""
+        for p in self._procs.values():
+            _close(p.fd)
+        self._procs.clear()
+        if self._loadavg_fd is not None and self._loadavg_fd >= 0:
+            _close(self._loadavg_fd)
+        self._loadavg_fd = None
+        for src in (self.host, self.rapl, *self.gpus):
+            if src is not None:
+                with contextlib.suppress(Exception):
+                    src.close()
+        self.gpus = []
+        self.host = self.rapl = None
+
+    # -- processes ----------------------------------------------------------------------------
+    def _last_pid(self) -> int | None:
+        if self._loadavg_fd is None:
+            try:
+                path = os.path.join(self._root, "loadavg")
+                self._loadavg_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self._loadavg_fd = -1
+        if self._loadavg_fd < 0:
+            return None
+        try:
+            return int(os.pread(self._loadavg_fd, 128, 0).split()[4])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def _discover(self) -> None:
+        """Adopt processes never seen: one listing, only when a process was born since."""
+        last_pid = self._last_pid()
+        if last_pid is not None and last_pid == self._seen_last_pid and not self._first:
+            return
+        self._seen_last_pid = last_pid
+        try:
+            present = {int(e) for e in os.listdir(self._root) if e.isdigit()}
+        except OSError as e:
+            self.note(f"cannot list {self._root}: {e.strerror or e}", "listdir")
+            return
+        self._foreign &= present
+        for pid in present - self._foreign - self._procs.keys():
+            self._adopt(pid)
+
+    def _adopt(self, pid: int) -> None:
+        base = os.path.join(self._root, str(pid))
+        try:
+            fd = os.open(os.path.join(base, "stat"), os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return  # gone already
+        try:
+            raw = os.pread(fd, 4096, 0)
+            close = raw.rindex(b")")
+            name = raw[raw.index(b"(") + 1 : close].decode("utf-8", "replace")
+            rest = raw[close + 2 :].split()
+            if int(rest[6]) & _PF_KTHREAD or int(rest[1]) == 2 or pid == 2:
+                _close(fd)
+                self._foreign.add(pid)
+                return
+            start = int(rest[19])
+            uid = self._uid(base)
+        except (OSError, ValueError, IndexError):
+            _close(fd)
+            return
+        ident = self.attributor.identify(pid, start, uid)
+        job = self._jobs.get(ident)
+        if job is None:
+            job = self._jobs[ident] = _Job(ident, self._node, self._clock())
+        p = _Proc(pid, start, fd, name, job)
+        if self._first:  # usage from before the agent started is not counted
+            p.baseline = sum(int(x) for x in rest[11:15]) / _CLK_TCK
+        if self.options.per_process:
+            pairs = dict(job.lbl)
+            pairs.update(pid=str(pid), name=name)
+            if self.options.export_cmdline:
+                p.cmdline = self._cmdline(base)
+                pairs["cmdline"] = p.cmdline
+            p.lbl = tuple(sorted(pairs.items()))
+        self._procs[pid] = p
+
+    @staticmethod
+    def _uid(base: str) -> int:
+        with open(os.path.join(base, "status"), "rb") as f:
+            status = f.read(4096)
+        i = status.index(b"\nUid:")
+        return int(status[i + 5 : status.index(b"\n", i + 5)].split()[0])
+
+    @staticmethod
+    def _cmdline(base: str) -> str:
+        try:
+            with open(os.path.join(base, "cmdline"), "rb") as f:
+                parts = f.read(4096).split(b"\0")
+            return " ".join(a.decode("utf-8", "replace") for a in parts if a)[:256]
+        except OSError:
+            return ""
+
+    def _read_processes(self, mono: float, dt: float) -> None:
+        self._discover()
+        for job in self._jobs.values():
+            job.live = job.mem = job.cpu_delta = job.gpu_mem = 0.0
+            job.nproc = 0
+        # Read every stat first, retire the vanished, then total: a child reaped by a parent of
+        # another job is taken off that parent's cutime in the same tick it appears there.
+        reads: list[tuple[_Proc, list[bytes]]] = []
+        gone: list[_Proc] = []
+        for p in self._procs.values():
+            try:
+                raw = os.pread(p.fd, 4096, 0)
+            except OSError:
+                gone.append(p)
+                continue
+            if not raw:
+                gone.append(p)
+                continue
+            rest = raw[raw.rindex(b")") + 2 :].split()
+            if rest[0] == b"X":
+                gone.append(p)
+                continue
+            reads.append((p, rest))
+        gone_pids = {p.pid for p in gone}
+        for p in gone:
+            self._retire(p, gone_pids)
+        min_cpu = self.options.min_cpu_cores
+        for p, rest in reads:
+            p.ppid = int(rest[1])
+            p.raw = sum(int(x) for x in rest[11:15]) / _CLK_TCK
+            total = p.raw - p.baseline - p.debit
+            delta = max(total - p.total, 0.0)
+            p.total = total
+            p.rss = int(rest[21]) * _PAGE
+            job = p.job
+            job.live += total
+            job.mem += p.rss
+            job.nproc += 1
+            job.cpu_delta += delta
+            job.last_live = mono
+            if dt > 0 and delta / dt >= min_cpu:
+                p.noticed = True
+                job.exported = True
+
+    def _retire(self, p: _Proc, gone_pids: set[int]) -> None:
+        del self._procs[p.pid]
+        _close(p.fd)
+        self.attributor.forget(p.pid, p.start)
+        parent = self._procs.get(p.ppid)
+        if parent is not None and p.ppid not in gone_pids and parent.job is p.job:
+            return  # its times go into the parent's cutime/cstime (proc(5))
+        p.job.cpu_exited += p.total
+        if parent is not None and p.ppid not in gone_pids:
+            parent.debit += p.raw  # the parent's cutime will hold it: counted here already
+
+    # -- host and CPU energy ------------------------------------------------------------------
+    def _read_host(self, out: list[MetricSample]) -> tuple[float, float | None]:
+        """Host gauges; returns (busy CPU seconds over the tick, busy ratio or None)."""
+        if self.host is None:
+            return 0.0, None
+        try:
+            readings = self.host.read()
+        except Exception as e:
+            self.note(f"host readings failed: {e}", "host")
+            self.source_up["host"] = False
+            return 0.0, None
+        self.source_up["host"] = True
+        busy = total = 0.0
+        node = self._node_lbl
+        names = {
+            "host_memory_used_bytes": "computewatch_host_memory_used_bytes",
+            "host_memory_total_bytes": "computewatch_host_memory_total_bytes",
+            "host_swap_used_bytes": "computewatch_host_swap_used_bytes",
+        }
+        for r in readings:
+            if r.name == "host_cpu_seconds_total":
+                total += r.value
+                if dict(r.labels).get("mode") not in _BUSY_EXCLUDED:
+                    busy += r.value
+            elif r.name in names:
+                out.append(MetricSample(names[r.name], node, r.value))
+        busy_delta = 0.0
+        util: float | None = None
+        if self._host_busy is not None and self._host_total is not None:
+            busy_delta = max(busy - self._host_busy, 0.0)
+            total_delta = total - self._host_total
+            if total_delta > 0:
+                util = min(busy_delta / total_delta, 1.0)
+                out.append(MetricSample("computewatch_host_cpu_utilization_ratio", node, util))
+        self._host_busy, self._host_total = busy, total
+        return busy_delta, util
+
+    def _read_rapl(self, out: list[MetricSample], dt: float, util: float | None) -> float:
+        """CPU energy over the tick: RAPL package + DRAM, else the model (0 without a figure)."""
+        if self.rapl is not None:
+            try:
+                readings = self.rapl.read()
+            except Exception as e:
+                self.note(f"RAPL readings failed, CPU energy is modeled from now: {e}", "rapl")
+                self.source_up["rapl"] = False
+                self.rapl = None
+                readings = None
+            if readings is not None:
+                summed = 0.0
+                for r in readings:
+                    domain = dict(r.labels).get("domain")
+                    if domain in SUMMED_DOMAINS:
+                        summed += r.value
+                        lbl = tuple(sorted((*r.labels, ("node", self._node))))
+                        out.append(
+                            MetricSample("computewatch_cpu_energy_joules_total", lbl, r.value)
+                        )
+                delta = 0.0 if self._rapl_last is None else max(summed - self._rapl_last, 0.0)
+                self._rapl_last = summed
+                return delta
+        if util is None:
+            return 0.0
+        return self._cpu_model.watts(util) * dt
+
+    def _charge_cpu_energy(self, joules: float, busy_delta: float) -> None:
+        if joules <= 0 or busy_delta <= 0:
+            return
+        for job in self._jobs.values():
+            if job.cpu_delta > 0:
+                job.energy += joules * min(job.cpu_delta / busy_delta, 1.0)
+
+    # -- GPUs ---------------------------------------------------------------------------------
+    def _gpu_labels(self, src: GpuSource) -> None:
+        for d in src.devices:
+            if d.uuid not in self._gpu_lbl:
+                pairs = {
+                    "gpu": d.uuid,
+                    "gpu_index": str(
+                        d.index if d.mig_index is None else f"{d.index}.{d.mig_index}"
+                    ),
+                    "gpu_model": d.name,
+                    "node": self._node,
+                }
+                if d.simulated or src.simulated:
+                    pairs["simulated"] = "true"
+                self._gpu_lbl[d.uuid] = tuple(sorted(pairs.items()))
+
+    def _read_gpus(self, out: list[MetricSample], dt: float) -> None:
+        if not self.gpus:
+            return
+        readings: list[Reading] = []
+        ok = False
+        for src in self.gpus:
+            self._gpu_labels(src)
+            try:
+                readings.extend(src.read())
+                ok = True
+            except Exception as e:
+                self.note(f"GPU readings ({src.name}) failed: {e}", f"gpu:{src.name}")
+            for n in src.notes:
+                self.note(n, n)
+        self.source_up["gpu"] = ok
+        per_gpu: dict[str, dict[str, float]] = {}
+        proc_mem: dict[str, dict[int, float]] = {}
+        proc_sm: dict[str, dict[int, float]] = {}
+        for r in readings:
+            ld = dict(r.labels)
+            uuid = ld.get("gpu")
+            if uuid is None:
+                continue
+            if r.name == "gpu_process_memory_used_bytes":
+                proc_mem.setdefault(uuid, {})[int(ld["pid"])] = r.value
+            elif r.name == "gpu_process_sm_utilization_ratio":
+                proc_sm.setdefault(uuid, {})[int(ld["pid"])] = r.value
+            else:
+                per_gpu.setdefault(uuid, {})[r.name] = r.value
+        simple = (
+            ("gpu_utilization_ratio", "computewatch_gpu_utilization_ratio"),
+            ("gpu_memory_used_bytes", "computewatch_gpu_memory_used_bytes"),
+            ("gpu_memory_total_bytes", "computewatch_gpu_memory_total_bytes"),
+            ("gpu_power_watts", "computewatch_gpu_power_watts"),
+            ("gpu_temperature_celsius", "computewatch_gpu_temperature_celsius"),
+            ("gpu_energy_joules_total", "computewatch_gpu_energy_joules_total"),
+        )
+        procs = self._procs
+        for uuid, values in per_gpu.items():
+            lbl = self._gpu_lbl.get(uuid) or _lbl(gpu=uuid, node=self._node)
+            for src_name, name in simple:
+                v = values.get(src_name)
+                if v is not None:
+                    out.append(MetricSample(name, lbl, v))
+            mask = values.get("gpu_clock_event_reasons")
+            if mask is not None:
+                reasons = set(decode_clock_events(mask))
+                for reason, kinds in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
+                    flag = 1.0 if reasons & kinds else 0.0
+                    tl = tuple(sorted((*lbl, ("reason", reason))))
+                    out.append(MetricSample("computewatch_gpu_throttled", tl, flag))
+            energy = values.get("gpu_energy_joules_total")
+            e_delta = 0.0
+            if energy is not None:
+                last = self._gpu_energy_last.get(uuid)
+                e_delta = 0.0 if last is None else max(energy - last, 0.0)
+                self._gpu_energy_last[uuid] = energy
+            mem = {pid: m for pid, m in proc_mem.get(uuid, {}).items() if pid in procs}
+            holders: dict[_Job, float] = {}
+            weights: dict[_Job, float] = {}
+            sm = proc_sm.get(uuid, {})
+            for pid, m in mem.items():
+                p = procs[pid]
+                p.noticed = True
+                job = p.job
+                job.exported = True
+                holders[job] = holders.get(job, 0.0) + m
+                job.gpu_mem += m
+                weights[job] = weights.get(job, 0.0) + sm.get(pid, 0.0)
+                if self.options.per_process:
+                    plbl = tuple(sorted((*p.lbl, ("gpu", uuid))))
+                    out.append(MetricSample("computewatch_process_gpu_memory_used_bytes", plbl, m))
+            out.append(MetricSample("computewatch_gpu_allocated", lbl, 1.0 if holders else 0.0))
+            if not holders or dt <= 0:
+                continue
+            # The job's share of the GPU: by SM utilization where NVML gives it per process,
+            # else by memory held, else equal parts.
+            total_w = sum(weights.values())
+            if total_w <= 0:
+                weights = dict(holders)
+                total_w = sum(weights.values())
+            util = values.get("gpu_utilization_ratio")
+            for job in holders:
+                share = weights[job] / total_w if total_w > 0 else 1.0 / len(holders)
+                job.gpu_seconds += dt
+                if util is not None:
+                    job.busy += util * dt * share
+                    if util < IDLE_UTILIZATION:
+                        job.idle += dt
+                job.energy += e_delta * share
+
+    # -- jobs ---------------------------------------------------------------------------------
+    def _emit_jobs(self, out: list[MetricSample], mono: float) -> None:
+        expiry = self.options.job_expiry_seconds
+        dead: list[JobIdentity] = []
+        add = out.append
+        for ident, job in self._jobs.items():
+            if job.nproc == 0 and (not job.exported or mono - job.last_live > expiry):
+                dead.append(ident)
+                continue
+            if not job.exported:
+                continue
+            cpu = job.cpu_exited + job.live
+            job.cpu_reported = max(job.cpu_reported, cpu)  # a counter never goes back
+            lbl = job.lbl
+            add(MetricSample("computewatch_job_info", job.info_lbl, 1.0))
+            add(MetricSample("computewatch_job_cpu_seconds_total", lbl, job.cpu_reported))
+            add(MetricSample("computewatch_job_memory_bytes", lbl, job.mem))
+            add(MetricSample("computewatch_job_processes", lbl, float(job.nproc)))
+            add(MetricSample("computewatch_job_gpu_seconds_total", lbl, job.gpu_seconds))
+            add(MetricSample("computewatch_job_gpu_busy_seconds_total", lbl, job.busy))
+            add(MetricSample("computewatch_job_gpu_idle_seconds_total", lbl, job.idle))
+            add(MetricSample("computewatch_job_gpu_memory_used_bytes", lbl, job.gpu_mem))
+            add(MetricSample("computewatch_job_energy_joules_total", lbl, job.energy))
+        for ident in dead:
+            del self._jobs[ident]
+        if self.options.per_process:
+            for p in self._procs.values():
+                if p.noticed:
+                    add(MetricSample("computewatch_process_cpu_seconds_total", p.lbl, p.total))
+                    add(MetricSample("computewatch_process_memory_bytes", p.lbl, p.rss))
+
+    def _filesystems(self, out: list[MetricSample]) -> None:
+        for mount in self.options.filesystems:
+            try:
+                st = os.statvfs(mount)
+            except OSError as e:
+                self.note(f"cannot stat filesystem {mount}: {e.strerror or e}", f"fs:{mount}")
+                continue
+            lbl = _lbl(mountpoint=mount, node=self._node)
+            out.append(
+                MetricSample("computewatch_filesystem_avail_bytes", lbl, st.f_bavail * st.f_frsize)
+            )
+            out.append(
+                MetricSample("computewatch_filesystem_size_bytes", lbl, st.f_blocks * st.f_frsize)
+            )
+
+
+def open_node(
+    options: NodeOptions,
+    attributor: Attributor,
+    gpu_backend: str = "auto",
+    fake_pids: Collection[int] = (),
+) -> tuple[NodeSampler, GpuBackend]:
+    """A sampler with the host, RAPL and GPU sources of this node opened; a source that is
+    not available here leaves a note saying why. Raises
+    :class:`computewatch.sources.gpus.GpuBackendError` for an invalid ``gpu_backend``."""
+    from computewatch.sources.host import host_facts
+
+    notes: list[str] = []
+    host: HostSource | None
+    try:
+        host = HostSource(options.procfs_root, options.sysfs_root)
+    except SourceUnavailable as e:
+        host = None
+        notes.append(f"host readings unavailable: {e}")
+    rapl: RaplSource | None
+    try:
+        rapl = RaplSource(options.powercap_root)
+    except SourceUnavailable as e:
+        rapl = None
+        notes.append(f"no RAPL energy counters ({e}); CPU energy is modeled from the TDP")
+    cpu_model = str(host_facts(options.procfs_root).get("cpu_model") or "unknown")
+    node = NodeSampler(options, attributor, host=host, rapl=rapl, cpu_model=cpu_model)
+    try:
+        backend = open_backend(
+            gpu_backend,
+            pids=node.pids_view,
+            all_gpus=True,
+            procfs_root=options.procfs_root,
+            fake_pids=fake_pids,
+        )
+    except BaseException:
+        node.close()
+        raise
+    node.gpus = list(backend.sources)
+    node.source_up["gpu"] = bool(backend.sources)
+    for name, why in backend.skipped:
+        notes.append(f"GPU backend {name} skipped: {why}")
+    for n in notes:
+        node.note(n, n)
+    return node, backend

@@ -1,0 +1,206 @@
+"""``computewatch agent`` as a real child process with fake GPUs, scraped over HTTP(S)."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+PRESET = "fake:2xH100-SXM"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def get(
+    url: str, token: str | None = None, ctx: ssl.SSLContext | None = None, accept: str | None = None
+) -> tuple[int, str, str]:
+    req = urllib.request.Request(url)
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    if accept:
+        req.add_header("Accept", accept)
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+
+def start_agent(cw: Any, port: int, *extra: str) -> Any:
+    return cw.popen(
+        "agent",
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--gpu-backend",
+        PRESET,
+        "--interval",
+        "0.2",
+        *extra,
+    )
+
+
+def wait_healthy(cw: Any, proc: Any, base: str, ctx: ssl.SSLContext | None = None) -> None:
+    def ok() -> bool:
+        if proc.poll() is not None:
+            pytest.fail(f"agent exited {proc.returncode}: {proc.stderr.read()}")
+        try:
+            return get(base + "/healthz", ctx=ctx)[0] == 200
+        except OSError:
+            return False
+
+    cw.wait_for(ok, timeout=60, what="the agent's /healthz")
+
+
+def stop(proc: Any) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    return str(err)
+
+
+def test_token_required_and_metrics_pass_promtool(cw: Any, tmp_path: Path) -> None:
+    token = "s3cret-token"
+    (tmp_path / "token").write_text(token + "\n")
+    port = free_port()
+    proc = start_agent(cw, port, "--token-file", str(tmp_path / "token"))
+    base = f"http://127.0.0.1:{port}"
+    wait_healthy(cw, proc, base)
+    assert get(base + "/metrics")[0] == 401
+    assert get(base + "/metrics", token="wrong")[0] == 401
+    status, ctype, body = get(base + "/metrics", token=token)
+    assert status == 200 and ctype.startswith("text/plain; version=0.0.4")
+    assert "# TYPE computewatch_gpu_memory_total_bytes gauge" in body
+    assert "# TYPE computewatch_gpu_energy_joules_total counter" in body
+    lines = [
+        ln for ln in body.splitlines() if ln.startswith("computewatch_gpu_memory_total_bytes{")
+    ]
+    assert len(lines) == 2 and all('simulated="true"' in ln for ln in lines)
+    assert all('gpu_model="NVIDIA H100 80GB HBM3"' in ln for ln in lines)
+    assert all(float(ln.rsplit(" ", 1)[1]) == 80 * 2**30 for ln in lines)
+    # OpenMetrics on request
+    status, ctype, om = get(
+        base + "/metrics", token=token, accept="application/openmetrics-text; version=1.0.0"
+    )
+    assert status == 200 and ctype.startswith("application/openmetrics-text")
+    assert om.rstrip().endswith("# EOF")
+    assert "# TYPE computewatch_gpu_energy_joules counter" in om
+    if shutil.which("promtool"):
+        r = subprocess.run(
+            ["promtool", "check", "metrics"],
+            check=False,
+            input=body,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+    assert get(base + "/nothing", token=token)[0] == 404
+    err = stop(proc)
+    assert "warning" not in err
+    with pytest.raises(OSError):
+        get(base + "/healthz")  # the server is gone
+
+
+def make_cert(tmp: Path) -> tuple[Path, Path]:
+    cryptography = pytest.importorskip("cryptography")
+    del cryptography
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp / "tls.crt", tmp / "tls.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_tls(cw: Any, tmp_path: Path) -> None:
+    cert, key = make_cert(tmp_path)
+    port = free_port()
+    proc = start_agent(cw, port, "--tls-cert", str(cert), "--tls-key", str(key))
+    ctx = ssl.create_default_context(cafile=str(cert))
+    base = f"https://127.0.0.1:{port}"
+    wait_healthy(cw, proc, base, ctx)
+    status, _, body = get(base + "/metrics", ctx=ctx)
+    assert status == 200 and "computewatch_gpu_utilization_ratio{" in body
+    with pytest.raises(OSError):  # plain HTTP on a TLS port gets no metrics
+        get(f"http://127.0.0.1:{port}/metrics")
+    stop(proc)
+
+
+def test_non_loopback_without_token_warns(cw: Any) -> None:
+    port = free_port()
+    proc = cw.popen(
+        "agent", "--listen", f"0.0.0.0:{port}", "--gpu-backend", "none", "--interval", "0.2"
+    )
+    wait_healthy(cw, proc, f"http://127.0.0.1:{port}")
+    err = stop(proc)
+    assert "warning" in err and "without a token" in err
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "reason"),
+    [
+        ('[agent]\nlisten = "127.0.0.1:9464"\ninterval = -1\n', 3, "agent.interval = -1"),
+        ("[agent]\nfrobnicate = 1\n", 2, "unknown key agent.frobnicate"),
+        ('[agent]\ngpu_backend = "fake:9xNOPE"\n', 2, "gpu_backend"),
+        ('[teams]\ndefault = ""\n\n[teams.users]\nalice = 3\n', 5, "teams.users.alice = 3"),
+        ("[agent]\ninterval = 5\n[agent\n", 3, "not valid TOML"),
+        ("[energy]\npue = 0.5\n", 2, "energy.pue"),
+    ],
+)
+def test_malformed_config_exit_2_with_file_and_line(
+    cw: Any, tmp_path: Path, text: str, line: int, reason: str
+) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    r = cw("agent", "--config", path, "--gpu-backend", "none", timeout=60)
+    assert r.returncode == 2
+    assert f"{path}:{line}:" in r.stderr and reason in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_listen_and_token_file_are_one_line_errors(cw: Any, tmp_path: Path) -> None:
+    r = cw("agent", "--listen", "nonsense", "--gpu-backend", "none")
+    assert r.returncode == 2 and "HOST:PORT" in r.stderr and "Traceback" not in r.stderr
+    r = cw("agent", "--token-file", tmp_path / "missing", "--gpu-backend", "none")
+    assert r.returncode == 2 and "token file" in r.stderr and "Traceback" not in r.stderr
