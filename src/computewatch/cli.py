@@ -16,10 +16,21 @@ from typing import Any, NoReturn, TextIO
 from computewatch._version import __version__
 from computewatch.accounting.engine import AccountingOptions, accounted
 from computewatch.accounting.region import RegionError, resolve_location
+from computewatch.alerts.cli import (
+    add_alert_arguments,
+    add_alerts_parser,
+    alerts_enabled,
+    cmd_alerts,
+)
 from computewatch.catalog import PRECISIONS
+from computewatch.cli_diagnose import add_diagnose_parser, cmd_diagnose
+from computewatch.cli_flops import add_flops_parser, cmd_flops
 from computewatch.compare import compare
 from computewatch.config import ConfigError, load_config
 from computewatch.export import FORMATS, iter_rows, write_csv, write_jsonl, write_parquet
+from computewatch.fleet.cli_agent import add_agent_parser, cmd_agent
+from computewatch.fleet.cli_fleet import add_fleet_parser, cmd_fleet
+from computewatch.observe import RunObserver
 from computewatch.paths import resolve_db_path
 from computewatch.render import print_compare, print_devices, print_runs, print_summary
 from computewatch.retention import collect, expired_runs
@@ -240,6 +251,13 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="summarise every GPU, not only those the command's processes used",
     )
+    r.add_argument(
+        "--prometheus",
+        metavar="HOST:PORT",
+        help="serve the run's metrics on http://HOST:PORT/metrics while it runs (the agent's "
+        "names, the run as the job; docs/metrics.md)",
+    )
+    add_alert_arguments(r)
     r.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
 
     dv = with_gpu(
@@ -324,6 +342,11 @@ def build_parser() -> argparse.ArgumentParser:
     tp.add_argument(
         "--json", action="store_true", help="JSON: one document with --once, else one per line"
     )
+    add_fleet_parser(sub)
+    add_agent_parser(sub)
+    add_alerts_parser(sub)
+    add_diagnose_parser(sub)
+    add_flops_parser(sub)
     return p
 
 
@@ -360,7 +383,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not parent.is_dir():
             raise UserError(f"--json: directory {parent} does not exist", 2)
     accounting = _accounting_options(args)
-    store = _open_store(args, create=True)
+    observers = _run_observers(args, accounting)
+    try:
+        store = _open_store(args, create=True)
+    except BaseException:
+        for obs in observers:
+            obs.finish("failed", None)
+        raise
     opts = RunOptions(
         command=command,
         name=args.name,
@@ -370,10 +399,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         gpu_backend=args.gpu_backend,
         all_gpus=args.all_gpus,
         accounting=accounting,
+        observers=observers,
     )
     try:
         outcome = run_command(opts, store)
     except CommandNotStarted as e:
+        for obs in observers:
+            obs.finish("failed", None)
         print(f"{PROG}: {e}", file=sys.stderr)
         return e.exit_code
     finally:
@@ -396,6 +428,42 @@ def cmd_run(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"{PROG}: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
     return outcome.exit_code
+
+
+def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> list[RunObserver]:
+    """``--prometheus`` and the alert flags, started before the command: a port in use or a
+    bad target stops here, before anything runs."""
+    from computewatch.alerts import AlertsError, sink_from_args
+    from computewatch.fleet.model import MetricsSink
+    from computewatch.fleet.run_export import prometheus_sink, run_observer
+    from computewatch.fleet.server import ServerError
+
+    sinks: list[MetricsSink] = []
+    try:
+        if args.prometheus:
+            try:
+                sinks.append(prometheus_sink(args.prometheus))
+            except (ServerError, OSError) as e:
+                raise UserError(f"--prometheus: {e}", 2) from None
+        if alerts_enabled(args):
+            try:
+                sinks.append(
+                    sink_from_args(
+                        args.alerts,
+                        notify=list(args.notify),
+                        budget_usd=args.budget_usd,
+                        budget_kwh=args.budget_kwh,
+                        out=sys.stderr,
+                        config=accounting.config,
+                    )
+                )
+            except (AlertsError, OSError) as e:
+                raise UserError(f"--alerts: {e}", 2) from None
+    except BaseException:
+        for sink in sinks:
+            sink.close()
+        raise
+    return [run_observer(sinks)] if sinks else []
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
@@ -604,6 +672,11 @@ COMMANDS = {
     "report": cmd_report,
     "gc": cmd_gc,
     "top": cmd_top,
+    "fleet": cmd_fleet,
+    "agent": cmd_agent,
+    "alerts": cmd_alerts,
+    "diagnose": cmd_diagnose,
+    "flops": cmd_flops,
 }
 
 

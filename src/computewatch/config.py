@@ -69,6 +69,8 @@ class Config:
     catalog_cloud_instances: Path | None = None
     extra_instances: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """Rows of ``catalog_cloud_instances``, parsed and checked when the file was loaded."""
+    diagnosis: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """``[diagnosis]`` threshold overrides, checked by computewatch.diagnosis.thresholds."""
 
 
 # section -> key -> (field, kind); kind: "str", "float>=0", "float>=1", "ratio", "bool", "path",
@@ -98,6 +100,10 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "cloud_instances": ("catalog_cloud_instances", "path"),
     },
 }
+
+
+AGENT_SECTIONS = frozenset({"agent", "teams"})
+"""Sections of the same file that belong to ``computewatch agent`` (fleet/agent_config.py)."""
 
 
 def default_config_path() -> Path:
@@ -131,6 +137,11 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
     where = str(path) if path else "configuration"
     fields: dict[str, Any] = {"path": path}
     for section, body in data.items():
+        if section in AGENT_SECTIONS:
+            continue  # checked by computewatch.fleet.agent_config when the agent starts
+        if section == "diagnosis":
+            fields["diagnosis"] = _diagnosis(where, body)
+            continue
         keys = _SCHEMA.get(section)
         if keys is None:
             raise ConfigError(
@@ -150,6 +161,17 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
     if prices is not None:
         fields["extra_instances"] = _load_prices(where, prices)
     return Config(**fields)
+
+
+def _diagnosis(where: str, body: Any) -> Mapping[str, Any]:
+    from computewatch.diagnosis.thresholds import check_overrides
+
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where}: [diagnosis] must be a table")
+    try:
+        return check_overrides(body)
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def _load_prices(where: str, path: Path) -> Mapping[str, Any]:
