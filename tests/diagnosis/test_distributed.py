@@ -60,3 +60,22 @@ def test_single_process_is_not_distributed(crafted):
     d = run.diagnose()
     assert "fewer than two ranks" in d.not_applicable["stragglers"]
     assert "no `comm` phases" in d.not_applicable["collective_communication"]
+
+
+def test_nested_comm_phases_count_once(crafted):
+    """A collective timed inside a DDP bucket's all-reduce (two `comm` phases over the same
+    time) is waiting once: the fast rank still comes out fast."""
+    run = crafted()
+    run.ticks(30)
+    step, n = 0.5, 50
+    for rank, c in {0: 0.1, 1: 0.4}.items():
+        pid = 100 + rank
+        run.writer(pid, rank=rank, world_size=2)
+        for k in range(n):
+            run.phase(pid, "comm", k * step + c, (k + 1) * step)  # the bucket
+            run.phase(pid, "comm", k * step + c + 0.01, (k + 1) * step - 0.01)  # inside it
+        run.steps(pid, [step] * n)
+    f = run.finding("stragglers")
+    assert f.evidence.numbers["slowest_rank"] == 1
+    assert abs(f.evidence.numbers["slowest_compute_per_step_seconds"] - 0.4) < 1e-6
+    assert abs(f.evidence.numbers["others_median_compute_per_step_seconds"] - 0.1) < 1e-6

@@ -124,7 +124,7 @@ import torch.distributed as dist
 import computewatch
 from computewatch.torch import watch_collectives, watch_ddp
 
-SLOW_RANK, SLEEP, STEPS = 1, 0.08, 12
+SLOW_RANK, SLEEP, STEPS = 1, 0.08, 24
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
@@ -173,19 +173,24 @@ def test_torchrun_ranks_under_computewatch_run(
     )
     assert r.returncode == 0, f"stdout:\n{r.stdout}\nstderr:\n{r.stderr}"
     s = cw.show()
-    assert s["steps"]["count"] == 24 and s["steps"]["processes"] == 2
+    assert s["steps"]["count"] == 48 and s["steps"]["processes"] == 2
     ranks = s["ranks"]
     assert ranks["count"] == 2 and ranks["world_size"] == 2
     r0, r1 = ranks["ranks"]
-    assert (r0["rank"], r0["steps"], r1["rank"], r1["steps"]) == (0, 12, 1, 12)
+    assert (r0["rank"], r0["steps"], r1["rank"], r1["steps"]) == (0, 24, 1, 24)
     assert ranks["slowest_rank"] == 1
     assert r1["compute_seconds_per_step"] >= 0.08  # its sleep is compute, as far as we know
     assert r0["comm_seconds"] > r1["comm_seconds"]  # rank 0 waits for rank 1 in the all-reduce
-    assert r0["comm_seconds"] >= 0.5 * 0.08 * 12
+    assert r0["comm_seconds"] >= 0.5 * 0.08 * 24
     assert ranks["load_imbalance"] > 0.2
     by = s["phases"]["by_name"]
     assert {"forward", "backward", "comm"} <= set(by)
-    assert by["comm"]["steps"] == 24
+    assert by["comm"]["steps"] == 48
     text = cw.ok("show", "last").stdout
     assert "slowest rank 1" in text
+    # The diagnosis names the slowed rank, and how long rank 0 waits for it in collectives.
+    found = {f["id"]: f for f in cw.json("diagnose", "last")["findings"]}
+    assert "stragglers" in found, found
+    assert "rank 1 is" in " ".join(found["stragglers"]["evidence"]["lines"])
+    assert "rank 0 spends" in found["stragglers"]["evidence"]["lines"][-1]
     assert os.path.exists(cw.db)

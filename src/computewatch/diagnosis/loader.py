@@ -156,7 +156,9 @@ class RunData:
 
     def phase_seconds_by_step(self, names: Iterable[str]) -> dict[int, list[float]]:
         """Per process, the time in the named phases within each timed step (same order as
-        :meth:`step_times`). A phase counts in the first step ending at or after its end."""
+        :meth:`step_times`). A phase counts in the first step ending at or after its end,
+        clipped to that step; overlapping phases (a collective timed inside a DDP bucket's
+        all-reduce, async buckets in flight together) count their union once."""
         wanted = set(names)
         by_pid: dict[int, list[PhaseRow]] = {}
         for ph in self.phases:
@@ -165,14 +167,14 @@ class RunData:
         out: dict[int, list[float]] = {}
         for pid, times in self.step_times().items():
             ends = [t.end for t in times]
-            acc = [0.0] * len(times)
+            spans: list[list[tuple[float, float]]] = [[] for _ in times]
             for ph in by_pid.get(pid, []):
                 i = bisect.bisect_left(ends, ph.end)
-                if i < len(times) and ph.start >= times[i].start - 1e-9:
-                    acc[i] += ph.end - ph.start
-                elif i < len(times):  # began in an earlier step: count the part inside this one
-                    acc[i] += max(ph.end - times[i].start, 0.0)
-            out[pid] = acc
+                if i < len(times):
+                    a, b = max(ph.start, times[i].start), min(ph.end, times[i].end)
+                    if b > a:
+                        spans[i].append((a, b))
+            out[pid] = [_union_seconds(sp) for sp in spans]
         return out
 
     def rank_of(self, pid: int) -> int | None:
@@ -233,3 +235,19 @@ def stretches(
 
 def overlap(a0: float, a1: float, b0: float, b1: float) -> float:
     return max(min(a1, b1) - max(a0, b0), 0.0)
+
+
+def _union_seconds(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of ``(start, end)`` intervals."""
+    total = 0.0
+    cur_a = cur_b = None
+    for a, b in sorted(spans):
+        if cur_b is None or a > cur_b:
+            if cur_b is not None and cur_a is not None:
+                total += cur_b - cur_a
+            cur_a, cur_b = a, b
+        elif b > cur_b:
+            cur_b = b
+    if cur_a is not None and cur_b is not None:
+        total += cur_b - cur_a
+    return total

@@ -8,6 +8,7 @@ import html
 from typing import Any, TextIO
 
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 _STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
@@ -89,22 +90,31 @@ def print_diagnosis(result: dict[str, Any], out: TextIO) -> None:
         con.print(line)
         ev = f.get("evidence") or {}
         for text in ev.get("lines") or []:
-            con.print(Text(f"   - {text}"))
+            _hang(con, "   - ", text)
         ranges = ev.get("time_ranges") or []
         if ranges:
             spans = ", ".join(
                 f"{r.get('start_seconds', 0):,.1f}-{r.get('end_seconds', 0):,.1f} s" for r in ranges
             )
-            con.print(Text(f"   when: {spans} from the run's start"))
-        con.print(Text(f"   suggestion: {f.get('suggestion')}", style="green"))
+            _hang(con, "   when: ", f"{spans} from the run's start")
+        _hang(con, "   suggestion: ", str(f.get("suggestion")), style="green")
     skipped = result.get("not_applicable") or {}
     failed = result.get("failed") or {}
     if skipped or failed:
         con.print()
     for rule, why in skipped.items():
-        con.print(Text(f"not checked: {rule}: {why}", style="dim"))
+        _hang(con, "not checked: ", f"{rule}: {why}", style="dim")
     for rule, why in failed.items():
-        con.print(Text(f"rule failed: {rule}: {why}", style="yellow"))
+        _hang(con, "rule failed: ", f"{rule}: {why}", style="yellow")
+
+
+def _hang(con: Console, prefix: str, text: str, style: str = "") -> None:
+    """``prefix`` then ``text``, wrapped lines indented under the text (a hanging indent)."""
+    grid = Table.grid(padding=0)
+    grid.add_column(width=len(prefix), no_wrap=True)
+    grid.add_column(ratio=1)
+    grid.add_row(Text(prefix, style=style), Text(text, style=style))
+    con.print(grid)
 
 
 def _width(out: TextIO) -> int:
