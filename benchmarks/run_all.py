@@ -11,8 +11,10 @@ import sys
 import time
 from collections.abc import Callable
 
+import bench_agent
 import bench_codecarbon
 import bench_gpu
+import bench_integrations
 import bench_overhead
 import bench_report
 import bench_sampler
@@ -26,6 +28,8 @@ BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
     ("step", bench_step.run),
     ("store", bench_store.run),
     ("gpu", bench_gpu.run),
+    ("integrations", bench_integrations.run),
+    ("agent", bench_agent.run),
     ("report", bench_report.run),
     ("codecarbon", bench_codecarbon.run),
 )
