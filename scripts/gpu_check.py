@@ -8,7 +8,13 @@ then a memory-bound copy), then reads the stored run and checks:
 2. the energy counter's delta against the integral of polled power, within 5 %;
 3. the workload's per-process GPU memory (NVML) against ``torch.cuda.memory_reserved()``
    (NVML also counts the CUDA context, a few hundred MiB);
-4. on Hopper and newer, GPM SM-active under the matmul above 80 %.
+4. on Hopper and newer, GPM SM-active under the matmul above 80 %;
+5. CUDA-event phases (``computewatch.torch.gpu_phase``): the GPU seconds of the timed phases
+   against one pair of events around the whole loop (within 5 %), with the CPU side of each
+   phase far shorter than its GPU time (no synchronize per phase);
+6. counted FLOPs and MFU: the run's FLOPs are ``counted`` and its MFU, for bf16 matmuls, lies
+   between 0.3 and 1 of the catalog's dense peak;
+7. ``count_flops`` of a small model on the GPU equals its count on the CPU.
 
     python scripts/gpu_check.py [--seconds-per-phase 20] [--out results.json]
 
@@ -69,9 +75,46 @@ def copy(start):
             dst.copy_(src)
         torch.cuda.synchronize()
 
+def train(start):
+    # Steps of 20 bf16 matmuls timed with CUDA events by gpu_phase, FLOPs declared per step.
+    import computewatch
+    from computewatch.torch import GpuTimer, count_flops
+
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16)
+    per_step = 20 * 2 * 8192**3
+    whole = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    cpu_phase = 0.0
+    steps = 0
+    with computewatch.track(name="gpu-check", flops_per_step=per_step) as run:
+        timer = GpuTimer(run)
+        whole[0].record()
+        while time.time() - start < seconds:
+            t0 = time.monotonic()
+            with timer.phase("gemm"):
+                for _ in range(20):
+                    c = a @ b
+            cpu_phase += time.monotonic() - t0
+            run.step()
+            steps += 1
+            if steps % 50 == 0:
+                torch.cuda.synchronize()  # bound the queue; not per phase
+        whole[1].record()
+        torch.cuda.synchronize()
+        timer.close()
+    marks["train_steps"] = steps
+    marks["train_gpu_seconds"] = whole[0].elapsed_time(whole[1]) / 1000
+    marks["train_cpu_phase_seconds"] = cpu_phase
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(512, 2048), nn.GELU(), nn.Linear(2048, 10))
+    batch = torch.randn(64, 512)
+    marks["count_flops_cpu"] = count_flops(model, batch)
+    marks["count_flops_gpu"] = count_flops(model.to(dev), batch.to(dev))
+
 phase("idle", idle)
 phase("matmul", matmul)
 phase("copy", copy)
+phase("train", train)
 json.dump(marks, open(sys.argv[2], "w"))
 """
 
@@ -132,6 +175,7 @@ def main() -> int:
         power = _series(store, run, "gpu_power_watts")
         procmem = _series(store, run, "gpu_process_memory_used_bytes")
         smact = _series(store, run, "gpu_sm_active_ratio")
+        phases = store.phases(run.key)
         methods = {
             s.labels.get("gpu"): s.labels.get("method")
             for s in store.series(run.key)
@@ -187,6 +231,39 @@ def main() -> int:
             check("GPM SM active under matmul", None, True, "skipped: no GPM on this GPU")
         secs = marks["matmul"][1] - marks["matmul"][0]
         results["matmul_tflops"] = round(marks["matmul_flops"] / secs / 1e12, 1)
+        accel = sum(p.accel_seconds or 0.0 for p in phases if p.name == "gemm")
+        timed = sum(1 for p in phases if p.name == "gemm" and p.accel_seconds is not None)
+        whole = marks["train_gpu_seconds"]
+        rel = abs(accel - whole) / whole if whole else None
+        check(
+            "CUDA-event phases vs one event pair around the loop",
+            {"phases": timed, "steps": marks["train_steps"], "phases_gpu_s": round(accel, 3),
+             "loop_gpu_s": round(whole, 3), "rel": rel},
+            rel is not None and rel < 0.05 and timed >= 0.95 * marks["train_steps"],
+            "relative difference < 0.05, >= 95 % of the phases resolved",
+        )  # fmt: skip
+        cpu = marks["train_cpu_phase_seconds"]
+        check(
+            "no synchronize per phase (CPU time inside the phases vs their GPU time)",
+            {"cpu_s": round(cpu, 3), "gpu_s": round(accel, 3)},
+            cpu < 0.5 * accel,
+            "CPU side < half the GPU time",
+        )
+        flops = summary.get("flops") or {}
+        mfu = flops.get("mfu")
+        mfu_v = mfu.get("value") if isinstance(mfu, dict) else mfu
+        check(
+            "counted FLOPs and MFU of bf16 matmul steps",
+            {"method": flops.get("method"), "mfu": mfu_v, "peak": flops.get("peak_flops")},
+            flops.get("method") == "counted" and mfu_v is not None and 0.3 < mfu_v <= 1.0,
+            "method counted, 0.3 < MFU <= 1",
+        )
+        check(
+            "count_flops on the GPU equals the CPU count",
+            {"cpu": marks["count_flops_cpu"], "gpu": marks["count_flops_gpu"]},
+            marks["count_flops_cpu"] == marks["count_flops_gpu"],
+            "equal",
+        )
 
     for c in checks:
         verdict = "PASS" if c["ok"] else "FAIL"
