@@ -2,7 +2,11 @@
 
 Every test gets its own ``$COMPUTEWATCH_HOME`` under ``tmp_path``, so no test sees another's
 runs. ``cw`` runs the real CLI as a child process (``python -m computewatch ...``), the way a
-user would; ``make_script`` writes a small Python program for it to run.
+user would; ``make_script`` writes a small Python program for it to run. ``store`` is a fresh
+database; ``free_port`` finds a free loopback port; ``prometheus`` starts a real Prometheus
+(Debian's ``prometheus``); ``receiver`` is a local HTTP server recording the JSON posted to it.
+(Tests run with ``--import-mode=importlib``: helpers shared between test files live here, as
+fixtures.)
 """
 
 from __future__ import annotations
@@ -10,15 +14,22 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from computewatch.store import Store
 
 PY = sys.executable
 CW = [PY, "-m", "computewatch"]
@@ -152,3 +163,200 @@ def make_script(tmp_path: Path) -> Callable[[str, str], Path]:
 def cli_class() -> type[CLI]:
     """The runner class, for module-scoped fixtures that keep their own data home."""
     return CLI
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    """A fresh, empty database under tmp_path, closed after the test."""
+    s = Store.open(tmp_path / "cw.db")
+    yield s
+    s.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def free_port() -> Callable[[], int]:
+    """``free_port()`` is a loopback TCP port nothing listens on (at the moment of asking)."""
+    return _free_port
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> None:
+    """Wait until the server ``proc`` answers ``url/-/ready`` with 200 (Prometheus and
+    Alertmanager have it); fail with the end of its ``log`` when it exits or takes too long."""
+    name = Path(str(proc.args[0])).name if isinstance(proc.args, list) else "server"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"{name} exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    pytest.fail(f"{name} not ready after {timeout:g} s:\n{log.read_text()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def wait_ready() -> Callable[..., None]:
+    """``wait_ready(url, proc, log)``: wait until a started server answers ``/-/ready``."""
+    return _wait_ready
+
+
+# -- a real Prometheus ---------------------------------------------------------------------------
+
+PROMETHEUS = "/usr/bin/prometheus"
+
+
+class Prometheus:
+    """A real Prometheus on 127.0.0.1, started on ``config`` and ``tsdb`` and ready to answer;
+    a context manager that stops it."""
+
+    def __init__(self, config: Path, tsdb: Path, *args: str, log: Path | None = None) -> None:
+        port = _free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        self.log = log or tsdb.parent / f"{tsdb.name}.prometheus.log"
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [
+                    PROMETHEUS,
+                    f"--config.file={config}",
+                    f"--storage.tsdb.path={tsdb}",
+                    *args,
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            _wait_ready(self.url, self.proc, self.log)
+        except BaseException:
+            self.stop()
+            raise
+
+    def query(self, promql: str) -> list[dict[str, Any]]:
+        """The result of an instant query now; [] while Prometheus cannot be reached."""
+        url = f"{self.url}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                doc = json.load(r)
+        except OSError:
+            return []
+        assert doc["status"] == "success", doc
+        result: list[dict[str, Any]] = doc["data"]["result"]
+        return result
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def __enter__(self) -> Prometheus:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+@pytest.fixture(scope="session")
+def prometheus() -> Iterator[Callable[..., Prometheus]]:
+    """``prometheus(config, tsdb, *flags)`` starts a real Prometheus and waits until it is
+    ready (use it as a context manager to stop it; any still running stop at session end).
+    Skips the test when the Debian package ``prometheus`` is not installed."""
+    if not os.path.exists(PROMETHEUS):
+        pytest.skip("no prometheus (apt-get install prometheus); CI installs it")
+    started: list[Prometheus] = []
+
+    def start(config: Path, tsdb: Path, *args: str, log: Path | None = None) -> Prometheus:
+        p = Prometheus(config, tsdb, *args, log=log)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.stop()
+
+
+# -- a local HTTP receiver -----------------------------------------------------------------------
+
+
+class Receiver:
+    """A real HTTP server on 127.0.0.1 that records JSON bodies.
+
+    ``fail_first`` requests get HTTP ``fail_status``; while ``hold`` is clear, requests wait.
+    """
+
+    def __init__(self) -> None:
+        self.bodies: list[Any] = []
+        self.paths: list[str] = []
+        self.requests = 0
+        self.fail_first = 0
+        self.fail_status = 503
+        self.hold = threading.Event()
+        self.hold.set()
+        self.arrived = threading.Condition()
+        rec = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with rec.arrived:
+                    rec.requests += 1
+                    n = rec.requests
+                    rec.arrived.notify_all()
+                rec.hold.wait(60)
+                if n <= rec.fail_first:
+                    self.send_response(rec.fail_status)
+                    self.end_headers()
+                    return
+                with rec.arrived:
+                    rec.bodies.append(json.loads(body))
+                    rec.paths.append(self.path)
+                    rec.arrived.notify_all()
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def wait(self, pred: Any, timeout: float = 30.0) -> None:
+        with self.arrived:
+            assert self.arrived.wait_for(lambda: pred(self), timeout), "receiver: timed out"
+
+    def alerts(self) -> list[dict[str, Any]]:
+        """Every alert of every computewatch webhook document received so far."""
+        with self.arrived:
+            return [a for d in self.bodies for a in d["alerts"]]
+
+    def stop(self) -> None:
+        self.hold.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.stop()

@@ -5,8 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -128,13 +126,6 @@ def test_compare_identical_summaries() -> None:
 
 
 # -- export -------------------------------------------------------------------------------------
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "cw.db")
-    yield s
-    s.close()
-
-
 def stored_run(store: Store, run_id: str = "feed01") -> RunRow:
     rk = store.create_run(
         run_id=run_id,

@@ -3,12 +3,9 @@ while it runs, and alert rules that fire and resolve, delivered to a local webho
 
 from __future__ import annotations
 
-import json
 import socket
-import threading
 import urllib.request
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +24,6 @@ with computewatch.track(name="observed") as run:
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _scrape(url: str) -> str | None:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -49,10 +40,10 @@ def _value(text: str, name: str) -> float | None:
 
 
 def test_prometheus_endpoint_serves_the_run_while_it_runs(
-    cw: Any, make_script: Callable[[str, str], Path]
+    cw: Any, make_script: Callable[[str, str], Path], free_port: Callable[[], int]
 ) -> None:
     script = make_script("stepper.py", STEPPER.format(busy=4, idle=0.5))
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
     p = cw.popen(
         "run", "--quiet", "--interval", "0.2", "--prometheus", f"127.0.0.1:{port}",
@@ -90,45 +81,8 @@ def test_a_port_in_use_stops_before_the_command_runs(
     assert not marker.exists()
 
 
-class _Hook:
-    """A local webhook receiver recording the JSON documents posted to it."""
-
-    def __init__(self) -> None:
-        self.docs: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                with hook.lock:
-                    hook.docs.append(json.loads(body))
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def alerts(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return [a for d in self.docs for a in d["alerts"]]
-
-
-@pytest.fixture
-def hook() -> Iterator[_Hook]:
-    h = _Hook()
-    yield h
-    h.server.shutdown()
-    h.server.server_close()
-
-
 def test_alert_rules_fire_and_resolve_during_a_run(
-    cw: Any, make_script: Callable[[str, str], Path], tmp_path: Path, hook: _Hook
+    cw: Any, make_script: Callable[[str, str], Path], tmp_path: Path, receiver: Any
 ) -> None:
     rules = tmp_path / "rules.yaml"
     rules.write_text(
@@ -142,14 +96,14 @@ def test_alert_rules_fire_and_resolve_during_a_run(
     script = make_script("stepper.py", STEPPER.format(busy=3, idle=3))
     r = cw(
         "run", "--quiet", "--interval", "0.2", "--alerts", rules, "--notify", "terminal",
-        "--notify", f"webhook:{hook.url}", "--", "python", script,
+        "--notify", f"webhook:{receiver.url}/hook", "--", "python", script,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     run_id = cw.show()["id"]
     lines = [ln for ln in r.stderr.splitlines() if "alert [" in ln]
     assert any("[FIRING] Stepping (info)" in ln and run_id in ln for ln in lines), r.stderr
     assert any("[RESOLVED] Stepping" in ln for ln in lines), r.stderr
-    alerts = hook.alerts()
+    alerts = receiver.alerts()
     states = [a["status"] for a in alerts if a["rule"] == "Stepping"]
     assert states == ["firing", "resolved"], alerts
     fired, resolved = alerts
@@ -158,16 +112,17 @@ def test_alert_rules_fire_and_resolve_during_a_run(
 
 
 def test_energy_budget_alert_in_a_run(
-    cw: Any, make_script: Callable[[str, str], Path], hook: _Hook
+    cw: Any, make_script: Callable[[str, str], Path], receiver: Any
 ) -> None:
     script = make_script("stepper.py", STEPPER.format(busy=2, idle=0.5))
     r = cw(
         "run", "--quiet", "--interval", "0.2", "--gpu-backend", "fake:1xH100-SXM",
-        "--budget-kwh", "0.00001", "--notify", f"webhook:{hook.url}", "--", "python", script,
+        "--budget-kwh", "0.00001", "--notify", f"webhook:{receiver.url}/hook", "--",
+        "python", script,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
-    budget = [a for a in hook.alerts() if a["rule"] == "JobEnergyBudgetExceeded"]
-    assert budget and budget[0]["status"] == "firing", hook.alerts()
+    budget = [a for a in receiver.alerts() if a["rule"] == "JobEnergyBudgetExceeded"]
+    assert budget and budget[0]["status"] == "firing", receiver.alerts()
     assert "kWh" in budget[0]["annotations"]["summary"]
     assert budget[0]["value"] >= 0.00001
 

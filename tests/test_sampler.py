@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +58,6 @@ def cpu_source(n: int) -> Sequence[Reading]:
     if n >= 3:  # a series that appears later gets the next id
         out.append(gauge("process_threads", 1.0, labels(pid=43, name="worker")))
     return out
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "cw.db")
-    yield s
-    s.close()
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import io
 import json
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +23,6 @@ from computewatch.summary import build_summary
 T0 = 1_700_000_000.0
 M0 = 100.0  # monotonic time of every writer's track() start
 Request = tuple[int, str, float, float, float | None, float | None, bool]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "cw.db")
-    yield s
-    s.close()
 
 
 def write_run(

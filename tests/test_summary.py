@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -57,13 +55,6 @@ SERIES: list[tuple[str, Labels, Kind, list[float]]] = [
     ("host_network_transmit_bytes_total", labels(interface="lo"), Kind.COUNTER, lin(9e9, 1e6)),
     ("process_cpu_seconds_total", labels(pid=42, name="python"), Kind.COUNTER, CPU),
 ]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "cw.db")
-    yield s
-    s.close()
 
 
 def write_run(

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -94,13 +92,6 @@ def polled_series(uuid: str) -> list[tuple[str, Labels, Kind, Values]]:
         ),
         ("gpu_clock_event_reasons", g, Kind.GAUGE, [1.0] * N),  # idle throughout
     ]
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "cw.db")
-    yield s
-    s.close()
 
 
 def write_run(

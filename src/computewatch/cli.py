@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sqlite3
 import sys
 import time
@@ -13,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
+from computewatch import cli_args
 from computewatch._version import __version__
 from computewatch.accounting.engine import AccountingOptions, accounted
 from computewatch.accounting.region import RegionError, resolve_location
@@ -34,7 +34,7 @@ from computewatch.observe import RunObserver
 from computewatch.paths import resolve_db_path
 from computewatch.render import print_compare, print_devices, print_runs, print_summary
 from computewatch.retention import collect, expired_runs
-from computewatch.sources.gpus import BACKEND_CHOICES, GpuBackendError, check_spec
+from computewatch.sources.gpus import BACKEND_CHOICES, GpuBackendError
 from computewatch.store import Store, StoreError
 from computewatch.summary import build_summary
 from computewatch.supervise import (
@@ -63,15 +63,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _interval(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not MIN_INTERVAL <= v <= MAX_INTERVAL:
-        raise argparse.ArgumentTypeError(
-            f"must be between {MIN_INTERVAL} and {MAX_INTERVAL:g} seconds, not {text}"
-        )
-    return v
+    return cli_args.interval(text, MIN_INTERVAL, MAX_INTERVAL)
 
 
 def _tag(text: str) -> tuple[str, str]:
@@ -79,16 +71,6 @@ def _tag(text: str) -> tuple[str, str]:
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
     return key.strip(), value
-
-
-def _pue(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not v >= 1:
-        raise argparse.ArgumentTypeError(f"a PUE is at least 1, not {text}")
-    return v
 
 
 def _accounting_options(args: argparse.Namespace) -> AccountingOptions:
@@ -113,15 +95,7 @@ def _accounting_options(args: argparse.Namespace) -> AccountingOptions:
 
 
 def _gpu_backend(text: str) -> str:
-    try:
-        spec = check_spec(text)
-        if spec.startswith("replay:"):  # read the trace now: a bad one must not start a command
-            from computewatch.sources.gpus import open_backend
-
-            open_backend(spec).close()
-        return spec
-    except GpuBackendError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    return cli_args.gpu_backend(text, open_replay=True)
 
 
 def _positive_int(text: str) -> int:
@@ -134,18 +108,14 @@ def _positive_int(text: str) -> int:
     return v
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
 def parse_age(text: str) -> float:
     """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` → seconds."""
-    m = _DURATION.match(text)
-    if not m:
+    seconds = cli_args.duration_seconds(text)
+    if seconds is None:
         raise argparse.ArgumentTypeError(
             f"expected a duration such as 30d, 12h, 90m or 2w, not {text!r}"
         )
-    return float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    return seconds
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -186,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
             "azure:westeurope ... (default: configuration, COMPUTEWATCH_REGION, cloud variables; "
             "else the world average, said so)",
         )
-        g.add_argument("--pue", type=_pue, metavar="PUE", help="facility PUE (>= 1)")
+        g.add_argument("--pue", type=cli_args.pue, metavar="PUE", help="facility PUE (>= 1)")
         g.add_argument(
             "--precision",
             choices=PRECISIONS,

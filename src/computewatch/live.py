@@ -33,6 +33,7 @@ __all__ = [
     "format_bytes",
     "format_duration",
     "format_rate",
+    "format_seconds",
     "make_live_view",
     "sparkline",
 ]
@@ -173,6 +174,16 @@ def format_duration(s: float) -> str:
     hours, rest = divmod(total, 3600)
     minutes, seconds = divmod(rest, 60)
     return f"{hours}:{minutes:02d}:{seconds:02d}"
+
+
+def format_seconds(s: float, digits: int = 3, *, clock: bool = True) -> str:
+    """A short span: µs below 1 ms, ms below 1 s, else ``digits`` significant seconds, and
+    from 100 s on as ``H:MM:SS`` (:func:`format_duration`) unless ``clock`` is false."""
+    if s < 1e-3:
+        return f"{s * 1e6:.0f} µs"
+    if s < 1:
+        return f"{s * 1e3:.{max(digits - 2, 0)}f} ms"
+    return f"{s:.{digits}g} s" if s < 100 or not clock else format_duration(s)
 
 
 def sparkline(values: Sequence[float], lo: float = 0.0, hi: float | None = None) -> str:

@@ -13,18 +13,19 @@ from rich.text import Text
 
 from computewatch.compare import lookup
 from computewatch.diagnosis.render import diagnosis_rows
-from computewatch.live import format_bytes, format_duration
+from computewatch.live import format_bytes, format_duration, format_seconds
 from computewatch.render_steps import steps_lines
 from computewatch.store import RunRow
 
 
-def _row(t: Table, *cells: str | Text) -> None:
+def add_row(t: Table, *cells: str | Text) -> None:
     """Add a row of plain text: user strings (names, commands, tags) are never read as rich
     markup, so a run named ``[bold]x`` prints as typed."""
     t.add_row(*(c if isinstance(c, Text) else Text(str(c)) for c in cells))
 
 
-def _console(out: TextIO) -> Console:
+def make_console(out: TextIO) -> Console:
+    """A console printing to ``out`` as wide as its terminal (at least 60 columns, else 100)."""
     return Console(file=out, highlight=False, soft_wrap=False, width=max(_width(out), 60))
 
 
@@ -46,14 +47,7 @@ def _b(v: Any) -> str:
 
 
 def _s(v: Any, nd: int = 3) -> str:
-    if v is None:
-        return "n/a"
-    v = float(v)
-    if v < 1e-3:
-        return f"{v * 1e6:.0f} µs"
-    if v < 1:
-        return f"{v * 1e3:.{max(nd - 2, 0)}f} ms"
-    return f"{v:.{nd}g} s" if v < 100 else format_duration(v)
+    return "n/a" if v is None else format_seconds(float(v), nd)
 
 
 def _num(v: Any, unit: str = "") -> str:
@@ -64,7 +58,7 @@ def _num(v: Any, unit: str = "") -> str:
 
 def print_summary(summary: dict[str, Any], out: TextIO) -> None:
     """The summary as a compact table."""
-    con = _console(out)
+    con = make_console(out)
     title = f"run {summary['id']}" + (f" · {summary['name']}" if summary.get("name") else "")
     t = Table(title=Text(title), show_header=False, box=None, pad_edge=False, title_justify="left")
     t.add_column("field", style="bold")
@@ -73,41 +67,41 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
     status = summary["status"]
     if summary.get("exit_code") is not None:
         status += f" (exit {summary['exit_code']})"
-    _row(t, "command", shlex.join(summary.get("command") or []))
+    add_row(t, "command", shlex.join(summary.get("command") or []))
     if tags:
-        _row(t, "tags", " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
-    _row(t, "status", status)
-    _row(t, "started", str(summary.get("started_at")))
-    _row(t, "duration", format_duration(summary.get("duration_seconds") or 0.0))
+        add_row(t, "tags", " ".join(f"{k}={v}" for k, v in sorted(tags.items())))
+    add_row(t, "status", status)
+    add_row(t, "started", str(summary.get("started_at")))
+    add_row(t, "duration", format_duration(summary.get("duration_seconds") or 0.0))
     cpu = summary["cpu"]
-    _row(
+    add_row(
         t,
         "cpu",
         f"{_num(cpu.get('seconds_total'))} s · mean {_pct(cpu.get('utilization_mean'))}, "
         f"max {_pct(cpu.get('utilization_max'))} of {cpu.get('allowed_cores'):g} cores",
     )
     mem = summary["memory"]
-    _row(
+    add_row(
         t,
         "memory",
         f"peak RSS {_b(mem.get('peak_rss_bytes'))} · host peak used "
         f"{_b(mem.get('peak_host_used_bytes'))} of {_b(mem.get('host_total_bytes'))}",
     )
     disk = summary["disk"]
-    _row(
+    add_row(
         t,
         "disk",
         f"read {_b(disk.get('read_bytes'))}, written {_b(disk.get('write_bytes'))} (the run) · "
         f"host devices r {_b(disk.get('host_read_bytes'))} w {_b(disk.get('host_write_bytes'))}",
     )
     net = summary["network"]
-    _row(
+    add_row(
         t,
         "network",
         f"received {_b(net.get('recv_bytes'))}, sent {_b(net.get('sent_bytes'))} (whole host)",
     )
     for g in summary.get("gpus") or []:
-        _row(t, f"gpu {g.get('index')}", _gpu_line(g))
+        add_row(t, f"gpu {g.get('index')}", _gpu_line(g))
     steps = summary.get("steps") or {}
     if steps.get("count"):
         st = steps.get("step_time_seconds") or {}
@@ -117,7 +111,7 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
                 f" · step time mean {_s(st.get('mean'))}, p50 {_s(st.get('p50'))}, "
                 f"p90 {_s(st.get('p90'))}, p99 {_s(st.get('p99'))}, max {_s(st.get('max'))}"
             )
-        _row(t, "steps", line)
+        add_row(t, "steps", line)
         rates = []
         for key, label in (
             ("steps_per_second", "steps/s"),
@@ -127,27 +121,27 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
             if steps.get(key) is not None:
                 rates.append(f"{steps[key]:,.2f} {label}")
         if rates:
-            _row(t, "throughput", " · ".join(rates))
+            add_row(t, "throughput", " · ".join(rates))
     for label, text in steps_lines(summary):  # phases, ranks, requests
-        _row(t, label, text)
+        add_row(t, label, text)
     for label, text in accounting_lines(summary):
-        _row(t, label, text)
+        add_row(t, label, text)
     for label, text in diagnosis_rows(summary):
-        _row(t, label, text)
+        add_row(t, label, text)
     smp = summary.get("samples") or {}
-    _row(
+    add_row(
         t,
         "samples",
         f"{smp.get('count', 0)} ticks every {smp.get('interval_seconds')} s, "
         f"{smp.get('series', 0)} series",
     )
     for n in summary.get("notes") or []:
-        _row(t, "note", Text(n, style="yellow"))
+        add_row(t, "note", Text(n, style="yellow"))
     con.print(t)
 
 
 def print_runs(runs: list[RunRow], out: TextIO) -> None:
-    con = _console(out)
+    con = make_console(out)
     t = Table(box=None, pad_edge=False)
     for col in ("id", "name", "status", "started", "duration", "cpu", "peak rss", "tags"):
         t.add_column(col, no_wrap=col in ("id", "started"))
@@ -156,7 +150,7 @@ def print_runs(runs: list[RunRow], out: TextIO) -> None:
     for r in runs:
         s = r.summary or {}
         dur = (r.ended_at - r.started_at) if r.ended_at else None
-        _row(
+        add_row(
             t,
             r.id,
             r.name or "",
@@ -171,7 +165,7 @@ def print_runs(runs: list[RunRow], out: TextIO) -> None:
 
 
 def print_compare(result: dict[str, Any], out: TextIO) -> None:
-    con = _console(out)
+    con = make_console(out)
     a, b = result["a"], result["b"]
     t = Table(box=None, pad_edge=False)
     t.add_column("field")
@@ -192,29 +186,38 @@ def print_compare(result: dict[str, Any], out: TextIO) -> None:
         else:
             dtext = f"{diff:+,.4g}"
         ratio = "" if row["ratio"] is None else f"{row['ratio']:.3f}×"
-        _row(t, row["field"], fmt(row["a"]), fmt(row["b"]), dtext, ratio)
+        add_row(t, row["field"], fmt(row["a"]), fmt(row["b"]), dtext, ratio)
     con.print(t)
 
 
-def _fmt_kwh(v: Any) -> str:
-    return "n/a" if v is None else format_energy(float(v) * 3.6e6)
+def format_kwh(kwh: float | None) -> str:
+    """Energy given in kWh, printed as :func:`format_energy` does; n/a for None."""
+    return "n/a" if kwh is None else format_energy(float(kwh) * 3.6e6)
 
 
-def _fmt_grams(v: Any) -> str:
-    return "n/a" if v is None else _grams({"value": v})
+def format_grams(grams: float | None) -> str:
+    """CO2e in g, or kg from 1,000 g; n/a for None."""
+    if grams is None:
+        return "n/a"
+    g = float(grams)
+    return f"{g / 1000:,.3g} kg CO2e" if g >= 1000 else f"{g:,.3g} g CO2e"
 
 
-def _fmt_usd(v: Any) -> str:
-    return "n/a" if v is None else _usd({"value": v})
+def format_usd(usd: float | None) -> str:
+    """Dollars: cents from $1, else four significant digits; n/a for None."""
+    if usd is None:
+        return "n/a"
+    v = float(usd)
+    return f"${v:,.2f}" if v >= 1 else f"${v:.4g}"
 
 
 _FORMATS: dict[str, Callable[[Any], str]] = {
     "bytes": _b,
     "ratio": _pct,
     "seconds": _s,
-    "kWh": _fmt_kwh,
-    "gCO2e": _fmt_grams,
-    "USD": _fmt_usd,
+    "kWh": format_kwh,
+    "gCO2e": format_grams,
+    "USD": format_usd,
 }
 
 
@@ -232,7 +235,7 @@ def _yes(v: Any) -> str:
 
 def print_devices(info: dict[str, Any], out: TextIO) -> None:
     """``computewatch devices`` as text: host, CPU energy, then each GPU's capabilities."""
-    con = _console(out)
+    con = make_console(out)
     h = info["host"]
     limit = h.get("cgroup_cpu_limit_cores")
     con.print(
@@ -265,7 +268,7 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
             for k in ("energy_counter_why", "gpm_why", "per_process_why")
             if caps.get(k) and caps.get(k.removesuffix("_why")) is False
         ]
-        _row(
+        add_row(
             t,
             str(g.get("index")),
             f"{name}\n{g['uuid']}",
@@ -315,7 +318,7 @@ def format_energy(joules: float) -> str:
 
 
 def _kwh(f: dict[str, Any]) -> str:
-    return format_energy(f["value"] * 3.6e6)
+    return format_kwh(f["value"])
 
 
 def _range(f: dict[str, Any], fmt: Any) -> str:
@@ -325,13 +328,11 @@ def _range(f: dict[str, Any], fmt: Any) -> str:
 
 
 def _grams(f: dict[str, Any]) -> str:
-    g = float(f["value"])
-    return f"{g / 1000:,.3g} kg CO2e" if g >= 1000 else f"{g:,.3g} g CO2e"
+    return format_grams(f["value"])
 
 
 def _usd(f: dict[str, Any]) -> str:
-    v = float(f["value"])
-    return f"${v:,.2f}" if v >= 1 else f"${v:.4g}"
+    return format_usd(f["value"])
 
 
 def _flop(f: dict[str, Any]) -> str:

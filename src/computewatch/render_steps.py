@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from computewatch.live import format_duration
+from computewatch.live import format_seconds
 
 MAX_PHASES_SHOWN = 8
 MAX_RANKS_SHOWN = 16
@@ -15,14 +15,7 @@ def _pct(v: Any) -> str:
 
 
 def _s(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    v = float(v)
-    if v < 1e-3:
-        return f"{v * 1e6:.0f} µs"
-    if v < 1:
-        return f"{v * 1e3:.1f} ms"
-    return f"{v:.3g} s" if v < 100 else format_duration(v)
+    return "n/a" if v is None else format_seconds(float(v))
 
 
 def _energy(f: dict[str, Any]) -> str:

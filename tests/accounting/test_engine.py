@@ -131,13 +131,6 @@ def opts(**kw: Any) -> AccountingOptions:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "cw.db")
-    yield s
-    s.close()
-
-
-@pytest.fixture
 def run(store: Store) -> RunRow:
     return write_run(store)
 

@@ -6,7 +6,6 @@ only marks where its timing starts. The runs below have one such first step at M
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +31,6 @@ def step_times(durations: list[float], start: float = MONO0) -> list[float]:
         t += d
         out.append(t)
     return out
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "cw.db")
-    yield s
-    s.close()
 
 
 def write_run(

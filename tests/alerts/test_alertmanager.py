@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import io
 import shutil
-import socket
 import subprocess
 import time
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,14 +25,10 @@ pytestmark = [
 ]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
-def alertmanager(tmp_path: Path, receiver: Any) -> Iterator[str]:
+def alertmanager(
+    tmp_path: Path, receiver: Any, free_port: Callable[[], int], wait_ready: Callable[..., None]
+) -> Iterator[str]:
     port = free_port()
     config = tmp_path / "alertmanager.yml"
     config.write_text(
@@ -52,7 +46,8 @@ receivers:
         send_resolved: true
 """
     )
-    log = (tmp_path / "alertmanager.log").open("w")
+    log_path = tmp_path / "alertmanager.log"
+    log = log_path.open("w")
     proc = subprocess.Popen(
         [
             ALERTMANAGER,
@@ -66,19 +61,7 @@ receivers:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(
-                    f"alertmanager did not start: {(tmp_path / 'alertmanager.log').read_text()}"
-                )
-            time.sleep(0.1)
+        wait_ready(url, proc, log_path)
         yield url
     finally:
         proc.terminate()

@@ -1,9 +1,15 @@
 """Fixtures of the agent tests: ``proc_tree``, a recorded procfs tree under tmp_path that a test
-edits between ticks (the sources take ``procfs_root``, DESIGN.md)."""
+edits between ticks (the sources take ``procfs_root``, DESIGN.md); ``check_metrics``, the real
+``promtool check metrics`` on an exposition; ``busy_process``, a tagged child using CPU."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -121,3 +127,52 @@ class ProcTree:
 @pytest.fixture
 def proc_tree(tmp_path: Path) -> ProcTree:
     return ProcTree(tmp_path / "proc")
+
+
+def _check_metrics(body: str) -> None:
+    if shutil.which("promtool"):
+        r = subprocess.run(
+            ["promtool", "check", "metrics"],
+            check=False,
+            input=body,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 0, r.stdout + r.stderr
+
+
+@pytest.fixture
+def check_metrics() -> Callable[[str], None]:
+    """``check_metrics(body)`` asserts that promtool accepts a text exposition (a no-op where
+    the Debian package ``prometheus`` is not installed)."""
+    return _check_metrics
+
+
+_BUSY = textwrap.dedent(
+    """
+    import time
+    while True:
+        t = time.monotonic()
+        while time.monotonic() - t < 0.05:
+            pass
+        time.sleep(0.05)
+    """
+)
+
+
+@pytest.fixture
+def busy_process() -> Iterator[Callable[[str], subprocess.Popen[bytes]]]:
+    """``busy_process("team=nlp")`` starts a Python child that keeps half a core busy, with
+    that ``COMPUTEWATCH_TAGS``; every one is killed at teardown."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(tags: str) -> subprocess.Popen[bytes]:
+        env = dict(os.environ, COMPUTEWATCH_TAGS=tags)
+        procs.append(subprocess.Popen([sys.executable, "-c", _BUSY], env=env))
+        return procs[-1]
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait(timeout=10)

@@ -17,7 +17,6 @@ import json
 import math
 import re
 import shutil
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -34,9 +33,8 @@ import pytest
 from computewatch.accounting import reference
 from computewatch.catalog import find_by_nvml_name
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
-if not (Path(PROMETHEUS).exists() and Path(PROMTOOL).exists()):
+if not Path(PROMTOOL).exists():  # the same Debian package as prometheus
     pytest.skip(
         "no prometheus/promtool (apt-get install prometheus); CI installs it",
         allow_module_level=True,
@@ -263,30 +261,10 @@ class Prom:
     config: Path  # an empty computewatch configuration, so no user file leaks in
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"prometheus exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.1)
-    pytest.fail(f"prometheus not ready after 60 s:\n{log.read_text()[-3000:]}")
-
-
 @pytest.fixture(scope="module")
-def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
+def prom(
+    tmp_path_factory: pytest.TempPathFactory, prometheus: Callable[..., Any]
+) -> Iterator[Prom]:
     d = tmp_path_factory.mktemp("prom")
     # Backfilled blocks must lie behind the head block (the last ~2 h) and inside retention.
     t1 = float((int(time.time()) // 3600) * 3600 - 3 * 3600)
@@ -311,33 +289,10 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prom]:
     assert made.returncode == 0, made.stderr
     cfg = d / "prometheus.yml"
     cfg.write_text("global:\n  scrape_interval: 15s\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = d / "prometheus.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={cfg}",
-                f"--storage.tsdb.path={d / 'tsdb'}",
-                "--storage.tsdb.retention.time=30d",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_ready(url, proc, log)
-        empty = d / "config.toml"
-        empty.write_text("")
-        yield Prom(url, t0, t1, empty)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    empty = d / "config.toml"
+    empty.write_text("")
+    with prometheus(cfg, d / "tsdb", "--storage.tsdb.retention.time=30d") as p:
+        yield Prom(p.url, t0, t1, empty)
 
 
 def fleet(cw: Any, prom: Prom, *args: str) -> subprocess.CompletedProcess[str]:
@@ -478,7 +433,7 @@ def test_empty_window_is_one_clear_message(cw: Any, prom: Prom) -> None:
     assert len(r.stderr.strip().splitlines()) == 1
 
 
-def test_unreachable_prometheus(cw: Any, prom: Prom) -> None:
+def test_unreachable_prometheus(cw: Any, prom: Prom, free_port: Callable[[], int]) -> None:
     port = free_port()  # nothing listens there
     r = cw("fleet", "--prometheus", f"http://127.0.0.1:{port}", "--since", "1h")
     assert r.returncode == 1

@@ -5,73 +5,30 @@ processes, scraped every second by a real Prometheus for about a minute; then
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
-import sys
-import textwrap
 import time
-import urllib.parse
-import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-PROMETHEUS = "/usr/bin/prometheus"
 SCRAPE_SECONDS = 60
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason="Debian package prometheus missing"),
-]
-
-BUSY = textwrap.dedent(
-    """
-    import time
-    while True:
-        t = time.monotonic()
-        while time.monotonic() - t < 0.05:
-            pass
-        time.sleep(0.05)
-    """
-)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def query(base: str, promql: str) -> list[dict[str, Any]]:
-    url = f"{base}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            doc = json.load(r)
-    except OSError:
-        return []
-    result: list[dict[str, Any]] = doc["data"]["result"]
-    return result
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def tagged_children() -> Iterator[dict[str, int]]:
-    procs = {
-        team: subprocess.Popen(
-            [sys.executable, "-c", BUSY], env=dict(os.environ, COMPUTEWATCH_TAGS=f"team={team}")
-        )
-        for team in ("nlp", "vision")
-    }
-    yield {team: p.pid for team, p in procs.items()}
-    for p in procs.values():
-        p.kill()
-        p.wait(timeout=10)
+def tagged_children(busy_process: Callable[[str], subprocess.Popen[bytes]]) -> dict[str, int]:
+    return {team: busy_process(f"team={team}").pid for team in ("nlp", "vision")}
 
 
 def test_two_agents_scraped_then_reported_by_team(
-    cw: Any, tmp_path: Path, tagged_children: dict[str, int]
+    cw: Any,
+    tmp_path: Path,
+    tagged_children: dict[str, int],
+    free_port: Callable[[], int],
+    prometheus: Callable[..., Any],
 ) -> None:
     ports = [free_port(), free_port()]
     # node-1's simulated GPUs run the nlp child, node-2's the vision child.
@@ -89,38 +46,26 @@ def test_two_agents_scraped_then_reported_by_team(
         "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: computewatch\n"
         f"    honor_labels: true\n    static_configs:\n      - targets: [{targets}]\n"
     )
-    prom_port = free_port()
-    base = f"http://127.0.0.1:{prom_port}"
-    prom = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{prom_port}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     try:
-        cw.wait_for(
-            lambda: len(query(base, 'up{job="computewatch"} == 1')) == 2,
-            timeout=90,
-            what="both agents scraped",
-        )
-        started = time.monotonic()
-        cw.wait_for(
-            lambda: len(query(base, 'computewatch_job_info{team=~"nlp|vision"}')) >= 4,
-            timeout=90,
-            what="both teams on both nodes",
-        )
-        time.sleep(max(0.0, SCRAPE_SECONDS - (time.monotonic() - started)))
-        r = cw("fleet", "--prometheus", base, "--since", "5m", "--by", "team", "--json")
-        assert r.returncode == 0, r.stderr
-        report = json.loads(r.stdout)
-        text = cw("fleet", "--prometheus", base, "--since", "5m", "--by", "gpu-model")
+        with prometheus(config, tmp_path / "tsdb") as prom:
+            base = prom.url
+            cw.wait_for(
+                lambda: len(prom.query('up{job="computewatch"} == 1')) == 2,
+                timeout=90,
+                what="both agents scraped",
+            )
+            started = time.monotonic()
+            cw.wait_for(
+                lambda: len(prom.query('computewatch_job_info{team=~"nlp|vision"}')) >= 4,
+                timeout=90,
+                what="both teams on both nodes",
+            )
+            time.sleep(max(0.0, SCRAPE_SECONDS - (time.monotonic() - started)))
+            r = cw("fleet", "--prometheus", base, "--since", "5m", "--by", "team", "--json")
+            assert r.returncode == 0, r.stderr
+            report = json.loads(r.stdout)
+            text = cw("fleet", "--prometheus", base, "--since", "5m", "--by", "gpu-model")
     finally:
-        prom.terminate()
-        prom.wait(timeout=30)
         for a in agents:
             a.terminate()
             a.wait(timeout=30)

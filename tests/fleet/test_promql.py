@@ -5,70 +5,26 @@ that says what happened."""
 from __future__ import annotations
 
 import http.server
-import shutil
 import socket
-import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
 from computewatch.fleet.promql import PrometheusClient, PromQLError, check_url, format_duration
 
-PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
 
 @pytest.fixture(scope="module")
-def prom_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if not Path(PROMETHEUS).exists():
-        pytest.skip("no prometheus (apt-get install prometheus); CI installs it")
+def prom_url(
+    tmp_path_factory: pytest.TempPathFactory, prometheus: Callable[..., Any]
+) -> Iterator[str]:
     d = tmp_path_factory.mktemp("promql")
     cfg = d / "prometheus.yml"
     cfg.write_text("global:\n  scrape_interval: 15s\n")
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = d / "log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [
-                PROMETHEUS,
-                f"--config.file={cfg}",
-                f"--storage.tsdb.path={d / 'tsdb'}",
-                f"--web.listen-address=127.0.0.1:{port}",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, log.read_text()
-            try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    with prometheus(cfg, d / "tsdb") as prom:
+        yield prom.url
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -135,7 +91,7 @@ def test_rejected_query_names_the_reason(prom_url: str) -> None:
         c.range("vector(1)", 0, 10, 0)
 
 
-def test_nothing_listening() -> None:
+def test_nothing_listening(free_port: Callable[[], int]) -> None:
     port = free_port()
     with pytest.raises(PromQLError, match=f"cannot reach Prometheus at http://127.0.0.1:{port}"):
         PrometheusClient(f"http://127.0.0.1:{port}").instant("vector(1)")

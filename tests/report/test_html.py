@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -109,13 +108,6 @@ def make_run(
     )
     store.update_run(rk, status=COMPLETED, exit_code=0, ended_at=T0 + n, notes=["a note"])
     return store.run_by_key(rk)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "cw.db")
-    yield s
-    s.close()
 
 
 class Page(HTMLParser):

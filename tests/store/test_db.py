@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,6 @@ from computewatch.store import (
 from computewatch.store.db import process_start_ticks
 
 T0 = 1_700_000_000.0
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store.open(tmp_path / "cw.db")
-    yield s
-    s.close()
 
 
 def new_run(store: Store, run_id: str, **kw: Any) -> int:

@@ -5,7 +5,6 @@ and the DDP hook record ``comm`` phases; and a real 2-rank torchrun job under
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,15 +24,8 @@ from computewatch.torch import watch_collectives, watch_ddp  # noqa: E402
 from computewatch.tracking import Run  # noqa: E402
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture
-def group(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def group(monkeypatch: pytest.MonkeyPatch, free_port: Callable[[], int]) -> Iterator[None]:
     """A one-process gloo group on the loopback interface, destroyed after the test."""
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "lo")
     dist.init_process_group(
@@ -158,7 +150,7 @@ def torchrun() -> list[str]:
 
 @pytest.mark.slow
 def test_torchrun_ranks_under_computewatch_run(
-    cw: Any, make_script: Callable[[str, str], Path]
+    cw: Any, make_script: Callable[[str, str], Path], free_port: Callable[[], int]
 ) -> None:
     script = make_script("train.py", TRAIN)
     port = free_port()

@@ -135,7 +135,7 @@ def _energy(
             source=str(cfg.path) if cfg.path else "configuration",
         )
     it = _sum(components.values())
-    pue_value, pue_low, pue_high, pue_src = _pue(opts, location)
+    pue_value, pue_low, pue_high, pue_src = resolve_pue(opts.pue, opts.config, location)
     facility = figure(
         it["value"] * pue_value,
         "kWh",
@@ -347,12 +347,17 @@ def _memory_model_energy(
     )
 
 
-def _pue(opts: AccountingOptions, location: Location) -> tuple[float, float, float, str]:
-    if opts.pue is not None:
-        return opts.pue, opts.pue, opts.pue, "--pue"
-    if opts.config.pue is not None:
-        src = f"configuration {opts.config.path}" if opts.config.path else "configuration"
-        return opts.config.pue, opts.config.pue, opts.config.pue, src
+def resolve_pue(
+    pue: float | None, config: Config, location: Location
+) -> tuple[float, float, float, str]:
+    """The facility's PUE (value, low, high, where it comes from): ``--pue``, else the
+    configuration's, else the cloud provider's published one, else the default with its
+    uncertainty."""
+    if pue is not None:
+        return pue, pue, pue, "--pue"
+    if config.pue is not None:
+        src = f"configuration {config.path}" if config.path else "configuration"
+        return config.pue, config.pue, config.pue, src
     provider = location.provider
     row = reference.pue_rows().get(provider) if provider else None
     if row is not None:

@@ -195,6 +195,13 @@ class RunData:
         """The summary's GPUs (those the run used), as dicts."""
         return [g for g in self.summary.get("gpus") or [] if isinstance(g, dict) and g.get("uuid")]
 
+    def used_gpus(self) -> list[dict[str, Any]]:
+        """:meth:`gpus`; NotApplicable where the run used none (for the rules about GPUs)."""
+        gpus = self.gpus()
+        if not gpus:
+            raise NotApplicable("the run used no GPU")
+        return gpus
+
 
 def phase_matches(name: str, wanted: set[str]) -> bool:
     """A phase matches ``comm`` as ``comm`` or ``comm/allreduce``, ``comm.broadcast``..."""

@@ -15,6 +15,7 @@ import sys
 import threading
 from typing import Any
 
+from computewatch import cli_args
 from computewatch.fleet.agent import Agent
 from computewatch.fleet.agent_config import (
     MAX_INTERVAL,
@@ -28,7 +29,7 @@ from computewatch.fleet.exposition import LatestSamples
 from computewatch.fleet.model import MetricsSink
 from computewatch.fleet.node import NodeOptions, open_node
 from computewatch.fleet.server import DEFAULT_LISTEN, MetricsServer, ServerError, ServerSecurity
-from computewatch.sources.gpus import BACKEND_CHOICES, GpuBackendError, check_spec
+from computewatch.sources.gpus import BACKEND_CHOICES, GpuBackendError
 
 __all__ = ["add_agent_parser", "cmd_agent"]
 
@@ -42,29 +43,11 @@ class _Fail(Exception):
 
 
 def _interval(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not MIN_INTERVAL <= v <= MAX_INTERVAL:
-        raise argparse.ArgumentTypeError(
-            f"must be between {MIN_INTERVAL} and {MAX_INTERVAL:g} seconds, not {text}"
-        )
-    return v
-
-
-def _backend(text: str) -> str:
-    try:
-        return check_spec(text)
-    except GpuBackendError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
+    return cli_args.interval(text, MIN_INTERVAL, MAX_INTERVAL)
 
 
 def _nonneg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    v = cli_args.number(text)
     if v < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, not {text}")
     return v
@@ -93,7 +76,7 @@ def add_agent_parser(sub: Any) -> None:
     )
     a.add_argument(
         "--gpu-backend",
-        type=_backend,
+        type=cli_args.gpu_backend,
         metavar="BACKEND",
         help=f"{BACKEND_CHOICES} (default auto; fake devices are labelled simulated)",
     )

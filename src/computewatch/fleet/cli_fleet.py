@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import time
 from datetime import UTC, datetime
@@ -20,6 +19,7 @@ from typing import Any, TextIO
 from rich.table import Table
 from rich.text import Text
 
+from computewatch import cli_args
 from computewatch.config import ConfigError, load_config
 from computewatch.fleet.promql import PrometheusClient, PromQLError
 from computewatch.fleet.report import (
@@ -29,23 +29,19 @@ from computewatch.fleet.report import (
     fleet_charts,
     fleet_report,
 )
-from computewatch.render import _console, _grams, _row, _usd, format_energy
+from computewatch.render import add_row, format_grams, format_kwh, format_usd, make_console
 
 __all__ = ["add_fleet_parser", "cmd_fleet", "parse_time", "print_fleet"]
 
 PROG = "computewatch"
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
 def parse_time(text: str, *, now: float, before: float | None = None) -> float:
     """A point in time as Unix seconds: a duration (``7d``, ``90m``) back from ``before``
     (default ``now``), Unix seconds, or an ISO 8601 date or time (UTC unless it says)."""
-    m = _DURATION.match(text)
-    if m:
-        return (before if before is not None else now) - float(m.group(1)) * _UNIT_SECONDS[
-            m.group(2)
-        ]
+    back = cli_args.duration_seconds(text)
+    if back is not None:
+        return (before if before is not None else now) - back
     try:
         v = float(text)
     except ValueError:
@@ -70,22 +66,9 @@ def _when(text: str) -> str:
 
 
 def _usd_arg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    v = cli_args.number(text)
     if not (math.isfinite(v) and v >= 0):
         raise argparse.ArgumentTypeError(f"must be a price of zero or more, not {text}")
-    return v
-
-
-def _pue_arg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (math.isfinite(v) and v >= 1):
-        raise argparse.ArgumentTypeError(f"a PUE is at least 1, not {text}")
     return v
 
 
@@ -138,7 +121,7 @@ def add_fleet_parser(sub: Any) -> None:
     p.add_argument(
         "--region", metavar="CODE", help="the fleet's grid region for carbon (FR, US-CA, ...)"
     )
-    p.add_argument("--pue", type=_pue_arg, metavar="X", help="the facility's PUE")
+    p.add_argument("--pue", type=cli_args.pue, metavar="X", help="the facility's PUE")
     p.add_argument("--config", metavar="FILE", help="configuration file (docs/configuration.md)")
     p.add_argument(
         "--bearer-token-file",
@@ -218,13 +201,9 @@ def _hours(v: Any) -> str:
     return "n/a" if v is None else f"{float(v):,.1f}"
 
 
-def _fig(f: dict[str, Any], fmt: Any) -> str:
-    return "n/a" if f.get("value") is None else str(fmt(f))
-
-
 def print_fleet(report: dict[str, Any], out: TextIO) -> None:
     """The report as a table (one row per group and the total), then how it was computed."""
-    con = _console(out)
+    con = make_console(out)
     w = report["window"]
     con.print(
         Text(
@@ -252,16 +231,16 @@ def print_fleet(report: dict[str, Any], out: TextIO) -> None:
         )
         idle = g["idle_share"]
         util = g["utilization_mean"]["value"]
-        _row(
+        add_row(
             t,
             Text(label, style="bold") if g is report["total"] else label,
             _hours(g["gpu_hours"]["value"]),
             _hours(g["idle_gpu_hours"]["value"]),
             "n/a" if idle is None else f"{100 * idle:.1f}%",
             "n/a" if util is None else f"{100 * util:.1f}%",
-            _fig(g["energy_facility_kwh"], lambda f: format_energy(f["value"] * 3.6e6)),
-            _fig(g["cost_usd"], _usd),
-            _fig(g["carbon_gco2e"], _grams),
+            format_kwh(g["energy_facility_kwh"].get("value")),
+            format_usd(g["cost_usd"].get("value")),
+            format_grams(g["carbon_gco2e"].get("value")),
             str(g["jobs"]),
         )
     con.print(t)
@@ -271,8 +250,8 @@ def print_fleet(report: dict[str, Any], out: TextIO) -> None:
     carbon = report["carbon"]
     pue = carbon["pue"]
     inten = carbon["intensity"]
-    _row(info, "energy", f"at the facility: IT energy x PUE {pue['value']:g} ({pue['source']})")
-    _row(
+    add_row(info, "energy", f"at the facility: IT energy x PUE {pue['value']:g} ({pue['source']})")
+    add_row(
         info,
         "carbon",
         f"{inten['g_per_kwh']:g} gCO2e/kWh, {inten['name']} ({inten['region']}, found by "
@@ -280,15 +259,15 @@ def print_fleet(report: dict[str, Any], out: TextIO) -> None:
     )
     for model, rate in report["prices"].items():
         if rate is None:
-            _row(info, "price", f"{model}: no price known")
+            add_row(info, "price", f"{model}: no price known")
         else:
-            _row(info, "price", f"{model}: ${rate['usd']:.2f}/GPU-hour · {rate['method']}")
-    _row(
+            add_row(info, "price", f"{model}: ${rate['usd']:.2f}/GPU-hour · {rate['method']}")
+    add_row(
         info,
         "method",
         "GPU-hours, idle GPU-hours, utilization and energy from the agents' job counters "
         "(PromQL increase over the window); --json gives every method and query",
     )
     for n in report["notes"]:
-        _row(info, "note", Text(n, style="yellow"))
+        add_row(info, "note", Text(n, style="yellow"))
     con.print(info)

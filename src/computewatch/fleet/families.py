@@ -3,15 +3,28 @@
 
 The names and labels of the contract are fixed here once, so the exposition (HELP and TYPE
 lines), the documentation and the tests read one table. Counters carry ``_total`` in their
-name, as exported.
+name, as exported. :func:`gpu_samples` maps one GPU's readings to its exported samples, for
+both producers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["FAMILIES", "Family", "family"]
+from computewatch.fleet.model import MetricLabels, MetricSample
+from computewatch.sources.nvidia import decode_clock_events
+
+__all__ = [
+    "FAMILIES",
+    "POWER_REASONS",
+    "THERMAL_REASONS",
+    "Family",
+    "counter_delta",
+    "family",
+    "gpu_samples",
+]
 
 MetricType = Literal["gauge", "counter", "info"]
 
@@ -175,3 +188,48 @@ def family(name: str) -> Family:
     if name.endswith("_total"):
         return Family(name, "counter", f"{name} (computewatch).")
     return Family(name, "gauge", f"{name} (computewatch).")
+
+
+# -- one GPU's samples -------------------------------------------------------------------------
+
+# Clock-event reasons (NVML) that mean the clocks are held down, by kind.
+THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
+POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
+
+_GPU_GAUGES = (  # reading name, exported name
+    ("gpu_utilization_ratio", "computewatch_gpu_utilization_ratio"),
+    ("gpu_memory_used_bytes", "computewatch_gpu_memory_used_bytes"),
+    ("gpu_memory_total_bytes", "computewatch_gpu_memory_total_bytes"),
+    ("gpu_power_watts", "computewatch_gpu_power_watts"),
+    ("gpu_temperature_celsius", "computewatch_gpu_temperature_celsius"),
+    ("gpu_energy_joules_total", "computewatch_gpu_energy_joules_total"),
+)
+
+
+def gpu_samples(
+    out: list[MetricSample], lbl: MetricLabels, values: Mapping[str, float], *, allocated: bool
+) -> None:
+    """Append one GPU's samples of a tick to ``out``: the gauges and energy counter it was
+    read for (``values``: reading name to value), a throttled flag per reason (from the
+    clock-event mask) and whether some job holds it."""
+    for src, name in _GPU_GAUGES:
+        v = values.get(src)
+        if v is not None:
+            out.append(MetricSample(name, lbl, v))
+    mask = values.get("gpu_clock_event_reasons")
+    if mask is not None:
+        reasons = set(decode_clock_events(mask))
+        for reason, kinds in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
+            tl = tuple(sorted((*lbl, ("reason", reason))))
+            out.append(MetricSample("computewatch_gpu_throttled", tl, float(bool(reasons & kinds))))
+    out.append(MetricSample("computewatch_gpu_allocated", lbl, 1.0 if allocated else 0.0))
+
+
+def counter_delta(last: dict[str, float], key: str, value: float | None) -> float:
+    """How far the counter ``key`` rose since the previous call (kept in ``last``): 0 the first
+    time, when it went back, or when it was not read (``None``)."""
+    if value is None:
+        return 0.0
+    prev = last.get(key)
+    last[key] = value
+    return 0.0 if prev is None else max(value - prev, 0.0)

@@ -34,12 +34,13 @@ from dataclasses import dataclass, field
 
 from computewatch.fleet.attribution import Attributor, JobIdentity
 from computewatch.fleet.cpu_power import CpuPowerModel
+from computewatch.fleet.families import counter_delta, gpu_samples
 from computewatch.fleet.model import MetricLabels, MetricSample
 from computewatch.readings import Reading
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.gpus import GpuBackend, GpuSource, open_backend
 from computewatch.sources.host import HostSource
-from computewatch.sources.nvidia import decode_clock_events
+from computewatch.sources.process_tree import PidBirths, parse_stat, stat_fields
 from computewatch.sources.rapl import SUMMED_DOMAINS, RaplSource
 
 __all__ = ["NodeOptions", "NodeSampler", "open_node"]
@@ -49,10 +50,6 @@ _PAGE = float(os.sysconf("SC_PAGE_SIZE"))
 _PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
 _BUSY_EXCLUDED = ("idle", "iowait")
 IDLE_UTILIZATION = 0.05  # a held GPU below this utilization counts as idle (the contract's)
-
-# Clock-event reasons (NVML) that mean the clocks are held down, by kind.
-THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
-POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +186,7 @@ class NodeSampler:
         self._jobs: dict[JobIdentity, _Job] = {}
         self._first = True
         self._last_mono: float | None = None
-        self._loadavg_fd: int | None = None
-        self._seen_last_pid: int | None = None
+        self._births = PidBirths(self._root)
         self._host_busy: float | None = None
         self._host_total: float | None = None
         self._rapl_last: float | None = None
@@ -249,9 +245,7 @@ class NodeSampler:
         for p in self._procs.values():
             _close(p.fd)
         self._procs.clear()
-        if self._loadavg_fd is not None and self._loadavg_fd >= 0:
-            _close(self._loadavg_fd)
-        self._loadavg_fd = None
+        self._births.close()
         for src in (self.host, self.rapl, *self.gpus):
             if src is not None:
                 with contextlib.suppress(Exception):
@@ -260,26 +254,10 @@ class NodeSampler:
         self.host = self.rapl = None
 
     # -- processes ----------------------------------------------------------------------------
-    def _last_pid(self) -> int | None:
-        if self._loadavg_fd is None:
-            try:
-                path = os.path.join(self._root, "loadavg")
-                self._loadavg_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                self._loadavg_fd = -1
-        if self._loadavg_fd < 0:
-            return None
-        try:
-            return int(os.pread(self._loadavg_fd, 128, 0).split()[4])
-        except (OSError, ValueError, IndexError):
-            return None
-
     def _discover(self) -> None:
         """Adopt processes never seen: one listing, only when a process was born since."""
-        last_pid = self._last_pid()
-        if last_pid is not None and last_pid == self._seen_last_pid and not self._first:
+        if not self._births.moved() and not self._first:
             return
-        self._seen_last_pid = last_pid
         try:
             present = {int(e) for e in os.listdir(self._root) if e.isdigit()}
         except OSError as e:
@@ -296,10 +274,7 @@ class NodeSampler:
         except OSError:
             return  # gone already
         try:
-            raw = os.pread(fd, 4096, 0)
-            close = raw.rindex(b")")
-            name = raw[raw.index(b"(") + 1 : close].decode("utf-8", "replace")
-            rest = raw[close + 2 :].split()
+            name, rest = parse_stat(os.pread(fd, 4096, 0))
             if int(rest[6]) & _PF_KTHREAD or int(rest[1]) == 2 or pid == 2:
                 _close(fd)
                 self._foreign.add(pid)
@@ -351,16 +326,8 @@ class NodeSampler:
         reads: list[tuple[_Proc, list[bytes]]] = []
         gone: list[_Proc] = []
         for p in self._procs.values():
-            try:
-                raw = os.pread(p.fd, 4096, 0)
-            except OSError:
-                gone.append(p)
-                continue
-            if not raw:
-                gone.append(p)
-                continue
-            rest = raw[raw.rindex(b")") + 2 :].split()
-            if rest[0] == b"X":
+            rest = stat_fields(p.fd)
+            if rest is None:
                 gone.append(p)
                 continue
             reads.append((p, rest))
@@ -512,35 +479,14 @@ class NodeSampler:
                 proc_sm.setdefault(uuid, {})[int(ld["pid"])] = r.value
             else:
                 per_gpu.setdefault(uuid, {})[r.name] = r.value
-        simple = (
-            ("gpu_utilization_ratio", "computewatch_gpu_utilization_ratio"),
-            ("gpu_memory_used_bytes", "computewatch_gpu_memory_used_bytes"),
-            ("gpu_memory_total_bytes", "computewatch_gpu_memory_total_bytes"),
-            ("gpu_power_watts", "computewatch_gpu_power_watts"),
-            ("gpu_temperature_celsius", "computewatch_gpu_temperature_celsius"),
-            ("gpu_energy_joules_total", "computewatch_gpu_energy_joules_total"),
-        )
         procs = self._procs
         for uuid, values in per_gpu.items():
             lbl = self._gpu_lbl.get(uuid) or _lbl(gpu=uuid, node=self._node)
-            for src_name, name in simple:
-                v = values.get(src_name)
-                if v is not None:
-                    out.append(MetricSample(name, lbl, v))
-            mask = values.get("gpu_clock_event_reasons")
-            if mask is not None:
-                reasons = set(decode_clock_events(mask))
-                for reason, kinds in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
-                    flag = 1.0 if reasons & kinds else 0.0
-                    tl = tuple(sorted((*lbl, ("reason", reason))))
-                    out.append(MetricSample("computewatch_gpu_throttled", tl, flag))
-            energy = values.get("gpu_energy_joules_total")
-            e_delta = 0.0
-            if energy is not None:
-                last = self._gpu_energy_last.get(uuid)
-                e_delta = 0.0 if last is None else max(energy - last, 0.0)
-                self._gpu_energy_last[uuid] = energy
             mem = {pid: m for pid, m in proc_mem.get(uuid, {}).items() if pid in procs}
+            gpu_samples(out, lbl, values, allocated=bool(mem))  # held by a job: holders below
+            e_delta = counter_delta(
+                self._gpu_energy_last, uuid, values.get("gpu_energy_joules_total")
+            )
             holders: dict[_Job, float] = {}
             weights: dict[_Job, float] = {}
             sm = proc_sm.get(uuid, {})
@@ -555,7 +501,6 @@ class NodeSampler:
                 if self.options.per_process:
                     plbl = tuple(sorted((*p.lbl, ("gpu", uuid))))
                     out.append(MetricSample("computewatch_process_gpu_memory_used_bytes", plbl, m))
-            out.append(MetricSample("computewatch_gpu_allocated", lbl, 1.0 if holders else 0.0))
             if not holders or dt <= 0:
                 continue
             # The job's share of the GPU: by SM utilization where NVML gives it per process,

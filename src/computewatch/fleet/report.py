@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from computewatch.accounting import reference
-from computewatch.accounting.engine import GRID_UNCERTAINTY, J_PER_KWH
+from computewatch.accounting.engine import GRID_UNCERTAINTY, J_PER_KWH, resolve_pue
 from computewatch.accounting.figures import MEASURED, MODELED, POLLED, figure
 from computewatch.accounting.region import REGION_VARIABLE, Location, RegionError, resolve_location
 from computewatch.catalog import Accelerator, find_by_nvml_name, load_accelerators
@@ -320,26 +320,6 @@ def _location(opts: FleetOptions) -> Location:
         raise FleetError(f"--region: {e}" if opts.region else str(e)) from None
 
 
-def _pue(opts: FleetOptions, location: Location) -> tuple[float, float, float, str]:
-    if opts.pue is not None:
-        return opts.pue, opts.pue, opts.pue, "--pue"
-    cfg = opts.config
-    if cfg.pue is not None:
-        src = f"configuration {cfg.path}" if cfg.path else "configuration"
-        return cfg.pue, cfg.pue, cfg.pue, src
-    row = reference.pue_rows().get(location.provider) if location.provider else None
-    if row is not None:
-        return row.pue, row.pue, row.pue, f"{row.provider} published PUE: {row.source} ({row.year})"
-    d = reference.default_pue()
-    rel = reference.defaults()["pue_default_relative_uncertainty"].value
-    return (
-        d.pue,
-        max(1.0, d.pue * (1 - rel)),
-        d.pue * (1 + rel),
-        f"default PUE, facility unknown: {d.source} ({d.year})",
-    )
-
-
 # -- the report -------------------------------------------------------------------------------
 
 
@@ -416,7 +396,7 @@ def fleet_report(client: PrometheusClient, opts: FleetOptions) -> dict[str, Any]
             f"the window is empty: it starts at {iso(opts.start)} and ends at {iso(opts.end)}"
         )
     location = _location(opts)
-    pue = _pue(opts, location)
+    pue = resolve_pue(opts.pue, opts.config, location)
     try:
         groups, models, queries, notes = _collect(client, opts)
     except PromQLError as e:

@@ -16,15 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from computewatch._version import __version__
-from computewatch.render import format_energy
+from computewatch.render import format_grams, format_kwh, format_usd
 from computewatch.report.html import (
-    _UPLOT_VERSION,
-    _asset,
-    _card_value,
-    _e,
-    _script_safe,
+    UPLOT_VERSION,
     accounting_section,
+    asset,
+    cards_section,
+    escape,
     json_for_script,
+    script_safe,
+    write_page,
 )
 from computewatch.summary import iso
 
@@ -45,24 +46,6 @@ def _hours(v: Any) -> str:
     return "n/a" if v is None else f"{float(v):,.1f}"
 
 
-def _usd(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    v = float(v)
-    return f"${v:,.2f}" if v >= 1 else f"${v:.4g}"
-
-
-def _grams(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    g = float(v)
-    return f"{g / 1000:,.3g} kg CO2e" if g >= 1000 else f"{g:,.3g} g CO2e"
-
-
-def _kwh(v: Any) -> str:
-    return "n/a" if v is None else format_energy(float(v) * 3.6e6)
-
-
 def gpu_hours_svg(groups: Sequence[dict[str, Any]], *, title: str) -> str:
     """Horizontal bars of GPU-hours held per group, the idle part of each in its own colour,
     with the idle share written beside it."""
@@ -74,7 +57,7 @@ def gpu_hours_svg(groups: Sequence[dict[str, Any]], *, title: str) -> str:
     out = [
         f'<svg class="bars" role="img" viewBox="0 0 {width} {height}" width="100%" '
         f'xmlns="http://www.w3.org/2000/svg" aria-labelledby="bars-title">'
-        f'<title id="bars-title">{_e(title)}</title>'
+        f'<title id="bars-title">{escape(title)}</title>'
         '<g font-family="system-ui, sans-serif" font-size="13">'
     ]
     for i, g in enumerate(groups):
@@ -88,12 +71,12 @@ def gpu_hours_svg(groups: Sequence[dict[str, Any]], *, title: str) -> str:
         )
         short = label if len(label) <= 30 else label[:29] + "…"
         out.append(
-            f'<g class="bar" data-group="{_e(g["group"])}" data-gpu-hours="{held:.6g}" '
+            f'<g class="bar" data-group="{escape(g["group"])}" data-gpu-hours="{held:.6g}" '
             f'data-idle-gpu-hours="{idle:.6g}">'
-            f"<title>{_e(label)}: {_hours(held)} GPU-hours held, {_hours(idle)} idle "
+            f"<title>{escape(label)}: {_hours(held)} GPU-hours held, {_hours(idle)} idle "
             f"({_pct(g.get('idle_share'))})</title>"
             f'<text x="{_LABEL_WIDTH - 8}" y="{y + 16}" text-anchor="end" fill="#1f2328">'
-            f"{_e(short)}</text>"
+            f"{escape(short)}</text>"
             f'<rect class="held" x="{_LABEL_WIDTH}" y="{y}" width="{w_held:.1f}" '
             f'height="{_BAR_HEIGHT}" fill="#0969da"/>'
             f'<rect class="idle" x="{_LABEL_WIDTH + w_held - w_idle:.1f}" y="{y}" '
@@ -122,25 +105,16 @@ def _cards(total: dict[str, Any]) -> str:
             f"{_pct(total['idle_share'])} of held",
         ),
         ("mean GPU util", _pct(total["utilization_mean"]["value"]), "while held"),
-        ("energy", _kwh(total["energy_facility_kwh"]["value"]), "at the facility"),
-        ("cost", _usd(total["cost_usd"]["value"]), "GPU time"),
-        ("carbon", _grams(total["carbon_gco2e"]["value"]), "operational"),
+        ("energy", format_kwh(total["energy_facility_kwh"]["value"]), "at the facility"),
+        ("cost", format_usd(total["cost_usd"]["value"]), "GPU time"),
+        ("carbon", format_grams(total["carbon_gco2e"]["value"]), "operational"),
     ]
-    return (
-        '<section class="cards" aria-label="key figures">'
-        + "".join(
-            f'<div class="card"><div class="label">{_e(k)}</div>'
-            f'<div class="value" title="{_e(v)}">{_card_value(v)}</div>'
-            f'<div class="sub">{_e(sub)}</div></div>'
-            for k, v, sub in cards
-        )
-        + "</section>"
-    )
+    return cards_section(cards)
 
 
 def _groups_table(report: dict[str, Any]) -> str:
     head = (
-        f"<th scope=col>{_e(report['by'])}</th><th scope=col>GPU-hours</th>"
+        f"<th scope=col>{escape(report['by'])}</th><th scope=col>GPU-hours</th>"
         "<th scope=col>idle GPU-hours</th><th scope=col>idle share</th>"
         "<th scope=col>mean utilization</th><th scope=col>energy (facility)</th>"
         "<th scope=col>cost</th><th scope=col>carbon</th><th scope=col>jobs</th>"
@@ -152,19 +126,19 @@ def _groups_table(report: dict[str, Any]) -> str:
         label = g["label"] + (
             " (simulated)" if g["simulated"] and "(simulated)" not in g["label"] else ""
         )
-        name = f"<strong>{_e(label)}</strong>" if total else _e(label)
+        name = f"<strong>{escape(label)}</strong>" if total else escape(label)
         rows.append(
-            f'<tr{" class=total" if total else ""} data-group="{_e(g["group"])}">'
+            f'<tr{" class=total" if total else ""} data-group="{escape(g["group"])}">'
             f"<th scope=row>{name}</th>"
             f'<td class="num">{_hours(g["gpu_hours"]["value"])}</td>'
             f'<td class="num">{_hours(g["idle_gpu_hours"]["value"])}</td>'
             f'<td class="num">{_pct(g["idle_share"])}</td>'
             f'<td class="num">{_pct(g["utilization_mean"]["value"])}</td>'
-            f'<td class="num">{_e(_kwh(g["energy_facility_kwh"]["value"]))}</td>'
-            f'<td class="num">{_e(_usd(g["cost_usd"]["value"]))}</td>'
-            f'<td class="num">{_e(_grams(g["carbon_gco2e"]["value"]))}</td>'
+            f'<td class="num">{escape(format_kwh(g["energy_facility_kwh"]["value"]))}</td>'
+            f'<td class="num">{escape(format_usd(g["cost_usd"]["value"]))}</td>'
+            f'<td class="num">{escape(format_grams(g["carbon_gco2e"]["value"]))}</td>'
             f'<td class="num">{g["jobs"]}</td>'
-            f"<td>{_e(', '.join(g['nodes']))}</td></tr>"
+            f"<td>{escape(', '.join(g['nodes']))}</td></tr>"
         )
     return (
         '<div class="scroll"><table class="grid" id="groups"><thead><tr>'
@@ -178,7 +152,7 @@ def _groups_table(report: dict[str, Any]) -> str:
 def _kv(rows: Sequence[tuple[str, str]]) -> str:
     return (
         '<table class="kv">'
-        + "".join(f"<tr><th scope=row>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
+        + "".join(f"<tr><th scope=row>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
         + "</table>"
     )
 
@@ -215,30 +189,30 @@ def build_fleet_html(report: dict[str, Any], charts: dict[str, Any]) -> str:
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f'<meta name="generator" content="computewatch {_e(__version__)}">',
-        f"<title>{_e(title)}</title>",
-        f"<style>{_script_safe(_asset('uPlot.min.css'))}</style>",
-        f"<style>{_script_safe(_asset('report.css'))}</style>",
+        f'<meta name="generator" content="computewatch {escape(__version__)}">',
+        f"<title>{escape(title)}</title>",
+        f"<style>{script_safe(asset('uPlot.min.css'))}</style>",
+        f"<style>{script_safe(asset('report.css'))}</style>",
         "<style>svg.bars{max-width:980px;display:block}tr.total th,tr.total td"
         "{border-top:2px solid #d1d9e0}</style>",
         "</head><body><header>",
-        f'<p class="eyebrow">computewatch fleet report · {_e(report["prometheus"])}</p>',
-        f"<h1>Fleet by {_e(by)}</h1>",
-        f'<p class="command">{_e(when)}</p>',
+        f'<p class="eyebrow">computewatch fleet report · {escape(report["prometheus"])}</p>',
+        f"<h1>Fleet by {escape(by)}</h1>",
+        f'<p class="command">{escape(when)}</p>',
         "</header><main>",
         _cards(report["total"]),
     ]
     if report["notes"]:
         parts.append(
             '<section class="notes" id="section-notes"><h2>Notes</h2><ul>'
-            + "".join(f"<li>{_e(n)}</li>" for n in report["notes"])
+            + "".join(f"<li>{escape(n)}</li>" for n in report["notes"])
             + "</ul></section>"
         )
     parts += [
-        f'<section id="section-bars"><h2>GPU-hours and idle share by {_e(by)}</h2>',
+        f'<section id="section-bars"><h2>GPU-hours and idle share by {escape(by)}</h2>',
         gpu_hours_svg(report["groups"], title=f"GPU-hours held per {by}, idle part in red"),
         "</section>",
-        f'<section id="section-groups"><h2>By {_e(by)}</h2>',
+        f'<section id="section-groups"><h2>By {escape(by)}</h2>',
         _groups_table(report),
         "</section>",
     ]
@@ -252,9 +226,10 @@ def build_fleet_html(report: dict[str, Any], charts: dict[str, Any]) -> str:
         )
         for c in charts["charts"]:
             parts.append(
-                f'<figure class="chart" id="chart-{_e(c["id"])}" data-chart="{_e(c["id"])}">'
-                f"<figcaption><strong>{_e(c['title'])}</strong> "
-                f'<span class="sub">{_e(c["subtitle"])}</span></figcaption>'
+                f'<figure class="chart" id="chart-{escape(c["id"])}" '
+                f'data-chart="{escape(c["id"])}">'
+                f"<figcaption><strong>{escape(c['title'])}</strong> "
+                f'<span class="sub">{escape(c["subtitle"])}</span></figcaption>'
                 '<div class="plot"></div></figure>'
             )
         parts.append("</div></section>")
@@ -289,17 +264,17 @@ def build_fleet_html(report: dict[str, Any], charts: dict[str, Any]) -> str:
         )
     parts.append(
         '<section id="section-queries"><h2>PromQL</h2><ul>'
-        + "".join(f"<li><code>{_e(q)}</code></li>" for q in report["queries"])
+        + "".join(f"<li><code>{escape(q)}</code></li>" for q in report["queries"])
         + "</ul></section>"
     )
     parts += [
         "</main><footer>",
-        f"<p>Made by computewatch {_e(__version__)} at {_e(iso(time.time()))} from "
-        f"{_e(report['prometheus'])}. Charts drawn with uPlot {_UPLOT_VERSION} (MIT licence, "
+        f"<p>Made by computewatch {escape(__version__)} at {escape(iso(time.time()))} from "
+        f"{escape(report['prometheus'])}. Charts drawn with uPlot {UPLOT_VERSION} (MIT licence, "
         "© Leon Sorokin), included in this file.</p></footer>",
         f'<script type="application/json" id="cw-data">{json_for_script(data)}</script>',
-        f"<script>{_script_safe(_asset('uPlot.iife.min.js'))}</script>",
-        f"<script>{_script_safe(_asset('report.js'))}</script>",
+        f"<script>{script_safe(asset('uPlot.iife.min.js'))}</script>",
+        f"<script>{script_safe(asset('report.js'))}</script>",
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
@@ -310,13 +285,4 @@ def write_fleet_html(
 ) -> Path:
     """Build the page, then write it to ``path`` (a failed write leaves no half page).
     Raises ``OSError`` when it cannot be written."""
-    page = build_fleet_html(report, charts)
-    out = Path(path).expanduser()
-    try:
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(page)
-    except OSError:
-        if out.is_file():
-            out.unlink(missing_ok=True)
-        raise
-    return out
+    return write_page(build_fleet_html(report, charts), path)

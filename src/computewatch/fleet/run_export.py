@@ -23,23 +23,15 @@ from typing import Any
 
 from computewatch.fleet.cpu_power import CpuPowerModel
 from computewatch.fleet.exposition import LatestSamples
+from computewatch.fleet.families import counter_delta, gpu_samples
 from computewatch.fleet.model import MetricLabels, MetricSample, MetricsSink
-from computewatch.fleet.node import IDLE_UTILIZATION, POWER_REASONS, THERMAL_REASONS
+from computewatch.fleet.node import IDLE_UTILIZATION
 from computewatch.fleet.server import MetricsServer, ServerSecurity
 from computewatch.observe import RunInfo, RunObserver, Tick
-from computewatch.sources.nvidia import decode_clock_events
 from computewatch.sources.rapl import SUMMED_DOMAINS
 
 __all__ = ["PrometheusSink", "RunExport", "prometheus_sink", "run_observer"]
 
-_GPU_GAUGES = (
-    ("gpu_utilization_ratio", "computewatch_gpu_utilization_ratio"),
-    ("gpu_memory_used_bytes", "computewatch_gpu_memory_used_bytes"),
-    ("gpu_memory_total_bytes", "computewatch_gpu_memory_total_bytes"),
-    ("gpu_power_watts", "computewatch_gpu_power_watts"),
-    ("gpu_temperature_celsius", "computewatch_gpu_temperature_celsius"),
-    ("gpu_energy_joules_total", "computewatch_gpu_energy_joules_total"),
-)
 _HOST = {
     "host_memory_used_bytes": "computewatch_host_memory_used_bytes",
     "host_memory_total_bytes": "computewatch_host_memory_total_bytes",
@@ -213,26 +205,9 @@ class RunExport:
         gpu_mem_total = 0.0
         for uuid, values in gpus.items():
             lbl = self._gpu_lbl.get(uuid) or self._gpu_label(uuid, None, None, None)
-            for src, dst in _GPU_GAUGES:
-                v = values.get(src)
-                if v is not None:
-                    out.append(MetricSample(dst, lbl, v))
-            mask = values.get("gpu_clock_event_reasons")
-            if mask is not None:
-                reasons = set(decode_clock_events(mask))
-                for reason, kinds in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
-                    tl = tuple(sorted((*lbl, ("reason", reason))))
-                    out.append(
-                        MetricSample("computewatch_gpu_throttled", tl, float(bool(reasons & kinds)))
-                    )
             held = uuid in mine_mem
-            out.append(MetricSample("computewatch_gpu_allocated", lbl, 1.0 if held else 0.0))
-            energy = values.get("gpu_energy_joules_total")
-            e_d = 0.0
-            if energy is not None:
-                last = self._gpu_energy.get(uuid)
-                e_d = 0.0 if last is None else max(energy - last, 0.0)
-                self._gpu_energy[uuid] = energy
+            gpu_samples(out, lbl, values, allocated=held)
+            e_d = counter_delta(self._gpu_energy, uuid, values.get("gpu_energy_joules_total"))
             if not held:
                 continue
             gpu_mem_total += mine_mem[uuid]

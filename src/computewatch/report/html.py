@@ -24,7 +24,7 @@ from typing import Any
 
 from computewatch._version import __version__
 from computewatch.diagnosis.render import diagnosis_html
-from computewatch.live import format_bytes, format_duration
+from computewatch.live import format_bytes, format_duration, format_seconds
 from computewatch.report.downsample import (
     MAX_BUCKETS,
     bucket_size,
@@ -43,7 +43,7 @@ ACCOUNTING_SECTIONS = ("energy", "carbon", "cost", "flops", "forecast")
 
 _FIGURE_KEYS = frozenset({"value", "unit", "method", "assumptions", "low", "high", "source"})
 _MAX_FINE_BUCKETS = 200_000  # throughput is counted in at most this many buckets first
-_UPLOT_VERSION = "1.6.32"
+UPLOT_VERSION = "1.6.32"
 _CHART_ORDER = (
     "cpu", "memory", "gpu_util", "gpu_sm", "gpu_memory", "gpu_power", "throughput_steps",
     "throughput_samples", "throughput_tokens", "step_time", "disk", "network",
@@ -402,7 +402,8 @@ def chart_data(
 # -- formatting ---------------------------------------------------------------------------------
 
 
-def _e(v: object) -> str:
+def escape(v: object) -> str:
+    """``v`` as text safe in HTML content and in quoted attribute values."""
     return html.escape(str(v), quote=True)
 
 
@@ -415,14 +416,7 @@ def _bytes(v: Any) -> str:
 
 
 def _secs(v: Any) -> str:
-    if not isinstance(v, int | float):
-        return "n/a"
-    v = float(v)
-    if v < 1e-3:
-        return f"{v * 1e6:.0f} µs"
-    if v < 1:
-        return f"{v * 1e3:.1f} ms"
-    return f"{v:.3g} s" if v < 100 else format_duration(v)
+    return "n/a" if not isinstance(v, int | float) else format_seconds(float(v))
 
 
 def _number(v: Any) -> str:
@@ -444,14 +438,14 @@ def _plain(v: Any) -> str:
     if v is None:
         return '<span class="na">n/a</span>'
     if isinstance(v, bool | int | float):
-        return _e(_number(v))
+        return escape(_number(v))
     if isinstance(v, str):
-        return _e(v)
+        return escape(v)
     if isinstance(v, list) and all(isinstance(x, str) for x in v) and len(v) > 1:
-        return "<ul>" + "".join(f"<li>{_e(x)}</li>" for x in v) + "</ul>"
+        return "<ul>" + "".join(f"<li>{escape(x)}</li>" for x in v) + "</ul>"
     if isinstance(v, list) and all(isinstance(x, str | int | float) for x in v):
-        return _e(", ".join(_number(x) for x in v))
-    return f"<code>{_e(json.dumps(v, sort_keys=True))}</code>"
+        return escape(", ".join(_number(x) for x in v))
+    return f"<code>{escape(json.dumps(v, sort_keys=True))}</code>"
 
 
 def _energy(j: Any) -> str:
@@ -470,7 +464,7 @@ def _command(s: dict[str, Any]) -> str:
 
 def _rows(rows: Iterable[tuple[str, str]], cls: str = "kv") -> str:
     """A two-column table; labels are escaped here, values must already be HTML."""
-    body = "".join(f"<tr><th scope=row>{_e(k)}</th><td>{v}</td></tr>" for k, v in rows)
+    body = "".join(f"<tr><th scope=row>{escape(k)}</th><td>{v}</td></tr>" for k, v in rows)
     return f'<table class="{cls}"><tbody>{body}</tbody></table>'
 
 
@@ -531,12 +525,17 @@ def _cards(s: dict[str, Any]) -> str:
             which, head = found
             sub = ", ".join(str(x) for x in (which, head.get("method")) if x)
             cards.append((section, _figure_value(head), sub))
+    return cards_section(cards)
+
+
+def cards_section(cards: Iterable[tuple[str, str, str]]) -> str:
+    """The row of key-figure cards: each a label, a value (its unit set smaller) and a note."""
     return (
         '<section class="cards" aria-label="key figures">'
         + "".join(
-            f'<div class="card"><div class="label">{_e(k)}</div>'
-            f'<div class="value" title="{_e(v)}">{_card_value(v)}</div>'
-            f'<div class="sub">{_e(sub)}</div></div>'
+            f'<div class="card"><div class="label">{escape(k)}</div>'
+            f'<div class="value" title="{escape(v)}">{card_value(v)}</div>'
+            f'<div class="sub">{escape(sub)}</div></div>'
             for k, v, sub in cards
         )
         + "</section>"
@@ -546,12 +545,12 @@ def _cards(s: dict[str, Any]) -> str:
 _NUMBER_AND_UNIT = re.compile(r"([-+]?[\d.,]+(?:e[-+]?\d+)?) (\S+)")
 
 
-def _card_value(text: str) -> str:
+def card_value(text: str) -> str:
     """``0.0008282 kWh`` with the unit set smaller, so long numbers fit their card."""
     m = _NUMBER_AND_UNIT.fullmatch(text)
     if m is None:
-        return _e(text)
-    return f'{_e(m[1])} <span class="unit">{_e(m[2])}</span>'
+        return escape(text)
+    return f'{escape(m[1])} <span class="unit">{escape(m[2])}</span>'
 
 
 def _run_table(s: dict[str, Any], run: RunRow) -> str:
@@ -561,24 +560,26 @@ def _run_table(s: dict[str, Any], run: RunRow) -> str:
         status += f" (exit {s['exit_code']})"
     smp = s.get("samples") or {}
     rows = [
-        ("id", f"<code>{_e(s.get('id'))}</code>"),
+        ("id", f"<code>{escape(s.get('id'))}</code>"),
         ("name", _plain(s.get("name"))),
         (
             "tags",
-            " ".join(f'<span class="tag">{_e(k)}={_e(v)}</span>' for k, v in sorted(tags.items()))
+            " ".join(
+                f'<span class="tag">{escape(k)}={escape(v)}</span>' for k, v in sorted(tags.items())
+            )
             or '<span class="na">none</span>',
         ),
-        ("command", f"<code>{_e(_command(s))}</code>"),
+        ("command", f"<code>{escape(_command(s))}</code>"),
         ("working directory", _plain(s.get("cwd"))),
-        ("mode", _e(run.mode)),
-        ("status", _e(status)),
+        ("mode", escape(run.mode)),
+        ("status", escape(status)),
         ("started", _plain(s.get("started_at"))),
         ("ended", _plain(s.get("ended_at"))),
-        ("duration", _e(format_duration(float(s.get("duration_seconds") or 0.0)))),
+        ("duration", escape(format_duration(float(s.get("duration_seconds") or 0.0)))),
         ("data until", _plain(smp.get("data_until"))),
         (
             "samples",
-            _e(
+            escape(
                 f"{_number(smp.get('count', 0))} ticks every {_number(smp.get('interval_seconds'))}"
                 f" s, {_number(smp.get('series', 0))} series"
             ),
@@ -586,7 +587,10 @@ def _run_table(s: dict[str, Any], run: RunRow) -> str:
     ]
     if run.samples_deleted_at is not None:
         rows.append(
-            ("samples deleted", _e(f"{iso(run.samples_deleted_at)} by gc: summary only, no charts"))
+            (
+                "samples deleted",
+                escape(f"{iso(run.samples_deleted_at)} by gc: summary only, no charts"),
+            )
         )
     return _rows(rows)
 
@@ -605,9 +609,9 @@ def _host_table(host: dict[str, Any]) -> str:
     for k in keys:
         v = host[k]
         if k.endswith("_bytes") and isinstance(v, int | float):
-            text = _e(_bytes(v))
+            text = escape(_bytes(v))
         elif isinstance(v, list) and k == "allowed_cpus":
-            text = _e(_cpu_list(v))
+            text = escape(_cpu_list(v))
         else:
             text = _plain(v)
         rows.append((k.replace("_", " "), text))
@@ -636,7 +640,7 @@ def _usage_table(s: dict[str, Any]) -> str:
     rows = [
         (
             "CPU",
-            _e(
+            escape(
                 f"{_number(cpu.get('seconds_total'))} CPU-seconds · mean "
                 f"{_pct(cpu.get('utilization_mean'))}, max {_pct(cpu.get('utilization_max'))} "
                 f"of {_number(cpu.get('allowed_cores'))} allowed cores"
@@ -644,7 +648,7 @@ def _usage_table(s: dict[str, Any]) -> str:
         ),
         (
             "memory",
-            _e(
+            escape(
                 f"peak RSS {_bytes(mem.get('peak_rss_bytes'))} · host peak used "
                 f"{_bytes(mem.get('peak_host_used_bytes'))} of "
                 f"{_bytes(mem.get('host_total_bytes'))}"
@@ -652,7 +656,7 @@ def _usage_table(s: dict[str, Any]) -> str:
         ),
         (
             "disk",
-            _e(
+            escape(
                 f"the run read {_bytes(disk.get('read_bytes'))}, wrote "
                 f"{_bytes(disk.get('write_bytes'))} · host disks read "
                 f"{_bytes(disk.get('host_read_bytes'))}, wrote "
@@ -661,7 +665,7 @@ def _usage_table(s: dict[str, Any]) -> str:
         ),
         (
             "network",
-            _e(
+            escape(
                 f"received {_bytes(net.get('recv_bytes'))}, sent {_bytes(net.get('sent_bytes'))}"
                 " (whole host)"
             ),
@@ -676,7 +680,7 @@ def _usage_table(s: dict[str, Any]) -> str:
                 f" · step time mean {_secs(st.get('mean'))}, p50 {_secs(st.get('p50'))}, p90 "
                 f"{_secs(st.get('p90'))}, p99 {_secs(st.get('p99'))}, max {_secs(st.get('max'))}"
             )
-        rows.append(("steps", _e(line)))
+        rows.append(("steps", escape(line)))
         rates = [
             f"{_number(steps[key])} {label}"
             for key, label in (
@@ -687,7 +691,7 @@ def _usage_table(s: dict[str, Any]) -> str:
             if steps.get(key) is not None
         ]
         if rates:
-            rows.append(("throughput", _e(" · ".join(rates))))
+            rows.append(("throughput", escape(" · ".join(rates))))
     else:
         rows.append(("steps", '<span class="na">none reported</span>'))
     return _rows(rows)
@@ -700,12 +704,12 @@ def _gpu_table(gpus: list[dict[str, Any]]) -> str:
     )  # fmt: skip
     body = []
     for g in gpus:
-        name = _e(g.get("name") or "?")
+        name = escape(g.get("name") or "?")
         if g.get("simulated"):
             name += ' <span class="badge">simulated</span>'
         if g.get("mig_parent_uuid"):
-            name += f" <small>MIG of {_e(str(g['mig_parent_uuid'])[:16])}</small>"
-        name += f'<br><small class="uuid">{_e(g.get("uuid") or "")}</small>'
+            name += f" <small>MIG of {escape(str(g['mig_parent_uuid'])[:16])}</small>"
+        name += f'<br><small class="uuid">{escape(g.get("uuid") or "")}</small>'
         mem = _bytes(g.get("memory_peak_bytes"))
         if g.get("memory_total_bytes") is not None:
             mem += f" of {_bytes(g['memory_total_bytes'])}"
@@ -715,22 +719,22 @@ def _gpu_table(gpus: list[dict[str, Any]]) -> str:
             energy += f" ({g['energy_method']})"
         throttled = {k: v for k, v in (g.get("throttle_seconds") or {}).items() if v}
         cells = [
-            _e(_number(g.get("index"))),
+            escape(_number(g.get("index"))),
             name,
-            _e(g.get("scope") or ""),
-            _e(_pct(g.get("utilization_mean"))),
-            _e(_pct(g.get("sm_active_mean"))),
-            _e(_pct(g.get("tensor_active_mean"))),
-            _e(mem),
-            _e(_bytes(g.get("process_memory_peak_bytes"))),
-            _e("n/a" if not isinstance(power, int | float) else f"{power:.0f} W"),
-            _e(energy),
-            _e(", ".join(f"{k} {_secs(v)}" for k, v in throttled.items()) or "no"),
+            escape(g.get("scope") or ""),
+            escape(_pct(g.get("utilization_mean"))),
+            escape(_pct(g.get("sm_active_mean"))),
+            escape(_pct(g.get("tensor_active_mean"))),
+            escape(mem),
+            escape(_bytes(g.get("process_memory_peak_bytes"))),
+            escape("n/a" if not isinstance(power, int | float) else f"{power:.0f} W"),
+            escape(energy),
+            escape(", ".join(f"{k} {_secs(v)}" for k, v in throttled.items()) or "no"),
         ]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (
         '<div class="scroll"><table class="grid"><thead><tr>'
-        + "".join(f"<th scope=col>{_e(h)}</th>" for h in head)
+        + "".join(f"<th scope=col>{escape(h)}</th>" for h in head)
         + "</tr></thead><tbody>"
         + "".join(body)
         + "</tbody></table></div>"
@@ -794,7 +798,9 @@ def _assumptions(v: Any) -> str:
     if isinstance(v, list):
         return "<ul>" + "".join(f"<li>{_plain(x)}</li>" for x in v) + "</ul>"
     if isinstance(v, dict):
-        return "<ul>" + "".join(f"<li>{_e(k)}: {_plain(x)}</li>" for k, x in v.items()) + "</ul>"
+        return (
+            "<ul>" + "".join(f"<li>{escape(k)}: {_plain(x)}</li>" for k, x in v.items()) + "</ul>"
+        )
     return _plain(v)
 
 
@@ -804,7 +810,10 @@ def accounting_section(name: str, data: Any) -> str:
     figures: list[tuple[str, dict[str, Any]]] = []
     other: list[tuple[str, Any]] = []
     _flatten("", data, figures, other)
-    out = [f'<section class="accounting" id="section-{_e(name)}"><h2>{_e(name.capitalize())}</h2>']
+    out = [
+        f'<section class="accounting" id="section-{escape(name)}">'
+        f"<h2>{escape(name.capitalize())}</h2>"
+    ]
     if figures:
         rows = []
         for label, f in figures:
@@ -821,10 +830,10 @@ def accounting_section(name: str, data: Any) -> str:
             source = _plain(f.get("source")) if f.get("source") is not None else ""
             rows.append(
                 "<tr>"
-                f"<th scope=row>{_e(label or name)}</th>"
-                f'<td class="num">{_e(_figure_value(f))}</td>'
+                f"<th scope=row>{escape(label or name)}</th>"
+                f'<td class="num">{escape(_figure_value(f))}</td>'
                 f"<td>{_plain(f.get('method')) if f.get('method') is not None else ''}</td>"
-                f'<td class="num">{_e(rng)}</td>'
+                f'<td class="num">{escape(rng)}</td>'
                 f"<td>{notes}</td>"
                 f"<td>{source}</td>"
                 "</tr>"
@@ -845,14 +854,15 @@ def accounting_section(name: str, data: Any) -> str:
 # -- the page ---------------------------------------------------------------------------------
 
 
-def _asset(name: str) -> str:
+def asset(name: str) -> str:
+    """The text of one of the package's report assets (vendored uPlot, chart script, CSS)."""
     return resources.files("computewatch.report").joinpath("assets", name).read_text("utf-8")
 
 
 _CLOSERS = re.compile(r"</(script|style)", re.IGNORECASE)
 
 
-def _script_safe(text: str) -> str:
+def script_safe(text: str) -> str:
     """Code that cannot end the ``<script>``/``<style>`` element it sits in, nor put the HTML
     parser in its "escaped" script state: ``</script`` and ``<!--`` only ever occur inside
     string literals there, where ``<\\/`` and ``<\\!`` read the same."""
@@ -878,15 +888,15 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f'<meta name="generator" content="computewatch {_e(__version__)}">',
-        f"<title>{_e(title)}</title>",
-        f"<style>{_script_safe(_asset('uPlot.min.css'))}</style>",
-        f"<style>{_script_safe(_asset('report.css'))}</style>",
+        f'<meta name="generator" content="computewatch {escape(__version__)}">',
+        f"<title>{escape(title)}</title>",
+        f"<style>{script_safe(asset('uPlot.min.css'))}</style>",
+        f"<style>{script_safe(asset('report.css'))}</style>",
         "</head><body>",
         "<header>",
-        f'<p class="eyebrow">computewatch report · run <code>{_e(run.id)}</code></p>',
-        f"<h1>{_e(run.name or 'run ' + run.id)}</h1>",
-        f'<p class="command"><code>{_e(_command(summary))}</code></p>',
+        f'<p class="eyebrow">computewatch report · run <code>{escape(run.id)}</code></p>',
+        f"<h1>{escape(run.name or 'run ' + run.id)}</h1>",
+        f'<p class="command"><code>{escape(_command(summary))}</code></p>',
         "</header><main>",
         _cards(summary),
     ]
@@ -894,7 +904,7 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
     if notes:
         parts.append(
             '<section class="notes" id="section-notes"><h2>Notes</h2><ul>'
-            + "".join(f"<li>{_e(n)}</li>" for n in notes)
+            + "".join(f"<li>{escape(n)}</li>" for n in notes)
             + "</ul></section>"
         )
     charts = data["charts"]
@@ -914,9 +924,10 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
             per = c["per_bucket"]
             detail = f"{per} points per bucket" if per > 1 else "every point"
             parts.append(
-                f'<figure class="chart" id="chart-{_e(c["id"])}" data-chart="{_e(c["id"])}">'
-                f"<figcaption><strong>{_e(c['title'])}</strong> "
-                f'<span class="sub">{_e(c["subtitle"])} · {_e(detail)}</span></figcaption>'
+                f'<figure class="chart" id="chart-{escape(c["id"])}" '
+                f'data-chart="{escape(c["id"])}">'
+                f"<figcaption><strong>{escape(c['title'])}</strong> "
+                f'<span class="sub">{escape(c["subtitle"])} · {escape(detail)}</span></figcaption>'
                 '<div class="plot"></div></figure>'
             )
         parts.append("</div></section>")
@@ -946,13 +957,13 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
         _host_table(dict(summary.get("host") or run.host)),
         "</section>",
         "</main><footer>",
-        f"<p>Made by computewatch {_e(__version__)} at {_e(generated)} from "
-        f"<code>{_e(store.path.name)}</code>. Charts drawn with uPlot {_UPLOT_VERSION} "
+        f"<p>Made by computewatch {escape(__version__)} at {escape(generated)} from "
+        f"<code>{escape(store.path.name)}</code>. Charts drawn with uPlot {UPLOT_VERSION} "
         "(MIT licence, © Leon Sorokin), included in this file.</p>",
         "</footer>",
         f'<script type="application/json" id="cw-data">{json_for_script(data)}</script>',
-        f"<script>{_script_safe(_asset('uPlot.iife.min.js'))}</script>",
-        f"<script>{_script_safe(_asset('report.js'))}</script>",
+        f"<script>{script_safe(asset('uPlot.iife.min.js'))}</script>",
+        f"<script>{script_safe(asset('report.js'))}</script>",
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
@@ -971,7 +982,12 @@ def write_report(
 ) -> Path:
     """Build the page, then write it to ``path`` (a failed write leaves no half page behind).
     Raises ``OSError`` when it cannot be written."""
-    page = build_html(store, run, max_buckets=max_buckets)
+    return write_page(build_html(store, run, max_buckets=max_buckets), path)
+
+
+def write_page(page: str, path: str | os.PathLike[str]) -> Path:
+    """Write a built page to ``path`` (``~`` expanded); a failed write leaves no half page.
+    Raises ``OSError`` when it cannot be written."""
     out = Path(path).expanduser()
     try:
         with open(out, "w", encoding="utf-8") as f:

@@ -9,6 +9,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from computewatch.live import format_seconds
 from computewatch.report.downsample import MAX_BUCKETS
 from computewatch.steps_summary import StepAnatomy, step_anatomy
 from computewatch.store import RunRow, Store
@@ -23,12 +24,7 @@ def _e(v: object) -> str:
 def _secs(v: Any) -> str:
     if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
         return "n/a"
-    v = float(v)
-    if v < 1e-3:
-        return f"{v * 1e6:.0f} µs"
-    if v < 1:
-        return f"{v * 1e3:.1f} ms"
-    return f"{v:.3g} s"
+    return format_seconds(float(v), clock=False)
 
 
 def _pct(v: Any) -> str:

@@ -67,7 +67,60 @@ def _close(fd: int) -> None:
             pass
 
 
-def _parse_stat(raw: bytes) -> tuple[str, list[bytes]]:
+def stat_fields(fd: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command name (proc(5): ``state`` first), read
+    through an open descriptor; None when the process is gone (unreadable, empty, or state X:
+    dead, being removed)."""
+    try:
+        raw = os.pread(fd, 4096, 0)
+    except OSError:
+        return None
+    if not raw:
+        return None
+    rest = raw[raw.rindex(b")") + 2 :].split()
+    return None if rest[0] == b"X" else rest
+
+
+class PidBirths:
+    """Whether a process was born since the last look. The last field of /proc/loadavg is the
+    most recently created PID of this PID namespace (proc(5)): while it has not moved, no
+    process was born, and a listing of /proc can be skipped. One descriptor, kept open."""
+
+    def __init__(self, procfs_root: str) -> None:
+        self._path = os.path.join(procfs_root, "loadavg")
+        self._fd: int | None = None
+        self._seen: int | None = None
+
+    def last_pid(self) -> int | None:
+        """The most recently created PID, or None where loadavg cannot be read."""
+        if self._fd is None:
+            try:
+                self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self._fd = -1
+        if self._fd < 0:
+            return None
+        try:
+            return int(os.pread(self._fd, 128, 0).split()[4])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def moved(self) -> bool:
+        """False only when the last PID is known and the same as at the previous call."""
+        last = self.last_pid()
+        if last is not None and last == self._seen:
+            return False
+        self._seen = last
+        return True
+
+    def close(self) -> None:
+        if self._fd is not None:
+            _close(self._fd)
+        self._fd = None
+
+
+def parse_stat(raw: bytes) -> tuple[str, list[bytes]]:
+    """A /proc/PID/stat text as the command name and the fields after it."""
     # The command name may contain spaces and ')': it ends at the last ')' (proc(5)).
     close = raw.rindex(b")")
     name = raw[raw.index(b"(") + 1 : close].decode("utf-8", "replace")
@@ -109,8 +162,7 @@ class ProcessTreeSource:
         self._peak_hwm = 0.0
         self._final_root_cpu: float | None = None
         self._root_seen = False
-        self._loadavg_fd: int | None = None
-        self._seen_last_pid: int | None = None
+        self._births = PidBirths(procfs_root)
         self._first = True
         self.new_processes: list[ProcessInfo] = []
         if not os.path.exists(os.path.join(procfs_root, str(root_pid), "stat")):
@@ -146,16 +198,8 @@ class ProcessTreeSource:
         gone: list[_Proc] = []
         per = self._per_process
         for p in self._procs.values():
-            try:
-                raw = os.pread(p.stat_fd, 4096, 0)
-            except OSError:
-                gone.append(p)
-                continue
-            if not raw:
-                gone.append(p)
-                continue
-            rest = raw[raw.rindex(b")") + 2 :].split()
-            if rest[0] == b"X":  # dead, being removed
+            rest = stat_fields(p.stat_fd)
+            if rest is None:
                 gone.append(p)
                 continue
             own = (int(rest[11]) + int(rest[12])) / _CLK_TCK
@@ -216,9 +260,7 @@ class ProcessTreeSource:
         return out
 
     def close(self) -> None:
-        if self._loadavg_fd is not None and self._loadavg_fd >= 0:
-            _close(self._loadavg_fd)
-            self._loadavg_fd = None
+        self._births.close()
         for p in self._procs.values():
             _close(p.stat_fd)
             _close(p.io_fd)
@@ -248,32 +290,14 @@ class ProcessTreeSource:
         self._exited_read += p.read_bytes
         self._exited_write += p.write_bytes
 
-    def _last_pid(self) -> int | None:
-        if self._loadavg_fd is None:
-            try:
-                self._loadavg_fd = os.open(
-                    os.path.join(self._root, "loadavg"), os.O_RDONLY | os.O_CLOEXEC
-                )
-            except OSError:
-                self._loadavg_fd = -1
-        if self._loadavg_fd < 0:
-            return None
-        try:
-            return int(os.pread(self._loadavg_fd, 128, 0).split()[4])
-        except (OSError, ValueError, IndexError):
-            return None
-
     def _discover(self) -> None:
         """Find new descendants: one directory listing, and a stat read only for PIDs never
         seen before (PIDs known to be outside the tree are remembered until they vanish)."""
         root = self._root
-        # The last field of /proc/loadavg is the most recently created PID of this PID
-        # namespace (proc(5)): when it has not moved, no process was born since the last
-        # listing, and the listing (the costliest part of a tick on a busy host) is skipped.
-        last_pid = self._last_pid()
-        if last_pid is not None and last_pid == self._seen_last_pid and not self._first:
+        # The listing is the costliest part of a tick on a busy host: skipped when no process
+        # was born since the last one.
+        if not self._births.moved() and not self._first:
             return
-        self._seen_last_pid = last_pid
         present = {int(e) for e in os.listdir(root) if e.isdigit()}
         self._foreign &= present
         candidates = present - self._foreign - self._procs.keys()
@@ -284,7 +308,7 @@ class ProcessTreeSource:
             try:
                 with open(os.path.join(root, str(pid), "stat"), "rb") as f:
                     raw = f.read()
-                name, rest = _parse_stat(raw)
+                name, rest = parse_stat(raw)
                 parents[pid] = (int(rest[1]), name, raw)
             except (OSError, ValueError, IndexError):
                 continue
@@ -323,7 +347,7 @@ class ProcessTreeSource:
         p = _Proc(pid, ppid, name, stat_fd, io_fd, status_fd, labels(pid=pid, name=name))
         if self._first and not self._count_existing:
             try:
-                rest = _parse_stat(os.pread(stat_fd, 4096, 0))[1]
+                rest = parse_stat(os.pread(stat_fd, 4096, 0))[1]
                 p.baseline = sum(int(x) for x in rest[11:15]) / _CLK_TCK
                 if pid == self.root_pid and self._root_cpu_baseline is not None:
                     p.baseline = min(p.baseline, self._root_cpu_baseline)

@@ -18,16 +18,15 @@ SPEEDUPS = (
 )
 
 
-def _label(g: dict[str, Any]) -> str:
+def gpu_label(g: dict[str, Any]) -> str:
+    """``GPU 0 NVIDIA H100 80GB HBM3``, marked ``(simulated)`` for a fake device."""
     sim = " (simulated)" if g.get("simulated") else ""
     return f"GPU {g.get('index')} {g.get('name') or ''}{sim}".replace("  ", " ").strip()
 
 
 def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
     """Fires when a GPU the run used had a mean utilization below ``gpu_utilization_low``."""
-    gpus = data.gpus()
-    if not gpus:
-        raise NotApplicable("the run used no GPU")
+    gpus = data.used_gpus()
     lines: list[str] = []
     numbers: dict[str, float | int | str | None] = {}
     ranges: list[TimeRange] = []
@@ -45,7 +44,7 @@ def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
         lost += (1 - m / th.gpu_utilization_low) * data.duration
         low = sum(1 for u in values if u < th.gpu_utilization_low) / len(values)
         lines.append(
-            f"{_label(g)}: utilization mean {pct(m)}, median {pct(median(values))}, below "
+            f"{gpu_label(g)}: utilization mean {pct(m)}, median {pct(median(values))}, below "
             f"{pct(th.gpu_utilization_low)} in {pct(low)} of {len(values)} samples"
         )
         numbers[f"gpu{g.get('index')}_utilization_mean"] = m
@@ -56,7 +55,7 @@ def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
         longest = max(stretches(flags), key=lambda r: r[1] - r[0], default=None)
         if longest is not None:
             ranges.append(TimeRange(*longest))
-            lines.append(f"{_label(g)}: longest low stretch {TimeRange(*longest).text()}")
+            lines.append(f"{gpu_label(g)}: longest low stretch {TimeRange(*longest).text()}")
     if not seen:
         raise NotApplicable("no GPU utilization series stored")
     if not lines:
@@ -123,9 +122,7 @@ def low_mfu(data: RunData, th: Thresholds) -> list[Finding]:
 
 def gpu_memory_headroom(data: RunData, th: Thresholds) -> list[Finding]:
     """Fires when the run's peak memory on a GPU stays below ``gpu_memory_used_low`` of it."""
-    gpus = data.gpus()
-    if not gpus:
-        raise NotApplicable("the run used no GPU")
+    gpus = data.used_gpus()
     lines: list[str] = []
     numbers: dict[str, float | int | str | None] = {}
     checked = 0
@@ -142,7 +139,7 @@ def gpu_memory_headroom(data: RunData, th: Thresholds) -> list[Finding]:
         if share >= th.gpu_memory_used_low:
             continue
         lines.append(
-            f"{_label(g)}: peak {gib(peak)} of {gib(total)} ({pct(share)}, {whose}); "
+            f"{gpu_label(g)}: peak {gib(peak)} of {gib(total)} ({pct(share)}, {whose}); "
             f"{gib(total - peak)} never used"
         )
         numbers[f"gpu{g.get('index')}_memory_peak_bytes"] = peak

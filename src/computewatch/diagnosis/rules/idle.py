@@ -8,7 +8,7 @@ from typing import Any
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
 from computewatch.diagnosis.rules import build, gib, secs
-from computewatch.diagnosis.rules.accelerator import _label
+from computewatch.diagnosis.rules.accelerator import gpu_label
 from computewatch.diagnosis.thresholds import Thresholds
 
 
@@ -29,9 +29,7 @@ def _usd_per_gpu_second(data: RunData, n_gpus: int) -> float | None:
 def idle_allocation(data: RunData, th: Thresholds) -> list[Finding]:
     """Fires for stretches of at least ``idle_min_seconds`` in which a GPU held memory of the
     run's processes while its utilization stayed at or below ``idle_utilization``."""
-    gpus = data.gpus()
-    if not gpus:
-        raise NotApplicable("the run used no GPU")
+    gpus = data.used_gpus()
     lines: list[str] = []
     ranges: list[TimeRange] = []
     numbers: dict[str, float | int | str | None] = {}
@@ -55,12 +53,12 @@ def idle_allocation(data: RunData, th: Thresholds) -> list[Finding]:
         gpu_seconds += idle
         mem = max(held.get(t, 0.0) for t in times if any(a <= t <= b for a, b in spans))
         lines.append(
-            f"{_label(g)}: idle for {secs(idle)} in {len(spans)} stretch(es) of at least "
+            f"{gpu_label(g)}: idle for {secs(idle)} in {len(spans)} stretch(es) of at least "
             f"{secs(th.idle_min_seconds)}, holding up to {gib(mem)} ({whose})"
         )
         for a, b in sorted(spans, key=lambda r: r[0] - r[1])[:3]:
             ranges.append(TimeRange(data.rel(a), data.rel(b)))
-            lines.append(f"{_label(g)}: idle {TimeRange(data.rel(a), data.rel(b)).text()}")
+            lines.append(f"{gpu_label(g)}: idle {TimeRange(data.rel(a), data.rel(b)).text()}")
         numbers[f"gpu{g.get('index')}_idle_seconds"] = idle
     if not read_any:
         raise NotApplicable("no GPU utilization and memory series stored")

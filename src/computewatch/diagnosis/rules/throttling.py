@@ -7,7 +7,7 @@ import itertools
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
 from computewatch.diagnosis.rules import build, pct, secs
-from computewatch.diagnosis.rules.accelerator import _label
+from computewatch.diagnosis.rules.accelerator import gpu_label
 from computewatch.diagnosis.stats import mean
 from computewatch.diagnosis.thresholds import Thresholds
 
@@ -21,9 +21,7 @@ def gpu_throttling(data: RunData, th: Thresholds) -> list[Finding]:
     highest clock seen (the throttled time itself where clocks were not read)."""
     from computewatch.sources.nvidia import decode_clock_events
 
-    gpus = data.gpus()
-    if not gpus:
-        raise NotApplicable("the run used no GPU")
+    gpus = data.used_gpus()
     lines: list[str] = []
     numbers: dict[str, float | int | str | None] = {}
     ranges: list[TimeRange] = []
@@ -56,16 +54,18 @@ def gpu_throttling(data: RunData, th: Thresholds) -> list[Finding]:
         kinds |= {"thermal" if r in THERMAL else "power" for r in per_reason}
         detail = ", ".join(f"{r} {secs(v)}" for r, v in sorted(per_reason.items()))
         lines.append(
-            f"{_label(g)}: throttled {secs(throttled)} ({pct(throttled / data.duration)} of the "
+            f"{gpu_label(g)}: throttled {secs(throttled)} ({pct(throttled / data.duration)} of the "
             f"run): {detail}"
         )
         numbers[f"gpu{g.get('index')}_throttled_seconds"] = throttled
         if slowdown is not None:
-            lines.append(f"{_label(g)}: SM clock {pct(slowdown)} below its highest while throttled")
+            lines.append(
+                f"{gpu_label(g)}: SM clock {pct(slowdown)} below its highest while throttled"
+            )
             numbers[f"gpu{g.get('index')}_clock_drop"] = slowdown
         temps = [v for s in data.of("gpu_temperature_celsius", gpu=uuid) for _, v in s.points]
         if temps:
-            lines.append(f"{_label(g)}: temperature up to {max(temps):.0f} °C")
+            lines.append(f"{gpu_label(g)}: temperature up to {max(temps):.0f} °C")
         ranges += [TimeRange(data.rel(a), data.rel(b)) for a, b in
                    sorted(spans, key=lambda r: r[0] - r[1])[:3]]  # fmt: skip
     if not read_any:

@@ -1,0 +1,63 @@
+"""Argument types shared by the command line's commands (``computewatch`` and its ``agent`` and
+``fleet`` subcommands, which the library must not import from ``computewatch.cli``).
+
+Each turns one flag's text into a value or raises ``argparse.ArgumentTypeError`` saying why,
+which argparse prints as one line before exiting with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+from computewatch.sources.gpus import GpuBackendError, check_spec
+
+__all__ = ["duration_seconds", "gpu_backend", "interval", "number", "pue"]
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration_seconds(text: str) -> float | None:
+    """``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` in seconds; None for other text."""
+    m = _DURATION.match(text)
+    return None if m is None else float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+
+
+def number(text: str, what: str = "a number") -> float:
+    """``text`` as a float (``what`` names it in the error)."""
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+
+
+def interval(text: str, low: float, high: float) -> float:
+    """Seconds between samples, from ``low`` to ``high``."""
+    v = number(text, "a number of seconds")
+    if not low <= v <= high:
+        raise argparse.ArgumentTypeError(f"must be between {low} and {high:g} seconds, not {text}")
+    return v
+
+
+def pue(text: str) -> float:
+    """A facility's power usage effectiveness: a finite number of at least 1."""
+    v = number(text)
+    if not (math.isfinite(v) and v >= 1):
+        raise argparse.ArgumentTypeError(f"a PUE is at least 1, not {text}")
+    return v
+
+
+def gpu_backend(text: str, *, open_replay: bool = False) -> str:
+    """A GPU backend spec, checked; with ``open_replay``, a ``replay:`` trace is read now, so
+    that a bad one stops before a command starts."""
+    try:
+        spec = check_spec(text)
+        if open_replay and spec.startswith("replay:"):
+            from computewatch.sources.gpus import open_backend
+
+            open_backend(spec).close()
+        return spec
+    except GpuBackendError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
