@@ -149,3 +149,36 @@ def test_bad_run_id_and_bad_configuration(cw, tmp_path):
     r = cw("diagnose", "last", "--config", cfg)
     assert r.returncode == 2
     assert len(r.stderr.strip().splitlines()) == 1 and "idle_min_seconds" in r.stderr
+
+
+TORCH_SLOWDOWN = """
+import time
+import torch
+import computewatch
+
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(32, 64), torch.randn(32, 1)
+with computewatch.track(name="torch-slowdown") as run:
+    for i in range(100):
+        with run.phase("forward"):
+            loss = torch.nn.functional.mse_loss(model(x), y)
+        with run.phase("backward"):
+            loss.backward()
+        with run.phase("optimizer"):
+            opt.step()
+            opt.zero_grad()
+        time.sleep(0.02 if i < 60 else 0.05)  # from step 61 on, something else takes longer
+        run.step(samples=32)
+"""
+
+
+@pytest.mark.slow
+def test_a_real_training_loop_that_slows_down(cw, make_script):
+    script = make_script("torch_slowdown.py", TORCH_SLOWDOWN)
+    cw.ok("run", "--quiet", "--interval", "0.2", "--", cw_python(), script)
+    result = _diagnosis(cw)
+    (f,) = [f for f in result["findings"] if f["id"] == "step_regression"]
+    assert abs(f["evidence"]["numbers"]["step"] - 61) <= 3, f
+    assert f["evidence"]["numbers"]["ratio"] > 1.5
