@@ -8,9 +8,6 @@ import sys
 from typing import Any
 
 from computewatch.config import ConfigError, load_config
-from computewatch.diagnosis import diagnose_run
-from computewatch.diagnosis.engine import as_thresholds
-from computewatch.diagnosis.render import print_diagnosis
 from computewatch.paths import resolve_db_path
 from computewatch.store import Store
 
@@ -46,6 +43,7 @@ def add_diagnose_parser(sub: Any) -> argparse.ArgumentParser:
 def cmd_diagnose(args: argparse.Namespace) -> int:
     """Diagnose one run; exit 0 whether or not anything was found."""
     from computewatch.cli import UserError  # noqa: TID251 (this module is part of the CLI)
+    from computewatch.diagnosis.engine import as_thresholds, diagnose_run
 
     try:
         thresholds = as_thresholds(load_config(args.config).diagnosis)
@@ -82,5 +80,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
+        from computewatch.diagnosis.render import print_diagnosis
+
         print_diagnosis(result, sys.stdout)
     return 0

@@ -21,7 +21,6 @@ from typing import Any, TextIO
 
 from computewatch.accounting.engine import AccountingOptions, accounted
 from computewatch.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader
-from computewatch.diagnosis import diagnosed
 from computewatch.live import LiveView, make_live_view
 from computewatch.monitor import build_monitor
 from computewatch.observe import RunInfo, RunObserver
@@ -356,6 +355,8 @@ def finish_run(
     run = store.run_by_key(run_key)
     summary = build_summary(store, run)
     summary.update(accounted(store, run, summary, accounting or AccountingOptions()))
+    from computewatch.diagnosis import diagnosed  # loaded when a run ends
+
     summary["diagnosis"] = diagnosed(store, run, summary, accounting)  # never raises
     store.update_run(run_key, summary=summary)
     if reader is not None:

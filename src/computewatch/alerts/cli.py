@@ -12,25 +12,28 @@ import argparse
 import json
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from computewatch.alerts.expr import format_duration
-from computewatch.alerts.notify import parse_target
-from computewatch.alerts.rules import AlertsError, Rule, RuleSet, builtin_rules, load_rules
+if TYPE_CHECKING:  # the rules engine loads when a command uses it: `computewatch` starts fast
+    from computewatch.alerts.rules import Rule
 
 __all__ = ["add_alert_arguments", "add_alerts_parser", "cmd_alerts"]
 
 
 def _rules_file(text: str) -> str:
     try:
+        from computewatch.alerts.rules import load_rules
+
         load_rules(text)
-    except AlertsError as e:
+    except ValueError as e:  # AlertsError
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
 
 
 def _target(text: str) -> str:
     try:
+        from computewatch.alerts.notify import parse_target
+
         return str(parse_target(text))
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
@@ -115,6 +118,8 @@ def add_alerts_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _describe(r: Rule) -> dict[str, Any]:
+    from computewatch.alerts.expr import format_duration
+
     cond = r.expr if r.expr is not None else f"detector {r.detector}"
     out: dict[str, Any] = {
         "name": r.name,
@@ -132,8 +137,10 @@ def _describe(r: Rule) -> dict[str, Any]:
 
 def cmd_alerts(args: argparse.Namespace) -> int:
     """Run ``alerts check`` or ``alerts list``; a bad file is one line on stderr, exit 1."""
+    from computewatch.alerts.rules import AlertsError, builtin_rules, load_rules
+
     try:
-        rules: RuleSet = builtin_rules() if args.file is None else load_rules(args.file)
+        rules = builtin_rules() if args.file is None else load_rules(args.file)
     except AlertsError as e:
         print(f"computewatch: {e}", file=sys.stderr)
         return 1

@@ -2,17 +2,58 @@
 with the evidence, what is at stake and what to do (``computewatch diagnose RUN``; every rule and
 threshold is described in ``docs/diagnosis.md``)."""
 
-from computewatch.diagnosis.engine import (
-    Diagnosis,
-    as_thresholds,
-    diagnose,
-    diagnose_run,
-    diagnosed,
-    run_rules,
-)
-from computewatch.diagnosis.findings import AtStake, Evidence, Finding, Severity, TimeRange, ranked
-from computewatch.diagnosis.loader import NotApplicable, RunData
-from computewatch.diagnosis.thresholds import DEFAULTS, Thresholds, check_overrides
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from computewatch.diagnosis.engine import (
+        Diagnosis,
+        as_thresholds,
+        diagnose,
+        diagnose_run,
+        diagnosed,
+        run_rules,
+    )
+    from computewatch.diagnosis.findings import (
+        AtStake,
+        Evidence,
+        Finding,
+        Severity,
+        TimeRange,
+        ranked,
+    )
+    from computewatch.diagnosis.loader import NotApplicable, RunData
+    from computewatch.diagnosis.thresholds import DEFAULTS, Thresholds, check_overrides
+
+# Names load their module on first use: the text and HTML renderers import
+# computewatch.diagnosis.render without the rules.
+_HOME = {
+    "Diagnosis": "engine",
+    "as_thresholds": "engine",
+    "diagnose": "engine",
+    "diagnose_run": "engine",
+    "diagnosed": "engine",
+    "run_rules": "engine",
+    "AtStake": "findings",
+    "Evidence": "findings",
+    "Finding": "findings",
+    "Severity": "findings",
+    "TimeRange": "findings",
+    "ranked": "findings",
+    "NotApplicable": "loader",
+    "RunData": "loader",
+    "DEFAULTS": "thresholds",
+    "Thresholds": "thresholds",
+    "check_overrides": "thresholds",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(f"{__name__}.{home}"), name)
+
 
 __all__ = [
     "DEFAULTS",

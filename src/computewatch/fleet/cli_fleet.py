@@ -21,14 +21,7 @@ from rich.text import Text
 
 from computewatch import cli_args
 from computewatch.config import ConfigError, load_config
-from computewatch.fleet.promql import PrometheusClient, PromQLError
-from computewatch.fleet.report import (
-    GROUPINGS,
-    FleetError,
-    FleetOptions,
-    fleet_charts,
-    fleet_report,
-)
+from computewatch.fleet.model import GROUPINGS
 from computewatch.render import add_row, format_grams, format_kwh, format_usd, make_console
 
 __all__ = ["add_fleet_parser", "cmd_fleet", "parse_time", "print_fleet"]
@@ -144,6 +137,9 @@ def _fail(message: str, code: int = 1) -> int:
 
 def cmd_fleet(args: argparse.Namespace) -> int:
     """Run ``computewatch fleet``; returns the exit status."""
+    from computewatch.fleet.promql import PrometheusClient, PromQLError
+    from computewatch.fleet.report import FleetError, FleetOptions, fleet_charts, fleet_report
+
     now = time.time()
     try:
         cfg = load_config(args.config)

@@ -13,6 +13,12 @@ from typing import Protocol
 
 MetricLabels = tuple[tuple[str, str], ...]
 
+DEFAULT_LISTEN = "127.0.0.1:9464"
+"""Where the agent serves ``/metrics`` unless told otherwise: loopback only."""
+
+GROUPINGS = ("job", "user", "team", "gpu-model")
+"""How a fleet report can group jobs."""
+
 
 @dataclass(frozen=True, slots=True)
 class MetricSample:

@@ -23,6 +23,7 @@ from computewatch.accounting.figures import MEASURED, MODELED, POLLED, figure
 from computewatch.accounting.region import REGION_VARIABLE, Location, RegionError, resolve_location
 from computewatch.catalog import Accelerator, find_by_nvml_name, load_accelerators
 from computewatch.config import Config
+from computewatch.fleet.model import GROUPINGS
 from computewatch.fleet.promql import PrometheusClient, PromQLError, format_duration
 from computewatch.summary import iso
 
@@ -37,7 +38,6 @@ __all__ = [
     "gpu_hour_rate",
 ]
 
-GROUPINGS = ("job", "user", "team", "gpu-model")
 """What ``--by`` accepts."""
 
 NO_TEAM = "(no team)"

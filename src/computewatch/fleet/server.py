@@ -21,6 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from computewatch.fleet.exposition import LatestSamples, render
+from computewatch.fleet.model import DEFAULT_LISTEN
 
 __all__ = [
     "DEFAULT_LISTEN",
@@ -32,7 +33,6 @@ __all__ = [
     "read_token",
 ]
 
-DEFAULT_LISTEN = "127.0.0.1:9464"
 _READ_TIMEOUT = 10.0  # seconds a client may take to send its request
 
 
