@@ -65,7 +65,10 @@ def build_summary(store: Store, run: RunRow) -> dict[str, Any]:
     for s in series:
         if s.name in _TREE or (s.name in _HOST_SUMS and s.labels.get("interface") != "lo"):
             wanted[s.idx] = s.name
-    pts = store.points_of(run.key, list(wanted))
+    gpu_wanted = _gpu_series(run, series)[1]
+    # One pass over the run's samples for everything the summary reads (a long run's samples
+    # are many millions of rows).
+    pts = store.points_of(run.key, [*wanted, *(s.idx for s in gpu_wanted)])
     seq_mono = {seq: mono for seq, mono, _ in ticks}
 
     by_name: dict[str, list[list[tuple[int, float]]]] = {}
@@ -154,7 +157,7 @@ def build_summary(store: Store, run: RunRow) -> dict[str, Any]:
         "memory": memory,
         "disk": disk,
         "network": network,
-        "gpus": gpu_stats(store, run, series, seq_mono),
+        "gpus": gpu_stats(store, run, series, seq_mono, pts),
         "steps": step_stats(store, run),
         **steps_sections(store, run),  # phases, ranks, requests (steps_summary.py)
         "samples": samples,
@@ -287,24 +290,37 @@ _NOT_THROTTLE = frozenset(
 )
 
 
-def gpu_stats(
-    store: Store, run: RunRow, series: Sequence[Any], seq_mono: dict[int, float]
-) -> list[dict[str, Any]]:
-    """Per GPU the run used (every monitored GPU with ``--all-gpus``): utilization, memory,
-    power, energy with its method, throttling by reason and, where read, GPM activity."""
-    from computewatch.sources.nvidia import decode_clock_events
-
+def _gpu_series(run: RunRow, series: Sequence[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The GPUs a summary covers (those the run used; all with ``--all-gpus``) and their
+    series."""
     devices = run.host.get("gpus") or []
-    if not devices:
-        return []
     chosen = set(run.host.get("gpus_used") or [])
     every = bool(run.host.get("gpu_all"))
     picked = [d for d in devices if every or d.get("uuid") in chosen]
-    if not picked:
-        return []
     uuids = {d["uuid"] for d in picked}
     wanted = [s for s in series if s.name.startswith("gpu_") and s.labels.get("gpu") in uuids]
-    pts = store.points_of(run.key, [s.idx for s in wanted])
+    return picked, wanted
+
+
+def gpu_stats(
+    store: Store,
+    run: RunRow,
+    series: Sequence[Any],
+    seq_mono: dict[int, float],
+    pts: dict[int, list[tuple[int, float]]] | None = None,
+) -> list[dict[str, Any]]:
+    """Per GPU the run used (every monitored GPU with ``--all-gpus``): utilization, memory,
+    power, energy with its method, throttling by reason and, where read, GPM activity.
+    ``pts``: the points of those series when the caller has read them already."""
+    from computewatch.sources.nvidia import decode_clock_events
+
+    picked, wanted = _gpu_series(run, series)
+    if not picked:
+        return []
+    chosen = set(run.host.get("gpus_used") or [])
+    every = bool(run.host.get("gpu_all"))
+    if pts is None:
+        pts = store.points_of(run.key, [s.idx for s in wanted])
     out = []
     for d in picked:
         uuid = d["uuid"]

@@ -205,10 +205,9 @@ def _deltas(store: Store, run: RunRow) -> dict[tuple[str, tuple[tuple[str, str],
         for s in store.series(run.key)
         if s.name in ("cpu_energy_joules_total", "host_cpu_seconds_total")
     ]
-    pts = store.points_of(run.key, [s.idx for s in wanted])
     out = {}
     for s in wanted:
-        p = pts[s.idx]
+        p = store.first_last(run.key, s.idx)  # two seeks, not a pass over a long run
         if len(p) >= 2:
             out[(s.name, tuple(sorted(s.labels.items())))] = p[-1][1] - p[0][1]
     return out

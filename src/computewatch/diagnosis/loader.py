@@ -27,6 +27,10 @@ class NotApplicable(Exception):
     """A rule cannot look at this run (no steps, no GPU series ...): the message says why."""
 
 
+MAX_POINTS = 20_000
+"""Points per series the rules read; longer runs are thinned (every Nth tick) to this."""
+
+
 @dataclass(frozen=True, slots=True)
 class Series:
     """One stored series: its labels and (monotonic time, value) points in tick order."""
@@ -79,7 +83,10 @@ class RunData:
         ticks = store.ticks(run.key)
         seq_mono = {seq: mono for seq, mono, _ in ticks}
         wanted = [s for s in store.series(run.key) if s.name in WANTED_SERIES]
-        pts = store.points_of(run.key, [s.idx for s in wanted])
+        # A long run is read thinned to about MAX_POINTS per series: the rules look at
+        # stretches of minutes and at rates of cumulative counters, which thinning keeps.
+        stride = max(1, -(-len(ticks) // MAX_POINTS))
+        pts = store.points_of(run.key, [s.idx for s in wanted], stride=stride)
         series: dict[str, list[Series]] = {}
         for s in wanted:
             points = [(seq_mono[q], v) for q, v in pts[s.idx] if q in seq_mono]

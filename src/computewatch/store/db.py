@@ -441,18 +441,36 @@ class Store:
             (run_key, series_idx),
         ).fetchall()
 
-    def points_of(self, run_key: int, series: Sequence[int]) -> dict[int, list[tuple[int, float]]]:
-        """(seq, value) lists of several series in one pass over the run's samples."""
+    def points_of(
+        self, run_key: int, series: Sequence[int], *, stride: int = 1
+    ) -> dict[int, list[tuple[int, float]]]:
+        """(seq, value) lists of several series in one pass over the run's samples; with
+        ``stride`` N, only every Nth tick (a thinned view of a long run, cheaper to build)."""
         out: dict[int, list[tuple[int, float]]] = {s: [] for s in series}
         if not series:
             return out
         marks = ",".join("?" * len(series))
+        thin = " AND seq % ? = 0" if stride > 1 else ""
         for sid, seq, value in self.conn.execute(
-            f"SELECT series, seq, value FROM samples WHERE run_key=? AND series IN ({marks}) "
-            "ORDER BY seq",
-            (run_key, *series),
+            f"SELECT series, seq, value FROM samples WHERE run_key=? AND series IN ({marks})"
+            f"{thin} ORDER BY seq",
+            (run_key, *series, *((stride,) if stride > 1 else ())),
         ):
             out[sid].append((seq, value))
+        return out
+
+    def first_last(self, run_key: int, series_idx: int) -> list[tuple[int, float]]:
+        """The first and last (seq, value) of one series (one point if it has only one; none
+        if it has none)."""
+        out: list[tuple[int, float]] = []
+        for order in ("ASC", "DESC"):
+            row = self.conn.execute(
+                f"SELECT seq, value FROM samples WHERE run_key=? AND series=? ORDER BY seq {order} "
+                "LIMIT 1",
+                (run_key, series_idx),
+            ).fetchone()
+            if row is not None and (not out or row[0] != out[0][0]):
+                out.append((row[0], row[1]))
         return out
 
     def iter_samples(self, run_key: int) -> Iterator[tuple[int, int, float]]:
