@@ -145,15 +145,25 @@ TICK_SHARE_TARGET = 0.01  # of one core at the agent's default 5 s interval
 GROWTH_TARGET_MIB = 2.0  # RSS growth from a tenth of the churn run to its end
 
 
+def hwm_mib() -> float:
+    """This process's peak resident memory (VmHWM: unlike ru_maxrss, not carried over from
+    the parent across fork and exec)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def churn_memory_fresh(
     ticks: int, live: int, per_tick: int
 ) -> tuple[list[tuple[int, float]], float]:
     """:func:`churn_memory` in a fresh interpreter (as an agent runs), so that what other
     benchmarks loaded into this process does not count: its RSS points and peak RSS (MiB)."""
     code = (
-        "import json, resource, sys; sys.path.insert(0, sys.argv[1]); import bench_agent; "
+        "import json, sys; sys.path.insert(0, sys.argv[1]); import bench_agent; "
         "pts = bench_agent.churn_memory(*map(int, sys.argv[2:])); "
-        "print(json.dumps([pts, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024]))"
+        "print(json.dumps([pts, bench_agent.hwm_mib()]))"
     )
     here = str(Path(__file__).resolve().parent)
     out = subprocess.run(

@@ -769,8 +769,10 @@ def _headline(section: Any) -> tuple[str, dict[str, Any]] | None:
 
 def _figure_value(f: dict[str, Any]) -> str:
     v = f.get("value")
-    text = _number(v) if v is not None else "n/a"
     unit = f.get("unit")
+    if unit == "ratio" and isinstance(v, int | float):  # MFU, HFU: a share of the peak
+        return f"{v:.1%}"
+    text = _number(v) if v is not None else "n/a"
     return f"{text} {unit}" if unit and v is not None else text
 
 
@@ -821,7 +823,11 @@ def accounting_section(name: str, data: Any) -> str:
             unit = f" {f['unit']}" if f.get("unit") else ""
             rng = ""
             if lo is not None or hi is not None:
-                ends = [_number(x) if x is not None else "?" for x in (lo, hi)]
+                if f.get("unit") == "ratio":
+                    ends = [f"{x:.1%}" if x is not None else "?" for x in (lo, hi)]
+                    unit = ""
+                else:
+                    ends = [_number(x) if x is not None else "?" for x in (lo, hi)]
                 rng = f"{ends[0]}–{ends[1]}{unit}"
             notes = _assumptions(f.get("assumptions"))
             extra = f.get("note") or f.get("notes")
