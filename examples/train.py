@@ -1,5 +1,6 @@
 """A small CPU-only "training" job to try computewatch on: a data-loading worker process feeds
-batches to a compute loop that reports its steps.
+batches to a compute loop that reports its steps and their two phases (waiting for data,
+computing).
 
     computewatch run --name example -- python examples/train.py --epochs 2
 """
@@ -50,8 +51,10 @@ def main() -> None:
             worker.start()
             t0 = time.monotonic()
             loss = 0.0
-            while (batch := queue.get()) is not None:
-                loss = train_step(batch, weights)
+            # Two phases per step: the wait for the worker's next batch, and the compute.
+            for batch in run.data(iter(queue.get, None)):
+                with run.phase("compute"):
+                    loss = train_step(batch, weights)
                 run.step(samples=len(batch), tokens=len(batch) * DIM)
             worker.join()
             print(f"epoch {epoch + 1}: loss {loss:.4f} ({time.monotonic() - t0:.1f} s)", flush=True)
