@@ -189,6 +189,7 @@ class SpoolReader:
         self._names: list[str] = []
         self._dir_mtime: int | None = None
         self._idnames: dict[int, dict[int, str]] = {}
+        self._settings: dict[int, dict[str, float]] = {}
 
     def poll(self) -> list[Event]:
         """Every complete record written since the last poll, in file order per writer."""
@@ -208,16 +209,13 @@ class SpoolReader:
                 if not name[5:-5].isdigit():
                     continue
                 pid = int(name[5:-5])
-                known = self._metas.get(pid)
-                if known is None or known.keys() <= {"pid", "settings"}:  # unread, or settings only
+                if pid not in self._metas:
                     try:
                         meta = json.loads((self.dir / name).read_text())
                     except (OSError, ValueError):
                         continue
-                    if known is not None:  # settings decoded before this file was listed
-                        meta.setdefault("settings", {}).update(known.get("settings", {}))
                     self._metas[pid] = meta
-                    self._fresh.append((pid, meta))
+                    self._fresh.append((pid, self._meta(pid)))
                 continue
             if not (name.startswith("steps-") and name.endswith(".bin")):
                 continue
@@ -275,10 +273,16 @@ class SpoolReader:
             elif kind == SETTING:
                 settings = settings if settings is not None else {}
                 settings[names.get(rec[1], "?")] = rec[2]
-        if settings:  # a setting updates the writer's metadata, given out again as fresh
-            meta = self._metas.setdefault(pid, {"pid": pid})
-            meta.setdefault("settings", {}).update(settings)
-            self._fresh.append((pid, meta))
+        if settings:  # kept apart from the metadata file, which may not be read yet
+            self._settings.setdefault(pid, {}).update(settings)
+            if pid in self._metas:  # given out again, as fresh, with its settings
+                self._fresh.append((pid, self._meta(pid)))
+
+    def _meta(self, pid: int) -> dict[str, Any]:
+        """A writer's metadata with the settings its records declared so far."""
+        meta = self._metas[pid]
+        settings = self._settings.get(pid)
+        return {**meta, "settings": dict(settings)} if settings else meta
 
     def new_metas(self) -> list[tuple[int, dict[str, Any]]]:
         """Metadata of writers that appeared (or changed their settings) since the last call."""

@@ -19,7 +19,7 @@ from computewatch.accounting.region import RegionError, resolve_location
 from computewatch.alerts.cli import (
     add_alert_arguments,
     add_alerts_parser,
-    alerts_enabled,
+    alerts_sink,
     cmd_alerts,
 )
 from computewatch.catalog import PRECISIONS
@@ -403,7 +403,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> list[RunObserver]:
     """``--prometheus`` and the alert flags, started before the command: a port in use or a
     bad target stops here, before anything runs."""
-    from computewatch.alerts import AlertsError, sink_from_args
+    from computewatch.alerts import AlertsError
     from computewatch.fleet.model import MetricsSink
     from computewatch.fleet.run_export import prometheus_sink, run_observer
     from computewatch.fleet.server import ServerError
@@ -415,20 +415,12 @@ def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> l
                 sinks.append(prometheus_sink(args.prometheus))
             except (ServerError, OSError) as e:
                 raise UserError(f"--prometheus: {e}", 2) from None
-        if alerts_enabled(args):
-            try:
-                sinks.append(
-                    sink_from_args(
-                        args.alerts,
-                        notify=list(args.notify),
-                        budget_usd=args.budget_usd,
-                        budget_kwh=args.budget_kwh,
-                        out=sys.stderr,
-                        config=accounting.config,
-                    )
-                )
-            except (AlertsError, OSError) as e:
-                raise UserError(f"--alerts: {e}", 2) from None
+        try:
+            alerts = alerts_sink(args, out=sys.stderr, config=accounting.config)
+        except AlertsError as e:
+            raise UserError(f"--alerts: {e}", 2) from None
+        if alerts is not None:
+            sinks.append(alerts)
     except BaseException:
         for sink in sinks:
             sink.close()

@@ -12,10 +12,12 @@ import argparse
 import json
 import math
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:  # the rules engine loads when a command uses it: `computewatch` starts fast
     from computewatch.alerts.rules import Rule
+    from computewatch.config import Config
+    from computewatch.fleet.model import MetricsSink
 
 __all__ = ["add_alert_arguments", "add_alerts_parser", "cmd_alerts"]
 
@@ -97,6 +99,30 @@ def alerts_enabled(args: argparse.Namespace) -> bool:
         or getattr(args, "budget_usd", None) is not None
         or getattr(args, "budget_kwh", None) is not None
     )
+
+
+def alerts_sink(
+    args: argparse.Namespace, *, out: TextIO, config: Config | None = None
+) -> MetricsSink | None:
+    """The sink that the alert flags of ``run`` and ``agent`` ask for, or None without them.
+    Raises :class:`computewatch.alerts.AlertsError` (a bad target, an unreadable file, no
+    price for ``--budget-usd``)."""
+    if not alerts_enabled(args):
+        return None
+    from computewatch.alerts.rules import AlertsError
+    from computewatch.alerts.sink import sink_from_args
+
+    try:
+        return sink_from_args(
+            args.alerts,
+            notify=list(args.notify),
+            budget_usd=args.budget_usd,
+            budget_kwh=args.budget_kwh,
+            out=out,
+            config=config,
+        )
+    except OSError as e:
+        raise AlertsError(str(e.strerror or e)) from None
 
 
 def add_alerts_parser(sub: Any) -> argparse.ArgumentParser:

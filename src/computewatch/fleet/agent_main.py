@@ -46,22 +46,13 @@ def _load_config(path: str | None) -> AgentConfig:
 
 def _alerts_sink(args: argparse.Namespace) -> MetricsSink | None:
     """The alert rules' sink for ``--alerts``, ``--notify`` and the budgets."""
-    from computewatch.alerts import AlertsError, sink_from_args
-    from computewatch.alerts.cli import alerts_enabled
+    from computewatch.alerts import AlertsError
+    from computewatch.alerts.cli import alerts_sink
 
-    if not alerts_enabled(args):
-        return None
     try:
-        sink: MetricsSink = sink_from_args(
-            args.alerts,
-            notify=list(args.notify),
-            budget_usd=args.budget_usd,
-            budget_kwh=args.budget_kwh,
-            out=sys.stderr,
-        )
-    except (OSError, AlertsError) as e:
+        return alerts_sink(args, out=sys.stderr)
+    except AlertsError as e:
         raise _Fail(f"--alerts: {e}") from None
-    return sink
 
 
 def run_agent(args: argparse.Namespace) -> int:
