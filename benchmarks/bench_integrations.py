@@ -25,7 +25,7 @@ from typing import Any
 
 from common import Section, cli_main, median, spread
 
-from computewatch.channel import ENV_RUN_ID, ENV_SPOOL
+from computewatch.sampling.channel import ENV_RUN_ID, ENV_SPOOL
 
 TARGET_NS = 2000.0
 TARGET_OVERHEAD = 0.01

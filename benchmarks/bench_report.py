@@ -25,9 +25,9 @@ from typing import Any
 from bench_store import day_series
 from common import Section, cli_main, computewatch_cli, fmt_bytes, median
 
+from computewatch.analysis.summary import build_summary
 from computewatch.readings import Kind, Labels, labels
 from computewatch.store import COMPLETED, Store
-from computewatch.summary import build_summary
 
 TARGET_BYTES = 5 * 1024 * 1024
 TARGET_LOAD_SECONDS = 2.0

@@ -24,8 +24,8 @@ from typing import Any
 import psutil
 from common import Section, SleepingTree, cli_main, median
 
-from computewatch.channel import SpoolReader, StepWriter
-from computewatch.sampler import Sampler
+from computewatch.sampling.channel import SpoolReader, StepWriter
+from computewatch.sampling.sampler import Sampler
 from computewatch.sources.host import HostSource
 from computewatch.sources.process_tree import ProcessTreeSource
 from computewatch.store import Store

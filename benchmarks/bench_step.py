@@ -20,7 +20,7 @@ from pathlib import Path
 
 from common import Section, cli_main
 
-from computewatch.channel import ENV_RUN_ID, ENV_SPOOL, StepWriter
+from computewatch.sampling.channel import ENV_RUN_ID, ENV_SPOOL, StepWriter
 
 TARGET_NS = 2000.0
 

@@ -22,9 +22,9 @@ from typing import Any
 
 from common import Section, cli_main, computewatch_cli, fmt_bytes, median
 
+from computewatch.analysis.summary import build_summary
 from computewatch.readings import Kind, Labels, labels
 from computewatch.store import COMPLETED, Store
-from computewatch.summary import build_summary
 
 TARGET_POINTS_PER_SECOND = 300_000
 SeriesDef = tuple[str, Labels, Kind]

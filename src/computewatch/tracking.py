@@ -20,7 +20,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
-from computewatch.channel import (
+from computewatch.paths import resolve_db_path
+from computewatch.sampling.channel import (
     ENV_RUN_ID,
     ENV_SPOOL,
     PHASE,
@@ -33,7 +34,6 @@ from computewatch.channel import (
     StepRecord,
     StepWriter,
 )
-from computewatch.paths import resolve_db_path
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -431,7 +431,7 @@ def _rank_meta() -> dict[str, int]:
 
 
 def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
-    from computewatch.supervise import new_run_id, spool_dir
+    from computewatch.sampling.lifecycle import new_run_id, spool_dir
 
     started_at = time.time()
     t = os.times()  # same 1/CLK_TCK accounting as /proc/PID/stat, which the sampler reads
@@ -443,7 +443,7 @@ def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
     args = [
         sys.executable,
         "-m",
-        "computewatch.sampler_process",
+        "computewatch.sampling.sampler_main",
         "--pid",
         str(os.getpid()),
         "--run-id",
@@ -485,8 +485,8 @@ def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
 
 def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> dict[str, Any] | None:
     """Read the summary the sampler stored; if the sampler died, close the run ourselves."""
+    from computewatch.analysis.summary import build_summary
     from computewatch.store import RUNNING, Store, StoreError
-    from computewatch.summary import build_summary
 
     assert run.db_path is not None
     try:
@@ -517,7 +517,7 @@ def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> di
 def _ingest_spool(store: Any, run_key: int, started_at: float) -> None:
     """Store the steps a dead sampler left in the spool (their wall time is approximated
     from the monotonic clock's current offset)."""
-    from computewatch.supervise import spool_dir
+    from computewatch.sampling.lifecycle import spool_dir
 
     run = store.run_by_key(run_key)
     reader = SpoolReader(spool_dir(store.path, run.id))

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from computewatch.accounting.flops import counted_flops, hardware_estimate
-from computewatch.render import flops_text
 from computewatch.store import StepRow
+from computewatch.views.text import flops_text
 
 H100 = 989.4e12
 

@@ -7,8 +7,8 @@ from importlib import resources
 
 import pytest
 
-from computewatch.accounting import reference as ref
 from computewatch.catalog import load_accelerators
+from computewatch.catalog import reference as ref
 
 DATA_FILES = (
     ref.GRID_FILE,

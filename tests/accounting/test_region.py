@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from computewatch.accounting.reference import grid_rows, world_average
 from computewatch.accounting.region import (
     RegionError,
     close_matches,
@@ -14,6 +13,7 @@ from computewatch.accounting.region import (
     lookup,
     resolve_location,
 )
+from computewatch.catalog.reference import grid_rows, world_average
 
 FIXTURES = Path(__file__).parent / "fixtures"
 NO_DMI = str(FIXTURES / "no_such_dmi_dir")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from computewatch.alerts import sink_from_args
-from computewatch.fleet.model import MetricSample
+from computewatch.metrics.model import MetricSample
 
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"
 pytestmark = [

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from computewatch.alerts.cli import add_alert_arguments, alerts_enabled
+from computewatch.cli.alerts import add_alert_arguments, alerts_enabled
 
 
 def test_check_a_good_file(cw: Any, tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from computewatch.alerts import FIRING, AlertEvent, Engine, RuleSet, builtin_rul
 from computewatch.alerts.budget import NoPriceError, Pricing, pricing_from_config
 from computewatch.alerts.sink import budget_rules
 from computewatch.config import Config
-from computewatch.fleet.model import MetricSample
+from computewatch.metrics.model import MetricSample
 
 GPU = {"gpu": "GPU-0000", "gpu_index": "0", "gpu_model": "NVIDIA H100 80GB HBM3", "node": "n1"}
 JOB = {"job": "run-1", "user": "alice", "team": "nlp", "node": "n1"}

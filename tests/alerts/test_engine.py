@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from computewatch.alerts import FIRING, RESOLVED, Engine, parse_rules
 from computewatch.alerts.expr import History, Tick, evaluate, parse_condition
-from computewatch.fleet.model import MetricSample
+from computewatch.metrics.model import MetricSample
 
 
 def s(name: str, value: float, **labels: str) -> MetricSample:

@@ -10,7 +10,7 @@ import pytest
 
 from computewatch.alerts import AlertSink, Engine, Target, parse_rules, parse_target
 from computewatch.alerts.notify import backoff_delays
-from computewatch.fleet.model import MetricSample
+from computewatch.metrics.model import MetricSample
 
 T0 = 1_700_000_000.0
 RULES = parse_rules(

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from computewatch.analysis.summary import build_summary
 from computewatch.diagnosis import Diagnosis, RunData, Thresholds, run_rules
 from computewatch.readings import Kind
 from computewatch.store import Store
-from computewatch.summary import build_summary
 
 WALL0 = 1_700_000_000.0  # the run's start, seconds since the epoch
 MONO0 = 5_000.0  # the same moment on the monotonic clock

@@ -30,8 +30,7 @@ from typing import Any
 
 import pytest
 
-from computewatch.accounting import reference
-from computewatch.catalog import find_by_nvml_name
+from computewatch.catalog import find_by_nvml_name, reference
 
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 if not Path(PROMTOOL).exists():  # the same Debian package as prometheus

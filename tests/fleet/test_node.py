@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from computewatch.fleet.attribution import Attributor, TeamMap
-from computewatch.fleet.model import MetricSample
 from computewatch.fleet.node import NodeOptions, NodeSampler
+from computewatch.metrics.model import MetricSample
 from computewatch.sources.host import HostSource
 from computewatch.sources.nvidia import NvidiaSource
 from computewatch.testing import ManualClock, from_preset

@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 
 import pytest
 
-from computewatch.fleet.model import MetricSample
 from computewatch.fleet.run_export import prometheus_sink, run_observer
-from computewatch.fleet.server import ServerError
-from computewatch.observe import RunInfo, StepEvent, Tick
+from computewatch.metrics.model import MetricSample
+from computewatch.metrics.server import ServerError
 from computewatch.readings import counter, gauge, labels
+from computewatch.sampling.observers import RunInfo, StepEvent, Tick
 
 GPU = "GPU-aaaaaaaa-0000-4000-8000-000000000001"
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import computewatch
-from computewatch.channel import ENV_RUN_ID, ENV_SPOOL, PhaseRecord, SpoolReader
+from computewatch.sampling.channel import ENV_RUN_ID, ENV_SPOOL, PhaseRecord, SpoolReader
 from computewatch.torch import GpuTimer, gpu_phase
 
 

@@ -19,7 +19,7 @@ dist = pytest.importorskip("torch.distributed")
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
-from computewatch.channel import PhaseRecord, SpoolReader, StepWriter  # noqa: E402
+from computewatch.sampling.channel import PhaseRecord, SpoolReader, StepWriter  # noqa: E402
 from computewatch.torch import watch_collectives, watch_ddp  # noqa: E402
 from computewatch.tracking import Run  # noqa: E402
 

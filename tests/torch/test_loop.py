@@ -16,7 +16,13 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import computewatch
-from computewatch.channel import ENV_RUN_ID, ENV_SPOOL, PhaseRecord, SpoolReader, StepRecord
+from computewatch.sampling.channel import (
+    ENV_RUN_ID,
+    ENV_SPOOL,
+    PhaseRecord,
+    SpoolReader,
+    StepRecord,
+)
 from computewatch.torch import batch_size, steps
 
 

@@ -11,20 +11,20 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from computewatch.accounting import reference
-from computewatch.accounting.figures import (
+from computewatch.accounting.flops import run_flops
+from computewatch.accounting.forecast import forecast
+from computewatch.accounting.live_intensity import LiveIntensityClient, LiveIntensityError
+from computewatch.accounting.region import Location, detect_cloud, resolve_location
+from computewatch.analysis.steps import request_accounting
+from computewatch.catalog import reference
+from computewatch.config import Config
+from computewatch.records import (
     MEASURED,
     MODELED,
     POLLED,
     figure,
     relative_range,
 )
-from computewatch.accounting.flops import run_flops
-from computewatch.accounting.forecast import forecast
-from computewatch.accounting.live_intensity import LiveIntensityClient, LiveIntensityError
-from computewatch.accounting.region import Location, detect_cloud, resolve_location
-from computewatch.config import Config
-from computewatch.steps_summary import request_accounting
 from computewatch.store import RunRow, Store
 
 J_PER_KWH = 3.6e6

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from computewatch.accounting.figures import COUNTED, ESTIMATED, figure
 from computewatch.catalog import PRECISIONS, Accelerator, load_accelerators
+from computewatch.records import COUNTED, ESTIMATED, figure
 from computewatch.store import RunRow, StepRow, Store
 
 # Epoch AI, "Estimating training compute": observed utilization is typically 30% (large language

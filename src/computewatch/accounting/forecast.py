@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from computewatch.accounting.figures import ESTIMATED, figure
+from computewatch.analysis.summary import percentile
+from computewatch.records import ESTIMATED, figure
 from computewatch.store import RunRow, Store
-from computewatch.summary import percentile
 
 WINDOW = 200
 

@@ -18,7 +18,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from computewatch.accounting.reference import (
+from computewatch.catalog.reference import (
     GridIntensity,
     defaults,
     grid_rows,

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from computewatch.alerts.sink import AlertSink, budget_rules, sink_from_args
 
 # The names below load their module on first use, so that the command line (which only needs
-# the flag definitions of computewatch.alerts.cli) starts without the rules engine.
+# the flag definitions of computewatch.cli.alerts) starts without the rules engine.
 _HOME = {
     "FIRING": "engine", "RESOLVED": "engine", "AlertEvent": "engine", "Engine": "engine",
     "Target": "notify", "parse_target": "notify",

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from computewatch.accounting import reference
 from computewatch.accounting.region import DEFAULT_DMI_ROOT, detect_cloud
+from computewatch.catalog import reference
 from computewatch.config import Config
 
 J_PER_KWH = 3.6e6

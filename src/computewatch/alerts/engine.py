@@ -21,7 +21,7 @@ from computewatch.alerts.budget import Pricing
 from computewatch.alerts.detectors import Detector, make_detector
 from computewatch.alerts.expr import History, Labels, Tick, evaluate, range_names
 from computewatch.alerts.rules import Rule, RuleSet, render
-from computewatch.fleet.model import MetricSample
+from computewatch.metrics.model import MetricSample
 
 __all__ = ["FIRING", "RESOLVED", "AlertEvent", "Engine"]
 

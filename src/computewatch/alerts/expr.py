@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from computewatch.fleet.model import MetricLabels, MetricSample
+from computewatch.metrics.model import MetricLabels, MetricSample
 
 Labels = tuple[tuple[str, str], ...]
 """A series' labels, sorted by name, without the metric name."""

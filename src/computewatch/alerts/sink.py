@@ -30,7 +30,7 @@ from computewatch.alerts.notify import (
 )
 from computewatch.alerts.rules import AlertsError, Rule, builtin_rules, load_rules
 from computewatch.config import Config, ConfigError, load_config
-from computewatch.fleet.model import MetricSample
+from computewatch.metrics.model import MetricSample
 
 __all__ = ["AlertSink", "budget_rules", "sink_from_args"]
 
@@ -40,7 +40,7 @@ VALID_FOR_FACTOR = 4  # a firing alert sent to Alertmanager lasts 4 resends (as 
 
 
 class AlertSink:
-    """A :class:`~computewatch.fleet.model.MetricsSink` that evaluates alert rules."""
+    """A :class:`~computewatch.metrics.model.MetricsSink` that evaluates alert rules."""
 
     def __init__(
         self,

@@ -6,6 +6,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from computewatch.config.thresholds import DEFAULTS, Thresholds, check_overrides
     from computewatch.diagnosis.engine import (
         Diagnosis,
         as_thresholds,
@@ -23,10 +24,9 @@ if TYPE_CHECKING:
         ranked,
     )
     from computewatch.diagnosis.loader import NotApplicable, RunData
-    from computewatch.diagnosis.thresholds import DEFAULTS, Thresholds, check_overrides
 
-# Names load their module on first use: the text and HTML renderers import
-# computewatch.diagnosis.render without the rules.
+# Names load their module on first use: the views import computewatch.diagnosis.findings
+# without loading the rules (start-up time of the CLI).
 _HOME = {
     "Diagnosis": "engine",
     "as_thresholds": "engine",
@@ -42,9 +42,9 @@ _HOME = {
     "ranked": "findings",
     "NotApplicable": "loader",
     "RunData": "loader",
-    "DEFAULTS": "thresholds",
-    "Thresholds": "thresholds",
-    "check_overrides": "thresholds",
+    "DEFAULTS": "computewatch.config.thresholds",
+    "Thresholds": "computewatch.config.thresholds",
+    "check_overrides": "computewatch.config.thresholds",
 }
 
 
@@ -52,7 +52,7 @@ def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(import_module(f"{__name__}.{home}"), name)
+    return getattr(import_module(home if "." in home else f"{__name__}.{home}"), name)
 
 
 __all__ = [

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from computewatch.config.thresholds import DEFAULTS, Thresholds
 from computewatch.diagnosis.findings import Finding, ranked
 from computewatch.diagnosis.loader import NotApplicable, RunData
 from computewatch.diagnosis.rules import Rule, all_rules
-from computewatch.diagnosis.thresholds import DEFAULTS, Thresholds
 from computewatch.store import RunRow, Store
 
 DIAGNOSIS_SCHEMA_VERSION = 1

@@ -77,7 +77,7 @@ class RunData:
             if run.summary is not None:
                 summary = run.summary
             else:
-                from computewatch.summary import build_summary
+                from computewatch.analysis.summary import build_summary
 
                 summary = build_summary(store, run)
         ticks = store.ticks(run.key)

@@ -1,6 +1,6 @@
 """The agent's loop: sample the node every interval, hand the samples to each sink.
 
-Sinks (the ``/metrics`` endpoint's :class:`~computewatch.fleet.exposition.LatestSamples`,
+Sinks (the ``/metrics`` endpoint's :class:`~computewatch.metrics.exposition.LatestSamples`,
 alert rules) are called on the sampling thread once per tick and must not block. A sink that
 raises is reported once and dropped: the agent goes on sampling (the monitor never takes the
 monitored work down, and an agent that stops exporting helps no one).
@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from computewatch.fleet.model import MetricSample, MetricsSink
 from computewatch.fleet.node import NodeSampler
+from computewatch.metrics.model import MetricSample, MetricsSink
 
 __all__ = ["Agent"]
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from computewatch.config import Config, ConfigError, parse_config
 from computewatch.fleet.attribution import TeamMap
-from computewatch.fleet.server import ServerError, parse_listen
+from computewatch.metrics.server import ServerError, parse_listen
 from computewatch.sources.gpus import GpuBackendError, check_spec
 
 __all__ = ["AgentConfig", "AgentConfigError", "load_agent_config", "parse_agent_config"]

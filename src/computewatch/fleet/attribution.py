@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from computewatch.fleet.model import MetricLabels
+from computewatch.metrics.model import MetricLabels
 
 __all__ = [
     "Attributor",

@@ -32,10 +32,10 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
+from computewatch.accounting.cpu_power import CpuPowerModel
 from computewatch.fleet.attribution import Attributor, JobIdentity
-from computewatch.fleet.cpu_power import CpuPowerModel
-from computewatch.fleet.families import counter_delta, gpu_samples
-from computewatch.fleet.model import MetricLabels, MetricSample
+from computewatch.metrics.families import counter_delta, gpu_samples
+from computewatch.metrics.model import MetricLabels, MetricSample
 from computewatch.readings import Reading
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.gpus import GpuBackend, GpuSource, open_backend

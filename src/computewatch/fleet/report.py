@@ -17,15 +17,14 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from computewatch.accounting import reference
 from computewatch.accounting.engine import GRID_UNCERTAINTY, J_PER_KWH, resolve_pue
-from computewatch.accounting.figures import MEASURED, MODELED, POLLED, figure
 from computewatch.accounting.region import REGION_VARIABLE, Location, RegionError, resolve_location
-from computewatch.catalog import Accelerator, find_by_nvml_name, load_accelerators
+from computewatch.analysis.summary import iso
+from computewatch.catalog import Accelerator, find_by_nvml_name, load_accelerators, reference
 from computewatch.config import Config
-from computewatch.fleet.model import GROUPINGS
 from computewatch.fleet.promql import PrometheusClient, PromQLError, format_duration
-from computewatch.summary import iso
+from computewatch.metrics.model import GROUPINGS
+from computewatch.records import MEASURED, MODELED, POLLED, figure
 
 __all__ = [
     "GROUPINGS",

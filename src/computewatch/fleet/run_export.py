@@ -21,13 +21,13 @@ import socket
 from collections.abc import Sequence
 from typing import Any
 
-from computewatch.fleet.cpu_power import CpuPowerModel
-from computewatch.fleet.exposition import LatestSamples
-from computewatch.fleet.families import counter_delta, gpu_samples
-from computewatch.fleet.model import MetricLabels, MetricSample, MetricsSink
+from computewatch.accounting.cpu_power import CpuPowerModel
 from computewatch.fleet.node import IDLE_UTILIZATION
-from computewatch.fleet.server import MetricsServer, ServerSecurity
-from computewatch.observe import RunInfo, RunObserver, Tick
+from computewatch.metrics.exposition import LatestSamples
+from computewatch.metrics.families import counter_delta, gpu_samples
+from computewatch.metrics.model import MetricLabels, MetricSample, MetricsSink
+from computewatch.metrics.server import MetricsServer, ServerSecurity
+from computewatch.sampling.observers import RunInfo, RunObserver, Tick
 from computewatch.sources.rapl import SUMMED_DOMAINS
 
 __all__ = ["PrometheusSink", "RunExport", "prometheus_sink", "run_observer"]
@@ -47,7 +47,7 @@ def _user() -> str:
 
 
 class RunExport:
-    """A :class:`~computewatch.observe.RunObserver` that forwards each tick as samples."""
+    """A :class:`~computewatch.sampling.observers.RunObserver`: forwards each tick as samples."""
 
     def __init__(
         self, sinks: Sequence[MetricsSink], *, filesystems: Sequence[str] = ("/",)
@@ -299,7 +299,7 @@ def prometheus_sink(
     tls_key: str | None = None,
 ) -> MetricsSink:
     """A sink serving ``/metrics`` on ``listen`` (``HOST:PORT``) now. Raises
-    :class:`computewatch.fleet.server.ServerError` (a ValueError) for an unusable address,
+    :class:`computewatch.metrics.server.ServerError` (a ValueError) for an unusable address,
     token file or TLS pair, with the reason."""
     security = ServerSecurity.from_files(token_file, tls_cert, tls_key)
     return PrometheusSink(listen, security)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
-from computewatch.channel import PHASE, STEP
+from computewatch.sampling.channel import PHASE, STEP
 from computewatch.tracking import Run, _mono, current_run
 
 T = TypeVar("T")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import AtStake, Evidence, Finding, Severity, severity_for
 from computewatch.diagnosis.loader import RunData
-from computewatch.diagnosis.thresholds import Thresholds
 
 Rule = Callable[[RunData, Thresholds], list[Finding]]
 

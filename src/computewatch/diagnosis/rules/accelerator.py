@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
 from computewatch.diagnosis.rules import build, gib, pct
 from computewatch.diagnosis.stats import mean, median
-from computewatch.diagnosis.thresholds import Thresholds
 
 SPEEDUPS = (
     "bf16 mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16)), "

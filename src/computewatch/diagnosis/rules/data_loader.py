@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
+from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, overlap, stretches
 from computewatch.diagnosis.rules import build, pct, secs
-from computewatch.diagnosis.thresholds import Thresholds
 
 DATA_PHASE = "data"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, phase_matches
 from computewatch.diagnosis.rules import build, pct, secs
 from computewatch.diagnosis.stats import median
-from computewatch.diagnosis.thresholds import Thresholds
 
 COMM_PHASE = "comm"
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import bisect
 import itertools
 
+from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, Series, rates, stretches
 from computewatch.diagnosis.rules import build, gib, pct, secs
 from computewatch.diagnosis.stats import median
-from computewatch.diagnosis.thresholds import Thresholds
 
 _NOT_BUSY = frozenset({"idle", "iowait"})
 SINGLE_CORE_MAX = 1.15  # above this the tree uses more than one core's worth

@@ -5,11 +5,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
 from computewatch.diagnosis.rules import build, gib, secs
 from computewatch.diagnosis.rules.accelerator import gpu_label
-from computewatch.diagnosis.thresholds import Thresholds
 
 
 def _usd_per_gpu_second(data: RunData, n_gpus: int) -> float | None:

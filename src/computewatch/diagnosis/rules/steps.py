@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 
+from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, StepTime
 from computewatch.diagnosis.rules import build, secs
@@ -17,7 +18,6 @@ from computewatch.diagnosis.stats import (
     mean,
     median,
 )
-from computewatch.diagnosis.thresholds import Thresholds
 
 
 @dataclass(frozen=True, slots=True)

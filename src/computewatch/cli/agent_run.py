@@ -1,0 +1,157 @@
+"""``computewatch agent``: start the node agent from the parsed command line (the parser is in
+:mod:`computewatch.cli.agent`, which loads this module only when the command runs)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+
+from computewatch.fleet.agent import Agent
+from computewatch.fleet.agent_config import (
+    AgentConfig,
+    AgentConfigError,
+    load_agent_config,
+)
+from computewatch.fleet.attribution import Attributor
+from computewatch.fleet.node import NodeOptions, open_node
+from computewatch.metrics.exposition import LatestSamples
+from computewatch.metrics.model import DEFAULT_LISTEN, MetricsSink
+from computewatch.metrics.server import MetricsServer, ServerError, ServerSecurity
+from computewatch.sources.gpus import GpuBackendError
+
+PROG = "computewatch"
+
+
+class _Fail(Exception):
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _load_config(path: str | None) -> AgentConfig:
+    from computewatch.config import ENV_CONFIG, default_config_path
+
+    explicit = path or os.environ.get(ENV_CONFIG)
+    p = path or str(default_config_path())
+    if not explicit and not os.path.exists(p):
+        return AgentConfig()
+    try:
+        return load_agent_config(p)
+    except AgentConfigError as e:
+        raise _Fail(str(e)) from None
+
+
+def _alerts_sink(args: argparse.Namespace) -> MetricsSink | None:
+    """The alert rules' sink for ``--alerts``, ``--notify`` and the budgets."""
+    from computewatch.alerts import AlertsError
+    from computewatch.cli.alerts import alerts_sink
+
+    try:
+        return alerts_sink(args, out=sys.stderr)
+    except AlertsError as e:
+        raise _Fail(f"--alerts: {e}") from None
+
+
+def run_agent(args: argparse.Namespace) -> int:
+    """Run the agent until SIGTERM/SIGINT; 2 for a problem found before it starts."""
+    try:
+        return _run(args)
+    except _Fail as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return e.code
+
+
+def _run(args: argparse.Namespace) -> int:
+    cfg = _load_config(args.config)
+    listen = args.listen or cfg.listen or DEFAULT_LISTEN
+    interval = args.interval or cfg.interval or 5.0
+    backend = args.gpu_backend or cfg.gpu_backend or "auto"
+    try:
+        security = ServerSecurity.from_files(
+            args.token_file or cfg.token_file,
+            args.tls_cert or cfg.tls_cert,
+            args.tls_key or cfg.tls_key,
+        )
+    except ServerError as e:
+        raise _Fail(str(e)) from None
+    options = NodeOptions(
+        node=args.node or cfg.node or NodeOptions().node,
+        procfs_root=cfg.procfs_root,
+        sysfs_root=cfg.sysfs_root,
+        min_cpu_cores=cfg.min_cpu_cores,
+        job_expiry_seconds=args.job_expiry
+        if args.job_expiry is not None
+        else cfg.job_expiry_seconds,
+        per_process=bool(args.per_process) or cfg.per_process,
+        export_cmdline=cfg.export_cmdline,
+        filesystems=cfg.filesystems,
+        cpu_tdp_watts=cfg.base.cpu_tdp_watts,
+    )
+    attributor = Attributor(
+        options.procfs_root,
+        cfg.teams,
+        pod_logs_root=cfg.pod_logs_root,
+        read_environ=cfg.read_environ,
+    )
+    sinks: list[MetricsSink] = []
+    alert_sink = _alerts_sink(args)
+    latest = LatestSamples()
+    sinks.append(latest)
+    if alert_sink is not None:
+        sinks.append(alert_sink)  # hook: alert rules see every tick's samples
+    try:
+        node, gpu_backend = open_node(options, attributor, backend, fake_pids=args.fake_gpu_pid)
+    except GpuBackendError as e:
+        raise _Fail(f"--gpu-backend: {e}") from None
+    agent = Agent(node, sinks, interval)
+    if args.once:
+        import time
+
+        try:
+            agent.tick()
+            time.sleep(interval)
+            agent.tick()
+            from computewatch.metrics.exposition import render
+
+            sys.stdout.buffer.write(render(latest.get()[1])[0])
+            sys.stdout.flush()
+        finally:
+            for s in sinks:
+                s.close()
+            node.close()
+        return 0
+    try:
+        server = MetricsServer(listen, latest, security, stale_after=max(3 * interval, 60.0))
+    except ServerError as e:
+        node.close()
+        raise _Fail(str(e)) from None
+    if not server.loopback_only and security.token is None:
+        print(
+            f"{PROG} agent: warning: listening on {listen} without a token: anyone who can "
+            "reach this address can read the node's jobs and users (give --token-file)",
+            file=sys.stderr,
+        )
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop.set()
+
+    old = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    print(
+        f"{PROG} agent: serving {server.url} every {interval:g} s "
+        f"(GPUs: {len(gpu_backend.devices)}{', simulated' if gpu_backend.simulated else ''})",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        agent.run(stop)
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        server.close()
+        node.close()
+    print(f"{PROG} agent: stopped after {agent.ticks} ticks", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,86 @@
+"""``computewatch diagnose RUN``: the run's bottlenecks, with evidence and suggestions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from computewatch.config import ConfigError, load_config
+from computewatch.paths import resolve_db_path
+from computewatch.store import Store
+
+
+def add_diagnose_parser(sub: Any) -> argparse.ArgumentParser:
+    """Add ``diagnose`` to the CLI's subcommands."""
+    p: argparse.ArgumentParser = sub.add_parser(
+        "diagnose",
+        help="why a run was slow or wasteful: findings with evidence and suggestions",
+        description="Apply the diagnosis rules to a stored run (data-loader starvation, low "
+        "GPU utilization or MFU, CPU-bound, memory pressure, I/O, throttling, step-time "
+        "regressions and outliers, idle GPUs, stragglers, communication) and list what they "
+        "find, the most time or money at stake first. Thresholds: docs/diagnosis.md, "
+        "overridable in the configuration file's [diagnosis] section.",
+    )
+    p.add_argument("run", metavar="RUN", help="id, unique id prefix, name, or 'last'")
+    p.add_argument("--json", action="store_true", help="JSON output")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="configuration file for [diagnosis] thresholds (default: $COMPUTEWATCH_CONFIG or "
+        "~/.config/computewatch/config.toml)",
+    )
+    p.add_argument(
+        "--db",
+        metavar="PATH",
+        help="database file (default: $COMPUTEWATCH_HOME/computewatch.db, else "
+        "~/.local/share/computewatch/computewatch.db)",
+    )
+    return p
+
+
+def cmd_diagnose(args: argparse.Namespace) -> int:
+    """Diagnose one run; exit 0 whether or not anything was found."""
+    from computewatch.cli.main import UserError
+    from computewatch.diagnosis.engine import as_thresholds, diagnose_run
+
+    try:
+        thresholds = as_thresholds(load_config(args.config).diagnosis)
+    except ConfigError as e:
+        raise UserError(str(e), 2) from None
+    path = resolve_db_path(args.db)
+    if not path.exists():
+        raise UserError(f"no database at {path}" if args.db else f"no runs recorded yet ({path})")
+    with Store.open(path, create=False) as store:
+        run = store.find_run(args.run)
+        if run.samples_deleted_at is not None:
+            stored = (run.summary or {}).get("diagnosis")
+            if not isinstance(stored, dict):
+                raise UserError(
+                    f"the samples of run {run.id} were deleted by gc and it has no stored diagnosis"
+                )
+            result = dict(stored)
+            result["note"] = "samples deleted by gc: the diagnosis stored when the run ended"
+        else:
+            result = diagnose_run(store, run, thresholds=thresholds).as_dict()
+    summary = run.summary or {}
+    result = {
+        "run": {
+            "id": run.id,
+            "name": run.name,
+            "status": run.status,
+            "duration_seconds": summary.get("duration_seconds")
+            or (run.ended_at - run.started_at if run.ended_at else None),
+        },
+        **result,
+        "thresholds": thresholds.as_dict(),
+    }
+    if args.json:
+        json.dump(result, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        from computewatch.views.diagnosis import print_diagnosis
+
+        print_diagnosis(result, sys.stdout)
+    return 0

@@ -1,0 +1,224 @@
+"""The configuration file: ``$COMPUTEWATCH_CONFIG``, else ``$XDG_CONFIG_HOME/computewatch/
+config.toml`` (``~/.config/computewatch/config.toml``). Everything in it is optional; command-line
+flags win over it. Values are checked when loaded and a bad one is an error naming the key, the
+value and the file.
+
+```toml
+[location]
+region = "FR"                  # ISO country, sub-national (US-CA) or cloud region (aws:us-east-1)
+
+[energy]
+pue = 1.2                      # facility PUE (default: the provider's published figure)
+server_watts = 0               # rest of the server (fans, disks, NICs, PSU losses), optional
+memory_watts_per_gib = 0.38    # only when RAPL gives no DRAM figure
+cpu_tdp_watts = 280            # when the CPU is not in the catalog
+
+[carbon]
+embodied = true                # add embodied carbon of the hardware, per device-hour
+electricitymaps_token = "..."  # live grid intensity (no call is made without a token)
+electricitymaps_url = "https://api.electricitymap.org/v3"
+
+[cost]
+instance_type = "aws:p5.48xlarge"   # default: from DMI where the provider exposes it
+discount = 0.6                 # spot / reserved: fraction off the on-demand price, 0-1
+usd_per_gpu_hour = 2.10        # on-premises: GPU-hour rate with hardware amortisation
+usd_per_hour = 0               # on-premises: the whole machine per hour instead
+usd_per_kwh = 0.15             # electricity, when you pay it
+
+[flops]
+precision = "bf16"             # fp64 fp32 tf32 bf16 fp16 fp8
+
+[catalog]                      # your own price rows, over the package's (same CSV columns)
+cloud_instances = "~/prices.csv"
+```
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+ENV_CONFIG = "COMPUTEWATCH_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A configuration problem: the message names the file, the key and the value."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Config:
+    path: Path | None = None
+    region: str | None = None
+    pue: float | None = None
+    server_watts: float = 0.0
+    memory_watts_per_gib: float | None = None
+    cpu_tdp_watts: float | None = None
+    embodied: bool = False
+    electricitymaps_token: str | None = None
+    electricitymaps_url: str | None = None
+    instance_type: str | None = None
+    discount: float = 0.0
+    usd_per_gpu_hour: float | None = None
+    usd_per_hour: float | None = None
+    usd_per_kwh: float | None = None
+    precision: str | None = None
+    catalog_cloud_instances: Path | None = None
+    extra_instances: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """Rows of ``catalog_cloud_instances``, parsed and checked when the file was loaded."""
+    diagnosis: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """``[diagnosis]`` threshold overrides, checked by computewatch.config.thresholds."""
+
+
+# section -> key -> (field, kind); kind: "str", "float>=0", "float>=1", "ratio", "bool", "path",
+# "url", "precision"
+_SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
+    "location": {"region": ("region", "str")},
+    "energy": {
+        "pue": ("pue", "float>=1"),
+        "server_watts": ("server_watts", "float>=0"),
+        "memory_watts_per_gib": ("memory_watts_per_gib", "float>=0"),
+        "cpu_tdp_watts": ("cpu_tdp_watts", "float>0"),
+    },
+    "carbon": {
+        "embodied": ("embodied", "bool"),
+        "electricitymaps_token": ("electricitymaps_token", "str"),
+        "electricitymaps_url": ("electricitymaps_url", "url"),
+    },
+    "cost": {
+        "instance_type": ("instance_type", "str"),
+        "discount": ("discount", "ratio"),
+        "usd_per_gpu_hour": ("usd_per_gpu_hour", "float>=0"),
+        "usd_per_hour": ("usd_per_hour", "float>=0"),
+        "usd_per_kwh": ("usd_per_kwh", "float>=0"),
+    },
+    "flops": {"precision": ("precision", "precision")},
+    "catalog": {
+        "cloud_instances": ("catalog_cloud_instances", "path"),
+    },
+}
+
+
+AGENT_SECTIONS = frozenset({"agent", "teams"})
+"""Sections of the same file that belong to ``computewatch agent`` (fleet/agent_config.py)."""
+
+
+def default_config_path() -> Path:
+    env = os.environ.get(ENV_CONFIG)
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CONFIG_HOME")
+    base = Path(xdg).expanduser() if xdg else Path.home() / ".config"
+    return base / "computewatch" / "config.toml"
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """Read and check the configuration. A missing default file is an empty configuration; a
+    file named explicitly (argument or ``$COMPUTEWATCH_CONFIG``) must exist."""
+    explicit = path is not None or bool(os.environ.get(ENV_CONFIG))
+    p = Path(path).expanduser() if path is not None else default_config_path()
+    if not p.exists():
+        if explicit:
+            raise ConfigError(f"configuration file {p} does not exist")
+        return Config()
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"cannot read {p}: {e}") from None
+    return parse_config(data, p)
+
+
+def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
+    where = str(path) if path else "configuration"
+    fields: dict[str, Any] = {"path": path}
+    for section, body in data.items():
+        if section in AGENT_SECTIONS:
+            continue  # checked by computewatch.fleet.agent_config when the agent starts
+        if section == "diagnosis":
+            fields["diagnosis"] = _diagnosis(where, body)
+            continue
+        keys = _SCHEMA.get(section)
+        if keys is None:
+            raise ConfigError(
+                f"{where}: unknown section [{section}]; known: {', '.join(sorted(_SCHEMA))}"
+            )
+        if not isinstance(body, dict):
+            raise ConfigError(f"{where}: [{section}] must be a table")
+        for key, value in body.items():
+            spec = keys.get(key)
+            if spec is None:
+                raise ConfigError(
+                    f"{where}: unknown key {section}.{key}; known: {', '.join(sorted(keys))}"
+                )
+            field, kind = spec
+            fields[field] = _check(where, f"{section}.{key}", value, kind, path)
+    prices = fields.get("catalog_cloud_instances")
+    if prices is not None:
+        fields["extra_instances"] = _load_prices(where, prices)
+    return Config(**fields)
+
+
+def _diagnosis(where: str, body: Any) -> Mapping[str, Any]:
+    from computewatch.config.thresholds import check_overrides
+
+    if not isinstance(body, dict):
+        raise ConfigError(f"{where}: [diagnosis] must be a table")
+    try:
+        return check_overrides(body)
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _load_prices(where: str, path: Path) -> Mapping[str, Any]:
+    from computewatch.catalog.reference import parse_instances
+
+    try:
+        return parse_instances(path.read_text(), str(path))
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{where}: catalog.cloud_instances: cannot read {path}: {e}") from None
+    except ValueError as e:
+        raise ConfigError(f"{where}: catalog.cloud_instances: {e}") from None
+
+
+def _check(where: str, key: str, value: Any, kind: str, path: Path | None) -> Any:
+    bad = f"{where}: {key} = {value!r}"
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{bad} must be true or false")
+        return value
+    if kind in ("str", "path", "url", "precision"):
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{bad} must be a non-empty string")
+        if kind == "url":  # checked here, not when the first run fails to account
+            import urllib.parse
+
+            if urllib.parse.urlsplit(value.strip()).scheme not in ("http", "https"):
+                raise ConfigError(f"{bad} must be an http or https URL")
+        if kind == "precision":
+            from computewatch.catalog import PRECISIONS
+
+            if value.strip() not in PRECISIONS:
+                raise ConfigError(f"{bad} must be one of {', '.join(PRECISIONS)}")
+        if kind == "path":
+            p = Path(value).expanduser()
+            if not p.is_absolute() and path is not None:
+                p = path.parent / p
+            return p
+        return value.strip()
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{bad} must be a number")
+    v = float(value)
+    if kind == "float>=0" and v < 0:
+        raise ConfigError(f"{bad} must not be negative")
+    if kind == "float>0" and v <= 0:
+        raise ConfigError(f"{bad} must be positive")
+    if kind == "float>=1" and v < 1:
+        raise ConfigError(f"{bad}: a PUE is at least 1 (facility energy / IT energy)")
+    if kind == "ratio" and not 0 <= v < 1:
+        raise ConfigError(f"{bad} must be a fraction from 0 to below 1 (0.6 = 60% off)")
+    return v

@@ -1,0 +1,235 @@
+"""The exported metric families: name, type and help text of every name the agent and
+``computewatch run --prometheus`` produce (docs/metrics.md, "Prometheus export").
+
+The names and labels of the contract are fixed here once, so the exposition (HELP and TYPE
+lines), the documentation and the tests read one table. Counters carry ``_total`` in their
+name, as exported. :func:`gpu_samples` maps one GPU's readings to its exported samples, for
+both producers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from computewatch.metrics.model import MetricLabels, MetricSample
+from computewatch.sources.nvidia import decode_clock_events
+
+__all__ = [
+    "FAMILIES",
+    "POWER_REASONS",
+    "THERMAL_REASONS",
+    "Family",
+    "counter_delta",
+    "family",
+    "gpu_samples",
+]
+
+MetricType = Literal["gauge", "counter", "info"]
+
+
+@dataclass(frozen=True, slots=True)
+class Family:
+    """One exported family: its full sample name (``_total`` for counters), type and help."""
+
+    name: str
+    type: MetricType
+    help: str
+
+
+_GPU = "gpu, gpu_index, gpu_model, node"
+_JOB = "job, user, team, node"
+
+FAMILIES: tuple[Family, ...] = (
+    # -- per GPU ---------------------------------------------------------------------------------
+    Family(
+        "computewatch_gpu_utilization_ratio",
+        "gauge",
+        "Fraction of the last sample period during which a kernel ran on the GPU (0-1).",
+    ),
+    Family("computewatch_gpu_memory_used_bytes", "gauge", "GPU memory in use, bytes."),
+    Family("computewatch_gpu_memory_total_bytes", "gauge", "GPU memory size, bytes."),
+    Family("computewatch_gpu_power_watts", "gauge", "GPU board power, watts."),
+    Family("computewatch_gpu_temperature_celsius", "gauge", "GPU temperature, degrees Celsius."),
+    Family(
+        "computewatch_gpu_energy_joules_total",
+        "counter",
+        "GPU energy since the exporter started, joules (driver counter, else polled power).",
+    ),
+    Family(
+        "computewatch_gpu_throttled",
+        "gauge",
+        "1 while the GPU's clocks are held down for the reason in the label (thermal, power).",
+    ),
+    Family(
+        "computewatch_gpu_allocated",
+        "gauge",
+        "1 while some job's processes hold memory on the GPU.",
+    ),
+    # -- per job ---------------------------------------------------------------------------------
+    Family(
+        "computewatch_job_info",
+        "info",
+        "A job seen on this node (value 1), with its kind, account, namespace, pod and project.",
+    ),
+    Family(
+        "computewatch_job_cpu_seconds_total",
+        "counter",
+        "CPU seconds used by the job's processes since the exporter first saw them.",
+    ),
+    Family(
+        "computewatch_job_memory_bytes", "gauge", "Resident memory of the job's processes, bytes."
+    ),
+    Family("computewatch_job_processes", "gauge", "Live processes of the job."),
+    Family(
+        "computewatch_job_gpu_seconds_total",
+        "counter",
+        "GPU-seconds held by the job: each GPU its processes hold counts one per second.",
+    ),
+    Family(
+        "computewatch_job_gpu_busy_seconds_total",
+        "counter",
+        "Sum over held GPUs of the job's share of utilization times seconds.",
+    ),
+    Family(
+        "computewatch_job_gpu_idle_seconds_total",
+        "counter",
+        "GPU-seconds held by the job while the GPU's utilization was below 0.05.",
+    ),
+    Family(
+        "computewatch_job_gpu_memory_used_bytes",
+        "gauge",
+        "GPU memory held by the job's processes, bytes.",
+    ),
+    Family(
+        "computewatch_job_energy_joules_total",
+        "counter",
+        "Energy charged to the job, joules: its share of each GPU's energy plus its CPU-time "
+        "share of CPU energy (RAPL when readable, else modeled from TDP).",
+    ),
+    Family("computewatch_job_steps_total", "counter", "Training steps the job reported."),
+    Family(
+        "computewatch_job_step_time_seconds_total",
+        "counter",
+        "Sum of the durations of the job's reported steps, seconds.",
+    ),
+    Family(
+        "computewatch_job_flops_total",
+        "counter",
+        "Floating-point operations of the job (method: counted or estimated).",
+    ),
+    # -- node ------------------------------------------------------------------------------------
+    Family(
+        "computewatch_host_cpu_utilization_ratio",
+        "gauge",
+        "Fraction of the node's CPU time spent busy over the last tick (0-1).",
+    ),
+    Family("computewatch_host_memory_used_bytes", "gauge", "MemTotal - MemAvailable, bytes."),
+    Family("computewatch_host_memory_total_bytes", "gauge", "MemTotal, bytes."),
+    Family("computewatch_host_swap_used_bytes", "gauge", "SwapTotal - SwapFree, bytes."),
+    Family(
+        "computewatch_filesystem_avail_bytes",
+        "gauge",
+        "Bytes available to unprivileged users on the filesystem at mountpoint.",
+    ),
+    Family("computewatch_filesystem_size_bytes", "gauge", "Size of the filesystem, bytes."),
+    Family(
+        "computewatch_cpu_energy_joules_total",
+        "counter",
+        "CPU package and DRAM energy from RAPL since the exporter started, joules.",
+    ),
+    # -- optional, per process (off by default) ---------------------------------------------------
+    Family(
+        "computewatch_process_cpu_seconds_total",
+        "counter",
+        "CPU seconds of one noticeable process (only with per-process export enabled).",
+    ),
+    Family(
+        "computewatch_process_memory_bytes",
+        "gauge",
+        "Resident memory of one noticeable process (only with per-process export enabled).",
+    ),
+    Family(
+        "computewatch_process_gpu_memory_used_bytes",
+        "gauge",
+        "GPU memory of one process on one GPU (only with per-process export enabled).",
+    ),
+    # -- the exporter itself ---------------------------------------------------------------------
+    Family(
+        "computewatch_agent_tick_duration_seconds",
+        "gauge",
+        "How long the exporter's last sampling tick took, seconds.",
+    ),
+    Family(
+        "computewatch_agent_ticks_total",
+        "counter",
+        "Sampling ticks done since the exporter started.",
+    ),
+    Family(
+        "computewatch_agent_source_up",
+        "gauge",
+        "1 when the source (label source) was read in the last tick, 0 when it is unavailable.",
+    ),
+)
+
+_BY_NAME = {f.name: f for f in FAMILIES}
+
+GPU_LABELS = _GPU
+JOB_LABELS = _JOB
+
+
+def family(name: str) -> Family:
+    """The family of an exported sample name; unknown names are gauges with a generic help
+    (a producer may add families beyond the contract)."""
+    f = _BY_NAME.get(name)
+    if f is not None:
+        return f
+    if name.endswith("_total"):
+        return Family(name, "counter", f"{name} (computewatch).")
+    return Family(name, "gauge", f"{name} (computewatch).")
+
+
+# -- one GPU's samples -------------------------------------------------------------------------
+
+# Clock-event reasons (NVML) that mean the clocks are held down, by kind.
+THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
+POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
+
+_GPU_GAUGES = (  # reading name, exported name
+    ("gpu_utilization_ratio", "computewatch_gpu_utilization_ratio"),
+    ("gpu_memory_used_bytes", "computewatch_gpu_memory_used_bytes"),
+    ("gpu_memory_total_bytes", "computewatch_gpu_memory_total_bytes"),
+    ("gpu_power_watts", "computewatch_gpu_power_watts"),
+    ("gpu_temperature_celsius", "computewatch_gpu_temperature_celsius"),
+    ("gpu_energy_joules_total", "computewatch_gpu_energy_joules_total"),
+)
+
+
+def gpu_samples(
+    out: list[MetricSample], lbl: MetricLabels, values: Mapping[str, float], *, allocated: bool
+) -> None:
+    """Append one GPU's samples of a tick to ``out``: the gauges and energy counter it was
+    read for (``values``: reading name to value), a throttled flag per reason (from the
+    clock-event mask) and whether some job holds it."""
+    for src, name in _GPU_GAUGES:
+        v = values.get(src)
+        if v is not None:
+            out.append(MetricSample(name, lbl, v))
+    mask = values.get("gpu_clock_event_reasons")
+    if mask is not None:
+        reasons = set(decode_clock_events(mask))
+        for reason, kinds in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
+            tl = tuple(sorted((*lbl, ("reason", reason))))
+            out.append(MetricSample("computewatch_gpu_throttled", tl, float(bool(reasons & kinds))))
+    out.append(MetricSample("computewatch_gpu_allocated", lbl, 1.0 if allocated else 0.0))
+
+
+def counter_delta(last: dict[str, float], key: str, value: float | None) -> float:
+    """How far the counter ``key`` rose since the previous call (kept in ``last``): 0 the first
+    time, when it went back, or when it was not read (``None``)."""
+    if value is None:
+        return 0.0
+    prev = last.get(key)
+    last[key] = value
+    return 0.0 if prev is None else max(value - prev, 0.0)

@@ -1,5 +1,0 @@
-"""The HTML report of a run (``computewatch report``): one self-contained page, no network."""
-
-from computewatch.report.html import build_html, chart_data, default_filename, write_report
-
-__all__ = ["build_html", "chart_data", "default_filename", "write_report"]

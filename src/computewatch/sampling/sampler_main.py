@@ -1,0 +1,126 @@
+"""The sampler subprocess that ``track()`` starts: ``python -m computewatch.sampling.sampler_main``.
+
+It watches the tree of the process given by ``--pid`` (itself excluded), reads control lines on
+stdin (``end STATUS``), and stores the run. End of stdin without ``end`` means the tracked
+process died: the run is stored as interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from computewatch.accounting.engine import AccountingOptions
+from computewatch.config import ConfigError, load_config
+from computewatch.sampling.channel import SpoolReader
+from computewatch.sampling.lifecycle import finish_run, spool_dir
+from computewatch.sampling.live import QuietView
+from computewatch.sampling.sampler import Sampler
+from computewatch.sampling.sources_for_run import build_monitor
+from computewatch.sources.gpus import GpuBackendError
+from computewatch.store import INTERRUPTED, Store, StoreError
+
+
+def _read_control(stop: threading.Event, result: list[str]) -> None:
+    """``end STATUS [WALL_TIME]``: the block ended with STATUS at WALL_TIME."""
+    for line in sys.stdin.buffer:
+        parts = line.decode("utf-8", "replace").split()
+        if len(parts) in (2, 3) and parts[0] == "end":
+            result.extend(parts[1:])
+            break
+    stop.set()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="computewatch-sampler")
+    ap.add_argument("--pid", type=int, required=True)
+    ap.add_argument("--run-id", required=True)
+    ap.add_argument("--db", required=True)
+    ap.add_argument("--interval", type=float, default=1.0)
+    ap.add_argument("--name")
+    ap.add_argument("--tags", default="{}")
+    ap.add_argument("--command", default="[]")
+    ap.add_argument("--procfs-root", default="/proc")
+    ap.add_argument("--started-at", type=float, help="wall time the tracked block started")
+    ap.add_argument("--cpu-baseline", type=float, help="CPU seconds of --pid at that moment")
+    ap.add_argument("--gpu-backend", default="auto")
+    a = ap.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tracked process decides when we end
+
+    live = QuietView(sys.stderr)
+    try:
+        store = Store.open(a.db)
+    except StoreError as e:
+        print(f"computewatch: not monitoring: {e}", file=sys.stderr)
+        return 2
+    try:
+        mon = build_monitor(
+            a.pid,
+            procfs_root=a.procfs_root,
+            gpu_backend=a.gpu_backend,
+            exclude_pids=frozenset({os.getpid()}),
+            root_cpu_baseline=a.cpu_baseline,
+            fake_gpu_pids=(a.pid,),
+        )
+    except GpuBackendError as e:
+        print(f"computewatch: not monitoring: {e}", file=sys.stderr)
+        return 2
+    facts = mon.facts
+    cores = mon.allowed_cores
+    sources = mon.sources
+    notes = mon.notes
+    run_key = store.create_run(
+        run_id=a.run_id,
+        name=a.name,
+        tags=json.loads(a.tags),
+        command=json.loads(a.command),
+        cwd=os.getcwd(),
+        mode="track",
+        started_at=a.started_at or time.time(),
+        interval_seconds=a.interval,
+        host=facts,
+    )
+    reader = SpoolReader(spool_dir(Path(a.db), a.run_id))
+    sampler = Sampler(
+        store, run_key, sources, interval=a.interval, spool=reader, live=live,
+        allowed_cores=cores, note=live.note,
+    )  # fmt: skip
+    sampler.gpu_names = mon.gpu_names()
+    for n in notes:
+        sampler.note(n, show=False)
+    stop = threading.Event()
+    result: list[str] = []
+    threading.Thread(target=_read_control, args=(stop, result), daemon=True).start()
+    sampler.loop(stop)
+    sampler.final_tick()
+    sampler.close()
+    status = result[0] if result else INTERRUPTED
+    ended_at = None
+    if len(result) == 2:
+        try:
+            ended_at = float(result[1])
+        except ValueError:
+            pass
+    if not result:
+        sampler.note("the tracked process ended without closing the run")
+    try:
+        accounting = AccountingOptions(config=load_config())
+    except ConfigError as e:
+        sampler.note(f"configuration ignored: {e}")
+        accounting = AccountingOptions()
+    finish_run(
+        store, sampler, run_key, status, None, [], reader,
+        ended_at=ended_at, facts=mon.final_facts(), accounting=accounting,
+    )  # fmt: skip
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

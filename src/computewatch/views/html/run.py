@@ -1,0 +1,1005 @@
+"""The HTML report of one run: a single self-contained file, readable with no network.
+
+Everything the page needs is inside it: the vendored uPlot (``assets/``), our own script and
+style, and the run's data as JSON. Tables are plain HTML, so they read (and print) without
+JavaScript; the charts need it. Every value that comes from the run (its name, command, tags,
+notes) is escaped: a run name is user input.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+import re
+import shlex
+import statistics
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from computewatch._version import __version__
+from computewatch.analysis.summary import build_summary, iso
+from computewatch.store import RUNNING, RunRow, SeriesRow, StepRow, Store
+from computewatch.views.diagnosis import diagnosis_html
+from computewatch.views.html.downsample import (
+    MAX_BUCKETS,
+    bucket_size,
+    counter_rates,
+    envelope,
+    event_rate,
+    grid_band,
+    grid_times,
+)
+from computewatch.views.html.steps import steps_section
+from computewatch.views.live import format_bytes, format_duration, format_seconds
+
+ACCOUNTING_SECTIONS = ("energy", "carbon", "cost", "flops", "forecast")
+"""Summary sections shown as tables when present (filled in by the accounting readers)."""
+
+_FIGURE_KEYS = frozenset({"value", "unit", "method", "assumptions", "low", "high", "source"})
+_MAX_FINE_BUCKETS = 200_000  # throughput is counted in at most this many buckets first
+UPLOT_VERSION = "1.6.32"
+_CHART_ORDER = (
+    "cpu", "memory", "gpu_util", "gpu_sm", "gpu_memory", "gpu_power", "throughput_steps",
+    "throughput_samples", "throughput_tokens", "step_time", "disk", "network",
+)  # fmt: skip
+
+
+def summary_of(store: Store, run: RunRow) -> dict[str, Any]:
+    """The summary stored when the run ended, else one computed now (a running run)."""
+    if run.summary is not None and run.status != RUNNING:
+        return run.summary
+    return build_summary(store, run)
+
+
+# -- the data behind the charts ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Chart:
+    id: str
+    title: str
+    subtitle: str
+    unit: str  # ratio, bytes, bytes_per_second, watts, per_second, seconds
+    grid: str
+    per_bucket: int
+    series: list[dict[str, Any]]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "title": self.title,
+            "subtitle": self.subtitle,
+            "unit": self.unit,
+            "grid": self.grid,
+            "per_bucket": self.per_bucket,
+            "series": self.series,
+        }
+
+
+def _num(v: float | None) -> float | None:
+    """Four significant digits are plenty on a chart, and keep the page small."""
+    if v is None or not math.isfinite(v):
+        return None
+    return float(f"{v:.4g}")
+
+
+def _nums(values: Sequence[float | None]) -> list[float | None]:
+    return [_num(v) for v in values]
+
+
+def _has_data(values: Sequence[float | None]) -> bool:
+    return any(v is not None for v in values)
+
+
+class _TickData:
+    """A run's samples on its tick grid: positions, rates and envelopes per bucket."""
+
+    def __init__(self, store: Store, run: RunRow, max_buckets: int) -> None:
+        ticks = store.ticks(run.key)
+        self.n = len(ticks)
+        self.pos = {seq: i for i, (seq, _, _) in enumerate(ticks)}
+        self.mono = [m for _, m, _ in ticks]
+        self.wall = [w for _, _, w in ticks]
+        self.k = bucket_size(self.n, max_buckets)
+        self.x = [round(t, 3) for t in grid_times(self.wall, self.k)]
+        self.series = store.series(run.key)
+        self._points: dict[int, list[tuple[int, float]]] = {}
+        self._store = store
+        self._run_key = run.key
+
+    def load(self, wanted: Iterable[SeriesRow]) -> None:
+        """Read the samples of every series the charts need, in one pass."""
+        idx = sorted({s.idx for s in wanted} - set(self._points))
+        pos = self.pos
+        # The sampler numbers ticks 0, 1, 2, ...: then a tick's seq is its grid position.
+        seqs_are_positions = all(pos.get(i) == i for i in (0, self.n - 1))
+        for sid, pts in self._store.points_of(self._run_key, idx).items():
+            if seqs_are_positions and (not pts or 0 <= pts[0][0] <= pts[-1][0] < self.n):
+                self._points[sid] = pts
+            else:
+                self._points[sid] = [(pos[seq], v) for seq, v in pts if seq in pos]
+
+    def gauge(self, s: SeriesRow) -> list[tuple[int, float]]:
+        return self._points.get(s.idx, [])
+
+    def rate(self, s: SeriesRow) -> list[tuple[int, float]]:
+        pts = self._points.get(s.idx, [])
+        mono = self.mono
+        rates = counter_rates([mono[p] for p, _ in pts], [v for _, v in pts])
+        return [(p, r) for (p, _), r in zip(pts, rates, strict=True) if r is not None]
+
+    def band(
+        self, label: str, points: list[tuple[int, float]], scale: float = 1.0
+    ) -> dict[str, Any]:
+        if scale != 1.0:
+            points = [(p, v * scale) for p, v in points]
+        b = grid_band(self.n, self.k, points)
+        out: dict[str, Any] = {"label": label, "mean": _nums(b.mean)}
+        if self.k > 1:
+            out["lo"] = _nums(b.lo)
+            out["hi"] = _nums(b.hi)
+        return out
+
+
+def _summed(lists: Iterable[list[tuple[int, float]]]) -> list[tuple[int, float]]:
+    """Several series on one grid added up position by position (disks, interfaces)."""
+    many = list(lists)
+    if len(many) == 1:
+        return many[0]
+    acc: dict[int, float] = {}
+    for pts in many:
+        for p, v in pts:
+            acc[p] = acc.get(p, 0.0) + v
+    return sorted(acc.items())
+
+
+def _gpu_labels(run: RunRow, summary: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+    """GPU uuid → (chart label, simulated), for the GPUs the summary reports on."""
+    devices = {d.get("uuid"): d for d in run.host.get("gpus") or [] if isinstance(d, dict)}
+    out: dict[str, tuple[str, bool]] = {}
+    for g in summary.get("gpus") or []:
+        uuid = g.get("uuid")
+        if not isinstance(uuid, str):
+            continue
+        d = devices.get(uuid, {})
+        index = g.get("index", d.get("index"))
+        label = f"GPU {index}" if index is not None else uuid[:16]
+        if g.get("mig_parent_uuid") or d.get("mig_parent_uuid"):
+            label += " (MIG)"
+        out[uuid] = (label, bool(g.get("simulated") or d.get("simulated")))
+    return out
+
+
+def _tick_charts(
+    store: Store, run: RunRow, summary: dict[str, Any], max_buckets: int
+) -> tuple[list[float], list[_Chart]]:
+    td = _TickData(store, run, max_buckets)
+    if td.n == 0:
+        return [], []
+    by_name: dict[str, list[SeriesRow]] = {}
+    for s in td.series:
+        if s.name.startswith("host_network_") and s.labels.get("interface") == "lo":
+            continue
+        by_name.setdefault(s.name, []).append(s)
+    gpus = _gpu_labels(run, summary)
+    gpu_names = (
+        "gpu_utilization_ratio",
+        "gpu_sm_active_ratio",
+        "gpu_memory_used_bytes",
+        "gpu_power_watts",
+    )
+    wanted = [
+        s
+        for name in (
+            "tree_cpu_seconds_total",
+            "tree_resident_memory_bytes",
+            "host_memory_used_bytes",
+            "host_disk_read_bytes_total",
+            "host_disk_written_bytes_total",
+            "tree_read_bytes_total",
+            "tree_written_bytes_total",
+            "host_network_receive_bytes_total",
+            "host_network_transmit_bytes_total",
+        )
+        for s in by_name.get(name, [])[: None if name.startswith("host_") else 1]
+    ]
+    wanted += [s for n in gpu_names for s in by_name.get(n, []) if s.labels.get("gpu") in gpus]
+    td.load(wanted)
+
+    def first(name: str) -> SeriesRow | None:
+        found = by_name.get(name)
+        return found[0] if found else None
+
+    def chart(cid: str, title: str, sub: str, unit: str, series: list[dict[str, Any]]) -> None:
+        series = [s for s in series if _has_data(s["mean"])]
+        if series:
+            charts.append(_Chart(cid, title, sub, unit, "ticks", td.k, series))
+
+    charts: list[_Chart] = []
+    allowed = float(run.host.get("allowed_cores") or run.host.get("logical_cpus") or 1.0)
+    cpu = first("tree_cpu_seconds_total")
+    if cpu is not None:
+        chart(
+            "cpu",
+            "CPU utilization",
+            f"the run's process tree, share of {allowed:g} allowed cores",
+            "ratio",
+            [td.band("process tree", td.rate(cpu), 1.0 / allowed)],
+        )
+    mem = []
+    for name, label in (
+        ("tree_resident_memory_bytes", "process tree RSS"),
+        ("host_memory_used_bytes", "host used"),
+    ):
+        row = first(name)
+        if row is not None:
+            mem.append(td.band(label, td.gauge(row)))
+    chart("memory", "Memory", "resident memory of the run; memory in use on the host", "bytes", mem)
+
+    simulated = any(sim for _, sim in gpus.values())
+    gpu_sub = " · simulated devices" if simulated else ""
+    for cid, name, title, sub, unit in (
+        ("gpu_util", "gpu_utilization_ratio", "GPU utilization", "time a kernel ran", "ratio"),
+        ("gpu_sm", "gpu_sm_active_ratio", "GPU SM active", "GPM SM activity", "ratio"),
+        ("gpu_memory", "gpu_memory_used_bytes", "GPU memory", "used on the device", "bytes"),
+        ("gpu_power", "gpu_power_watts", "GPU power", "board power draw", "watts"),
+    ):
+        per_gpu: dict[str, list[list[tuple[int, float]]]] = {}
+        for s in by_name.get(name, []):
+            uuid = s.labels.get("gpu")
+            if uuid in gpus:
+                per_gpu.setdefault(uuid, []).append(td.gauge(s))
+        chart(
+            cid,
+            title,
+            sub + gpu_sub,
+            unit,
+            [td.band(gpus[u][0], _summed(lists)) for u, lists in per_gpu.items()],
+        )
+
+    disk = []
+    for name, label in (
+        ("host_disk_read_bytes_total", "host read"),
+        ("host_disk_written_bytes_total", "host write"),
+        ("tree_read_bytes_total", "run read"),
+        ("tree_written_bytes_total", "run write"),
+    ):
+        found = by_name.get(name, [])[: None if name.startswith("host_") else 1]
+        if found:
+            disk.append(td.band(label, _summed(td.rate(s) for s in found)))
+    chart(
+        "disk",
+        "Disk I/O",
+        "host: every whole disk; run: storage-layer bytes of its processes",
+        "bytes_per_second",
+        disk,
+    )
+    net = []
+    for name, label in (
+        ("host_network_receive_bytes_total", "received"),
+        ("host_network_transmit_bytes_total", "sent"),
+    ):
+        found = by_name.get(name, [])
+        if found:
+            net.append(td.band(label, _summed(td.rate(s) for s in found)))
+    chart("network", "Network", "whole host, every interface but lo", "bytes_per_second", net)
+    return td.x, charts
+
+
+def _step_durations(steps: list[StepRow], starts: dict[int, float]) -> list[tuple[float, float]]:
+    """(wall time, seconds since the same process's previous step), as ``summary.step_stats``
+    times them: a process's first step from its ``track()`` start when known."""
+    out: list[tuple[float, float]] = []
+    prev_pid: int | None = None
+    prev = math.nan
+    for s in steps:  # ordered by pid, then time
+        if s.pid != prev_pid:
+            start = starts.get(s.pid)
+            prev = start if start is not None and start <= s.mono else math.nan
+            prev_pid = s.pid
+        if not math.isnan(prev):
+            out.append((s.wall, s.mono - prev))
+        prev = s.mono
+    out.sort()
+    return out
+
+
+def _step_charts(
+    store: Store, run: RunRow, max_buckets: int
+) -> tuple[dict[str, list[float]], list[_Chart]]:
+    steps = store.steps(run.key)
+    if not steps:
+        return {}, []
+    grids: dict[str, list[float]] = {}
+    charts: list[_Chart] = []
+    starts = {pid: t for pid, (t, _) in store.writers(run.key).items()}
+    durations = _step_durations(steps, starts)
+    procs = len({s.pid for s in steps})
+    who = f"{procs} processes" if procs > 1 else "one process"
+    if durations:
+        env = envelope([t for t, _ in durations], [d for _, d in durations], max_buckets)
+        grids["steps"] = [round(t, 3) for t in env.t]
+        series: dict[str, Any] = {"label": "step time", "mean": _nums(env.mean)}
+        if env.per_bucket > 1:
+            series["lo"], series["hi"] = _nums(env.lo), _nums(env.hi)
+        charts.append(
+            _Chart(
+                "step_time",
+                "Step time",
+                f"time between consecutive steps of {who}",
+                "seconds",
+                "steps",
+                env.per_bucket,
+                [series],
+            )
+        )
+    walls = sorted(s.wall for s in steps)
+    span = walls[-1] - walls[0]
+    if span > 0 and len(walls) > 1:
+        typical = statistics.median(d for _, d in durations) if durations else 0.0
+        width = max(run.interval_seconds, 5 * typical, span / _MAX_FINE_BUCKETS)
+        count = max(1, round(span / width))
+        width = span / count  # whole buckets from the first step to the last: none partial
+        starts_at = [walls[0] + i * width for i in range(count)]
+        by_wall = sorted(steps, key=lambda s: s.wall)
+        wall_times = [s.wall for s in by_wall]
+        rate_series: list[tuple[str, str, list[float]]] = [
+            ("steps", "steps per second", event_rate(wall_times, None, walls[0], width, count))
+        ]
+        for attr in ("samples", "tokens"):
+            weights = [getattr(s, attr) for s in by_wall]
+            if any(w is not None for w in weights):
+                w = [float(x) if x is not None else 0.0 for x in weights]
+                rate_series.append(
+                    (attr, f"{attr} per second", event_rate(wall_times, w, walls[0], width, count))
+                )
+        k = bucket_size(count, max_buckets)
+        grids["throughput"] = [round(t, 3) for t in grid_times(starts_at, k)]
+        for key, label, rates in rate_series:
+            env = envelope(starts_at, rates, max_buckets)
+            s_json: dict[str, Any] = {"label": label, "mean": _nums(env.mean)}
+            if env.per_bucket > 1:
+                s_json["lo"], s_json["hi"] = _nums(env.lo), _nums(env.hi)
+            title = "Throughput" if key == "steps" else f"Throughput: {key}"
+            charts.append(
+                _Chart(
+                    f"throughput_{key}",
+                    title,
+                    f"{key} per second of {who}, counted in {width:.3g} s buckets",
+                    "per_second",
+                    "throughput",
+                    k,
+                    [s_json],
+                )
+            )
+    return grids, charts
+
+
+def chart_data(
+    store: Store, run: RunRow, summary: dict[str, Any], *, max_buckets: int = MAX_BUCKETS
+) -> dict[str, Any]:
+    """The charts' data: shared x grids (wall-clock seconds) and, per chart, each series'
+    bucket means with min/max envelopes when the series was downsampled."""
+    if run.samples_deleted_at is not None:
+        return {"grids": {}, "charts": []}
+    x, tick_charts = _tick_charts(store, run, summary, max_buckets)
+    grids, step_charts = _step_charts(store, run, max_buckets)
+    if tick_charts:
+        grids["ticks"] = x
+    charts = sorted(
+        tick_charts + step_charts,
+        key=lambda c: _CHART_ORDER.index(c.id) if c.id in _CHART_ORDER else len(_CHART_ORDER),
+    )
+    return {"grids": grids, "charts": [c.as_json() for c in charts]}
+
+
+# -- formatting ---------------------------------------------------------------------------------
+
+
+def escape(v: object) -> str:
+    """``v`` as text safe in HTML content and in quoted attribute values."""
+    return html.escape(str(v), quote=True)
+
+
+def _pct(v: Any) -> str:
+    return "n/a" if not isinstance(v, int | float) else f"{100 * v:.1f}%"
+
+
+def _bytes(v: Any) -> str:
+    return "n/a" if not isinstance(v, int | float) else format_bytes(float(v))
+
+
+def _secs(v: Any) -> str:
+    return "n/a" if not isinstance(v, int | float) else format_seconds(float(v))
+
+
+def _number(v: Any) -> str:
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10_000 else str(v)  # a year stays 2024
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return "n/a"
+        if v != 0 and (abs(v) >= 1e9 or abs(v) < 1e-3):
+            return f"{v:.4g}"
+        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def _plain(v: Any) -> str:
+    """Any JSON value as short text (already escaped)."""
+    if v is None:
+        return '<span class="na">n/a</span>'
+    if isinstance(v, bool | int | float):
+        return escape(_number(v))
+    if isinstance(v, str):
+        return escape(v)
+    if isinstance(v, list) and all(isinstance(x, str) for x in v) and len(v) > 1:
+        return "<ul>" + "".join(f"<li>{escape(x)}</li>" for x in v) + "</ul>"
+    if isinstance(v, list) and all(isinstance(x, str | int | float) for x in v):
+        return escape(", ".join(_number(x) for x in v))
+    return f"<code>{escape(json.dumps(v, sort_keys=True))}</code>"
+
+
+def _energy(j: Any) -> str:
+    if not isinstance(j, int | float):
+        return "n/a"
+    if j < 3600:
+        return f"{j:,.0f} J"
+    if j < 3.6e6:
+        return f"{j / 3600:,.1f} Wh"
+    return f"{j / 3.6e6:,.2f} kWh"
+
+
+def _command(s: dict[str, Any]) -> str:
+    return shlex.join(str(c) for c in s.get("command") or [])
+
+
+def _rows(rows: Iterable[tuple[str, str]], cls: str = "kv") -> str:
+    """A two-column table; labels are escaped here, values must already be HTML."""
+    body = "".join(f"<tr><th scope=row>{escape(k)}</th><td>{v}</td></tr>" for k, v in rows)
+    return f'<table class="{cls}"><tbody>{body}</tbody></table>'
+
+
+# -- the page's sections ------------------------------------------------------------------------
+
+
+def _cards(s: dict[str, Any]) -> str:
+    cards: list[tuple[str, str, str]] = []
+    status = str(s.get("status"))
+    if s.get("exit_code") not in (None, 0):
+        status += f" (exit {s['exit_code']})"
+    cards.append(("status", status, s.get("started_at") or ""))
+    cards.append(("duration", format_duration(float(s.get("duration_seconds") or 0.0)), ""))
+    cpu = s.get("cpu") or {}
+    cards.append(
+        (
+            "CPU mean",
+            _pct(cpu.get("utilization_mean")),
+            f"max {_pct(cpu.get('utilization_max'))} of {_number(cpu.get('allowed_cores'))} cores",
+        )
+    )
+    mem = s.get("memory") or {}
+    cards.append(
+        (
+            "peak RSS",
+            _bytes(mem.get("peak_rss_bytes")),
+            f"host peak {_bytes(mem.get('peak_host_used_bytes'))} of "
+            f"{_bytes(mem.get('host_total_bytes'))}",
+        )
+    )
+    gpus = [g for g in s.get("gpus") or [] if isinstance(g, dict)]
+    if gpus:
+        utils = [g["utilization_mean"] for g in gpus if g.get("utilization_mean") is not None]
+        joules = [g["energy_joules"] for g in gpus if g.get("energy_joules") is not None]
+        sim = " (simulated)" if any(g.get("simulated") for g in gpus) else ""
+        cards.append(
+            (
+                f"GPU util{sim}",
+                _pct(sum(utils) / len(utils)) if utils else "n/a",
+                f"mean over {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}",
+            )
+        )
+        if joules:
+            cards.append(("GPU energy", _energy(sum(joules)), f"{len(joules)} GPU(s)"))
+    steps = s.get("steps") or {}
+    if steps.get("count"):
+        rate = steps.get("steps_per_second")
+        cards.append(
+            (
+                "steps",
+                _number(steps["count"]),
+                f"{_number(rate)} steps/s" if rate is not None else "",
+            )
+        )
+    for section in ACCOUNTING_SECTIONS:
+        found = _headline(s.get(section))
+        if found is not None and found[1].get("value") is not None:
+            which, head = found
+            sub = ", ".join(str(x) for x in (which, head.get("method")) if x)
+            cards.append((section, _figure_value(head), sub))
+    return cards_section(cards)
+
+
+def cards_section(cards: Iterable[tuple[str, str, str]]) -> str:
+    """The row of key-figure cards: each a label, a value (its unit set smaller) and a note."""
+    return (
+        '<section class="cards" aria-label="key figures">'
+        + "".join(
+            f'<div class="card"><div class="label">{escape(k)}</div>'
+            f'<div class="value" title="{escape(v)}">{card_value(v)}</div>'
+            f'<div class="sub">{escape(sub)}</div></div>'
+            for k, v, sub in cards
+        )
+        + "</section>"
+    )
+
+
+_NUMBER_AND_UNIT = re.compile(r"([-+]?[\d.,]+(?:e[-+]?\d+)?) (\S+)")
+
+
+def card_value(text: str) -> str:
+    """``0.0008282 kWh`` with the unit set smaller, so long numbers fit their card."""
+    m = _NUMBER_AND_UNIT.fullmatch(text)
+    if m is None:
+        return escape(text)
+    return f'{escape(m[1])} <span class="unit">{escape(m[2])}</span>'
+
+
+def _run_table(s: dict[str, Any], run: RunRow) -> str:
+    tags = s.get("tags") or {}
+    status = str(s.get("status"))
+    if s.get("exit_code") is not None:
+        status += f" (exit {s['exit_code']})"
+    smp = s.get("samples") or {}
+    rows = [
+        ("id", f"<code>{escape(s.get('id'))}</code>"),
+        ("name", _plain(s.get("name"))),
+        (
+            "tags",
+            " ".join(
+                f'<span class="tag">{escape(k)}={escape(v)}</span>' for k, v in sorted(tags.items())
+            )
+            or '<span class="na">none</span>',
+        ),
+        ("command", f"<code>{escape(_command(s))}</code>"),
+        ("working directory", _plain(s.get("cwd"))),
+        ("mode", escape(run.mode)),
+        ("status", escape(status)),
+        ("started", _plain(s.get("started_at"))),
+        ("ended", _plain(s.get("ended_at"))),
+        ("duration", escape(format_duration(float(s.get("duration_seconds") or 0.0)))),
+        ("data until", _plain(smp.get("data_until"))),
+        (
+            "samples",
+            escape(
+                f"{_number(smp.get('count', 0))} ticks every {_number(smp.get('interval_seconds'))}"
+                f" s, {_number(smp.get('series', 0))} series"
+            ),
+        ),
+    ]
+    if run.samples_deleted_at is not None:
+        rows.append(
+            (
+                "samples deleted",
+                escape(f"{iso(run.samples_deleted_at)} by gc: summary only, no charts"),
+            )
+        )
+    return _rows(rows)
+
+
+_HOST_ORDER = (
+    "hostname", "cpu_model", "logical_cpus", "allowed_cpus", "allowed_cores", "memory_bytes",
+    "os", "python", "cgroup_path", "cgroup_cpu_limit_cores", "cgroup_memory_max_bytes",
+    "gpu_backend", "gpus_used", "cpu_energy",
+)  # fmt: skip
+
+
+def _host_table(host: dict[str, Any]) -> str:
+    keys = [k for k in _HOST_ORDER if k in host]
+    keys += sorted(k for k in host if k not in _HOST_ORDER and k not in ("gpus", "gpu_all"))
+    rows = []
+    for k in keys:
+        v = host[k]
+        if k.endswith("_bytes") and isinstance(v, int | float):
+            text = escape(_bytes(v))
+        elif isinstance(v, list) and k == "allowed_cpus":
+            text = escape(_cpu_list(v))
+        else:
+            text = _plain(v)
+        rows.append((k.replace("_", " "), text))
+    return _rows(rows)
+
+
+def _cpu_list(cpus: list[Any]) -> str:
+    """[0, 1, 2, 5] → 0-2,5"""
+    nums = sorted(int(c) for c in cpus if isinstance(c, int))
+    parts: list[str] = []
+    i = 0
+    while i < len(nums):
+        j = i
+        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
+            j += 1
+        parts.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
+        i = j + 1
+    return ",".join(parts) or str(cpus)
+
+
+def _usage_table(s: dict[str, Any]) -> str:
+    cpu = s.get("cpu") or {}
+    mem = s.get("memory") or {}
+    disk = s.get("disk") or {}
+    net = s.get("network") or {}
+    rows = [
+        (
+            "CPU",
+            escape(
+                f"{_number(cpu.get('seconds_total'))} CPU-seconds · mean "
+                f"{_pct(cpu.get('utilization_mean'))}, max {_pct(cpu.get('utilization_max'))} "
+                f"of {_number(cpu.get('allowed_cores'))} allowed cores"
+            ),
+        ),
+        (
+            "memory",
+            escape(
+                f"peak RSS {_bytes(mem.get('peak_rss_bytes'))} · host peak used "
+                f"{_bytes(mem.get('peak_host_used_bytes'))} of "
+                f"{_bytes(mem.get('host_total_bytes'))}"
+            ),
+        ),
+        (
+            "disk",
+            escape(
+                f"the run read {_bytes(disk.get('read_bytes'))}, wrote "
+                f"{_bytes(disk.get('write_bytes'))} · host disks read "
+                f"{_bytes(disk.get('host_read_bytes'))}, wrote "
+                f"{_bytes(disk.get('host_write_bytes'))}"
+            ),
+        ),
+        (
+            "network",
+            escape(
+                f"received {_bytes(net.get('recv_bytes'))}, sent {_bytes(net.get('sent_bytes'))}"
+                " (whole host)"
+            ),
+        ),
+    ]
+    steps = s.get("steps") or {}
+    if steps.get("count"):
+        st = steps.get("step_time_seconds") or {}
+        line = f"{_number(steps['count'])} steps from {_number(steps.get('processes'))} process(es)"
+        if st:
+            line += (
+                f" · step time mean {_secs(st.get('mean'))}, p50 {_secs(st.get('p50'))}, p90 "
+                f"{_secs(st.get('p90'))}, p99 {_secs(st.get('p99'))}, max {_secs(st.get('max'))}"
+            )
+        rows.append(("steps", escape(line)))
+        rates = [
+            f"{_number(steps[key])} {label}"
+            for key, label in (
+                ("steps_per_second", "steps/s"),
+                ("samples_per_second", "samples/s"),
+                ("tokens_per_second", "tokens/s"),
+            )
+            if steps.get(key) is not None
+        ]
+        if rates:
+            rows.append(("throughput", escape(" · ".join(rates))))
+    else:
+        rows.append(("steps", '<span class="na">none reported</span>'))
+    return _rows(rows)
+
+
+def _gpu_table(gpus: list[dict[str, Any]]) -> str:
+    head = (
+        "#", "GPU", "scope", "utilization", "SM active", "tensor active", "memory peak",
+        "run's memory peak", "power mean", "energy", "throttled",
+    )  # fmt: skip
+    body = []
+    for g in gpus:
+        name = escape(g.get("name") or "?")
+        if g.get("simulated"):
+            name += ' <span class="badge">simulated</span>'
+        if g.get("mig_parent_uuid"):
+            name += f" <small>MIG of {escape(str(g['mig_parent_uuid'])[:16])}</small>"
+        name += f'<br><small class="uuid">{escape(g.get("uuid") or "")}</small>'
+        mem = _bytes(g.get("memory_peak_bytes"))
+        if g.get("memory_total_bytes") is not None:
+            mem += f" of {_bytes(g['memory_total_bytes'])}"
+        power = g.get("power_mean_watts")
+        energy = _energy(g.get("energy_joules"))
+        if g.get("energy_method"):
+            energy += f" ({g['energy_method']})"
+        throttled = {k: v for k, v in (g.get("throttle_seconds") or {}).items() if v}
+        cells = [
+            escape(_number(g.get("index"))),
+            name,
+            escape(g.get("scope") or ""),
+            escape(_pct(g.get("utilization_mean"))),
+            escape(_pct(g.get("sm_active_mean"))),
+            escape(_pct(g.get("tensor_active_mean"))),
+            escape(mem),
+            escape(_bytes(g.get("process_memory_peak_bytes"))),
+            escape("n/a" if not isinstance(power, int | float) else f"{power:.0f} W"),
+            escape(energy),
+            escape(", ".join(f"{k} {_secs(v)}" for k, v in throttled.items()) or "no"),
+        ]
+        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return (
+        '<div class="scroll"><table class="grid"><thead><tr>'
+        + "".join(f"<th scope=col>{escape(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + "".join(body)
+        + "</tbody></table></div>"
+    )
+
+
+# -- accounting sections: written for any shape ----------------------------------------------
+
+
+def _is_figure(v: Any) -> bool:
+    """A figure with its provenance: ``{value, unit, method, assumptions, low, high, source}``,
+    a number (or null) ``value`` and at least one of the others; other keys may ride along."""
+    return (
+        isinstance(v, dict)
+        and "value" in v
+        and (v["value"] is None or isinstance(v["value"], int | float))
+        and len(set(v) & _FIGURE_KEYS) > 1
+    )
+
+
+def _headline(section: Any) -> tuple[str, dict[str, Any]] | None:
+    """The figure that sums up an accounting section, and where it was: the section itself,
+    or its total (the facility energy for ``energy``)."""
+    if _is_figure(section):
+        return "", dict(section)
+    if isinstance(section, dict):
+        for key in ("total", "facility"):
+            if _is_figure(section.get(key)):
+                return key, dict(section[key])
+    return None
+
+
+def _figure_value(f: dict[str, Any]) -> str:
+    v = f.get("value")
+    unit = f.get("unit")
+    if unit == "ratio" and isinstance(v, int | float):  # MFU, HFU: a share of the peak
+        return f"{v:.1%}"
+    text = _number(v) if v is not None else "n/a"
+    return f"{text} {unit}" if unit and v is not None else text
+
+
+def _flatten(
+    prefix: str, v: Any, figures: list[tuple[str, dict[str, Any]]], other: list[tuple[str, Any]]
+) -> None:
+    if _is_figure(v):
+        figures.append((prefix, {k: x for k, x in v.items() if k in _FIGURE_KEYS}))
+        for k, sub in v.items():  # what rides along: devices, thresholds, ...
+            if k not in _FIGURE_KEYS:
+                _flatten(f"{prefix}.{k}" if prefix else str(k), sub, figures, other)
+    elif isinstance(v, dict) and v:
+        for k, sub in v.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), sub, figures, other)
+    elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+        for i, sub in enumerate(v):
+            _flatten(f"{prefix}[{i}]", sub, figures, other)
+    else:
+        other.append((prefix or "value", v))
+
+
+def _assumptions(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, list):
+        return "<ul>" + "".join(f"<li>{_plain(x)}</li>" for x in v) + "</ul>"
+    if isinstance(v, dict):
+        return (
+            "<ul>" + "".join(f"<li>{escape(k)}: {_plain(x)}</li>" for k, x in v.items()) + "</ul>"
+        )
+    return _plain(v)
+
+
+def accounting_section(name: str, data: Any) -> str:
+    """One accounting section (energy, carbon, cost, flops, forecast) as tables: figures with
+    value and unit, method, low–high range and assumptions; anything else as key/value rows."""
+    figures: list[tuple[str, dict[str, Any]]] = []
+    other: list[tuple[str, Any]] = []
+    _flatten("", data, figures, other)
+    out = [
+        f'<section class="accounting" id="section-{escape(name)}">'
+        f"<h2>{escape(name.capitalize())}</h2>"
+    ]
+    if figures:
+        rows = []
+        for label, f in figures:
+            lo, hi = f.get("low"), f.get("high")
+            unit = f" {f['unit']}" if f.get("unit") else ""
+            rng = ""
+            if lo is not None or hi is not None:
+                if f.get("unit") == "ratio":
+                    ends = [f"{x:.1%}" if x is not None else "?" for x in (lo, hi)]
+                    unit = ""
+                else:
+                    ends = [_number(x) if x is not None else "?" for x in (lo, hi)]
+                rng = f"{ends[0]}–{ends[1]}{unit}"
+            notes = _assumptions(f.get("assumptions"))
+            extra = f.get("note") or f.get("notes")
+            if extra:
+                notes += _assumptions(extra)
+            source = _plain(f.get("source")) if f.get("source") is not None else ""
+            rows.append(
+                "<tr>"
+                f"<th scope=row>{escape(label or name)}</th>"
+                f'<td class="num">{escape(_figure_value(f))}</td>'
+                f"<td>{_plain(f.get('method')) if f.get('method') is not None else ''}</td>"
+                f'<td class="num">{escape(rng)}</td>'
+                f"<td>{notes}</td>"
+                f"<td>{source}</td>"
+                "</tr>"
+            )
+        out.append(
+            '<div class="scroll"><table class="grid"><thead><tr><th scope=col>quantity</th>'
+            "<th scope=col>value</th><th scope=col>method</th><th scope=col>range (low–high)</th>"
+            "<th scope=col>assumptions</th><th scope=col>source</th></tr></thead><tbody>"
+            + "".join(rows)
+            + "</tbody></table></div>"
+        )
+    if other:
+        out.append(_rows(((k, _plain(v)) for k, v in other)))
+    out.append("</section>")
+    return "".join(out)
+
+
+# -- the page ---------------------------------------------------------------------------------
+
+
+def asset(name: str) -> str:
+    """The text of one of the package's report assets (vendored uPlot, chart script, CSS)."""
+    return resources.files("computewatch.views.html").joinpath("assets", name).read_text("utf-8")
+
+
+_CLOSERS = re.compile(r"</(script|style)", re.IGNORECASE)
+
+
+def script_safe(text: str) -> str:
+    """Code that cannot end the ``<script>``/``<style>`` element it sits in, nor put the HTML
+    parser in its "escaped" script state: ``</script`` and ``<!--`` only ever occur inside
+    string literals there, where ``<\\/`` and ``<\\!`` read the same."""
+    return _CLOSERS.sub(r"<\\/\1", text).replace("<!--", "<\\!--")
+
+
+def json_for_script(data: Any) -> str:
+    """JSON to put inside ``<script type="application/json">``: every ``<``, ``>`` and ``&``
+    written as a ``\\u`` escape (still the same JSON), so no ``</script>`` or ``<!--`` in the
+    data can end the element or change how the HTML parser reads it."""
+    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> str:
+    """The whole report page of ``run`` as one string."""
+    summary = summary_of(store, run)
+    data = chart_data(store, run, summary, max_buckets=max_buckets)
+    data["run"] = {"id": run.id, "name": run.name, "started_at": run.started_at}
+    title = f"computewatch · run {run.id}" + (f" · {run.name}" if run.name else "")
+    generated = iso(time.time())
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f'<meta name="generator" content="computewatch {escape(__version__)}">',
+        f"<title>{escape(title)}</title>",
+        f"<style>{script_safe(asset('uPlot.min.css'))}</style>",
+        f"<style>{script_safe(asset('report.css'))}</style>",
+        "</head><body>",
+        "<header>",
+        f'<p class="eyebrow">computewatch report · run <code>{escape(run.id)}</code></p>',
+        f"<h1>{escape(run.name or 'run ' + run.id)}</h1>",
+        f'<p class="command"><code>{escape(_command(summary))}</code></p>',
+        "</header><main>",
+        _cards(summary),
+    ]
+    notes = [n for n in summary.get("notes") or []]
+    if notes:
+        parts.append(
+            '<section class="notes" id="section-notes"><h2>Notes</h2><ul>'
+            + "".join(f"<li>{escape(n)}</li>" for n in notes)
+            + "</ul></section>"
+        )
+    charts = data["charts"]
+    if charts:
+        parts.append('<section id="section-charts"><h2>Over time</h2>')
+        parts.append(
+            '<p class="hint">Drag across a chart to zoom (all charts follow); double-click to '
+            "zoom out. Lines are bucket means; a shaded band spans each bucket's minimum and "
+            "maximum where the series was downsampled. Times are in your local time zone.</p>"
+        )
+        parts.append(
+            '<noscript><p class="warn">The charts need JavaScript; the tables below do '
+            "not.</p></noscript>"
+        )
+        parts.append('<div class="charts">')
+        for c in charts:
+            per = c["per_bucket"]
+            detail = f"{per} points per bucket" if per > 1 else "every point"
+            parts.append(
+                f'<figure class="chart" id="chart-{escape(c["id"])}" '
+                f'data-chart="{escape(c["id"])}">'
+                f"<figcaption><strong>{escape(c['title'])}</strong> "
+                f'<span class="sub">{escape(c["subtitle"])} · {escape(detail)}</span></figcaption>'
+                '<div class="plot"></div></figure>'
+            )
+        parts.append("</div></section>")
+    elif run.samples_deleted_at is not None:
+        parts.append(
+            '<p class="warn">This run\'s samples were deleted by <code>computewatch gc</code>; '
+            "only its summary remains, so there are no charts.</p>"
+        )
+    parts += [
+        '<section id="section-run"><h2>Run</h2>',
+        _run_table(summary, run),
+        "</section>",
+        '<section id="section-usage"><h2>What it used</h2>',
+        _usage_table(summary),
+        "</section>",
+    ]
+    gpus = [g for g in summary.get("gpus") or [] if isinstance(g, dict)]
+    if gpus:
+        parts += ['<section id="section-gpus"><h2>GPUs</h2>', _gpu_table(gpus), "</section>"]
+    parts.append(steps_section(store, run, summary, data, max_buckets))  # phases, ranks
+    for name in ACCOUNTING_SECTIONS:
+        if summary.get(name) is not None:
+            parts.append(accounting_section(name, summary[name]))
+    parts.append(diagnosis_html(summary))  # findings, when the run was diagnosed
+    parts += [
+        '<section id="section-host"><h2>Host</h2>',
+        _host_table(dict(summary.get("host") or run.host)),
+        "</section>",
+        "</main><footer>",
+        f"<p>Made by computewatch {escape(__version__)} at {escape(generated)} from "
+        f"<code>{escape(store.path.name)}</code>. Charts drawn with uPlot {UPLOT_VERSION} "
+        "(MIT licence, © Leon Sorokin), included in this file.</p>",
+        "</footer>",
+        f'<script type="application/json" id="cw-data">{json_for_script(data)}</script>',
+        f"<script>{script_safe(asset('uPlot.iife.min.js'))}</script>",
+        f"<script>{script_safe(asset('report.js'))}</script>",
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def default_filename(run: RunRow) -> str:
+    return f"computewatch-{run.id}.html"
+
+
+def write_report(
+    store: Store,
+    run: RunRow,
+    path: str | os.PathLike[str],
+    *,
+    max_buckets: int = MAX_BUCKETS,
+) -> Path:
+    """Build the page, then write it to ``path`` (a failed write leaves no half page behind).
+    Raises ``OSError`` when it cannot be written."""
+    return write_page(build_html(store, run, max_buckets=max_buckets), path)
+
+
+def write_page(page: str, path: str | os.PathLike[str]) -> Path:
+    """Write a built page to ``path`` (``~`` expanded); a failed write leaves no half page.
+    Raises ``OSError`` when it cannot be written."""
+    out = Path(path).expanduser()
+    try:
+        with open(out, "w", encoding="utf-8") as f:
+            f.write(page)
+    except OSError:
+        if out.is_file():
+            out.unlink(missing_ok=True)
+        raise
+    return out

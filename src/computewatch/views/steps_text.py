@@ -1,0 +1,125 @@
+"""Text lines for the summary's phases, ranks and requests sections (``computewatch show``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from computewatch.views.live import format_seconds
+
+MAX_PHASES_SHOWN = 8
+MAX_RANKS_SHOWN = 16
+
+
+def _pct(v: Any) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f}%"
+
+
+def _s(v: Any) -> str:
+    return "n/a" if v is None else format_seconds(float(v))
+
+
+def _energy(f: dict[str, Any]) -> str:
+    """A kWh figure in J, Wh or kWh, with its method."""
+    j = float(f["value"]) * 3.6e6
+    if j < 10:
+        text = f"{j:.3g} J"
+    elif j < 3600:
+        text = f"{j:,.0f} J"
+    elif j < 3.6e6:
+        text = f"{j / 3600:,.3g} Wh"
+    else:
+        text = f"{j / 3.6e6:,.3g} kWh"
+    return f"{text} {f.get('method')}"
+
+
+def _usd(f: dict[str, Any]) -> str:
+    v = float(f["value"])
+    return (f"${v:,.2f}" if v >= 1 else f"${v:.3g}") + f" {f.get('method')}"
+
+
+def steps_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    """(label, text) rows for the phases, ranks and requests sections present in ``summary``."""
+    return [
+        *phase_lines(summary.get("phases")),
+        *rank_lines(summary.get("ranks")),
+        *request_lines(summary.get("requests")),
+    ]
+
+
+def phase_lines(ph: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Each phase's self share of the step time (nested ones say where they ran) and its
+    per-step median, then the unaccounted share."""
+    if not ph or not ph.get("by_name"):
+        return []
+    parts = []
+    items = list(ph["by_name"].items())
+    for name, p in items[:MAX_PHASES_SHOWN]:
+        text = f"{name} {_pct(p.get('share'))}"
+        if p.get("within"):
+            text += f" (in {p['within']})"
+        text += f" p50 {_s((p.get('per_step_seconds') or {}).get('p50'))}/step"
+        if p.get("accel_seconds") is not None:
+            text += f", accelerator {_s(p['accel_seconds'])}"
+        parts.append(text)
+    if len(items) > MAX_PHASES_SHOWN:
+        parts.append(f"{len(items) - MAX_PHASES_SHOWN} more")
+    un = ph.get("unaccounted") or {}
+    parts.append(f"unaccounted {_pct(un.get('share'))}")
+    return [("phases", " · ".join(parts))]
+
+
+def rank_lines(rk: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The distributed run in one line, then one line per rank."""
+    if not rk:
+        return []
+    rows = rk.get("ranks") or []
+    slowest = next((r for r in rows if r["rank"] == rk.get("slowest_rank")), None)
+    head = [f"{rk['count']} ranks"]
+    if slowest is not None:
+        head.append(
+            f"slowest rank {slowest['rank']} "
+            f"(compute {_s(slowest.get('compute_seconds_per_step'))}/step)"
+        )
+    head.append(f"load imbalance {_pct(rk.get('load_imbalance'))}")
+    head.append(f"comm {_pct(rk.get('comm_share'))} of step time")
+    out = [("ranks", " · ".join(head))]
+    for r in rows[:MAX_RANKS_SHOWN]:
+        st = r.get("step_time_seconds") or {}
+        out.append(
+            (
+                f"rank {r['rank']}",
+                f"{r['steps']} steps · step p50 {_s(st.get('p50'))}, p90 {_s(st.get('p90'))} · "
+                f"compute {_s(r.get('compute_seconds_per_step'))}/step · "
+                f"comm {_s(r.get('comm_seconds'))} ({_pct(r.get('comm_share'))})",
+            )
+        )
+    if len(rows) > MAX_RANKS_SHOWN:
+        out.append(("ranks", f"{len(rows) - MAX_RANKS_SHOWN} more ranks: see --json"))
+    return out
+
+
+def request_lines(rq: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """Counts, latency percentiles and rates; then energy and cost per request and per 1M
+    tokens where accounted."""
+    if not rq:
+        return []
+    lat = rq.get("latency_seconds") or {}
+    bits = [f"{rq['count']} requests, {rq['errors']} errors"]
+    bits.append(
+        f"latency p50 {_s(lat.get('p50'))}, p90 {_s(lat.get('p90'))}, "
+        f"p99 {_s(lat.get('p99'))}, max {_s(lat.get('max'))}"
+    )
+    if rq.get("requests_per_second") is not None:
+        bits.append(f"{rq['requests_per_second']:,.2f} requests/s")
+    if rq.get("tokens_per_second") is not None:
+        bits.append(f"{rq['tokens_per_second']:,.1f} tokens/s out")
+    out = [("requests", " · ".join(bits))]
+    for unit in ("request", "1m_tokens"):
+        per = []
+        for what, fmt in (("energy", _energy), ("cost", _usd)):
+            f = rq.get(f"{what}_per_{unit}")
+            if isinstance(f, dict) and f.get("value") is not None:
+                per.append(f"{what} {fmt(f)}")
+        if per:
+            out.append(("per request" if unit == "request" else "per 1M tokens", " · ".join(per)))
+    return out
