@@ -22,7 +22,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -31,9 +31,58 @@ import pytest
 
 from computewatch.store import Store
 
+pytest_plugins = ["pytester"]  # tests/test_ci_skips.py runs pytest on small test files
+
 PY = sys.executable
 CW = [PY, "-m", "computewatch"]
 TIMEOUT = 120.0  # a loaded 2-core CI machine can be slow to start interpreters
+
+
+# -- under CI, a skip is a failure ----------------------------------------------------------------
+
+
+def under_ci() -> bool:
+    """Whether this run is CI's (``CI=true``, as GitHub Actions and most others set it), where
+    every test must run: a missing tool or package is a broken CI machine, not a reason to skip.
+    Developers' partial environments (``CI`` unset) may skip."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def _skip_reason(longrepr: object) -> str:
+    # A skip's longrepr is (path, lineno, "Skipped: reason"); anything else is shown as is.
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        path, lineno, message = longrepr
+        return f"{message} ({path}:{lineno + 1 if isinstance(lineno, int) else lineno})"
+    return str(longrepr)
+
+
+def _fail_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
+    if under_ci() and report.skipped and not hasattr(report, "wasxfail"):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skipped under CI=true, where no test may skip: {_skip_reason(report.longrepr)}"
+        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """``skipif`` markers, skips in fixtures and ``pytest.skip()`` in a test fail under CI."""
+    report: pytest.TestReport = yield
+    _fail_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_make_collect_report(
+    collector: pytest.Collector,
+) -> Generator[None, pytest.CollectReport, pytest.CollectReport]:
+    """Module-level skips (``pytest.importorskip``, ``pytest.skip(allow_module_level=True)``)
+    fail under CI, as collection errors."""
+    report: pytest.CollectReport = yield
+    _fail_skip(report)
+    return report
 
 
 class CLI:
