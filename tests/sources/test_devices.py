@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import io
 import json
 from pathlib import Path
@@ -44,13 +45,24 @@ def test_describe_two_h100s() -> None:
     json.dumps(info)  # all of it serialises as is
 
 
-def test_cpu_energy_on_a_machine_without_rapl() -> None:
-    ok, _ = rapl_status()
-    if ok:
-        pytest.skip("RAPL is readable on this machine")
+def test_cpu_energy_says_whether_rapl_is_readable_here() -> None:
+    # Both branches are real checks; a CI machine (a VM, no powercap) takes the second one.
+    readable = False
+    for energy in glob.glob("/sys/class/powercap/intel-rapl*:*/energy_uj"):
+        try:
+            with open(energy, "rb") as f:
+                readable = readable or bool(f.read().strip())
+        except OSError:
+            pass
+    ok, detail = rapl_status()
     ce = describe("none")["cpu_energy"]
-    assert ce["available"] is False
-    assert "RAPL" in ce["detail"] or "powercap" in ce["detail"]
+    assert ce == {"backend": "rapl", "available": ok, "detail": detail}
+    if not readable:  # no energy counter can be read: RAPL must not claim one
+        assert not ok, detail
+    if ok:
+        assert "package" in detail
+    else:
+        assert "RAPL" in detail or "powercap" in detail
 
 
 def test_describe_an_a100_says_why_there_is_no_gpm() -> None:

@@ -8,8 +8,10 @@ v2 whose parent has the stricter limits), ``host_container`` (cgroup-namespaced 
 from __future__ import annotations
 
 import math
+import mmap
 import os
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -18,7 +20,8 @@ import pytest
 
 from computewatch.readings import Kind, Labels, Reading, labels
 from computewatch.sources.base import Source, SourceUnavailable
-from computewatch.sources.host import HostSource, _pread, allowed_cores, host_facts
+from computewatch.sources.host import HostSource, allowed_cores, host_facts
+from computewatch.sources.procfs import pread_all
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HZ = os.sysconf("SC_CLK_TCK")
@@ -426,16 +429,26 @@ def test_allowed_cores() -> None:
 
 
 def test_seq_file_returns_one_page_per_read() -> None:
-    # The kernel behaviour _pread(records=True) exists for: a multi-record seq_file such as
+    # The kernel behaviour pread_all(records=True) exists for: a multi-record seq_file such as
     # /proc/self/maps yields at most one buffer per read, however large the read.
-    fd = os.open("/proc/self/maps", os.O_RDONLY)
-    try:
-        one = os.pread(fd, 65536, 0)
-        whole = _pread(fd, records=True)
-    finally:
-        os.close(fd)
-    if len(one) >= len(whole):
-        pytest.skip("/proc/self/maps fits in one read here")
+    # A bare interpreter's maps can fit in one page (3.8 KB here), so first make it long: each
+    # mapping of a file at offset 0 is its own line, about 100 bytes with the path.
+    with tempfile.TemporaryFile() as f:
+        f.write(b"x" * mmap.PAGESIZE)
+        f.flush()
+        maps = [mmap.mmap(f.fileno(), mmap.PAGESIZE, prot=mmap.PROT_READ) for _ in range(200)]
+        try:
+            fd = os.open("/proc/self/maps", os.O_RDONLY)
+            try:
+                one = os.pread(fd, 65536, 0)
+                whole = pread_all(fd, records=True)
+            finally:
+                os.close(fd)
+        finally:
+            for m in maps:
+                m.close()
+    assert len(whole) > 200 * 50
+    assert len(one) < len(whole)
     assert whole.endswith(b"\n")
     assert whole.count(b"\n") > one.count(b"\n")
 

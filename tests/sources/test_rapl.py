@@ -14,6 +14,7 @@ Tests that change counters copy a tree to ``tmp_path`` first and rewrite ``energ
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import tempfile
@@ -385,9 +386,11 @@ def _construct_unprivileged(root: str) -> str:
     """Construct a RaplSource on ``root`` as an unprivileged user; its failure, or "".
 
     Tests run as root, and root reads any file whatever its mode, so a chmod alone proves
-    nothing. As root, a forked child drops to ``nobody`` before constructing the source, and the
-    kernel itself refuses to open the root-owned 0400 files (the mode energy_uj has had since
-    Linux 5.10). As any other user, mode 000 on files the user owns does the same.
+    nothing. As root, a new thread takes ``nobody``'s file-system identity (setfsuid(2) and
+    setfsgid(2) change the calling thread only, and drop the capabilities that let root open any
+    file) before constructing the source, so the kernel itself refuses to open the root-owned
+    0400 files (the mode energy_uj has had since Linux 5.10). No fork, so other threads running
+    in pytest do not matter. As any other user, mode 000 on files the user owns does the same.
     """
     if os.geteuid() != 0:
         try:
@@ -395,36 +398,29 @@ def _construct_unprivileged(root: str) -> str:
         except SourceUnavailable as exc:
             return str(exc)
         return ""
-    if threading.active_count() > 1:
-        pytest.skip("fork() with other threads running is unsafe")
-    rd, wr = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: never returns into pytest
+    libc = ctypes.CDLL(None, use_errno=True)
+    result: dict[str, str] = {}
+
+    def as_nobody() -> None:
+        libc.setfsgid(NOBODY)
+        libc.setfsuid(NOBODY)
         try:
-            try:
-                os.setgroups([])
-                os.setgid(NOBODY)
-                os.setuid(NOBODY)
-            except OSError as exc:
-                os.write(wr, f"SKIP cannot drop privileges: {exc}".encode())
-                os._exit(0)
+            # An invalid id changes nothing and returns the current one.
+            result["fsuid"] = str(libc.setfsuid(-1))
             try:
                 RaplSource(root).close()
-                os.write(wr, b"")
+                result["reason"] = ""
             except SourceUnavailable as exc:
-                os.write(wr, str(exc).encode())
+                result["reason"] = str(exc)
         finally:
-            os._exit(0)
-    os.close(wr)
-    chunks = []
-    while chunk := os.read(rd, 4096):
-        chunks.append(chunk)
-    os.close(rd)
-    os.waitpid(pid, 0)
-    reason = b"".join(chunks).decode()
-    if reason.startswith("SKIP "):
-        pytest.skip(reason[5:])
-    return reason
+            libc.setfsuid(0)
+            libc.setfsgid(0)
+
+    thread = threading.Thread(target=as_nobody)
+    thread.start()
+    thread.join(60)
+    assert result.get("fsuid") == str(NOBODY), f"setfsuid(nobody) did not take: {result}"
+    return result["reason"]
 
 
 def test_energy_uj_readable_only_by_root() -> None:
