@@ -4,6 +4,7 @@ while it runs, and alert rules that fire and resolve, delivered to a local webho
 from __future__ import annotations
 
 import socket
+import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -47,7 +48,7 @@ def test_prometheus_endpoint_serves_the_run_while_it_runs(
     url = f"http://127.0.0.1:{port}/metrics"
     p = cw.popen(
         "run", "--quiet", "--interval", "0.2", "--prometheus", f"127.0.0.1:{port}",
-        "--gpu-backend", "fake:1xH100-SXM", "--", "python", script,
+        "--gpu-backend", "fake:1xH100-SXM", "--", sys.executable, script,
     )  # fmt: skip
     text = cw.wait_for(
         lambda: (t := _scrape(url)) and (_value(t, "computewatch_job_steps_total") or 0) > 10 and t,
@@ -74,7 +75,7 @@ def test_a_port_in_use_stops_before_the_command_runs(
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        r = cw("run", "--prometheus", f"127.0.0.1:{port}", "--", "python", script)
+        r = cw("run", "--prometheus", f"127.0.0.1:{port}", "--", sys.executable, script)
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "--prometheus" in r.stderr
     assert "Traceback" not in r.stderr
@@ -96,7 +97,7 @@ def test_alert_rules_fire_and_resolve_during_a_run(
     script = make_script("stepper.py", STEPPER.format(busy=3, idle=3))
     r = cw(
         "run", "--quiet", "--interval", "0.2", "--alerts", rules, "--notify", "terminal",
-        "--notify", f"webhook:{receiver.url}/hook", "--", "python", script,
+        "--notify", f"webhook:{receiver.url}/hook", "--", sys.executable, script,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     run_id = cw.show()["id"]
@@ -118,7 +119,7 @@ def test_energy_budget_alert_in_a_run(
     r = cw(
         "run", "--quiet", "--interval", "0.2", "--gpu-backend", "fake:1xH100-SXM",
         "--budget-kwh", "0.00001", "--notify", f"webhook:{receiver.url}/hook", "--",
-        "python", script,
+        sys.executable, script,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     budget = [a for a in receiver.alerts() if a["rule"] == "JobEnergyBudgetExceeded"]
@@ -134,7 +135,7 @@ def test_a_bad_rules_file_stops_before_the_command_runs(
     rules.write_text("rules:\n  - name: Bad\n    expr: computewatch_gpu_utilization_ratio >\n")
     marker = tmp_path / "ran"
     script = make_script("touch.py", f"open({str(marker)!r}, 'w').close()")
-    r = cw("run", "--alerts", rules, "--", "python", script)
+    r = cw("run", "--alerts", rules, "--", sys.executable, script)
     assert r.returncode == 2
     assert f"{rules}:3" in r.stderr and "Traceback" not in r.stderr
     assert not marker.exists()
