@@ -3,13 +3,26 @@ assumed, and a low-high range."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 MEASURED = "measured"  # a hardware or kernel counter read at the start and end
 POLLED = "polled"  # instantaneous readings integrated over the samples
 MODELED = "modeled"  # computed from a model and reference figures
 ESTIMATED = "estimated"  # from assumed utilization (hardware-time FLOPs, forecasts)
 COUNTED = "counted"  # counted by the program (FLOPs per step)
+
+
+class Figure(TypedDict):
+    """An accounted figure. ``value``, ``low`` and ``high`` are null when it is unknown (then
+    ``assumptions`` say why); ``source`` names the reference data or counter behind it."""
+
+    value: float | None
+    unit: str
+    method: str  # MEASURED, POLLED, MODELED, ESTIMATED or COUNTED
+    low: float | None
+    high: float | None
+    assumptions: list[str]
+    source: str | None
 
 
 def figure(
@@ -22,8 +35,8 @@ def figure(
     assumptions: list[str] | None = None,
     source: str | None = None,
     digits: int = 6,
-) -> dict[str, Any]:
-    """A figure dict; ``low``/``high`` default to the value itself (no stated uncertainty).
+) -> Figure:
+    """A figure; ``low``/``high`` default to the value itself (no stated uncertainty).
     Numbers keep ``digits`` significant digits (a 2-second run's energy is a few mWh)."""
 
     def r(v: float | None) -> float | None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from computewatch.paths import resolve_db_path
 from computewatch.sampling.channel import (
@@ -34,6 +34,9 @@ from computewatch.sampling.channel import (
     StepRecord,
     StepWriter,
 )
+
+if TYPE_CHECKING:  # the summary's types, for annotations only (track() imports stay light)
+    from computewatch.analysis.summary_types import RunSummary
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -151,7 +154,7 @@ class Run:
         self._phases: dict[str, Phase] = {}
         self._flops_rule: Callable[[float | None], float | None] | None = None
         self._closed = False
-        self.summary: dict[str, Any] | None = None
+        self.summary: RunSummary | None = None
         self.status: str | None = None
 
     @property
@@ -483,9 +486,10 @@ def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
     return Run(run_id, writer, attached=False, db_path=db_path, sampler=proc)
 
 
-def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> dict[str, Any] | None:
+def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> RunSummary | None:
     """Read the summary the sampler stored; if the sampler died, close the run ourselves."""
     from computewatch.analysis.summary import build_summary
+    from computewatch.analysis.summary_types import stored_summary
     from computewatch.store import RUNNING, Store, StoreError
 
     assert run.db_path is not None
@@ -508,7 +512,7 @@ def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> di
                 summary = build_summary(store, row)
                 store.update_run(row.key, summary=summary)
                 return summary
-            return row.summary
+            return stored_summary(row.summary)
     except StoreError as e:
         print(f"computewatch: run {run.id} could not be stored: {e}", file=sys.stderr)
         return None

@@ -8,20 +8,34 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
 
+from computewatch.accounting.cpu_power import CPU_IDLE_FRACTION, CpuPowerModel
 from computewatch.accounting.flops import run_flops
 from computewatch.accounting.forecast import forecast
 from computewatch.accounting.live_intensity import LiveIntensityClient, LiveIntensityError
-from computewatch.accounting.region import Location, detect_cloud, resolve_location
+from computewatch.accounting.region import CloudHost, Location, detect_cloud, resolve_location
 from computewatch.analysis.steps import request_accounting
+from computewatch.analysis.summary_types import (
+    Accounting,
+    AccountingFailure,
+    CarbonSection,
+    CostPerUnit,
+    CostSection,
+    CpuEnergyFigure,
+    EnergyComponents,
+    EnergySection,
+    GpuStats,
+    RunSummary,
+)
 from computewatch.catalog import reference
 from computewatch.config import Config
 from computewatch.records import (
     MEASURED,
     MODELED,
     POLLED,
+    Figure,
     figure,
     relative_range,
 )
@@ -31,12 +45,12 @@ J_PER_KWH = 3.6e6
 GPU_COUNTER_UNCERTAINTY = 0.05  # NVML: power readings within +/-5% of the draw (nvml.h docs)
 GPU_POLLED_UNCERTAINTY = 0.10  # the counter's +/-5% plus what sampling misses between polls
 RAPL_UNCERTAINTY = 0.10  # RAPL tracks wall-plug CPU power closely (Khan et al. 2018, TOMPECS)
-KNOWN_CPU_UNCERTAINTY = 0.40  # TDP curve for a known CPU model
-CPU_IDLE_FRACTION = 0.30  # package power at idle as a fraction of TDP (linear model below)
 GRID_UNCERTAINTY = 0.15  # an annual average applied to particular hours
 SERVER_LIFETIME_YEARS = 6.0  # embodied carbon amortised over 6 years (Luccioni et al. 2022)
 SERVER_LIFETIME_SOURCE = "Luccioni, Viguier and Ligozat (2022): 6-year replacement rate"
 _BUSY_MODES = frozenset({"user", "nice", "system", "irq", "softirq", "steal"})
+
+SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (metric name, sorted labels)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -55,9 +69,7 @@ class AccountingOptions:
     live_client: Callable[[str, str | None], Any] | None = None  # (token, url) -> client
 
 
-def account(
-    store: Store, run: RunRow, summary: dict[str, Any], opts: AccountingOptions
-) -> dict[str, Any]:
+def account(store: Store, run: RunRow, summary: RunSummary, opts: AccountingOptions) -> Accounting:
     """The ``energy``, ``carbon``, ``cost``, ``flops`` (and with a step target ``forecast``)
     sections of a run's summary."""
     cfg = opts.config
@@ -70,9 +82,9 @@ def account(
     carbon = _carbon(energy, summary, opts, location, duration)
     cost = _cost(energy, summary, opts, host_cloud, duration)
     flops = run_flops(store, run, summary, opts.precision or cfg.precision)
-    out: dict[str, Any] = {"energy": energy, "carbon": carbon, "cost": cost, "flops": flops}
-    if summary.get("requests"):  # energy and cost per request and per 1M tokens
-        out["requests"] = request_accounting(summary["requests"], energy, cost)
+    out: Accounting = {"energy": energy, "carbon": carbon, "cost": cost, "flops": flops}
+    if requests := summary.get("requests"):  # energy and cost per request and per 1M tokens
+        out["requests"] = request_accounting(requests, energy, cost)
     total = opts.total_steps or _declared_total_steps(store, run)
     if total:
         out["forecast"] = forecast(store, run, summary, out, total)
@@ -80,8 +92,8 @@ def account(
 
 
 def accounted(
-    store: Store, run: RunRow, summary: dict[str, Any], opts: AccountingOptions
-) -> dict[str, Any]:
+    store: Store, run: RunRow, summary: RunSummary, opts: AccountingOptions
+) -> Accounting | AccountingFailure:
     """:func:`account`, never raising: a failure becomes a note in the summary (the run and
     its measurements are stored whatever happens to the accounting)."""
     try:
@@ -90,23 +102,39 @@ def accounted(
         return {"notes": [*summary.get("notes", []), f"accounting failed: {type(e).__name__}: {e}"]}
 
 
+def with_accounting(summary: RunSummary, sections: Accounting | AccountingFailure) -> RunSummary:
+    """``summary`` with :func:`accounted`'s sections added (when the accounting failed, its
+    notes, which say why)."""
+    out = summary.copy()
+    if "energy" not in sections:
+        out["notes"] = sections["notes"]
+        return out
+    out["energy"], out["carbon"] = sections["energy"], sections["carbon"]
+    out["cost"], out["flops"] = sections["cost"], sections["flops"]
+    if "requests" in sections:
+        out["requests"] = sections["requests"]
+    if "forecast" in sections:
+        out["forecast"] = sections["forecast"]
+    return out
+
+
 # -- energy ---------------------------------------------------------------------------------
 
 
 def _energy(
     store: Store,
     run: RunRow,
-    summary: dict[str, Any],
+    summary: RunSummary,
     opts: AccountingOptions,
     location: Location,
     duration: float,
-) -> dict[str, Any]:
+) -> EnergySection:
     cfg = opts.config
-    components: dict[str, dict[str, Any]] = {}
     rules: list[str] = []
     gpus = summary.get("gpus") or []
+    gpu: Figure | None = None
     if gpus:
-        components["gpu"] = _gpu_energy(gpus, opts.whole_machine)
+        gpu = _gpu_energy(gpus, opts.whole_machine)
         for g in gpus:
             rule = "charged whole (--whole-machine)" if opts.whole_machine else g.get("share_rule")
             rules.append(f"GPU {g.get('index')}: {rule or 'charged whole'}")
@@ -116,15 +144,22 @@ def _energy(
     rapl = {k: v for k, v in series.items() if k[0] == "cpu_energy_joules_total"}
     package = sum(v for k, v in rapl.items() if dict(k[1]).get("domain") == "package")
     dram = sum(v for k, v in rapl.items() if dict(k[1]).get("domain") == "dram")
-    if package > 0:
-        components["cpu"] = _rapl_figure(package, cpu_share, "package")
+    cpu: CpuEnergyFigure
+    if package > 0:  # a Figure is a CpuEnergyFigure without the model's inputs
+        cpu = cast(CpuEnergyFigure, _rapl_figure(package, cpu_share, "package"))
     else:
         busy = host_busy_seconds(series) if opts.whole_machine else None
-        components["cpu"] = _cpu_model_energy(summary, cfg, duration, cpu_share, busy)
+        cpu = _cpu_model_energy(summary, cfg, duration, cpu_share, busy)
     if dram > 0:
-        components["memory"] = _rapl_figure(dram, cpu_share, "DRAM")
+        memory = _rapl_figure(dram, cpu_share, "DRAM")
     else:
-        components["memory"] = _memory_model_energy(summary, cfg, duration, opts.whole_machine)
+        memory = _memory_model_energy(summary, cfg, duration, opts.whole_machine)
+    # in this order: the views list the components as they come
+    components: EnergyComponents = (
+        {"gpu": gpu, "cpu": cpu, "memory": memory}
+        if gpu is not None
+        else {"cpu": cpu, "memory": memory}
+    )
     if cfg.server_watts > 0:
         kwh = cfg.server_watts * duration * cpu_share / J_PER_KWH
         components["server"] = figure(
@@ -134,14 +169,15 @@ def _energy(
             assumptions=[f"rest of the server {cfg.server_watts:g} W (configured) x CPU share"],
             source=str(cfg.path) if cfg.path else "configuration",
         )
-    it = _sum(components.values())
+    parts = [gpu, cpu, memory, components.get("server")]
+    it = _sum(parts)
     pue_value, pue_low, pue_high, pue_src = resolve_pue(opts.pue, opts.config, location)
     facility = figure(
-        it["value"] * pue_value,
+        _num(it["value"]) * pue_value,
         "kWh",
-        _weakest(components.values()),
-        low=it["low"] * pue_low,
-        high=it["high"] * pue_high,
+        _weakest(parts),
+        low=_num(it["low"]) * pue_low,
+        high=_num(it["high"]) * pue_high,
         assumptions=[f"PUE {pue_value:g} ({pue_src})"],
         source=pue_src,
     )
@@ -154,7 +190,7 @@ def _energy(
     }
 
 
-def _rapl_figure(joules: float, share: float, domain: str) -> dict[str, Any]:
+def _rapl_figure(joules: float, share: float, domain: str) -> Figure:
     """A RAPL counter's delta over the run, times the run's CPU share (``measured``)."""
     lo, hi = relative_range(joules * share, RAPL_UNCERTAINTY)
     return figure(
@@ -168,7 +204,7 @@ def _rapl_figure(joules: float, share: float, domain: str) -> dict[str, Any]:
     )
 
 
-def _gpu_energy(gpus: list[dict[str, Any]], whole: bool = False) -> dict[str, Any]:
+def _gpu_energy(gpus: list[GpuStats], whole: bool = False) -> Figure:
     total = low = high = 0.0
     methods = set()
     notes = []
@@ -198,7 +234,7 @@ def _gpu_energy(gpus: list[dict[str, Any]], whole: bool = False) -> dict[str, An
     )
 
 
-def _deltas(store: Store, run: RunRow) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def _deltas(store: Store, run: RunRow) -> dict[SeriesKey, float]:
     """Last minus first of the counters accounting needs (RAPL and host CPU time)."""
     wanted = [
         s
@@ -213,7 +249,7 @@ def _deltas(store: Store, run: RunRow) -> dict[tuple[str, tuple[tuple[str, str],
     return out
 
 
-def host_busy_seconds(series: dict[Any, float]) -> float:
+def host_busy_seconds(series: Mapping[SeriesKey, float]) -> float:
     """CPU seconds the whole host spent busy over the run (all cores, busy modes)."""
     return sum(
         v
@@ -222,7 +258,9 @@ def host_busy_seconds(series: dict[Any, float]) -> float:
     )
 
 
-def _cpu_share(summary: dict[str, Any], series: dict[Any, float], whole: bool) -> tuple[float, str]:
+def _cpu_share(
+    summary: RunSummary, series: Mapping[SeriesKey, float], whole: bool
+) -> tuple[float, str]:
     if whole:
         return 1.0, "CPU and memory: the whole machine is charged (--whole-machine)"
     busy = host_busy_seconds(series)
@@ -237,41 +275,19 @@ def _cpu_share(summary: dict[str, Any], series: dict[Any, float], whole: bool) -
 
 
 def _cpu_model_energy(
-    summary: dict[str, Any],
+    summary: RunSummary,
     cfg: Config,
     duration: float,
     share: float,
     whole_busy_seconds: float | None = None,
-) -> dict[str, Any]:
+) -> CpuEnergyFigure:
     host = summary.get("host") or {}
     logical = float(host.get("logical_cpus") or 1)
     model = str(host.get("cpu_model") or "unknown")
-    row = reference.cpu_tdp(model)
-    d = reference.defaults()
-    if cfg.cpu_tdp_watts is not None:
-        watts, rel = cfg.cpu_tdp_watts, KNOWN_CPU_UNCERTAINTY
-        how = f"TDP {watts:g} W (configured) for the machine's CPUs"
-        src = str(cfg.path) if cfg.path else "configuration"
-    elif row is not None:
-        # A VM sees part of a socket: scale the socket's TDP by the share of its threads we see
-        # (2 threads per core assumed: a host without SMT is charged half; say so).
-        sockets = logical / (2 * row.cores)
-        watts = row.tdp_watts * max(sockets, 0.0)
-        rel = KNOWN_CPU_UNCERTAINTY
-        how = (
-            f"{model}: TDP {row.tdp_watts:g} W per {row.cores}-core socket ({row.source}, "
-            f"{row.year}) x {sockets:.3g} sockets' worth of threads"
-        )
-        src = row.source
-    else:
-        per_core = d["unknown_cpu_watts_per_core"]
-        watts = per_core.value * logical / 2
-        rel = d["unknown_cpu_relative_uncertainty"].value
-        how = (
-            f"CPU model {model!r} not in the catalog: {per_core.value:g} W per core "
-            f"({per_core.source}) x {logical:g} logical CPUs / 2 threads per core"
-        )
-        src = per_core.source
+    cpu = CpuPowerModel.for_cpu(
+        model, logical, cfg.cpu_tdp_watts, str(cfg.path) if cfg.path else "configuration"
+    )
+    watts, rel, how, src = cpu.tdp_watts, cpu.relative_uncertainty, cpu.how, cpu.source
     # Linear model of the visible CPUs' power: P = TDP x (idle + (1 - idle) x u_host). The run
     # is charged its share of the idle part and the busy part of the CPU seconds it used itself:
     #   E = TDP x (idle x duration x share + (1 - idle) x cpu_seconds / logical CPUs),
@@ -284,21 +300,24 @@ def _cpu_model_energy(
     joules = idle_j + busy_j
     power = joules / duration if duration > 0 else 0.0
     lo, hi = relative_range(joules, rel)
-    out = figure(
-        joules / J_PER_KWH,
-        "kWh",
-        MODELED,
-        low=lo / J_PER_KWH,
-        high=hi / J_PER_KWH,
-        assumptions=[
-            "no RAPL counters readable here",
-            how,
-            f"energy = TDP x ({CPU_IDLE_FRACTION:g} x duration x CPU share {share:.3f} + "
-            f"{1 - CPU_IDLE_FRACTION:g} x {cpu_seconds:.2f} CPU-s / {logical:g} CPUs) "
-            f"= {power:.2f} W on average",
-            f"uncertainty +/-{rel:.0%}",
-        ],
-        source=src,
+    out = cast(  # a Figure is a CpuEnergyFigure without the model's inputs
+        CpuEnergyFigure,
+        figure(
+            joules / J_PER_KWH,
+            "kWh",
+            MODELED,
+            low=lo / J_PER_KWH,
+            high=hi / J_PER_KWH,
+            assumptions=[
+                "no RAPL counters readable here",
+                how,
+                f"energy = TDP x ({CPU_IDLE_FRACTION:g} x duration x CPU share {share:.3f} + "
+                f"{1 - CPU_IDLE_FRACTION:g} x {cpu_seconds:.2f} CPU-s / {logical:g} CPUs) "
+                f"= {power:.2f} W on average",
+                f"uncertainty +/-{rel:.0%}",
+            ],
+            source=src,
+        ),
     )
     out["inputs"] = {  # the model's numbers, for anyone checking or comparing the figure
         "tdp_watts": round(watts, 4),
@@ -312,9 +331,7 @@ def _cpu_model_energy(
     return out
 
 
-def _memory_model_energy(
-    summary: dict[str, Any], cfg: Config, duration: float, whole: bool
-) -> dict[str, Any]:
+def _memory_model_energy(summary: RunSummary, cfg: Config, duration: float, whole: bool) -> Figure:
     d = reference.defaults()
     per_gib = cfg.memory_watts_per_gib
     src = str(cfg.path) if per_gib is not None and cfg.path else d["memory_watts_per_gib"].source
@@ -375,12 +392,12 @@ def resolve_pue(
 
 
 def _carbon(
-    energy: dict[str, Any],
-    summary: dict[str, Any],
+    energy: EnergySection,
+    summary: RunSummary,
     opts: AccountingOptions,
     location: Location,
     duration: float,
-) -> dict[str, Any]:
+) -> CarbonSection:
     cfg = opts.config
     row = location.row
     g_per_kwh = row.g_per_kwh
@@ -403,7 +420,7 @@ def _carbon(
         except LiveIntensityError as e:
             notes.append(f"live intensity unavailable ({e}); annual average used")
     facility = energy["facility"]
-    kwh, kwh_lo, kwh_hi = facility["value"], facility["low"], facility["high"]
+    kwh, kwh_lo, kwh_hi = _num(facility["value"]), _num(facility["low"]), _num(facility["high"])
     op = figure(
         kwh * g_per_kwh,
         "gCO2e",
@@ -418,7 +435,7 @@ def _carbon(
         ],
         source=src,
     )
-    out: dict[str, Any] = {
+    out: CarbonSection = {
         "operational": op,
         "intensity": {
             "g_per_kwh": g_per_kwh,
@@ -429,17 +446,16 @@ def _carbon(
             "source": src,
             "year": row.year,
         },
+        "total": op,
     }
-    total = op
     if cfg.embodied:
         emb = _embodied(summary, duration)
         out["embodied"] = emb
-        total = _sum([op, emb], unit="gCO2e")
-    out["total"] = total
+        out["total"] = _sum([op, emb], unit="gCO2e")
     return out
 
 
-def _embodied(summary: dict[str, Any], duration: float) -> dict[str, Any]:
+def _embodied(summary: RunSummary, duration: float) -> Figure:
     d = reference.defaults()
     gpus = len(summary.get("gpus") or [])
     hours = duration / 3600
@@ -468,24 +484,24 @@ def _embodied(summary: dict[str, Any], duration: float) -> dict[str, Any]:
 
 
 def _cost(
-    energy: dict[str, Any],
-    summary: dict[str, Any],
+    energy: EnergySection,
+    summary: RunSummary,
     opts: AccountingOptions,
-    host_cloud: Any,
+    host_cloud: CloudHost,
     duration: float,
-) -> dict[str, Any]:
+) -> CostSection:
     cfg = opts.config
     hours = duration / 3600
     gpus = summary.get("gpus") or []
     ngpu = len(gpus)
-    parts: list[dict[str, Any]] = []
+    parts: list[Figure] = []
     notes: list[str] = []
     instance_key = opts.instance_type or cfg.instance_type
     how = "--instance-type" if opts.instance_type else "configuration"
     if not instance_key and host_cloud.provider and host_cloud.instance_type:
         instance_key = f"{host_cloud.provider}:{host_cloud.instance_type}"
         how = f"DMI ({host_cloud.evidence})"
-    compute: dict[str, Any] | None = None
+    compute: Figure | None = None
     if cfg.usd_per_gpu_hour is not None and ngpu:
         usd = cfg.usd_per_gpu_hour * ngpu * hours
         compute = figure(
@@ -533,13 +549,14 @@ def _cost(
     electricity = None
     if cfg.usd_per_kwh is not None:
         fac = energy["facility"]
+        kwh = _num(fac["value"])
         electricity = figure(
-            fac["value"] * cfg.usd_per_kwh,
+            kwh * cfg.usd_per_kwh,
             "USD",
             MODELED,
-            low=fac["low"] * cfg.usd_per_kwh,
-            high=fac["high"] * cfg.usd_per_kwh,
-            assumptions=[f"{fac['value']:.6f} kWh x ${cfg.usd_per_kwh:g}/kWh (configured)"],
+            low=_num(fac["low"]) * cfg.usd_per_kwh,
+            high=_num(fac["high"]) * cfg.usd_per_kwh,
+            assumptions=[f"{kwh:.6f} kWh x ${cfg.usd_per_kwh:g}/kWh (configured)"],
             source="configuration",
         )
         parts.append(electricity)
@@ -552,25 +569,29 @@ def _cost(
     else:
         total = _sum(parts, unit="USD")
         total["assumptions"] = [a for p in parts for a in p["assumptions"]] + notes
-    out: dict[str, Any] = {"compute": compute, "electricity": electricity, "total": total}
-    out["per_unit"] = _unit_costs(total, summary)
+    return {
+        "compute": compute,
+        "electricity": electricity,
+        "total": total,
+        "per_unit": _unit_costs(total, summary),
+    }
+
+
+def _unit_costs(total: Figure, summary: RunSummary) -> CostPerUnit:
+    steps = summary.get("steps")
+    usd = total["value"]
+    count = steps.get("count") if steps else None
+    if usd is None or not steps or not count:
+        return {}
+    out: CostPerUnit = {"usd_per_step": round(usd / count, 8)}
+    if samples := steps.get("samples_total"):
+        out["usd_per_1k_samples"] = round(usd / samples * 1e3, 8)
+    if tokens := steps.get("tokens_total"):
+        out["usd_per_1m_tokens"] = round(usd / tokens * 1e6, 8)
     return out
 
 
-def _unit_costs(total: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
-    steps = summary.get("steps") or {}
-    usd = total.get("value")
-    if usd is None or not steps.get("count"):
-        return {}
-    out: dict[str, Any] = {"usd_per_step": usd / steps["count"]}
-    if steps.get("samples_total"):
-        out["usd_per_1k_samples"] = usd / steps["samples_total"] * 1e3
-    if steps.get("tokens_total"):
-        out["usd_per_1m_tokens"] = usd / steps["tokens_total"] * 1e6
-    return {k: round(v, 8) for k, v in out.items()}
-
-
-def _core_share(summary: dict[str, Any]) -> float:
+def _core_share(summary: RunSummary) -> float:
     """The run's share of the machine's cores: the cores it may use over the logical CPUs."""
     host = summary.get("host") or {}
     return min(float(host.get("allowed_cores") or 1) / float(host.get("logical_cpus") or 1), 1.0)
@@ -579,24 +600,29 @@ def _core_share(summary: dict[str, Any]) -> float:
 # -- helpers --------------------------------------------------------------------------------
 
 
-def _sum(figs: Any, unit: str = "kWh") -> dict[str, Any]:
-    figs = [f for f in figs if f is not None and f.get("value") is not None]
+def _num(v: float | None) -> float:
+    """A figure's number where it is known to be set (a sum's, a product's); else 0."""
+    return 0.0 if v is None else v
+
+
+def _sum(figs: Iterable[Figure | None], unit: str = "kWh") -> Figure:
+    known = [f for f in figs if f is not None and f["value"] is not None]
     return figure(
-        sum(f["value"] for f in figs),
+        sum(_num(f["value"]) for f in known),
         unit,
-        _weakest(figs),
-        low=sum(f["low"] for f in figs),
-        high=sum(f["high"] for f in figs),
-        assumptions=[f"sum of {len(figs)} part(s); ranges added (taken as fully correlated)"],
+        _weakest(known),
+        low=sum(_num(f["low"]) for f in known),
+        high=sum(_num(f["high"]) for f in known),
+        assumptions=[f"sum of {len(known)} part(s); ranges added (taken as fully correlated)"],
     )
 
 
 _ORDER = {MEASURED: 0, "counted": 0, POLLED: 1, MODELED: 2, "estimated": 3}
 
 
-def _weakest(figs: Any) -> str:
+def _weakest(figs: Iterable[Figure | None]) -> str:
     """The least direct method among the parts: a total is only as measured as its weakest part."""
-    methods = [f["method"] for f in figs if f is not None and f.get("value") is not None]
+    methods = [f["method"] for f in figs if f is not None and f["value"] is not None]
     return max(methods, key=lambda m: _ORDER.get(m, 9)) if methods else MODELED
 
 

@@ -12,8 +12,15 @@ counters report MACs, half as many). Peaks are the catalog's dense figures.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
+from computewatch.analysis.summary_types import (
+    FlopsDevice,
+    FlopsSection,
+    FlopThreshold,
+    GpuStats,
+    RunSummary,
+)
 from computewatch.catalog import PRECISIONS, Accelerator, load_accelerators
 from computewatch.records import COUNTED, ESTIMATED, figure
 from computewatch.store import RunRow, StepRow, Store
@@ -35,8 +42,8 @@ PF_DAY_FLOP = 1e15 * 86_400
 
 
 def hardware_estimate(
-    gpus: Sequence[dict[str, Any]], duration_seconds: float, precision: str | None = None
-) -> dict[str, Any]:
+    gpus: Sequence[GpuStats], duration_seconds: float, precision: str | None = None
+) -> FlopsSection:
     """The hardware-time FLOPs estimate of a run from its summary's ``gpus`` and duration."""
     if precision is not None and precision not in PRECISIONS:
         raise ValueError(
@@ -44,7 +51,7 @@ def hardware_estimate(
         )
     catalog = load_accelerators()
     total = 0.0
-    devices = []
+    devices: list[FlopsDevice] = []
     assumptions: list[str] = []
     missing: list[str] = []
     for g in gpus:
@@ -74,7 +81,8 @@ def hardware_estimate(
             f"({active:.0%} of {duration_seconds:.0f} s)"
         )
     if not devices:
-        out = figure(None, "FLOP", ESTIMATED, assumptions=missing or ["no accelerator used"])
+        none = figure(None, "FLOP", ESTIMATED, assumptions=missing or ["no accelerator used"])
+        out = cast(FlopsSection, none)  # a Figure is a FlopsSection without its extra keys
         out["devices"] = []
         return out
     assumptions.append(
@@ -83,15 +91,18 @@ def hardware_estimate(
     )
     assumptions.extend(missing)
     mid = (UTILIZATION_LOW + UTILIZATION_HIGH) / 2
-    out = figure(
-        total * mid,
-        "FLOP",
-        ESTIMATED,
-        low=total * UTILIZATION_LOW,
-        high=total * UTILIZATION_HIGH,
-        assumptions=assumptions,
-        source=UTILIZATION_SOURCE,
-        digits=6,
+    out = cast(
+        FlopsSection,
+        figure(
+            total * mid,
+            "FLOP",
+            ESTIMATED,
+            low=total * UTILIZATION_LOW,
+            high=total * UTILIZATION_HIGH,
+            assumptions=assumptions,
+            source=UTILIZATION_SOURCE,
+            digits=6,
+        ),
     )
     out["devices"] = devices
     out["pf_days"] = round(total * mid / (1e15 * 86400), 9)
@@ -100,7 +111,7 @@ def hardware_estimate(
 
 
 def _peak(
-    gpu: Mapping[str, Any], precision: str | None, catalog: Mapping[str, Accelerator]
+    gpu: GpuStats, precision: str | None, catalog: Mapping[str, Accelerator]
 ) -> tuple[Accelerator, str, float] | str:
     """A GPU's catalog entry, precision and dense peak TFLOP/s (``precision``, else the first
     of bf16, fp16, fp32 it has), or why there is none."""
@@ -116,7 +127,7 @@ def _peak(
     return acc, prec, peak
 
 
-def thresholds(flop: float) -> list[dict[str, Any]]:
+def thresholds(flop: float) -> list[FlopThreshold]:
     """The regulatory thresholds with how far ``flop`` is from each: ``crossed``, the
     ``fraction`` reached, and ``approached`` (not crossed, but at least 10% of it)."""
     return [
@@ -132,8 +143,8 @@ def thresholds(flop: float) -> list[dict[str, Any]]:
 
 
 def run_flops(
-    store: Store, run: RunRow, summary: Mapping[str, Any], precision: str | None = None
-) -> dict[str, Any]:
+    store: Store, run: RunRow, summary: RunSummary, precision: str | None = None
+) -> FlopsSection:
     """The ``flops`` section of a run's summary: counted (with MFU) when its steps carry
     FLOPs, else the hardware-time estimate."""
     gpus = list(summary.get("gpus") or [])
@@ -147,10 +158,10 @@ def run_flops(
 def counted_flops(
     steps: Sequence[StepRow],
     writers: Mapping[int, tuple[float, Mapping[str, Any]]],
-    gpus: Sequence[Mapping[str, Any]],
-    estimate: dict[str, Any],
+    gpus: Sequence[GpuStats],
+    estimate: FlopsSection,
     precision: str | None = None,
-) -> dict[str, Any]:
+) -> FlopsSection:
     """The counted ``flops`` section: the steps' model FLOPs summed, the FLOP/s achieved, MFU
     and (where recomputation is declared) HFU, thresholds, and the hardware ``estimate``.
 
@@ -199,7 +210,7 @@ def counted_flops(
             undeclared.append(pid)
     step_time = _union_length(windows)
     n_all = len(steps)
-    out = figure(
+    counted = figure(
         total,
         "FLOP",
         COUNTED,
@@ -210,6 +221,7 @@ def counted_flops(
         source="the program's own count",
         digits=12,
     )
+    out = cast(FlopsSection, counted)  # a Figure is a FlopsSection without its extra keys
     out["steps_with_flops"] = counted_steps
     out["pf_days"] = round(total / PF_DAY_FLOP, 12)
     out["thresholds"] = thresholds(total)
@@ -256,7 +268,7 @@ def _available(
     step_time: float,
     declared_peak_seconds: float,
     undeclared: Sequence[int],
-    gpus: Sequence[Mapping[str, Any]],
+    gpus: Sequence[GpuStats],
     precision: str | None,
 ) -> tuple[float | None, float | None, str | None, list[str]]:
     """FLOPs the hardware could have done over the step windows, the peak FLOP/s behind it,

@@ -10,13 +10,30 @@ ranges widened by the time range.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
-from computewatch.analysis.summary import percentile
-from computewatch.records import ESTIMATED, figure
+from computewatch.analysis.common import percentile
+from computewatch.analysis.summary_types import (
+    CarbonSection,
+    CostSection,
+    EnergySection,
+    FlopsSection,
+    Forecast,
+    RunSummary,
+)
+from computewatch.records import ESTIMATED, Figure, figure
 from computewatch.store import RunRow, Store
 
 WINDOW = 200
+
+
+class ProjectedSections(TypedDict):
+    """The accounting sections a forecast projects."""
+
+    energy: EnergySection
+    carbon: CarbonSection
+    cost: CostSection
+    flops: FlopsSection
 
 
 def step_durations(store: Store, run: RunRow) -> list[float]:
@@ -34,22 +51,28 @@ def step_durations(store: Store, run: RunRow) -> list[float]:
 def forecast(
     store: Store,
     run: RunRow,
-    summary: dict[str, Any],
-    sections: dict[str, Any],
+    summary: RunSummary,
+    sections: ProjectedSections,
     total_steps: int,
-) -> dict[str, Any]:
-    steps = summary.get("steps") or {}
+) -> Forecast:
+    """The ``forecast`` section: the run at ``total_steps``, from its steps so far and the
+    accounting ``sections`` (energy, carbon, cost, flops) computed for it."""
+    steps = summary["steps"]
     elapsed = float(summary.get("duration_seconds") or 0.0)
     procs = max(int(steps.get("processes") or 1), 1)
     # ``total_steps`` counts the run's steps: in data-parallel training every rank reports
     # each step, so the run has done the steps of one process (the mean over processes).
     done = round(int(steps.get("count") or 0) / procs)
-    base: dict[str, Any] = {"total_steps": total_steps, "steps_done": done}
     if done >= total_steps:
-        return {**base, "complete": True}
+        return {"total_steps": total_steps, "steps_done": done, "complete": True}
     durations = step_durations(store, run)[-WINDOW:]
     if not durations or elapsed <= 0:
-        return {**base, "complete": False, "note": "no step times yet: nothing to project"}
+        return {
+            "total_steps": total_steps,
+            "steps_done": done,
+            "complete": False,
+            "note": "no step times yet: nothing to project",
+        }
     recent = sorted(durations)
     mean = sum(recent) / len(recent)
     remaining = total_steps - done
@@ -63,31 +86,38 @@ def forecast(
         "to the 90th percentile)",
         "energy, carbon, cost and FLOPs grow in proportion to time",
     ]
-    out: dict[str, Any] = {
-        **base,
+    out: Forecast = {
+        "total_steps": total_steps,
+        "steps_done": done,
         "complete": False,
         "wall_seconds_at_completion": figure(
             elapsed + rem, "s", ESTIMATED, low=elapsed + rem_lo, high=elapsed + rem_hi,
             assumptions=assumptions,
         ),
     }  # fmt: skip
-    for key, path in (
-        ("energy_kwh", ("energy", "facility")),
-        ("carbon_gco2e", ("carbon", "total")),
-        ("cost_usd", ("cost", "total")),
-        ("flops", ("flops",)),
-    ):
-        cur: Any = sections
-        for p in path:
-            cur = cur.get(p) if isinstance(cur, dict) else None
-        if not isinstance(cur, dict) or cur.get("value") is None:
-            continue
-        out[key] = figure(
-            cur["value"] * k,
+
+    def projected(cur: Figure | None) -> Figure | None:
+        if cur is None:  # a section not computed
+            return None
+        value, low, high = cur["value"], cur["low"], cur["high"]
+        if value is None or low is None or high is None:
+            return None
+        return figure(
+            value * k,
             cur["unit"],
             ESTIMATED,
-            low=cur["low"] * k_lo,
-            high=cur["high"] * k_hi,
-            assumptions=[f"{cur['value']:.6g} {cur['unit']} so far x {k:.3f}"],
+            low=low * k_lo,
+            high=high * k_hi,
+            assumptions=[f"{value:.6g} {cur['unit']} so far x {k:.3f}"],
         )
+
+    energy, carbon, cost = sections.get("energy"), sections.get("carbon"), sections.get("cost")
+    if (e := projected(energy["facility"] if energy else None)) is not None:
+        out["energy_kwh"] = e
+    if (c := projected(carbon["total"] if carbon else None)) is not None:
+        out["carbon_gco2e"] = c
+    if (usd := projected(cost["total"] if cost else None)) is not None:
+        out["cost_usd"] = usd
+    if (flops := projected(sections.get("flops"))) is not None:
+        out["flops"] = flops
     return out

@@ -15,10 +15,20 @@ import itertools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
-from computewatch.analysis.summary import percentile
-from computewatch.records import figure
+from computewatch.analysis.common import percentile
+from computewatch.analysis.summary_types import (
+    CostSection,
+    Distribution,
+    EnergySection,
+    PhaseStats,
+    PhaseTime,
+    RankRow,
+    RankStats,
+    RequestStats,
+)
+from computewatch.records import Figure, figure
 from computewatch.store import PhaseRow, RequestRow, RunRow, StepRow, Store
 
 COMM_PHASES = frozenset({"comm"})
@@ -46,7 +56,15 @@ class StepAnatomy:
         return self.end - self.start
 
 
-def steps_sections(store: Store, run: RunRow) -> dict[str, Any]:
+class StepsSections(TypedDict):
+    """The summary's sections computed here."""
+
+    phases: PhaseStats | None
+    ranks: RankStats | None
+    requests: RequestStats | None
+
+
+def steps_sections(store: Store, run: RunRow) -> StepsSections:
     """The ``phases``, ``ranks`` and ``requests`` sections of a run's summary (each null when
     the run recorded nothing for it)."""
     steps = store.steps(run.key)
@@ -145,7 +163,7 @@ def _sweep(pid: int, start: float, end: float, phases: list[PhaseRow]) -> StepAn
     return a
 
 
-def _dist(values: list[float]) -> dict[str, float | None]:
+def _dist(values: list[float]) -> Distribution:
     """mean, p50 and p90 (linear interpolation, as the summary's step times)."""
     v = sorted(values)
     if not v:
@@ -161,7 +179,7 @@ def _r(v: float | None, nd: int = 6) -> float | None:
     return None if v is None or math.isnan(v) else round(v, nd)
 
 
-def phase_stats(anatomy: Sequence[StepAnatomy], outside: float = 0.0) -> dict[str, Any]:
+def phase_stats(anatomy: Sequence[StepAnatomy], outside: float = 0.0) -> PhaseStats:
     """Per phase name: inclusive and self seconds, self share of the step time, per-step
     distribution, accelerator seconds and the parent it ran within; plus the unaccounted time."""
     total = sum(a.seconds for a in anatomy)
@@ -181,7 +199,7 @@ def phase_stats(anatomy: Sequence[StepAnatomy], outside: float = 0.0) -> dict[st
         for (name, parent), s in a.parents.items():
             parents.setdefault(name, {})[parent] = parents.get(name, {}).get(parent, 0.0) + s
     names = sorted(per_step, key=lambda n: (-selfs.get(n, 0.0), n))
-    by_name: dict[str, Any] = {}
+    by_name: dict[str, PhaseTime] = {}
     for n in names:
         own = selfs.get(n, 0.0)
         within = None
@@ -221,7 +239,7 @@ def phase_stats(anatomy: Sequence[StepAnatomy], outside: float = 0.0) -> dict[st
 
 def rank_stats(
     anatomy: Sequence[StepAnatomy], steps: Sequence[StepRow], metas: dict[int, dict[str, Any]]
-) -> dict[str, Any] | None:
+) -> RankStats | None:
     """Per rank of a distributed run (writers whose metadata has a ``rank``; at least two
     ranks): step times, compute and ``comm`` time, the slowest rank and the load imbalance."""
     rank_of = {pid: m["rank"] for pid, m in metas.items() if isinstance(m.get("rank"), int)}
@@ -235,7 +253,7 @@ def rank_stats(
     for a in anatomy:
         if a.pid in rank_of:
             timed.setdefault(rank_of[a.pid], []).append(a)
-    rows: list[dict[str, Any]] = []
+    rows: list[RankRow] = []
     for rank in sorted(set(rank_of.values())):
         mine = timed.get(rank, [])
         step_s = sum(a.seconds for a in mine)
@@ -254,9 +272,9 @@ def rank_stats(
                 "comm_share": _r(comm / step_s, 4) if step_s > 0 else None,
             }
         )
-    known = [r for r in rows if r["compute_seconds_per_step"] is not None]
-    per_step: list[float] = [r["compute_seconds_per_step"] for r in known]
-    slowest = max(known, key=lambda r: float(r["compute_seconds_per_step"]), default=None)
+    known = [(r, c) for r in rows if (c := r["compute_seconds_per_step"]) is not None]
+    per_step = [c for _, c in known]
+    slowest = max(known, key=lambda rc: rc[1], default=None)
     mean = sum(per_step) / len(per_step) if per_step else 0.0
     all_steps = sum(r["step_seconds"] or 0.0 for r in rows)
     all_comm = sum(r["comm_seconds"] or 0.0 for r in rows)
@@ -265,7 +283,7 @@ def rank_stats(
         "count": len(rows),
         "world_size": max(world) if world else None,
         "ranks": rows,
-        "slowest_rank": slowest["rank"] if slowest else None,
+        "slowest_rank": slowest[0]["rank"] if slowest else None,
         "load_imbalance": _r(max(per_step) / mean - 1, 4) if mean > 0 else None,
         "comm_share": _r(all_comm / all_steps, 4) if all_steps > 0 else None,
         "comm_phases": sorted(COMM_PHASES),
@@ -275,7 +293,7 @@ def rank_stats(
 # -- requests -------------------------------------------------------------------------------
 
 
-def request_stats(requests: Sequence[RequestRow]) -> dict[str, Any] | None:
+def request_stats(requests: Sequence[RequestRow]) -> RequestStats | None:
     """Served requests: count, errors, latency distribution, rates and tokens; by name when
     more than one kind was served."""
     if not requests:
@@ -287,7 +305,7 @@ def request_stats(requests: Sequence[RequestRow]) -> dict[str, Any] | None:
     return out
 
 
-def _requests_of(requests: Sequence[RequestRow]) -> dict[str, Any]:
+def _requests_of(requests: Sequence[RequestRow]) -> RequestStats:
     lat = sorted(max(r.end - r.start, 0.0) for r in requests)
     span = max(r.end for r in requests) - min(r.start for r in requests)
     t_in = _total(r.tokens_in for r in requests)
@@ -318,43 +336,45 @@ def _total(values: Iterable[float | None]) -> float | None:
 
 
 def request_accounting(
-    requests: dict[str, Any], energy: dict[str, Any] | None, cost: dict[str, Any] | None
-) -> dict[str, Any]:
+    requests: RequestStats, energy: EnergySection | None, cost: CostSection | None
+) -> RequestStats:
     """``requests`` with energy and cost per request and per 1M tokens: the run's facility
     energy and total cost allocated evenly over its requests (and over their tokens in + out),
     each a figure with the parent's method and range."""
-    out = dict(requests)
     n = int(requests.get("count") or 0)
     tokens = (requests.get("tokens_in_total") or 0.0) + (requests.get("tokens_out_total") or 0.0)
-    fac = (energy or {}).get("facility")
-    total = (cost or {}).get("total")
-    for key, fig, what in (("energy", fac, "facility energy"), ("cost", total, "total cost")):
-        if not isinstance(fig, dict) or fig.get("value") is None:
-            out[f"{key}_per_request"] = out[f"{key}_per_1m_tokens"] = None
-            continue
-        out[f"{key}_per_request"] = (
-            _per(fig, n, 1.0, f"the run's {what} over its {n} requests") if n else None
-        )
-        out[f"{key}_per_1m_tokens"] = (
+
+    def shares(fig: Figure | None, what: str) -> tuple[Figure | None, Figure | None]:
+        if fig is None or fig["value"] is None:
+            return None, None
+        per_request = _per(fig, n, 1.0, f"the run's {what} over its {n} requests") if n else None
+        per_tokens = (
             _per(fig, tokens, 1e6, f"the run's {what} over its {tokens:g} tokens (in + out)")
             if tokens > 0
             else None
         )
+        return per_request, per_tokens
+
+    e_req, e_tok = shares(energy["facility"] if energy else None, "facility energy")
+    c_req, c_tok = shares(cost["total"] if cost else None, "total cost")
+    out = requests.copy()
+    out["energy_per_request"], out["energy_per_1m_tokens"] = e_req, e_tok
+    out["cost_per_request"], out["cost_per_1m_tokens"] = c_req, c_tok
     return out
 
 
-def _per(fig: dict[str, Any], count: float, scale: float, rule: str) -> dict[str, Any]:
+def _per(fig: Figure, count: float, scale: float, rule: str) -> Figure:
     """A figure divided among ``count`` units (times ``scale``), keeping method and range."""
 
-    def part(v: Any) -> float | None:
+    def part(v: float | None) -> float | None:
         return None if v is None else float(v) * scale / count
 
     return figure(
         part(fig["value"]),
-        str(fig.get("unit")),
-        str(fig.get("method")),
-        low=part(fig.get("low")),
-        high=part(fig.get("high")),
+        fig["unit"],
+        fig["method"],
+        low=part(fig["low"]),
+        high=part(fig["high"]),
         assumptions=[f"allocated evenly: {rule}"],
-        source=fig.get("source"),
+        source=fig["source"],
     )

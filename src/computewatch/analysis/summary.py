@@ -10,10 +10,26 @@ import itertools
 import math
 import time
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Any
+from typing import Literal, cast
 
-from computewatch.store import RUNNING, RunRow, Store
+from computewatch.analysis.common import iso, percentile
+from computewatch.analysis.steps import steps_sections
+from computewatch.analysis.summary_types import (
+    CpuStats,
+    DiskStats,
+    GpuDevice,
+    GpuStats,
+    HostInfo,
+    MemoryStats,
+    NetworkStats,
+    RunSummary,
+    SampleStats,
+    StepStats,
+    stored_summary,
+)
+from computewatch.store import RUNNING, RunRow, SeriesRow, Store
+
+__all__ = ["build_summary", "gpu_stats", "iso", "percentile", "step_stats"]
 
 SUMMARY_SCHEMA_VERSION = 1
 MIN_WINDOW_SECONDS = 1.0  # utilization_max is taken over windows at least this long
@@ -35,29 +51,11 @@ _HOST_SUMS = (
 )
 
 
-def iso(t: float | None) -> str | None:
-    """Seconds since the epoch as an ISO 8601 UTC timestamp (millisecond precision)."""
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolation percentile (numpy's default method) of already sorted values."""
-    n = len(sorted_values)
-    if n == 0:
-        return math.nan
-    pos = (n - 1) * q
-    lo = math.floor(pos)
-    hi = min(lo + 1, n - 1)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (pos - lo)
-
-
-def build_summary(store: Store, run: RunRow) -> dict[str, Any]:
+def build_summary(store: Store, run: RunRow) -> RunSummary:
     """Compute a run's summary from its stored samples and steps."""
     if run.summary is not None and run.samples_deleted_at is not None:
-        return run.summary  # samples are gone; the summary kept at gc time is all there is
-    from computewatch.analysis.steps import steps_sections
+        # samples are gone; the summary kept at gc time is all there is
+        return stored_summary(run.summary)
 
     ticks = store.ticks(run.key)
     series = store.series(run.key)
@@ -93,7 +91,7 @@ def build_summary(store: Store, run: RunRow) -> dict[str, Any]:
             return None
         return max(v for _, v in lists[0])
 
-    host = dict(run.host)
+    host = cast(HostInfo, dict(run.host))
     allowed = float(host.get("allowed_cores") or host.get("logical_cpus") or 1.0)
     ended = run.ended_at
     if ended is None:
@@ -106,7 +104,7 @@ def build_summary(store: Store, run: RunRow) -> dict[str, Any]:
     if util_max is not None and cpu_total is not None and duration > 0:
         # A run's last, partial window is not among the >= 1 s windows; the mean covers it.
         util_max = max(util_max, cpu_total / duration)
-    cpu: dict[str, Any] = {
+    cpu: CpuStats = {
         "seconds_total": _round(cpu_total),
         "utilization_mean": _round(cpu_total / duration / allowed)
         if cpu_total is not None and duration > 0
@@ -117,29 +115,30 @@ def build_summary(store: Store, run: RunRow) -> dict[str, Any]:
     peak_tree = peak("tree_resident_memory_bytes")
     peak_proc = last("tree_process_peak_resident_memory_bytes")
     peak_rss = max((v for v in (peak_tree, peak_proc) if v is not None), default=None)
-    memory = {
+    memory: MemoryStats = {
         "peak_rss_bytes": _int(peak_rss),
         "peak_host_used_bytes": _int(peak("host_memory_used_bytes")),
         "host_total_bytes": _int(last("host_memory_total_bytes")),
     }
-    disk = {
+    disk: DiskStats = {
         "read_bytes": _int(last("tree_read_bytes_total")),
         "write_bytes": _int(last("tree_written_bytes_total")),
         "host_read_bytes": _int(delta("host_disk_read_bytes_total")),
         "host_write_bytes": _int(delta("host_disk_written_bytes_total")),
     }
-    network = {
+    network: NetworkStats = {
         "recv_bytes": _int(delta("host_network_receive_bytes_total")),
         "sent_bytes": _int(delta("host_network_transmit_bytes_total")),
         "scope": "host",
     }
     data_until = run.data_until
-    samples = {
+    samples: SampleStats = {
         "count": len(ticks),
         "interval_seconds": run.interval_seconds,
         "series": len(series),
         "data_until": iso(data_until),
     }
+    sections = steps_sections(store, run)  # phases, ranks, requests (steps.py)
     return {
         "schema_version": SUMMARY_SCHEMA_VERSION,
         "id": run.id,
@@ -159,13 +158,15 @@ def build_summary(store: Store, run: RunRow) -> dict[str, Any]:
         "network": network,
         "gpus": gpu_stats(store, run, series, seq_mono, pts),
         "steps": step_stats(store, run),
-        **steps_sections(store, run),  # phases, ranks, requests (steps_summary.py)
+        "phases": sections["phases"],
+        "ranks": sections["ranks"],
+        "requests": sections["requests"],
         "samples": samples,
         "notes": list(run.notes),
     }
 
 
-def step_stats(store: Store, run: RunRow) -> dict[str, Any]:
+def step_stats(store: Store, run: RunRow) -> StepStats:
     """Step count, step-time distribution and throughput over every process that reported."""
     steps = store.steps(run.key)
     if not steps:
@@ -200,7 +201,7 @@ def step_stats(store: Store, run: RunRow) -> dict[str, Any]:
         first = min(s.mono for s in steps)
     span = (last_t or first) - first
     durations.sort()
-    out: dict[str, Any] = {"count": len(steps), "processes": len({s.pid for s in steps})}
+    out: StepStats = {"count": len(steps), "processes": len({s.pid for s in steps})}
     if durations:
         out["step_time_seconds"] = {
             "mean": _round(sum(durations) / len(durations), 6),
@@ -276,7 +277,15 @@ def _gpu_share(
     return 1.0, "shared, but no per-process figures: charged whole"
 
 
-_GPU_MEANS = {
+_GpuMean = Literal[
+    "utilization_mean",
+    "power_mean_watts",
+    "sm_active_mean",
+    "tensor_active_mean",
+    "sm_occupancy_mean",
+    "dram_active_mean",
+]
+_GPU_MEANS: dict[str, _GpuMean] = {
     "gpu_utilization_ratio": "utilization_mean",
     "gpu_power_watts": "power_mean_watts",
     "gpu_sm_active_ratio": "sm_active_mean",
@@ -290,13 +299,15 @@ _NOT_THROTTLE = frozenset(
 )
 
 
-def _gpu_series(run: RunRow, series: Sequence[Any]) -> tuple[list[dict[str, Any]], list[Any]]:
+def _gpu_series(
+    run: RunRow, series: Sequence[SeriesRow]
+) -> tuple[list[GpuDevice], list[SeriesRow]]:
     """The GPUs a summary covers (those the run used; all with ``--all-gpus``) and their
     series."""
     devices = run.host.get("gpus") or []
     chosen = set(run.host.get("gpus_used") or [])
     every = bool(run.host.get("gpu_all"))
-    picked = [d for d in devices if every or d.get("uuid") in chosen]
+    picked: list[GpuDevice] = [d for d in devices if every or d.get("uuid") in chosen]
     uuids = {d["uuid"] for d in picked}
     wanted = [s for s in series if s.name.startswith("gpu_") and s.labels.get("gpu") in uuids]
     return picked, wanted
@@ -305,10 +316,10 @@ def _gpu_series(run: RunRow, series: Sequence[Any]) -> tuple[list[dict[str, Any]
 def gpu_stats(
     store: Store,
     run: RunRow,
-    series: Sequence[Any],
+    series: Sequence[SeriesRow],
     seq_mono: dict[int, float],
     pts: dict[int, list[tuple[int, float]]] | None = None,
-) -> list[dict[str, Any]]:
+) -> list[GpuStats]:
     """Per GPU the run used (every monitored GPU with ``--all-gpus``): utilization, memory,
     power, energy with its method, throttling by reason and, where read, GPM activity.
     ``pts``: the points of those series when the caller has read them already."""
@@ -321,11 +332,11 @@ def gpu_stats(
     every = bool(run.host.get("gpu_all"))
     if pts is None:
         pts = store.points_of(run.key, [s.idx for s in wanted])
-    out = []
+    out: list[GpuStats] = []
     for d in picked:
         uuid = d["uuid"]
         mine = [s for s in wanted if s.labels.get("gpu") == uuid]
-        g: dict[str, Any] = {
+        g: GpuStats = {
             "uuid": uuid,
             "index": d.get("index"),
             "name": d.get("name"),
@@ -333,6 +344,12 @@ def gpu_stats(
             "simulated": bool(d.get("simulated")),
             "mig_parent_uuid": d.get("mig_parent_uuid"),
             "scope": "device" if every or uuid not in chosen else "used by the run",
+            # filled in below from the samples; these stay when none were read
+            "energy_joules": None,
+            "energy_method": None,
+            "throttle_seconds": {},
+            "share": 1.0,
+            "share_rule": "",
         }
         proc_mem: dict[int, float] = {}
         proc_sm: dict[int, float] = {}

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from computewatch.accounting.cpu_power import CpuPowerModel
+from computewatch.analysis.summary_types import RunSummary
 from computewatch.fleet.node import IDLE_UTILIZATION
 from computewatch.metrics.exposition import LatestSamples
 from computewatch.metrics.families import counter_delta, gpu_samples
@@ -117,7 +118,7 @@ class RunExport:
         if not self.sinks:
             raise RuntimeError("every metrics sink failed")
 
-    def finish(self, status: str, summary: dict[str, Any] | None) -> None:
+    def finish(self, status: str, summary: RunSummary | None) -> None:
         for sink in self.sinks:
             try:
                 sink.close()

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from computewatch.accounting.engine import AccountingOptions, accounted
+from computewatch.accounting.engine import AccountingOptions, accounted, with_accounting
 from computewatch.analysis.summary import build_summary
+from computewatch.analysis.summary_types import RunSummary
 from computewatch.diagnosis import diagnosed
 from computewatch.sampling.channel import SpoolReader
 from computewatch.sampling.sampler import Sampler
@@ -26,7 +27,7 @@ class RunOutcome:
 
     exit_code: int
     run: RunRow | None
-    summary: dict[str, Any] | None
+    summary: RunSummary | None
 
 
 def new_run_id() -> str:
@@ -77,7 +78,9 @@ def finish_run(
     )
     run = store.run_by_key(run_key)
     summary = build_summary(store, run)
-    summary.update(accounted(store, run, summary, accounting or AccountingOptions()))
+    summary = with_accounting(
+        summary, accounted(store, run, summary, accounting or AccountingOptions())
+    )
     summary["diagnosis"] = diagnosed(store, run, summary, accounting)  # never raises
     store.update_run(run_key, summary=summary)
     if reader is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from computewatch.analysis.summary_types import RunSummary
 from computewatch.readings import Reading
 
 
@@ -55,5 +56,5 @@ class RunObserver(Protocol):
     def on_tick(self, tick: Tick) -> None:
         """Called after every tick; must not block."""
 
-    def finish(self, status: str, summary: dict[str, Any] | None) -> None:
+    def finish(self, status: str, summary: RunSummary | None) -> None:
         """Called once when the run has ended (its summary is stored by then)."""

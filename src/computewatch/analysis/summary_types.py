@@ -1,0 +1,445 @@
+"""The run summary's shape: one TypedDict per section, as the producers emit them.
+
+At run time a summary stays a plain dict (it is stored as JSON and printed by ``show --json``);
+these types let mypy check every reader against what ``build_summary``, the accounting and the
+diagnosis write. The fields are documented in docs/summary.md. Keys marked ``NotRequired`` are
+absent in some summaries (a section computed only when its inputs exist, or added at the end of
+a run); ``X | None`` keys are always there and null when unknown.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NotRequired, TypedDict, cast, final
+
+from computewatch.records import Figure
+
+__all__ = [
+    "Accounting",
+    "AccountingFailure",
+    "CarbonIntensity",
+    "CarbonSection",
+    "CostPerUnit",
+    "CostSection",
+    "CpuEnergyFigure",
+    "CpuModelInputs",
+    "CpuStats",
+    "DiskStats",
+    "Distribution",
+    "EnergyComponents",
+    "EnergySection",
+    "FlopThreshold",
+    "FlopsDevice",
+    "FlopsSection",
+    "Forecast",
+    "GpuDevice",
+    "GpuStats",
+    "HostInfo",
+    "MemoryStats",
+    "NetworkStats",
+    "PhaseStats",
+    "PhaseTime",
+    "Pue",
+    "RankRow",
+    "RankStats",
+    "RequestFigures",
+    "RequestStats",
+    "RunSummary",
+    "SampleStats",
+    "StepStats",
+    "StepTimes",
+    "UnaccountedTime",
+    "stored_summary",
+]
+
+
+# -- what the run knew about its machine ----------------------------------------------------
+
+
+class GpuDevice(TypedDict, total=False):
+    """One monitored device in ``host.gpus`` (``sources.gpu_common.GpuDevice`` as a dict)."""
+
+    index: int
+    uuid: str
+    name: str
+    model: str | None
+    memory_total_bytes: int | None
+    power_limit_watts: float | None
+    mig_parent_uuid: str | None
+    mig_index: int | None
+    simulated: bool
+    capabilities: dict[str, str | bool]
+
+
+class CpuEnergySource(TypedDict):
+    source: str | None  # "rapl", or None when no counter is readable
+    why: str | None
+
+
+class HostInfo(TypedDict, total=False):
+    """The run's host facts (``sources.host.host_facts`` plus what the monitor added); a
+    ``track()`` run or an older one may lack some."""
+
+    hostname: str
+    cpu_model: str | None
+    logical_cpus: int | None
+    allowed_cpus: int | None
+    allowed_cores: float
+    memory_bytes: int | None
+    os: str
+    python: str
+    cgroup_path: str | None
+    cgroup_cpu_limit_cores: float | None
+    cgroup_memory_max_bytes: int | None
+    cpu_energy: CpuEnergySource
+    gpu_backend: str
+    gpu_all: bool
+    gpu_skipped: dict[str, str]
+    gpus: list[GpuDevice]
+    gpus_used: list[str]
+
+
+# -- measured sections ----------------------------------------------------------------------
+
+
+class CpuStats(TypedDict):
+    seconds_total: float | None
+    utilization_mean: float | None
+    utilization_max: float | None
+    allowed_cores: float
+
+
+class MemoryStats(TypedDict):
+    peak_rss_bytes: int | None
+    peak_host_used_bytes: int | None
+    host_total_bytes: int | None
+
+
+class DiskStats(TypedDict):
+    read_bytes: int | None
+    write_bytes: int | None
+    host_read_bytes: int | None
+    host_write_bytes: int | None
+
+
+class NetworkStats(TypedDict):
+    recv_bytes: int | None
+    sent_bytes: int | None
+    scope: str  # "host": procfs has no per-process network counters
+
+
+class GpuStats(TypedDict):
+    """One GPU the run used (every monitored one with ``--all-gpus``)."""
+
+    uuid: str
+    index: int | None
+    name: str | None
+    model: str | None
+    simulated: bool
+    mig_parent_uuid: str | None
+    scope: str  # "used by the run" or "device"
+    utilization_mean: NotRequired[float | None]
+    power_mean_watts: NotRequired[float | None]
+    sm_active_mean: NotRequired[float | None]  # GPM ratios: Hopper and newer
+    tensor_active_mean: NotRequired[float | None]
+    sm_occupancy_mean: NotRequired[float | None]
+    dram_active_mean: NotRequired[float | None]
+    memory_peak_bytes: NotRequired[int | None]
+    memory_total_bytes: NotRequired[int | None]
+    process_memory_peak_bytes: NotRequired[int | None]
+    energy_joules: float | None
+    energy_method: str | None  # "counter" or "polled"
+    throttle_seconds: dict[str, float]
+    share: float
+    share_rule: str
+
+
+class StepTimes(TypedDict):
+    mean: float | None
+    p50: float | None
+    p90: float | None
+    p99: float | None
+    max: float | None
+
+
+class StepStats(TypedDict):
+    """``count`` alone when no step was reported."""
+
+    count: int
+    processes: NotRequired[int]
+    step_time_seconds: NotRequired[StepTimes]
+    steps_per_second: NotRequired[float | None]
+    samples_total: NotRequired[float]
+    samples_per_second: NotRequired[float | None]
+    tokens_total: NotRequired[float]
+    tokens_per_second: NotRequired[float | None]
+
+
+class Distribution(TypedDict):
+    """mean, p50 and p90 of a set of seconds (null when the set is empty)."""
+
+    mean: float | None
+    p50: float | None
+    p90: float | None
+
+
+class PhaseTime(TypedDict):
+    seconds: float | None
+    self_seconds: float | None
+    share: float | None
+    steps: int
+    per_step_seconds: Distribution
+    accel_seconds: float | None
+    within: str | None
+
+
+class UnaccountedTime(TypedDict):
+    seconds: float | None
+    share: float | None
+
+
+class PhaseStats(TypedDict):
+    steps: int
+    step_seconds: float | None
+    by_name: dict[str, PhaseTime]
+    unaccounted: UnaccountedTime
+    outside_steps_seconds: float | None
+
+
+class RankRow(TypedDict):
+    rank: int
+    pids: list[int]
+    steps: int
+    step_time_seconds: Distribution
+    step_seconds: float | None
+    compute_seconds: float | None
+    compute_seconds_per_step: float | None
+    comm_seconds: float | None
+    comm_share: float | None
+
+
+class RankStats(TypedDict):
+    count: int
+    world_size: int | None
+    ranks: list[RankRow]
+    slowest_rank: int | None
+    load_imbalance: float | None
+    comm_share: float | None
+    comm_phases: list[str]
+
+
+class RequestFigures(TypedDict):
+    """Served requests of one kind (or of all kinds)."""
+
+    count: int
+    errors: int
+    latency_seconds: StepTimes
+    span_seconds: float | None
+    requests_per_second: float | None
+    concurrency_mean: float | None
+    tokens_in_total: float | None
+    tokens_out_total: float | None
+    tokens_per_second: float | None
+
+
+class RequestStats(RequestFigures):
+    """The ``requests`` section: by name when several kinds were served; with energy and cost
+    per request once accounted."""
+
+    by_name: NotRequired[dict[str, RequestFigures]]
+    energy_per_request: NotRequired[Figure | None]
+    energy_per_1m_tokens: NotRequired[Figure | None]
+    cost_per_request: NotRequired[Figure | None]
+    cost_per_1m_tokens: NotRequired[Figure | None]
+
+
+class SampleStats(TypedDict):
+    count: int
+    interval_seconds: float
+    series: int
+    data_until: str | None
+
+
+# -- accounting -----------------------------------------------------------------------------
+
+
+class CpuModelInputs(TypedDict):
+    """The numbers of the CPU power model, for anyone checking the figure."""
+
+    tdp_watts: float
+    idle_fraction: float
+    duration_seconds: float
+    share: float
+    cpu_seconds: float
+    logical_cpus: float
+    mean_watts: float
+
+
+class CpuEnergyFigure(Figure):
+    """CPU energy: measured by RAPL, or modeled (then with the model's ``inputs``)."""
+
+    inputs: NotRequired[CpuModelInputs]
+
+
+class EnergyComponents(TypedDict):
+    gpu: NotRequired[Figure]
+    cpu: CpuEnergyFigure
+    memory: Figure
+    server: NotRequired[Figure]
+
+
+class Pue(TypedDict):
+    value: float
+    low: float
+    high: float
+    source: str
+
+
+class EnergySection(TypedDict):
+    components: EnergyComponents
+    device: Figure  # the components' sum, kWh
+    facility: Figure  # device x PUE, kWh
+    pue: Pue
+    attribution: list[str]
+
+
+class CarbonIntensity(TypedDict):
+    g_per_kwh: float
+    region: str
+    name: str
+    how: str
+    method: str
+    source: str
+    year: int | None
+
+
+class CarbonSection(TypedDict):
+    operational: Figure
+    intensity: CarbonIntensity
+    embodied: NotRequired[Figure]
+    total: Figure
+
+
+class CostPerUnit(TypedDict, total=False):
+    usd_per_step: float
+    usd_per_1k_samples: float
+    usd_per_1m_tokens: float
+
+
+class CostSection(TypedDict):
+    compute: Figure | None
+    electricity: Figure | None
+    total: Figure
+    per_unit: CostPerUnit
+
+
+class FlopThreshold(TypedDict):
+    flop: float
+    name: str
+    crossed: bool
+    fraction: float
+    approached: bool
+
+
+class FlopsDevice(TypedDict):
+    uuid: str | None
+    model: str
+    precision: str
+    peak_flop_per_second: float
+    active_seconds: float
+    simulated: bool
+
+
+class FlopsSection(Figure):
+    """The ``flops`` section. The hardware-time estimate (``method: estimated``) has
+    ``devices`` and, when a device was in the catalog, ``pf_days`` and ``thresholds``; the
+    program's own count (``method: counted``) has the counted keys below, MFU, and the
+    estimate alongside in ``hardware_estimate``."""
+
+    devices: NotRequired[list[FlopsDevice]]
+    pf_days: NotRequired[float]
+    thresholds: NotRequired[list[FlopThreshold]]
+    steps_with_flops: NotRequired[int]
+    step_time_seconds: NotRequired[float | None]
+    flops_per_second: NotRequired[Figure]
+    peak_flops: NotRequired[float | None]
+    precision: NotRequired[str | None]
+    mfu: NotRequired[Figure]
+    hfu: NotRequired[Figure]
+    hardware_estimate: NotRequired[FlopsSection]
+
+
+class Forecast(TypedDict):
+    total_steps: int
+    steps_done: int
+    complete: bool
+    note: NotRequired[str]
+    wall_seconds_at_completion: NotRequired[Figure]
+    energy_kwh: NotRequired[Figure]
+    carbon_gco2e: NotRequired[Figure]
+    cost_usd: NotRequired[Figure]
+    flops: NotRequired[Figure]
+
+
+@final  # so that `"energy" in sections` tells the two apart
+class Accounting(TypedDict):
+    """What ``accounting.engine.account`` adds to a summary."""
+
+    energy: EnergySection
+    carbon: CarbonSection
+    cost: CostSection
+    flops: FlopsSection
+    requests: NotRequired[RequestStats]  # the summary's requests, with per-request figures
+    forecast: NotRequired[Forecast]  # with a step target
+
+
+@final
+class AccountingFailure(TypedDict):
+    """What ``accounted`` adds instead when the accounting failed: the summary's notes, and why."""
+
+    notes: list[str]
+
+
+# -- the summary ----------------------------------------------------------------------------
+
+
+class RunSummary(TypedDict):
+    """A run's summary: what ``build_summary`` computes from the store, plus the accounting
+    and the diagnosis added when the run ends (absent while it runs, or when they failed)."""
+
+    schema_version: int
+    id: str
+    name: str | None
+    tags: dict[str, str]
+    command: list[str]
+    cwd: str | None
+    exit_code: int | None
+    status: str
+    started_at: str | None
+    ended_at: str | None
+    duration_seconds: float | None
+    host: HostInfo
+    cpu: CpuStats
+    memory: MemoryStats
+    disk: DiskStats
+    network: NetworkStats
+    gpus: list[GpuStats]
+    steps: StepStats
+    phases: PhaseStats | None
+    ranks: RankStats | None
+    requests: RequestStats | None
+    samples: SampleStats
+    notes: list[str]
+    energy: NotRequired[EnergySection]
+    carbon: NotRequired[CarbonSection]
+    cost: NotRequired[CostSection]
+    flops: NotRequired[FlopsSection]
+    forecast: NotRequired[Forecast]
+    # diagnosis/engine.py's report (``DiagnosisReport.as_dict``): typed there, above this layer
+    diagnosis: NotRequired[dict[str, Any]]
+
+
+def stored_summary(raw: Mapping[str, Any]) -> RunSummary:
+    """A summary read back from the store (JSON) as the typed record. Not validated: one stored
+    by an older version may lack a section added since, which readers treat as absent."""
+    return cast(RunSummary, raw)
