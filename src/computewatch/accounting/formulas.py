@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from computewatch.errors import ComputewatchError
+
 __all__ = [
     "PF_DAY_FLOP",
     "FormulaError",
@@ -61,7 +63,7 @@ GATED_MLP_TYPES = frozenset(
 _GATED_ACTS = frozenset({"silu", "swiglu", "swish"})
 
 
-class FormulaError(ValueError):
+class FormulaError(ComputewatchError, ValueError):
     """An input the formulas cannot use: a bad number, an unreadable or incomplete config."""
 
 

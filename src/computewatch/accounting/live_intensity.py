@@ -17,6 +17,7 @@ import urllib.parse
 import urllib.request
 
 from computewatch._version import __version__
+from computewatch.errors import ComputewatchError
 
 __all__ = [
     "DEFAULT_BASE_URL",
@@ -29,7 +30,7 @@ DEFAULT_BASE_URL = "https://api.electricitymap.org/v3"
 _MAX_BODY_BYTES = 1 << 20  # the answer is a few hundred bytes; refuse anything absurd
 
 
-class LiveIntensityError(Exception):
+class LiveIntensityError(ComputewatchError):
     """Live intensity could not be had; the message says why, in one line."""
 
 

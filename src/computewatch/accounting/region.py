@@ -25,6 +25,7 @@ from computewatch.catalog.reference import (
     normalize_code,
     world_average,
 )
+from computewatch.errors import ComputewatchError
 
 __all__ = [
     "CLOUD_REGION_VARIABLES",
@@ -63,7 +64,7 @@ _EC2_INSTANCE_TYPE = re.compile(r"[a-z][a-z0-9-]*\.[a-z0-9-]+")
 _DMI_FILES = ("sys_vendor", "product_name", "chassis_asset_tag", "bios_vendor", "bios_version")
 
 
-class RegionError(ValueError):
+class RegionError(ComputewatchError, ValueError):
     """A location code that is not in the grid table."""
 
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from computewatch.accounting.region import DEFAULT_DMI_ROOT, detect_cloud
 from computewatch.catalog import reference
 from computewatch.config import Config
+from computewatch.errors import ComputewatchError
 
 J_PER_KWH = 3.6e6
 
 __all__ = ["J_PER_KWH", "NoPriceError", "Pricing", "pricing_from_config"]
 
 
-class NoPriceError(ValueError):
+class NoPriceError(ComputewatchError, ValueError):
     """No price is known, so a cost budget cannot be checked."""
 
 

@@ -28,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from computewatch.errors import ComputewatchError
 from computewatch.metrics.model import MetricLabels, MetricSample
 
 Labels = tuple[tuple[str, str], ...]
@@ -47,7 +48,7 @@ _UNITS = (7 * 86400, 86400, 3600, 60, 1, 0.001)
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 
-class ExprError(ValueError):
+class ExprError(ComputewatchError, ValueError):
     """A condition that does not parse; ``column`` is 1-based within the condition text."""
 
     def __init__(self, reason: str, column: int) -> None:

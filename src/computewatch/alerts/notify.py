@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Protocol, TextIO
 
 from computewatch._version import __version__
+from computewatch.errors import ComputewatchError
 
 __all__ = [
     "KINDS",
@@ -155,7 +156,7 @@ def alertmanager_payload(
 # -- delivery ----------------------------------------------------------------------------------
 
 
-class DeliveryError(Exception):
+class DeliveryError(ComputewatchError):
     """One failed attempt; ``retry`` says whether trying again may help."""
 
     def __init__(self, message: str, *, retry: bool) -> None:

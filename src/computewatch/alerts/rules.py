@@ -37,6 +37,7 @@ from computewatch.alerts.expr import (
     parse_duration,
 )
 from computewatch.alerts.notify import parse_target
+from computewatch.errors import ComputewatchError
 
 __all__ = [
     "SEVERITIES",
@@ -60,7 +61,7 @@ _RULE_KEYS_ALL = (*_RULE_KEYS, "description")
 _TOP_KEYS = ("rules", "receivers", "builtin", "disable")
 
 
-class AlertsError(ValueError):
+class AlertsError(ComputewatchError, ValueError):
     """A problem with alert settings the user can fix (rules file, targets, budgets)."""
 
 

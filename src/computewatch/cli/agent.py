@@ -1,5 +1,5 @@
-"""``computewatch agent``: the node agent's command line (the library side is
-computewatch.fleet.node, .agent, .server).
+"""``computewatch agent``: the node agent's flags (the command is
+:mod:`computewatch.cli.agent_run`; the library side is computewatch.fleet.node, .agent, .server).
 
 Flags win over the configuration file's ``[agent]`` section. Every problem found before the
 agent starts (a malformed configuration, an unusable listen address, token or TLS file) is one
@@ -12,17 +12,13 @@ import argparse
 from typing import Any
 
 from computewatch.cli import args as cli_args
-from computewatch.metrics.model import DEFAULT_LISTEN
-from computewatch.sources.gpus import BACKEND_CHOICES
+from computewatch.cli.alerts import add_alert_arguments
+from computewatch.cli.args import BACKEND_CHOICES, DEFAULT_LISTEN, MAX_INTERVAL, MIN_INTERVAL
 
-__all__ = ["add_agent_parser", "cmd_agent"]
-
-PROG = "computewatch"
+__all__ = ["add_agent_parser"]
 
 
 def _interval(text: str) -> float:
-    from computewatch.fleet.agent_config import MAX_INTERVAL, MIN_INTERVAL
-
     return cli_args.interval(text, MIN_INTERVAL, MAX_INTERVAL)
 
 
@@ -93,13 +89,4 @@ def add_agent_parser(sub: Any) -> None:
         help="with a fake:PRESET backend: show process PID on every simulated GPU (demos, "
         "tests; repeatable)",
     )
-    from computewatch.cli.alerts import add_alert_arguments
-
     add_alert_arguments(a)
-
-
-def cmd_agent(args: argparse.Namespace) -> int:
-    """Run the agent until SIGTERM/SIGINT; 2 for a problem found before it starts."""
-    from computewatch.cli.agent_run import run_agent  # the agent's modules load only here
-
-    return run_agent(args)

@@ -1,5 +1,5 @@
 """``computewatch agent``: start the node agent from the parsed command line (the parser is in
-:mod:`computewatch.cli.agent`, which loads this module only when the command runs)."""
+:mod:`computewatch.cli.agent`; the CLI loads this module only when the command runs)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,11 @@ import os
 import signal
 import sys
 import threading
+import time
 
+from computewatch.cli.alerts import alerts_sink
+from computewatch.config import ENV_CONFIG, default_config_path
+from computewatch.errors import PROG, UsageError
 from computewatch.fleet.agent import Agent
 from computewatch.fleet.agent_config import (
     AgentConfig,
@@ -17,23 +21,15 @@ from computewatch.fleet.agent_config import (
 )
 from computewatch.fleet.attribution import Attributor
 from computewatch.fleet.node import NodeOptions, open_node
-from computewatch.metrics.exposition import LatestSamples
+from computewatch.metrics.exposition import LatestSamples, render
 from computewatch.metrics.model import DEFAULT_LISTEN, MetricsSink
 from computewatch.metrics.server import MetricsServer, ServerError, ServerSecurity
 from computewatch.sources.gpus import GpuBackendError
 
-PROG = "computewatch"
-
-
-class _Fail(Exception):
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
+__all__ = ["run_agent"]
 
 
 def _load_config(path: str | None) -> AgentConfig:
-    from computewatch.config import ENV_CONFIG, default_config_path
-
     explicit = path or os.environ.get(ENV_CONFIG)
     p = path or str(default_config_path())
     if not explicit and not os.path.exists(p):
@@ -41,30 +37,22 @@ def _load_config(path: str | None) -> AgentConfig:
     try:
         return load_agent_config(p)
     except AgentConfigError as e:
-        raise _Fail(str(e)) from None
+        raise UsageError(str(e)) from None
 
 
 def _alerts_sink(args: argparse.Namespace) -> MetricsSink | None:
     """The alert rules' sink for ``--alerts``, ``--notify`` and the budgets."""
-    from computewatch.alerts import AlertsError
-    from computewatch.cli.alerts import alerts_sink
+    from computewatch.alerts import AlertsError  # the rules engine: only with alert flags
 
     try:
         return alerts_sink(args, out=sys.stderr)
     except AlertsError as e:
-        raise _Fail(f"--alerts: {e}") from None
+        raise UsageError(f"--alerts: {e}") from None
 
 
 def run_agent(args: argparse.Namespace) -> int:
-    """Run the agent until SIGTERM/SIGINT; 2 for a problem found before it starts."""
-    try:
-        return _run(args)
-    except _Fail as e:
-        print(f"{PROG}: {e}", file=sys.stderr)
-        return e.code
-
-
-def _run(args: argparse.Namespace) -> int:
+    """Run the agent until SIGTERM/SIGINT; a problem found before it starts raises
+    :class:`UsageError` (status 2)."""
     cfg = _load_config(args.config)
     listen = args.listen or cfg.listen or DEFAULT_LISTEN
     interval = args.interval or cfg.interval or 5.0
@@ -76,7 +64,7 @@ def _run(args: argparse.Namespace) -> int:
             args.tls_key or cfg.tls_key,
         )
     except ServerError as e:
-        raise _Fail(str(e)) from None
+        raise UsageError(str(e)) from None
     options = NodeOptions(
         node=args.node or cfg.node or NodeOptions().node,
         procfs_root=cfg.procfs_root,
@@ -105,17 +93,13 @@ def _run(args: argparse.Namespace) -> int:
     try:
         node, gpu_backend = open_node(options, attributor, backend, fake_pids=args.fake_gpu_pid)
     except GpuBackendError as e:
-        raise _Fail(f"--gpu-backend: {e}") from None
+        raise UsageError(f"--gpu-backend: {e}") from None
     agent = Agent(node, sinks, interval)
     if args.once:
-        import time
-
         try:
             agent.tick()
             time.sleep(interval)
             agent.tick()
-            from computewatch.metrics.exposition import render
-
             sys.stdout.buffer.write(render(latest.get()[1])[0])
             sys.stdout.flush()
         finally:
@@ -127,7 +111,7 @@ def _run(args: argparse.Namespace) -> int:
         server = MetricsServer(listen, latest, security, stale_after=max(3 * interval, 60.0))
     except ServerError as e:
         node.close()
-        raise _Fail(str(e)) from None
+        raise UsageError(str(e)) from None
     if not server.loopback_only and security.token is None:
         print(
             f"{PROG} agent: warning: listening on {listen} without a token: anyone who can "

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:  # the rules engine loads when a command uses it: `computewatch` starts fast
@@ -24,7 +23,7 @@ __all__ = ["add_alert_arguments", "add_alerts_parser", "cmd_alerts"]
 
 def _rules_file(text: str) -> str:
     try:
-        from computewatch.alerts.rules import load_rules
+        from computewatch.alerts.rules import load_rules  # only when --alerts is given: start-up
 
         load_rules(text)
     except ValueError as e:  # AlertsError
@@ -34,7 +33,7 @@ def _rules_file(text: str) -> str:
 
 def _target(text: str) -> str:
     try:
-        from computewatch.alerts.notify import parse_target
+        from computewatch.alerts.notify import parse_target  # only with --notify: start-up time
 
         return str(parse_target(text))
     except ValueError as e:
@@ -109,6 +108,7 @@ def alerts_sink(
     price for ``--budget-usd``)."""
     if not alerts_enabled(args):
         return None
+    # only with alert flags: the rules engine is not needed to start (start-up time)
     from computewatch.alerts.rules import AlertsError
     from computewatch.alerts.sink import sink_from_args
 
@@ -162,14 +162,11 @@ def _describe(r: Rule) -> dict[str, Any]:
 
 
 def cmd_alerts(args: argparse.Namespace) -> int:
-    """Run ``alerts check`` or ``alerts list``; a bad file is one line on stderr, exit 1."""
-    from computewatch.alerts.rules import AlertsError, builtin_rules, load_rules
+    """Run ``alerts check`` or ``alerts list``; a bad file raises AlertsError (main: one line on
+    stderr, exit 1)."""
+    from computewatch.alerts.rules import builtin_rules, load_rules  # the rules engine, on use
 
-    try:
-        rules = builtin_rules() if args.file is None else load_rules(args.file)
-    except AlertsError as e:
-        print(f"computewatch: {e}", file=sys.stderr)
-        return 1
+    rules = builtin_rules() if args.file is None else load_rules(args.file)
     rows = [_describe(r) for r in rules.rules]
     if args.json:
         doc = {"file": args.file, "rules": rows, "receivers": list(rules.receivers)}

@@ -3,6 +3,10 @@
 
 Each turns one flag's text into a value or raises ``argparse.ArgumentTypeError`` saying why,
 which argparse prints as one line before exiting with status 2.
+
+The parsers' choices and limits are copied here, not imported: their modules (the catalog, the
+supervisor, the exporters) cost tens of milliseconds to import, and ``computewatch --version``
+must start in under 0.1 s. tests/cli/test_parser.py checks each copy against its source.
 """
 
 from __future__ import annotations
@@ -11,9 +15,28 @@ import argparse
 import math
 import re
 
-from computewatch.sources.gpus import GpuBackendError, check_spec
+__all__ = [
+    "BACKEND_CHOICES",
+    "DEFAULT_LISTEN",
+    "EXPORT_FORMATS",
+    "GROUPINGS",
+    "MAX_INTERVAL",
+    "MIN_INTERVAL",
+    "PRECISIONS",
+    "duration_seconds",
+    "gpu_backend",
+    "interval",
+    "number",
+    "pue",
+]
 
-__all__ = ["duration_seconds", "gpu_backend", "interval", "number", "pue"]
+BACKEND_CHOICES = "auto|nvidia|amd|none|fake:PRESET|replay:FILE"  # sources.gpus
+MIN_INTERVAL = 0.05  # sampling.supervisor and fleet.agent_config
+MAX_INTERVAL = 3600.0
+PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")  # catalog
+EXPORT_FORMATS = ("csv", "jsonl", "parquet")  # analysis.export
+GROUPINGS = ("job", "user", "team", "gpu-model")  # metrics.model
+DEFAULT_LISTEN = "127.0.0.1:9464"  # metrics.model
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -52,11 +75,12 @@ def pue(text: str) -> float:
 def gpu_backend(text: str, *, open_replay: bool = False) -> str:
     """A GPU backend spec, checked; with ``open_replay``, a ``replay:`` trace is read now, so
     that a bad one stops before a command starts."""
+    # only when the flag is given: sources.gpus is not needed to start (start-up time)
+    from computewatch.sources.gpus import GpuBackendError, check_spec, open_backend
+
     try:
         spec = check_spec(text)
         if open_replay and spec.startswith("replay:"):
-            from computewatch.sources.gpus import open_backend
-
             open_backend(spec).close()
         return spec
     except GpuBackendError as e:

@@ -7,9 +7,7 @@ import json
 import sys
 from typing import Any
 
-from computewatch.config import ConfigError, load_config
-from computewatch.paths import resolve_db_path
-from computewatch.store import Store
+from computewatch.errors import ComputewatchError, UsageError
 
 
 def add_diagnose_parser(sub: Any) -> argparse.ArgumentParser:
@@ -42,22 +40,28 @@ def add_diagnose_parser(sub: Any) -> argparse.ArgumentParser:
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     """Diagnose one run; exit 0 whether or not anything was found."""
-    from computewatch.cli.main import UserError
+    # this command's modules load when it runs, not when `computewatch` starts (start-up time)
+    from computewatch.config import ConfigError, load_config
     from computewatch.diagnosis.engine import as_thresholds, diagnose_run
+    from computewatch.paths import resolve_db_path
+    from computewatch.store import Store
+    from computewatch.views.diagnosis import print_diagnosis
 
     try:
         thresholds = as_thresholds(load_config(args.config).diagnosis)
     except ConfigError as e:
-        raise UserError(str(e), 2) from None
+        raise UsageError(str(e)) from None
     path = resolve_db_path(args.db)
     if not path.exists():
-        raise UserError(f"no database at {path}" if args.db else f"no runs recorded yet ({path})")
+        raise ComputewatchError(
+            f"no database at {path}" if args.db else f"no runs recorded yet ({path})"
+        )
     with Store.open(path, create=False) as store:
         run = store.find_run(args.run)
         if run.samples_deleted_at is not None:
             stored = (run.summary or {}).get("diagnosis")
             if not isinstance(stored, dict):
-                raise UserError(
+                raise ComputewatchError(
                     f"the samples of run {run.id} were deleted by gc and it has no stored diagnosis"
                 )
             result = dict(stored)
@@ -80,7 +84,5 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         json.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        from computewatch.views.diagnosis import print_diagnosis
-
         print_diagnosis(result, sys.stdout)
     return 0

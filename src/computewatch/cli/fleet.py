@@ -1,32 +1,22 @@
 """``computewatch fleet``: the fleet report from Prometheus, as a table, JSON or an HTML page.
 
-The argparse setup and the command live here so the main CLI only wires them in. Errors the
-user can fix (no Prometheus, a bad URL, an empty window, a bad option) are printed as one line
-and give exit status 1 (2 for a bad option), without a traceback.
+The flags live here; the command is :mod:`computewatch.cli.fleet_run`, loaded only when it runs.
+Errors the user can fix (no Prometheus, a bad URL, an empty window, a bad option) are printed as
+one line and give exit status 1 (2 for a bad option), without a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
 import time
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, TextIO
-
-from rich.table import Table
-from rich.text import Text
+from typing import Any
 
 from computewatch.cli import args as cli_args
-from computewatch.config import ConfigError, load_config
-from computewatch.metrics.model import GROUPINGS
-from computewatch.views.text import add_row, format_grams, format_kwh, format_usd, make_console
+from computewatch.cli.args import GROUPINGS
 
-__all__ = ["add_fleet_parser", "cmd_fleet", "parse_time", "print_fleet"]
-
-PROG = "computewatch"
+__all__ = ["add_fleet_parser", "parse_time"]
 
 
 def parse_time(text: str, *, now: float, before: float | None = None) -> float:
@@ -128,142 +118,3 @@ def add_fleet_parser(sub: Any) -> None:
         metavar="SECONDS",
         help="how long to wait for each query (default 30)",
     )
-
-
-def _fail(message: str, code: int = 1) -> int:
-    print(f"{PROG}: {message}", file=sys.stderr)
-    return code
-
-
-def cmd_fleet(args: argparse.Namespace) -> int:
-    """Run ``computewatch fleet``; returns the exit status."""
-    from computewatch.fleet.promql import PrometheusClient, PromQLError
-    from computewatch.fleet.report import FleetError, FleetOptions, fleet_charts, fleet_report
-
-    now = time.time()
-    try:
-        cfg = load_config(args.config)
-    except ConfigError as e:
-        return _fail(str(e), 2)
-    end = parse_time(args.until, now=now) if args.until else now
-    start = parse_time(args.since, now=now, before=end)
-    if not end > start:
-        return _fail(f"--since must be before --until (the window from {args.since} is empty)", 2)
-    if end > now + 60:
-        return _fail("--until is in the future", 2)
-    if not (args.timeout > 0 and math.isfinite(args.timeout)):
-        return _fail("--timeout must be a positive number of seconds", 2)
-    headers: dict[str, str] = {}
-    if args.bearer_token_file:
-        try:
-            token = Path(args.bearer_token_file).expanduser().read_text().strip()
-        except OSError as e:
-            return _fail(f"cannot read {args.bearer_token_file}: {e.strerror or e}")
-        headers["Authorization"] = f"Bearer {token}"
-    opts = FleetOptions(
-        start=start,
-        end=end,
-        by=args.by,
-        gpu_hour_usd=args.gpu_hour_usd,
-        instance_type=args.instance_type,
-        region=args.region,
-        pue=args.pue,
-        config=cfg,
-    )
-    try:
-        client = PrometheusClient(args.prometheus, timeout=args.timeout, headers=headers)
-        report = fleet_report(client, opts)
-        charts = fleet_charts(client, opts, report) if args.html else None
-    except (FleetError, PromQLError) as e:
-        return _fail(str(e))
-    if args.html:
-        from computewatch.views.html.fleet import write_fleet_html
-
-        assert charts is not None
-        try:
-            written = write_fleet_html(report, charts, args.html)
-        except OSError as e:
-            return _fail(f"cannot write {args.html}: {e.strerror or e}")
-        print(f"wrote {written}", file=sys.stderr)
-    if args.json:
-        json.dump(report, sys.stdout, indent=2, allow_nan=False)
-        sys.stdout.write("\n")
-    else:
-        print_fleet(report, sys.stdout)
-    return 0
-
-
-def _hours(v: Any) -> str:
-    return "n/a" if v is None else f"{float(v):,.1f}"
-
-
-def print_fleet(report: dict[str, Any], out: TextIO) -> None:
-    """The report as a table (one row per group and the total), then how it was computed."""
-    con = make_console(out)
-    w = report["window"]
-    con.print(
-        Text(
-            f"fleet by {report['by']} · {w['start'][:19].replace('T', ' ')} to "
-            f"{w['end'][:19].replace('T', ' ')} UTC · {report['prometheus']}",
-            style="bold",
-        )
-    )
-    t = Table(box=None, pad_edge=False)
-    t.add_column(report["by"], no_wrap=True)
-    for col in (
-        "GPU-h",
-        "idle GPU-h",
-        "idle",
-        "mean util",
-        "facility energy",
-        "cost",
-        "carbon",
-        "jobs",
-    ):
-        t.add_column(col, justify="right")
-    for g in [*report["groups"], report["total"]]:
-        label = g["label"] + (
-            " (simulated)" if g["simulated"] and report["by"] != "gpu-model" else ""
-        )
-        idle = g["idle_share"]
-        util = g["utilization_mean"]["value"]
-        add_row(
-            t,
-            Text(label, style="bold") if g is report["total"] else label,
-            _hours(g["gpu_hours"]["value"]),
-            _hours(g["idle_gpu_hours"]["value"]),
-            "n/a" if idle is None else f"{100 * idle:.1f}%",
-            "n/a" if util is None else f"{100 * util:.1f}%",
-            format_kwh(g["energy_facility_kwh"].get("value")),
-            format_usd(g["cost_usd"].get("value")),
-            format_grams(g["carbon_gco2e"].get("value")),
-            str(g["jobs"]),
-        )
-    con.print(t)
-    info = Table(show_header=False, box=None, pad_edge=False)
-    info.add_column("what", style="bold")
-    info.add_column("how")
-    carbon = report["carbon"]
-    pue = carbon["pue"]
-    inten = carbon["intensity"]
-    add_row(info, "energy", f"at the facility: IT energy x PUE {pue['value']:g} ({pue['source']})")
-    add_row(
-        info,
-        "carbon",
-        f"{inten['g_per_kwh']:g} gCO2e/kWh, {inten['name']} ({inten['region']}, found by "
-        f"{inten['how']}; {inten['source']}) ±{inten['relative_uncertainty']:.0%}",
-    )
-    for model, rate in report["prices"].items():
-        if rate is None:
-            add_row(info, "price", f"{model}: no price known")
-        else:
-            add_row(info, "price", f"{model}: ${rate['usd']:.2f}/GPU-hour · {rate['method']}")
-    add_row(
-        info,
-        "method",
-        "GPU-hours, idle GPU-hours, utilization and energy from the agents' job counters "
-        "(PromQL increase over the window); --json gives every method and query",
-    )
-    for n in report["notes"]:
-        add_row(info, "note", Text(n, style="yellow"))
-    con.print(info)

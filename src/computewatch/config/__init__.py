@@ -42,10 +42,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from computewatch.errors import ComputewatchError
+
 ENV_CONFIG = "COMPUTEWATCH_CONFIG"
 
 
-class ConfigError(ValueError):
+class ConfigError(ComputewatchError, ValueError):
     """A configuration problem: the message names the file, the key and the value."""
 
 

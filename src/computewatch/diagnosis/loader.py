@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from computewatch.errors import ComputewatchError
 from computewatch.store import PhaseRow, RequestRow, RunRow, StepRow, Store
 
 # The series the rules look at; everything else in the run is left unread.
@@ -23,7 +24,7 @@ WANTED_SERIES = frozenset(
 )  # fmt: skip
 
 
-class NotApplicable(Exception):
+class NotApplicable(ComputewatchError):
     """A rule cannot look at this run (no steps, no GPU series ...): the message says why."""
 
 

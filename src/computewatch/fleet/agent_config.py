@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from computewatch.config import Config, ConfigError, parse_config
+from computewatch.errors import ComputewatchError
 from computewatch.fleet.attribution import TeamMap
 from computewatch.metrics.server import ServerError, parse_listen
 from computewatch.sources.gpus import GpuBackendError, check_spec
@@ -52,7 +53,7 @@ MIN_INTERVAL = 0.05
 MAX_INTERVAL = 3600.0
 
 
-class AgentConfigError(ValueError):
+class AgentConfigError(ComputewatchError, ValueError):
     """A configuration problem, located: ``FILE:LINE: reason``."""
 
 

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from computewatch.errors import ComputewatchError
+
 __all__ = [
     "InstantSample",
     "PromQLError",
@@ -29,7 +31,7 @@ __all__ = [
 ]
 
 
-class PromQLError(Exception):
+class PromQLError(ComputewatchError):
     """Prometheus could not be reached or refused a query; the message is for the user."""
 
 

@@ -22,6 +22,7 @@ from computewatch.accounting.region import REGION_VARIABLE, Location, RegionErro
 from computewatch.analysis.summary import iso
 from computewatch.catalog import Accelerator, find_by_nvml_name, load_accelerators, reference
 from computewatch.config import Config
+from computewatch.errors import ComputewatchError
 from computewatch.fleet.promql import PrometheusClient, PromQLError, format_duration
 from computewatch.metrics.model import GROUPINGS
 from computewatch.records import MEASURED, MODELED, POLLED, figure
@@ -55,7 +56,7 @@ _JOB_LABELS = "job, exported_job, user, team, node"
 _SERIES_BY = {"job": "job, exported_job", "user": "user", "team": "team", "gpu-model": "node"}
 
 
-class FleetError(Exception):
+class FleetError(ComputewatchError):
     """The report cannot be made (no data, a bad option); the message is for the user."""
 
 

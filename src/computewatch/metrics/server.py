@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from computewatch.errors import ComputewatchError
 from computewatch.metrics.exposition import LatestSamples, render
 from computewatch.metrics.model import DEFAULT_LISTEN
 
@@ -36,7 +37,7 @@ __all__ = [
 _READ_TIMEOUT = 10.0  # seconds a client may take to send its request
 
 
-class ServerError(ValueError):
+class ServerError(ComputewatchError, ValueError):
     """A listen address, token or TLS file that cannot be used; the message says why."""
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from computewatch.accounting.engine import AccountingOptions
+from computewatch.errors import ComputewatchError
 from computewatch.sampling.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader
 from computewatch.sampling.lifecycle import RunOutcome, finish_run, new_run_id, spool_dir
 from computewatch.sampling.live import LiveView, QuietView, ViewFactory
@@ -34,7 +35,7 @@ MIN_INTERVAL = 0.05
 MAX_INTERVAL = 3600.0
 
 
-class CommandNotStarted(Exception):
+class CommandNotStarted(ComputewatchError):
     """The command could not be executed; ``exit_code`` is the shell's (127 or 126)."""
 
     def __init__(self, message: str, exit_code: int) -> None:

@@ -38,6 +38,7 @@ from collections.abc import Callable, Collection
 from typing import Any, ClassVar
 
 from computewatch.catalog import Accelerator, load_accelerators
+from computewatch.errors import ComputewatchError
 from computewatch.readings import counter, gauge
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.gpu_common import (
@@ -85,7 +86,7 @@ _MAX_BOARD_WATTS = 1000.0  # bounds an energy step when the power cap is unknown
 Reader = Callable[["_Dev", Add], None]
 
 
-class _NotAvailable(Exception):
+class _NotAvailable(ComputewatchError):
     """amdsmi answered, but with ``"N/A"`` (or an unconverted UINT_MAX) for what we need."""
 
 

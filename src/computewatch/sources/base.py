@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
+from computewatch.errors import ComputewatchError
 from computewatch.readings import Reading
 
 
-class SourceUnavailable(Exception):
+class SourceUnavailable(ComputewatchError):
     """Raised by a source's constructor when it cannot run here; the message says why."""
 
 

@@ -11,6 +11,7 @@ import dataclasses
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
+from computewatch.errors import ComputewatchError
 from computewatch.readings import Reading
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.nvidia import GpuDevice
@@ -18,7 +19,7 @@ from computewatch.sources.nvidia import GpuDevice
 BACKEND_CHOICES = "auto|nvidia|amd|none|fake:PRESET|replay:FILE"
 
 
-class GpuBackendError(ValueError):
+class GpuBackendError(ComputewatchError, ValueError):
     """An unusable ``--gpu-backend`` value (unknown name, bad preset, unreadable trace)."""
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from computewatch.errors import ComputewatchError
 from computewatch.readings import Kind, Labels
 from computewatch.store.schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -23,7 +24,7 @@ FAILED = "failed"
 INTERRUPTED = "interrupted"
 
 
-class StoreError(Exception):
+class StoreError(ComputewatchError):
     """A store problem a user can act on (corrupt file, newer schema, unknown run)."""
 
 

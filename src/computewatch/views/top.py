@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any, Protocol, TextIO
 
+from computewatch.errors import ComputewatchError
 from computewatch.sampling.top import (
     GpuRow,
     ProcessRow,
@@ -388,7 +389,7 @@ def run_plain(
 # --- full screen -----------------------------------------------------------------------------
 
 
-class _Terminated(Exception):
+class _Terminated(ComputewatchError):
     """SIGTERM arrived: leave the screen and exit 143."""
 
 

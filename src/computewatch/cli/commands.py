@@ -1,0 +1,357 @@
+"""The core commands (run, devices, runs, show, compare, export, report, gc, top): what each
+does once :mod:`computewatch.cli.main` has parsed its flags. Loaded only when one of them runs,
+so that ``computewatch --version`` and ``--help`` skip the library's imports."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TextIO, cast
+
+from computewatch.accounting.engine import AccountingOptions, accounted
+from computewatch.accounting.region import RegionError, resolve_location
+from computewatch.analysis.compare import compare
+from computewatch.analysis.export import iter_rows, write_csv, write_jsonl, write_parquet
+from computewatch.analysis.retention import collect, expired_runs
+from computewatch.analysis.summary import build_summary, iso
+from computewatch.cli.alerts import alerts_sink
+from computewatch.config import ConfigError, load_config
+from computewatch.errors import PROG, ComputewatchError, UsageError
+from computewatch.paths import resolve_db_path
+from computewatch.sampling.observers import RunObserver
+from computewatch.sampling.supervisor import CommandNotStarted, RunOptions, run_command
+from computewatch.sources.gpus import GpuBackendError
+from computewatch.store import Store
+from computewatch.views.live import make_live_view
+from computewatch.views.text import print_compare, print_devices, print_runs, print_summary
+
+__all__ = [
+    "cmd_compare",
+    "cmd_devices",
+    "cmd_export",
+    "cmd_gc",
+    "cmd_report",
+    "cmd_run",
+    "cmd_runs",
+    "cmd_show",
+    "cmd_top",
+]
+
+
+def _accounting_options(args: argparse.Namespace) -> AccountingOptions:
+    """The accounting context from flags and configuration, checked before anything runs."""
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    try:
+        resolve_location(args.region, config_region=cfg.region)
+    except RegionError as e:
+        raise UsageError(f"--region: {e}" if args.region else str(e)) from None
+    return AccountingOptions(
+        config=cfg,
+        region=args.region,
+        pue=args.pue,
+        precision=args.precision,
+        whole_machine=args.whole_machine,
+        total_steps=args.total_steps,
+        instance_type=args.instance_type,
+    )
+
+
+def _open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
+    path = resolve_db_path(args.db)
+    if not create and not path.exists():
+        if args.db:
+            raise ComputewatchError(f"no database at {path}")
+        raise ComputewatchError(
+            f"no runs recorded yet ({path} does not exist); try `{PROG} run -- CMD`"
+        )
+    return Store.open(path, create=create)
+
+
+def _emit(obj: Any, printer: Callable[[Any, TextIO], None], *, as_json: bool) -> None:
+    """JSON or the human-readable text, on standard output."""
+    if as_json:
+        _emit_json(obj, sys.stdout)
+    else:
+        printer(obj, sys.stdout)
+
+
+def _emit_json(obj: Any, out: TextIO) -> None:
+    json.dump(obj, out, indent=2, sort_keys=False)
+    out.write("\n")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise UsageError("no command given: computewatch run [options] -- CMD [ARGS...]")
+    if args.json and args.json != "-":
+        parent = Path(args.json).expanduser().resolve().parent
+        if not parent.is_dir():
+            raise UsageError(f"--json: directory {parent} does not exist")
+    accounting = _accounting_options(args)
+    observers = _run_observers(args, accounting)
+    try:
+        store = _open_store(args, create=True)
+    except BaseException:
+        for obs in observers:
+            obs.finish("failed", None)
+        raise
+    opts = RunOptions(
+        command=command,
+        name=args.name,
+        tags=dict(args.tag),
+        interval=args.interval,
+        live="quiet" if args.quiet else args.live,
+        gpu_backend=args.gpu_backend,
+        all_gpus=args.all_gpus,
+        accounting=accounting,
+        observers=observers,
+        view=make_live_view,
+    )
+    try:
+        outcome = run_command(opts, store)
+    except CommandNotStarted:  # main says why; the status is the shell's (127 or 126)
+        for obs in observers:
+            obs.finish("failed", None)
+        raise
+    finally:
+        store.close()
+    if outcome.summary is None:  # monitoring failed (already said): the status is the command's
+        return outcome.exit_code
+    if not args.quiet:
+        sys.stderr.write("\n")
+        try:
+            print_summary(outcome.summary, sys.stderr)
+        except Exception as e:  # the run is stored; `show` can print it again
+            print(f"{PROG}: cannot print the summary ({type(e).__name__}: {e})", file=sys.stderr)
+    if args.json:
+        try:
+            if args.json == "-":
+                _emit_json(outcome.summary, sys.stdout)
+            else:
+                with open(Path(args.json).expanduser(), "w") as f:
+                    _emit_json(outcome.summary, f)
+        except OSError as e:
+            print(f"{PROG}: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> list[RunObserver]:
+    """``--prometheus`` and the alert flags, started before the command: a port in use or a
+    bad target stops here, before anything runs."""
+    # only with --prometheus or alert flags: the metrics server and the rules engine
+    from computewatch.alerts import AlertsError
+    from computewatch.fleet.run_export import prometheus_sink, run_observer
+    from computewatch.metrics.model import MetricsSink
+    from computewatch.metrics.server import ServerError
+
+    sinks: list[MetricsSink] = []
+    try:
+        if args.prometheus:
+            try:
+                sinks.append(prometheus_sink(args.prometheus))
+            except (ServerError, OSError) as e:
+                raise UsageError(f"--prometheus: {e}") from None
+        try:
+            alerts = alerts_sink(args, out=sys.stderr, config=accounting.config)
+        except AlertsError as e:
+            raise UsageError(f"--alerts: {e}") from None
+        if alerts is not None:
+            sinks.append(alerts)
+    except BaseException:
+        for sink in sinks:
+            sink.close()
+        raise
+    return [run_observer(sinks)] if sinks else []
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from computewatch.sources.devices import describe, record_trace  # this command's alone
+
+    if args.record:
+        if args.seconds <= 0:
+            raise UsageError("--seconds must be positive")
+        try:
+            with _open_output(args.record, binary=False) as f:
+                n, ticks = record_trace(
+                    f, gpu_backend=args.gpu_backend, seconds=args.seconds, interval=args.interval
+                )
+        except ValueError as e:
+            Path(args.record).expanduser().unlink(missing_ok=True)  # nothing recorded: no file
+            raise ComputewatchError(str(e)) from None
+        print(
+            f"recorded {ticks} readings of {n} GPU(s) to {args.record}; replay with "
+            f"--gpu-backend replay:{args.record}",
+            file=sys.stderr,
+        )
+        return 0
+    info = describe(args.gpu_backend)
+    _emit(info, print_devices, as_json=args.json)
+    return 0
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        runs = store.list_runs(limit=args.limit, tags=dict(args.tag) or None)
+        if args.json:
+            _emit_json(
+                [
+                    {
+                        "id": r.id,
+                        "name": r.name,
+                        "tags": r.tags,
+                        "status": r.status,
+                        "exit_code": r.exit_code,
+                        "command": r.command,
+                        "started_at": iso(r.started_at),
+                        "ended_at": iso(r.ended_at),
+                        "duration_seconds": None
+                        if r.ended_at is None
+                        else round(r.ended_at - r.started_at, 3),
+                    }
+                    for r in runs
+                ],
+                sys.stdout,
+            )
+        elif not runs:
+            print("no runs" + (" with these tags" if args.tag else ""), file=sys.stderr)
+        else:
+            print_runs(runs, sys.stdout)
+    return 0
+
+
+def _summary_of(store: Store, ref: str) -> dict[str, Any]:
+    run = store.find_run(ref)
+    if run.summary is not None and run.status != "running":
+        return run.summary
+    # a plain dict until the summary's readers here take the RunSummary TypedDict
+    return cast("dict[str, Any]", build_summary(store, run))
+
+
+_ACCOUNTING_FLAGS = (
+    "region", "pue", "precision", "whole_machine", "instance_type", "total_steps", "config",
+)  # fmt: skip
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    recompute = any(getattr(args, f) for f in _ACCOUNTING_FLAGS)
+    accounting = _accounting_options(args) if recompute else None
+    with _open_store(args) as store:
+        summary = _summary_of(store, args.run)
+        if accounting is not None:  # the same run, accounted again in another context
+            run = store.find_run(summary["id"])
+            if run.samples_deleted_at is not None:
+                raise ComputewatchError(
+                    f"the samples of run {run.id} were deleted by gc: its accounting can only "
+                    "be shown as stored (drop the accounting flags)"
+                )
+            summary = {**summary, **accounted(store, run, summary, accounting)}
+    _emit(summary, print_summary, as_json=args.json)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        result = compare(_summary_of(store, args.a), _summary_of(store, args.b))
+    _emit(result, print_compare, as_json=args.json)
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with _open_store(args) as store:
+        run = store.find_run(args.run)
+        rows = iter_rows(store, run)
+        try:
+            _write_export(args, rows)
+        finally:  # before the store closes: a reader that went away (| head) stops it early
+            rows.close()
+    return 0
+
+
+def _write_export(args: argparse.Namespace, rows: Iterator[tuple[Any, ...]]) -> None:
+    if args.format == "parquet":
+        if args.output:
+            with _open_output(args.output, binary=True) as fb:
+                write_parquet(rows, fb)
+        elif sys.stdout.isatty():
+            raise UsageError("parquet is binary: give -o FILE or redirect standard output")
+        else:
+            write_parquet(rows, sys.stdout.buffer)
+        return
+    writer = write_csv if args.format == "csv" else write_jsonl
+    if args.output:
+        with _open_output(args.output, binary=False) as ft:
+            writer(rows, ft)
+    else:
+        writer(rows, sys.stdout)
+
+
+def _open_output(path: str, *, binary: bool) -> Any:
+    try:
+        return open(
+            Path(path).expanduser(), "wb" if binary else "w", newline="" if not binary else None
+        )
+    except OSError as e:
+        raise ComputewatchError(f"cannot write {path}: {e.strerror or e}") from None
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from computewatch.views.html import default_filename, write_report  # this command's alone
+
+    with _open_store(args) as store:
+        run = store.find_run(args.run)
+        path = args.output or default_filename(run)
+        try:
+            written = write_report(store, run, path)
+        except OSError as e:
+            raise ComputewatchError(f"cannot write {path}: {e.strerror or e}") from None
+    print(written)
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    cutoff = time.time() - args.older_than
+    with _open_store(args) as store:
+        if args.dry_run:
+            old = expired_runs(store, cutoff)
+            for r in old:
+                print(f"would delete samples of {r.id} {r.name or ''}".rstrip())
+            print(f"{len(old)} run(s) would lose their samples; summaries are kept")
+            return 0
+        done = collect(store, cutoff, vacuum=args.vacuum)
+    print(f"deleted the samples of {len(done)} run(s); their summaries are kept")
+    return 0
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    # this command's alone: the other commands need neither the collector nor the screen
+    from computewatch.sampling.top import TopCollector
+    from computewatch.views.top import run_plain, run_screen
+
+    try:  # SourceUnavailable (status 1) goes up to main as it is
+        collector = TopCollector(args.gpu_backend)
+    except GpuBackendError as e:
+        raise UsageError(str(e)) from None
+    with collector:
+        iterations = 1 if args.once else args.iterations
+        plain = args.once or args.json or not sys.stdout.isatty()
+        if plain or os.environ.get("TERM", "") == "dumb":
+            return run_plain(
+                collector,
+                sys.stdout,
+                interval=args.interval,
+                sort=args.sort,
+                iterations=iterations,
+                as_json=args.json,
+            )
+        return run_screen(collector, interval=args.interval, sort=args.sort, iterations=iterations)
