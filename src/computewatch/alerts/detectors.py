@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from computewatch.alerts.budget import J_PER_KWH, Pricing
-from computewatch.alerts.expr import Labels, Tick, format_duration, parse_duration
+from computewatch.alerts.expr import Tick, format_duration, parse_duration
+from computewatch.readings import Labels
 
 __all__ = [
     "DETECTORS",

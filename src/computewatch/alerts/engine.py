@@ -10,76 +10,23 @@ the others go on.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from computewatch.alerts.budget import Pricing
 from computewatch.alerts.detectors import Detector, make_detector
-from computewatch.alerts.expr import History, Labels, Tick, evaluate, range_names
+from computewatch.alerts.event import FIRING, RESOLVED, AlertEvent, fingerprint, iso, with_ends_at
+from computewatch.alerts.expr import History, Tick, evaluate, range_names
 from computewatch.alerts.rules import Rule, RuleSet, render
 from computewatch.metrics.model import MetricSample
+from computewatch.readings import Labels
 
-__all__ = ["FIRING", "RESOLVED", "AlertEvent", "Engine"]
+# FIRING, RESOLVED, AlertEvent, iso, fingerprint and with_ends_at live in alerts.event and are
+# re-exported here, where callers have always found them.
+__all__ = ["FIRING", "RESOLVED", "AlertEvent", "Engine", "fingerprint", "iso", "with_ends_at"]
 
-FIRING = "firing"
-RESOLVED = "resolved"
 RESOLVED_RETENTION_S = 900.0  # resolved alerts kept for re-sending, as Prometheus does (15 m)
-
-
-@dataclass(frozen=True, slots=True)
-class AlertEvent:
-    """An alert at a change of state (or re-sent to Alertmanager); times are wall seconds."""
-
-    rule: str
-    status: str  # FIRING or RESOLVED
-    severity: str
-    labels: Mapping[str, str]  # alertname, severity, the series' labels and the rule's labels
-    summary: str  # the rendered message
-    description: str
-    value: float
-    detail: str
-    active_at: float  # when the condition first held (pending began)
-    starts_at: float  # when it fired
-    ends_at: float | None  # when it resolved
-    fingerprint: str
-
-    def to_json(self) -> dict[str, object]:
-        """The alert as it appears in the webhook payload (docs/alerts.md)."""
-        return {
-            "status": self.status,
-            "rule": self.rule,
-            "severity": self.severity,
-            "labels": dict(self.labels),
-            "annotations": _annotations(self),
-            "value": self.value if math.isfinite(self.value) else None,
-            "startsAt": iso(self.starts_at),
-            "endsAt": iso(self.ends_at) if self.ends_at is not None else None,
-            "fingerprint": self.fingerprint,
-        }
-
-
-def _annotations(e: AlertEvent) -> dict[str, str]:
-    out = {"summary": e.summary}
-    if e.description:
-        out["description"] = e.description
-    if e.detail:
-        out["detail"] = e.detail
-    return out
-
-
-def iso(t: float) -> str:
-    """RFC 3339 in UTC with milliseconds, as Alertmanager writes times."""
-    import datetime as dt
-
-    return (
-        dt.datetime.fromtimestamp(t, dt.UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 @dataclass
@@ -230,13 +177,3 @@ def _alert_labels(rule: Rule, series: Labels) -> dict[str, str]:
     labels["alertname"] = rule.name
     labels["severity"] = rule.severity
     return dict(sorted(labels.items()))
-
-
-def fingerprint(labels: Mapping[str, str]) -> str:
-    """A stable id of an alert identity: its labels (alertname included)."""
-    text = json.dumps(sorted(labels.items()), separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def with_ends_at(e: AlertEvent, ends_at: float) -> AlertEvent:
-    return replace(e, ends_at=ends_at)

@@ -30,9 +30,7 @@ from dataclasses import dataclass, field
 
 from computewatch.errors import ComputewatchError
 from computewatch.metrics.model import MetricLabels, MetricSample
-
-Labels = tuple[tuple[str, str], ...]
-"""A series' labels, sorted by name, without the metric name."""
+from computewatch.readings import Labels  # a series' labels, sorted by name, without __name__
 
 FUNCTIONS = ("rate", "increase", "avg_over_time", "min_over_time", "max_over_time")
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {

@@ -26,12 +26,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol, TextIO
+from typing import TextIO
 
 from computewatch._version import __version__
+from computewatch.alerts.event import AlertEvent, iso
 from computewatch.errors import ComputewatchError
 
 __all__ = [
@@ -82,25 +83,7 @@ def parse_target(text: str) -> Target:
 # -- payloads ----------------------------------------------------------------------------------
 
 
-class _Event(Protocol):  # the fields of engine.AlertEvent read here (no import cycle)
-    @property
-    def rule(self) -> str: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def severity(self) -> str: ...
-    @property
-    def summary(self) -> str: ...
-    @property
-    def starts_at(self) -> float: ...
-    @property
-    def ends_at(self) -> float | None: ...
-    @property
-    def labels(self) -> Mapping[str, str]: ...
-    def to_json(self) -> dict[str, object]: ...
-
-
-def webhook_payload(events: Sequence[_Event]) -> dict[str, object]:
+def webhook_payload(events: Sequence[AlertEvent]) -> dict[str, object]:
     """The generic webhook document: a version, the overall status and the alerts."""
     firing = sum(1 for e in events if e.status == "firing")
     return {
@@ -112,16 +95,16 @@ def webhook_payload(events: Sequence[_Event]) -> dict[str, object]:
     }
 
 
-def _line(e: _Event) -> str:
+def _line(e: AlertEvent) -> str:
     return f"[{e.status.upper()}] {e.rule} ({e.severity}): {e.summary}"
 
 
-def slack_payload(events: Sequence[_Event]) -> dict[str, object]:
+def slack_payload(events: Sequence[AlertEvent]) -> dict[str, object]:
     """A Slack-compatible message: one line per alert in ``text``."""
     return {"text": "\n".join(_line(e) for e in events)}
 
 
-def terminal_lines(events: Sequence[_Event]) -> list[str]:
+def terminal_lines(events: Sequence[AlertEvent]) -> list[str]:
     """One line per change, prefixed with the local time of the change."""
     out = []
     for e in events:
@@ -131,12 +114,10 @@ def terminal_lines(events: Sequence[_Event]) -> list[str]:
 
 
 def alertmanager_payload(
-    events: Sequence[_Event], *, now: float, valid_for: float, generator_url: str
+    events: Sequence[AlertEvent], *, now: float, valid_for: float, generator_url: str
 ) -> list[dict[str, object]]:
     """Alertmanager API v2 alerts: a firing alert ends ``valid_for`` from ``now`` unless re-sent
     (Prometheus uses 4 x its resend delay), a resolved one at the time it resolved."""
-    from computewatch.alerts.engine import iso
-
     out: list[dict[str, object]] = []
     for e in events:
         doc = e.to_json()

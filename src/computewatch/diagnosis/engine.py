@@ -9,10 +9,38 @@ from typing import Any
 from computewatch.config.thresholds import DEFAULTS, Thresholds
 from computewatch.diagnosis.findings import Finding, ranked
 from computewatch.diagnosis.loader import NotApplicable, RunData
-from computewatch.diagnosis.rules import Rule, all_rules
+from computewatch.diagnosis.rules import (
+    Rule,
+    accelerator,
+    data_loader,
+    distributed,
+    host,
+    idle,
+    steps,
+    throttling,
+)
 from computewatch.store import RunRow, Store
 
 DIAGNOSIS_SCHEMA_VERSION = 1
+
+
+def all_rules() -> Mapping[str, Rule]:
+    """Every rule by id, in the order they are documented."""
+    return {
+        "data_starvation": data_loader.data_starvation,
+        "low_gpu_utilization": accelerator.low_gpu_utilization,
+        "low_mfu": accelerator.low_mfu,
+        "gpu_memory_headroom": accelerator.gpu_memory_headroom,
+        "cpu_bound": host.cpu_bound,
+        "host_memory_pressure": host.memory_pressure,
+        "io_bound": host.io_bound,
+        "gpu_throttling": throttling.gpu_throttling,
+        "step_regression": steps.step_regression,
+        "outlier_steps": steps.outlier_steps,
+        "idle_allocation": idle.idle_allocation,
+        "stragglers": distributed.stragglers,
+        "collective_communication": distributed.collective_communication,
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +102,7 @@ def diagnose_run(
     run: RunRow,
     *,
     thresholds: Thresholds | Mapping[str, Any] | None = None,
-    summary: dict[str, Any] | None = None,
+    summary: Mapping[str, Any] | None = None,
 ) -> Diagnosis:
     """Load what the rules need from the store once, then run them all."""
     th = as_thresholds(thresholds)
@@ -86,14 +114,14 @@ def diagnose(
     run: RunRow,
     *,
     thresholds: Thresholds | Mapping[str, Any] | None = None,
-    summary: dict[str, Any] | None = None,
+    summary: Mapping[str, Any] | None = None,
 ) -> list[Finding]:
     """The run's findings, most time or money at stake first."""
     return diagnose_run(store, run, thresholds=thresholds, summary=summary).findings
 
 
 def diagnosed(
-    store: Store, run: RunRow, summary: dict[str, Any], options: Any = None
+    store: Store, run: RunRow, summary: Mapping[str, Any], options: Any = None
 ) -> dict[str, Any]:
     """The summary's ``diagnosis`` section, never raising (a run ends whatever the rules do).
     Thresholds come from the ``[diagnosis]`` section of ``options``: a

@@ -11,7 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-MetricLabels = tuple[tuple[str, str], ...]
+from computewatch.readings import Labels
+
+MetricLabels = Labels
+"""The labels of an exported sample: the same type as a reading's (sorted ``(key, value)``
+pairs), under the name the exporters have always used."""
 
 DEFAULT_LISTEN = "127.0.0.1:9464"
 """Where the agent serves ``/metrics`` unless told otherwise: loopback only."""

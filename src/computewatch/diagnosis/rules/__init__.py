@@ -1,10 +1,12 @@
-"""The diagnosis rules, one module per family. Each rule is a function
+"""The diagnosis rules, one module per family, and the helpers they share. Each rule is a function
 ``(RunData, Thresholds) -> list[Finding]`` that raises
-:class:`~computewatch.diagnosis.loader.NotApplicable` when the run lacks what it looks at."""
+:class:`~computewatch.diagnosis.loader.NotApplicable` when the run lacks what it looks at.
+The registry of every rule is :func:`computewatch.diagnosis.engine.all_rules`, so that this
+package, which the rule modules import, imports none of them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import AtStake, Evidence, Finding, Severity, severity_for
@@ -53,32 +55,3 @@ def secs(v: float) -> str:
 
 def gib(v: float) -> str:
     return f"{v / 2**30:.1f} GiB"
-
-
-def all_rules() -> Mapping[str, Rule]:
-    """Every rule by id, in the order they are documented."""
-    from computewatch.diagnosis.rules import (
-        accelerator,
-        data_loader,
-        distributed,
-        host,
-        idle,
-        steps,
-        throttling,
-    )
-
-    return {
-        "data_starvation": data_loader.data_starvation,
-        "low_gpu_utilization": accelerator.low_gpu_utilization,
-        "low_mfu": accelerator.low_mfu,
-        "gpu_memory_headroom": accelerator.gpu_memory_headroom,
-        "cpu_bound": host.cpu_bound,
-        "host_memory_pressure": host.memory_pressure,
-        "io_bound": host.io_bound,
-        "gpu_throttling": throttling.gpu_throttling,
-        "step_regression": steps.step_regression,
-        "outlier_steps": steps.outlier_steps,
-        "idle_allocation": idle.idle_allocation,
-        "stragglers": distributed.stragglers,
-        "collective_communication": distributed.collective_communication,
-    }

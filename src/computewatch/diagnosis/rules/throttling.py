@@ -10,6 +10,7 @@ from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
 from computewatch.diagnosis.rules import build, pct, secs
 from computewatch.diagnosis.rules.accelerator import gpu_label
 from computewatch.diagnosis.stats import mean
+from computewatch.sources.nvidia import decode_clock_events
 
 THERMAL = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
 POWER = frozenset({"sw_power_cap", "hw_power_brake_slowdown", "board_limit"})
@@ -19,8 +20,6 @@ def gpu_throttling(data: RunData, th: Thresholds) -> list[Finding]:
     """Fires when a GPU spent ``throttle_share`` of the run or more throttled for power or heat.
     The time at stake is the throttled time scaled by how far the SM clock fell below the
     highest clock seen (the throttled time itself where clocks were not read)."""
-    from computewatch.sources.nvidia import decode_clock_events
-
     gpus = data.used_gpus()
     lines: list[str] = []
     numbers: dict[str, float | int | str | None] = {}
