@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from computewatch.metrics.model import MetricLabels
+from computewatch.sources.procfs import read_file
 
 __all__ = [
     "Attributor",
@@ -245,11 +246,7 @@ class Attributor:
 
     # -- internals ----------------------------------------------------------------------------
     def _read(self, pid: int, name: str, limit: int = 65536) -> bytes | None:
-        try:
-            with open(os.path.join(self._root, str(pid), name), "rb") as f:
-                return f.read(limit)
-        except OSError:
-            return None
+        return read_file(os.path.join(self._root, str(pid), name), limit)
 
     def _environ(self, pid: int) -> dict[str, str]:
         if not self._read_environ:

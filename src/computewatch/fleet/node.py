@@ -39,16 +39,23 @@ from computewatch.metrics.model import MetricLabels, MetricSample
 from computewatch.readings import Reading
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.gpus import GpuBackend, GpuSource, open_backend
-from computewatch.sources.host import HostSource
-from computewatch.sources.process_tree import PidBirths, parse_stat, stat_fields
+from computewatch.sources.host import HostSource, host_facts
+from computewatch.sources.procfs import (
+    IDLE_CPU_MODES,
+    PAGE_SIZE,
+    PF_KTHREAD,
+    ProcessCache,
+    StatHandle,
+    parse_stat,
+    read_cmdline,
+    read_file,
+    stat_cpu_seconds,
+    status_uid,
+)
 from computewatch.sources.rapl import SUMMED_DOMAINS, RaplSource
 
 __all__ = ["NodeOptions", "NodeSampler", "open_node"]
 
-_CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
-_PAGE = float(os.sysconf("SC_PAGE_SIZE"))
-_PF_KTHREAD = 0x00200000  # include/linux/sched.h: the task is a kernel thread
-_BUSY_EXCLUDED = ("idle", "iowait")
 IDLE_UTILIZATION = 0.05  # a held GPU below this utilization counts as idle (the contract's)
 
 
@@ -112,7 +119,6 @@ class _Proc:
         "baseline",
         "cmdline",
         "debit",
-        "fd",
         "job",
         "lbl",
         "name",
@@ -122,13 +128,14 @@ class _Proc:
         "raw",
         "rss",
         "start",
+        "stat",
         "total",
     )
 
-    def __init__(self, pid: int, start: int, fd: int, name: str, job: _Job) -> None:
+    def __init__(self, pid: int, start: int, stat: StatHandle, name: str, job: _Job) -> None:
         self.pid = pid
         self.start = start
-        self.fd = fd
+        self.stat = stat
         self.name = name
         self.job = job
         self.ppid = 0
@@ -140,11 +147,6 @@ class _Proc:
         self.noticed = False
         self.cmdline = ""
         self.lbl: MetricLabels = ()
-
-
-def _close(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
 
 
 def _lbl(**pairs: str) -> MetricLabels:
@@ -181,12 +183,12 @@ class NodeSampler:
         self._clock = clock
         self._root = options.procfs_root
         self._node = options.node
-        self._procs: dict[int, _Proc] = {}
-        self._foreign: set[int] = set()  # kernel threads and unreadable PIDs, until they vanish
+        # Foreign PIDs: kernel threads, until they vanish.
+        self._cache: ProcessCache[_Proc] = ProcessCache(self._root)
+        self._procs = self._cache.procs
         self._jobs: dict[JobIdentity, _Job] = {}
         self._first = True
         self._last_mono: float | None = None
-        self._births = PidBirths(self._root)
         self._host_busy: float | None = None
         self._host_total: float | None = None
         self._rapl_last: float | None = None
@@ -242,10 +244,7 @@ class NodeSampler:
 
     def close(self) -> None:
         """Close every descriptor and source; safe to call twice."""
-        for p in self._procs.values():
-            _close(p.fd)
-        self._procs.clear()
-        self._births.close()
+        self._cache.close()
         for src in (self.host, self.rapl, *self.gpus):
             if src is not None:
                 with contextlib.suppress(Exception):
@@ -256,65 +255,55 @@ class NodeSampler:
     # -- processes ----------------------------------------------------------------------------
     def _discover(self) -> None:
         """Adopt processes never seen: one listing, only when a process was born since."""
-        if not self._births.moved() and not self._first:
-            return
         try:
-            present = {int(e) for e in os.listdir(self._root) if e.isdigit()}
+            new = self._cache.new_pids(force=self._first)
         except OSError as e:
             self.note(f"cannot list {self._root}: {e.strerror or e}", "listdir")
             return
-        self._foreign &= present
-        for pid in present - self._foreign - self._procs.keys():
+        for pid in new or ():
             self._adopt(pid)
 
     def _adopt(self, pid: int) -> None:
         base = os.path.join(self._root, str(pid))
-        try:
-            fd = os.open(os.path.join(base, "stat"), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+        stat = self._cache.open_stat(pid)
+        if stat is None:
             return  # gone already
         try:
-            name, rest = parse_stat(os.pread(fd, 4096, 0))
-            if int(rest[6]) & _PF_KTHREAD or int(rest[1]) == 2 or pid == 2:
-                _close(fd)
-                self._foreign.add(pid)
+            raw = stat.read()
+            if raw is None:
+                raise OSError(f"process {pid} is gone")
+            name, rest = parse_stat(raw)
+            if int(rest[6]) & PF_KTHREAD or int(rest[1]) == 2 or pid == 2:
+                self._cache.release(stat)
+                self._cache.foreign.add(pid)
                 return
             start = int(rest[19])
             uid = self._uid(base)
         except (OSError, ValueError, IndexError):
-            _close(fd)
+            self._cache.release(stat)
             return
         ident = self.attributor.identify(pid, start, uid)
         job = self._jobs.get(ident)
         if job is None:
             job = self._jobs[ident] = _Job(ident, self._node, self._clock())
-        p = _Proc(pid, start, fd, name, job)
+        p = _Proc(pid, start, stat, name, job)
         if self._first:  # usage from before the agent started is not counted
-            p.baseline = sum(int(x) for x in rest[11:15]) / _CLK_TCK
+            p.baseline = stat_cpu_seconds(rest)
         if self.options.per_process:
             pairs = dict(job.lbl)
             pairs.update(pid=str(pid), name=name)
             if self.options.export_cmdline:
-                p.cmdline = self._cmdline(base)
+                p.cmdline = " ".join(read_cmdline(self._root, pid, 4096))[:256]
                 pairs["cmdline"] = p.cmdline
             p.lbl = tuple(sorted(pairs.items()))
         self._procs[pid] = p
 
     @staticmethod
     def _uid(base: str) -> int:
-        with open(os.path.join(base, "status"), "rb") as f:
-            status = f.read(4096)
-        i = status.index(b"\nUid:")
-        return int(status[i + 5 : status.index(b"\n", i + 5)].split()[0])
-
-    @staticmethod
-    def _cmdline(base: str) -> str:
-        try:
-            with open(os.path.join(base, "cmdline"), "rb") as f:
-                parts = f.read(4096).split(b"\0")
-            return " ".join(a.decode("utf-8", "replace") for a in parts if a)[:256]
-        except OSError:
-            return ""
+        status = read_file(os.path.join(base, "status"), 4096)
+        if status is None:
+            raise OSError(f"cannot read {base}/status")
+        return status_uid(status)
 
     def _read_processes(self, mono: float, dt: float) -> None:
         self._discover()
@@ -326,7 +315,7 @@ class NodeSampler:
         reads: list[tuple[_Proc, list[bytes]]] = []
         gone: list[_Proc] = []
         for p in self._procs.values():
-            rest = stat_fields(p.fd)
+            rest = p.stat.fields()
             if rest is None:
                 gone.append(p)
                 continue
@@ -337,11 +326,11 @@ class NodeSampler:
         min_cpu = self.options.min_cpu_cores
         for p, rest in reads:
             p.ppid = int(rest[1])
-            p.raw = sum(int(x) for x in rest[11:15]) / _CLK_TCK
+            p.raw = stat_cpu_seconds(rest)
             total = p.raw - p.baseline - p.debit
             delta = max(total - p.total, 0.0)
             p.total = total
-            p.rss = int(rest[21]) * _PAGE
+            p.rss = float(int(rest[21]) * PAGE_SIZE)
             job = p.job
             job.live += total
             job.mem += p.rss
@@ -353,8 +342,7 @@ class NodeSampler:
                 job.exported = True
 
     def _retire(self, p: _Proc, gone_pids: set[int]) -> None:
-        del self._procs[p.pid]
-        _close(p.fd)
+        self._cache.drop(p)
         self.attributor.forget(p.pid, p.start)
         parent = self._procs.get(p.ppid)
         if parent is not None and p.ppid not in gone_pids and parent.job is p.job:
@@ -385,7 +373,7 @@ class NodeSampler:
         for r in readings:
             if r.name == "host_cpu_seconds_total":
                 total += r.value
-                if dict(r.labels).get("mode") not in _BUSY_EXCLUDED:
+                if dict(r.labels).get("mode") not in IDLE_CPU_MODES:
                     busy += r.value
             elif r.name in names:
                 out.append(MetricSample(names[r.name], node, r.value))
@@ -575,8 +563,6 @@ def open_node(
     """A sampler with the host, RAPL and GPU sources of this node opened; a source that is
     not available here leaves a note saying why. Raises
     :class:`computewatch.sources.gpus.GpuBackendError` for an invalid ``gpu_backend``."""
-    from computewatch.sources.host import host_facts
-
     notes: list[str] = []
     host: HostSource | None
     try:

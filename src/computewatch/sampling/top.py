@@ -18,12 +18,10 @@ top's ``%CPU``; the host's ``cpu_ratio`` is of all its online CPUs.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import errno
 import os
 import pwd
-import resource
 import socket
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
@@ -33,6 +31,18 @@ from computewatch.readings import Reading
 from computewatch.sampling.channel import ENV_RUN_ID
 from computewatch.sources.gpus import GpuBackend, open_backend
 from computewatch.sources.host import HostSource
+from computewatch.sources.procfs import (
+    CLK_TCK,
+    IDLE_CPU_MODES,
+    PAGE_SIZE,
+    PF_KTHREAD,
+    ProcessCache,
+    StatHandle,
+    default_fd_budget,
+    read_file,
+    split_stat,
+    status_effective_uid,
+)
 
 __all__ = [
     "SORT_KEYS",
@@ -49,13 +59,8 @@ __all__ = [
 SortKey = Literal["cpu", "memory", "gpu-memory", "gpu", "pid"]
 SORT_KEYS: tuple[SortKey, ...] = ("cpu", "memory", "gpu-memory", "gpu", "pid")
 
-_CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
-_PAGE = int(os.sysconf("SC_PAGE_SIZE"))
-# proc(5), /proc/stat: the CPU modes that are not busy time.
-_IDLE_MODES = frozenset({"idle", "iowait"})
 _RUN_ID_KEY = b"\0" + ENV_RUN_ID.encode() + b"="
 _MAX_ENVIRON = 1 << 20  # an environment larger than this is not searched past its first MiB
-_PF_KTHREAD = 0x00200000  # include/linux/sched.h: the flags field of stat marks kernel threads
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -182,7 +187,7 @@ class _Proc:
 
     pid: int
     starttime: bytes  # field 22 of stat: with the PID, identifies the process
-    fd: int  # /proc/PID/stat kept open; -1 when over the descriptor budget
+    stat: StatHandle  # /proc/PID/stat kept open; read by path when over the descriptor budget
     comm: bytes
     user: str
     command: str
@@ -190,20 +195,6 @@ class _Proc:
     run_id_readable: bool
     ticks: int  # utime + stime at the last read
     generation: int  # the refresh that last saw it
-
-
-def _parse_stat(raw: bytes) -> tuple[bytes, list[bytes]]:
-    """``(comm, fields from state on)``; comm ends at the last ")" (proc(5))."""
-    close = raw.rindex(b")")
-    return raw[raw.index(b"(") + 1 : close], raw[close + 2 :].split()
-
-
-def _read_file(path: str, limit: int = -1) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(limit)
-    except OSError:
-        return None
 
 
 def _read_environ(path: str) -> bytes | None:
@@ -250,11 +241,11 @@ class TopCollector:
         self._clock = clock
         self._sleep = sleep
         if max_cached_fds is None:
-            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-            max_cached_fds = 4096 if soft == resource.RLIM_INFINITY else min(4096, soft // 2)
-        self._fd_budget = max(0, max_cached_fds)
-        self._fds_open = 0
-        self._procs: dict[int, _Proc] = {}
+            max_cached_fds = default_fd_budget()
+        self._cache: ProcessCache[_Proc] = ProcessCache(
+            procfs_root, max_open=max(0, max_cached_fds)
+        )
+        self._procs = self._cache.procs
         self._pids: frozenset[int] = frozenset()
         self._users: dict[int, str] = {}
         self._generation = 0
@@ -299,9 +290,7 @@ class TopCollector:
         if self._closed:
             return
         self._closed = True
-        for p in self._procs.values():
-            self._drop_fd(p)
-        self._procs.clear()
+        self._cache.close()
         self._host.close()
         if self._backend is not None:
             self._backend.close()
@@ -333,7 +322,7 @@ class TopCollector:
             prev = ticks.get(pid)
             if prev is None:
                 continue
-            cpu = max(0, p.ticks - prev) / _CLK_TCK / dt
+            cpu = max(0, p.ticks - prev) / CLK_TCK / dt
             gpu = per_pid.get(pid)
             gpu_mem = gpu[1] if gpu else None
             gpu_sm = gpu[2] if gpu else None
@@ -382,7 +371,7 @@ class TopCollector:
                 lbl = dict(r.labels)
                 cpus.add(lbl.get("cpu", ""))
                 total += r.value
-                if lbl.get("mode") not in _IDLE_MODES:
+                if lbl.get("mode") not in IDLE_CPU_MODES:
                     busy += r.value
             elif not r.labels:
                 values[r.name] = r.value
@@ -414,26 +403,25 @@ class TopCollector:
         gen = self._generation
         first = gen == 1
         try:
-            names = os.listdir(self._root)
+            pids = sorted(self._cache.pids())
         except OSError:
-            names = []
-        pids = [int(n) for n in names if n.isdigit()]
+            pids = []
         self._pids = frozenset(pids)
         prev_ticks: dict[int, int] = {}
         states: dict[int, tuple[bytes, int]] = {}
         procs = self._procs
         for pid in pids:
             p = procs.get(pid)
-            raw = self._read_stat(p) if p is not None else None
+            raw = p.stat.read() if p is not None else None
             if p is not None and raw is None:  # gone, or the PID was reused: start over
-                self._forget(p)
+                self._cache.drop(p)
                 p = None
             try:
                 if p is None:
-                    raw = _read_file(os.path.join(self._root, str(pid), "stat"), 4096)
+                    raw = read_file(os.path.join(self._root, str(pid), "stat"), 4096)
                     if not raw:
                         continue
-                    comm, fields = _parse_stat(raw)
+                    comm, fields = split_stat(raw)
                     p = self._adopt(pid, comm, fields)
                     if p is None:
                         continue
@@ -441,9 +429,9 @@ class TopCollector:
                     prev = None if first else 0
                 else:
                     assert raw is not None
-                    comm, fields = _parse_stat(raw)
+                    comm, fields = split_stat(raw)
                     if fields[19] != p.starttime:  # read by path: another process, same PID
-                        self._forget(p)
+                        self._cache.drop(p)
                         p = self._adopt(pid, comm, fields)
                         if p is None:
                             continue
@@ -453,7 +441,7 @@ class TopCollector:
                         if comm != p.comm:  # exec: a new command line and environment
                             self._describe(p, comm, fields)
                 ticks = int(fields[11]) + int(fields[12])
-                rss = int(fields[21]) * _PAGE
+                rss = int(fields[21]) * PAGE_SIZE
             except (ValueError, IndexError):
                 continue
             p.ticks = ticks
@@ -462,34 +450,21 @@ class TopCollector:
                 prev_ticks[pid] = prev
             states[pid] = (fields[0], rss)
         for p in [p for p in procs.values() if p.generation != gen]:
-            self._forget(p)
+            self._cache.drop(p)
         return prev_ticks, states
 
-    def _read_stat(self, p: _Proc) -> bytes | None:
-        if p.fd >= 0:
-            try:
-                raw = os.pread(p.fd, 4096, 0)
-            except OSError:  # ESRCH: the process has been reaped
-                return None
-            return raw or None
-        return _read_file(os.path.join(self._root, str(p.pid), "stat"), 4096) or None
-
     def _adopt(self, pid: int, comm: bytes, fields: list[bytes]) -> _Proc | None:
-        fd = -1
-        if self._fds_open < self._fd_budget:
-            try:
-                fd = os.open(os.path.join(self._root, str(pid), "stat"), os.O_RDONLY | os.O_CLOEXEC)
-                self._fds_open += 1
-            except OSError:
-                return None
-        p = _Proc(pid, fields[19], fd, comm, "?", "", None, False, 0, 0)
-        if fd >= 0:
+        stat = self._cache.open_stat(pid)
+        if stat is None:
+            return None
+        p = _Proc(pid, fields[19], stat, comm, "?", "", None, False, 0, 0)
+        if stat.fd >= 0:
             # The descriptor may have been opened on a newer process than ``fields`` came from.
-            raw = self._read_stat(p)
+            raw = stat.read()
             if raw is None:
-                self._drop_fd(p)
+                self._cache.release(stat)
                 return None
-            comm, fields = _parse_stat(raw)
+            comm, fields = split_stat(raw)
             p.starttime = fields[19]
         self._procs[pid] = p
         self._describe(p, comm, fields)
@@ -500,14 +475,14 @@ class TopCollector:
         base = os.path.join(self._root, str(p.pid))
         p.comm = comm
         p.user = self._user_of(base)
-        cmdline = _read_file(os.path.join(base, "cmdline"), self._command_width * 4 + 4)
+        cmdline = read_file(os.path.join(base, "cmdline"), self._command_width * 4 + 4)
         args = [a for a in (cmdline or b"").split(b"\0") if a]
         if args:
             text = " ".join(a.decode("utf-8", "replace") for a in args)
         else:
             text = f"[{comm.decode('utf-8', 'replace')}]"
         p.command = "".join(c if c.isprintable() else " " for c in text[: self._command_width])
-        kthread = int(fields[6]) & _PF_KTHREAD
+        kthread = int(fields[6]) & PF_KTHREAD
         environ = b"" if kthread else _read_environ(os.path.join(base, "environ"))
         p.run_id_readable = environ is not None
         p.run_id = None
@@ -522,15 +497,12 @@ class TopCollector:
 
     def _user_of(self, base: str) -> str:
         """The effective user, from the Uid line of /proc/PID/status (as ps's USER)."""
-        status = _read_file(os.path.join(base, "status"), 8192)
+        status = read_file(os.path.join(base, "status"), 8192)
         if not status:
             return "?"
-        i = status.find(b"\nUid:")
-        if i < 0:
-            return "?"
         try:
-            uid = int(status[i + 5 :].split(None, 2)[1])
-        except (ValueError, IndexError):
+            uid = status_effective_uid(status)
+        except ValueError:
             return "?"
         name = self._users.get(uid)
         if name is None:
@@ -540,18 +512,6 @@ class TopCollector:
                 name = str(uid)
             self._users[uid] = name
         return name
-
-    def _forget(self, p: _Proc) -> None:
-        self._drop_fd(p)
-        if self._procs.get(p.pid) is p:
-            del self._procs[p.pid]
-
-    def _drop_fd(self, p: _Proc) -> None:
-        if p.fd >= 0:
-            with contextlib.suppress(OSError):
-                os.close(p.fd)
-            p.fd = -1
-            self._fds_open -= 1
 
     # -- GPUs -------------------------------------------------------------------------------
     def _read_gpus(

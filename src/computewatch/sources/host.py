@@ -16,10 +16,9 @@ from typing import TypeVar
 
 from computewatch.readings import Labels, Reading, counter, gauge, labels
 from computewatch.sources.base import SourceUnavailable
+from computewatch.sources.procfs import CLK_TCK, open_ro, pread_all, read_file
 
 __all__ = ["HostSource", "allowed_cores", "default_cgroup_root", "host_facts"]
-
-_CHUNK = 65536
 
 # proc(5), /proc/stat: user nice system idle iowait irq softirq steal guest guest_nice, in
 # USER_HZ ticks. guest and guest_nice are already included in user and nice
@@ -36,42 +35,6 @@ _MEMINFO_KEYS = (b"MemTotal", b"MemAvailable", b"SwapTotal", b"SwapFree")
 _MAX_CACHED_INTERFACES = 4096
 
 _N = TypeVar("_N", int, float)
-
-
-def _open(path: str) -> int | None:
-    """A read-only descriptor for ``path``, or None when it cannot be opened (group absent)."""
-    try:
-        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-
-
-def _pread(fd: int, records: bool = False) -> bytes:
-    """The whole current text of a procfs/sysfs/cgroupfs file (or of a plain file).
-
-    A file printed as one seq_file record (/proc/stat, /proc/meminfo, cgroup files) comes back
-    whole from one read that is big enough. A file of many records (/proc/diskstats,
-    /proc/net/dev) comes back at most one seq_file buffer (a page) per read, however large the
-    read (fs/seq_file.c, ``seq_read_iter``), so ``records=True`` reads on until end of file.
-    """
-    data = os.pread(fd, _CHUNK, 0)
-    if not data or (len(data) < _CHUNK and not records):
-        return data
-    parts = [data]
-    offset = len(data)
-    while more := os.pread(fd, _CHUNK, offset):
-        parts.append(more)
-        offset += len(more)
-    return b"".join(parts) if len(parts) > 1 else data
-
-
-def _read_bytes(path: str) -> bytes | None:
-    """A file's bytes, read once (construction, facts); None when it cannot be read."""
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def _meminfo(data: bytes, keys: tuple[bytes, ...] = _MEMINFO_KEYS) -> dict[bytes, int]:
@@ -97,7 +60,7 @@ def _cgroup_v2_path(procfs_root: str, pid: int) -> str | None:
 
     None when the file is missing or lists only v1 hierarchies (cgroups(7)).
     """
-    data = _read_bytes(os.path.join(procfs_root, str(pid), "cgroup"))
+    data = read_file(os.path.join(procfs_root, str(pid), "cgroup"))
     if data is None:
         return None
     for line in os.fsdecode(data).splitlines():
@@ -157,10 +120,10 @@ def _cgroup_limits(dirs: Iterable[str]) -> tuple[int | None, float | None]:
     memory: int | None = None
     cpu: float | None = None
     for d in dirs:
-        data = _read_bytes(os.path.join(d, "memory.max"))
+        data = read_file(os.path.join(d, "memory.max"))
         if data is not None:
             memory = _min_limit(memory, _parse_memory_max(data))
-        data = _read_bytes(os.path.join(d, "cpu.max"))
+        data = read_file(os.path.join(d, "cpu.max"))
         if data is not None:
             cpu = _min_limit(cpu, _parse_cpu_max(data))
     return memory, cpu
@@ -214,7 +177,7 @@ class HostSource:
             raise
 
     def _track(self, path: str) -> int | None:
-        fd = _open(path)
+        fd = open_ro(path)
         if fd is not None:
             self._fds.append(fd)
         return fd
@@ -232,8 +195,7 @@ class HostSource:
         return fd
 
     def _setup(self, procfs_root: str, sysfs_root: str, cgroup_root: str, pid: int) -> None:
-        # /proc/stat times are in USER_HZ units (proc(5)), which sysconf reports as SC_CLK_TCK.
-        self._hz = float(os.sysconf("SC_CLK_TCK"))
+        self._hz = CLK_TCK  # /proc/stat times are in USER_HZ units (proc(5))
         self._stat_fd = self._require(procfs_root, "stat")
         self._meminfo_fd = self._require(procfs_root, "meminfo")
         self._loadavg_fd = self._track(os.path.join(procfs_root, "loadavg"))
@@ -282,7 +244,7 @@ class HostSource:
         if self._netdev_fd is not None:
             self._read_network(add)
         if self._loadavg_fd is not None:
-            load = _pread(self._loadavg_fd).split(None, 3)
+            load = pread_all(self._loadavg_fd).split(None, 3)
             add(gauge("host_load1", float(load[0])))
             add(gauge("host_load5", float(load[1])))
             add(gauge("host_load15", float(load[2])))
@@ -300,7 +262,7 @@ class HostSource:
         hz = self._hz
         cache = self._cpu_labels
         # proc(5): the aggregate "cpu" line comes first, then one "cpuN" line per online CPU.
-        for line in _pread(self._stat_fd).split(b"\n")[1:]:
+        for line in pread_all(self._stat_fd).split(b"\n")[1:]:
             if not line.startswith(b"cpu"):
                 break
             fields = line.split()
@@ -309,7 +271,7 @@ class HostSource:
                 add(counter("host_cpu_seconds_total", int(ticks) / hz, lbl))
 
     def _read_memory(self, add: Callable[[Reading], None]) -> None:
-        mem = _meminfo(_pread(self._meminfo_fd))
+        mem = _meminfo(pread_all(self._meminfo_fd))
         total = mem.get(b"MemTotal")
         available = mem.get(b"MemAvailable")  # since Linux 3.14 (proc(5))
         if total is not None:
@@ -328,7 +290,7 @@ class HostSource:
         cache = self._disk_labels
         # Documentation/admin-guide/iostats.rst: after major, minor, name come reads completed,
         # reads merged, sectors read, ms reading, writes completed, writes merged, sectors written.
-        for line in _pread(self._diskstats_fd, records=True).split(b"\n"):
+        for line in pread_all(self._diskstats_fd, records=True).split(b"\n"):
             f = line.split(None, 10)
             if len(f) < 10:
                 continue
@@ -345,7 +307,7 @@ class HostSource:
         cache = self._if_labels
         # net/core/net-procfs.c: two header lines, then "name: 8 receive and 8 transmit fields",
         # bytes first in each. Interface names cannot contain ":" (dev_valid_name).
-        for line in _pread(self._netdev_fd, records=True).split(b"\n")[2:]:
+        for line in pread_all(self._netdev_fd, records=True).split(b"\n")[2:]:
             name, sep, rest = line.partition(b":")
             if not sep:
                 continue
@@ -361,19 +323,19 @@ class HostSource:
 
     def _read_cgroup(self, add: Callable[[Reading], None]) -> None:
         if self._cg_current_fd is not None:
-            add(gauge("cgroup_memory_current_bytes", int(_pread(self._cg_current_fd))))
+            add(gauge("cgroup_memory_current_bytes", int(pread_all(self._cg_current_fd))))
         memory = self._cg_memory_limit
         if self._cg_memory_max_fd is not None:
-            memory = _min_limit(memory, _parse_memory_max(_pread(self._cg_memory_max_fd)))
+            memory = _min_limit(memory, _parse_memory_max(pread_all(self._cg_memory_max_fd)))
         if memory is not None:
             add(gauge("cgroup_memory_max_bytes", memory))
         cpu = self._cg_cpu_limit
         if self._cg_cpu_max_fd is not None:
-            cpu = _min_limit(cpu, _parse_cpu_max(_pread(self._cg_cpu_max_fd)))
+            cpu = _min_limit(cpu, _parse_cpu_max(pread_all(self._cg_cpu_max_fd)))
         if cpu is not None:
             add(gauge("cgroup_cpu_limit_cores", cpu))
         if self._cg_cpu_stat_fd is not None:
-            usage = _parse_cpu_stat_usage(_pread(self._cg_cpu_stat_fd))
+            usage = _parse_cpu_stat_usage(pread_all(self._cg_cpu_stat_fd))
             if usage is not None:
                 add(counter("cgroup_cpu_seconds_total", usage / 1e6))
 
@@ -392,7 +354,7 @@ def _cpu_model(procfs_root: str) -> str:
     x86 has "model name"; arm64 has no name, only "CPU implementer"/"CPU part" codes (and on some
     kernels "Hardware"); POWER has "cpu".
     """
-    data = _read_bytes(os.path.join(procfs_root, "cpuinfo"))
+    data = read_file(os.path.join(procfs_root, "cpuinfo"))
     if data is None:
         return "unknown"
     fields: dict[str, str] = {}
@@ -437,7 +399,7 @@ def host_facts(
         allowed: int | None = len(os.sched_getaffinity(pid or 0))
     except (AttributeError, OSError):  # not Linux, or no such process
         allowed = None
-    meminfo = _read_bytes(os.path.join(procfs_root, "meminfo"))
+    meminfo = read_file(os.path.join(procfs_root, "meminfo"))
     memory = _meminfo(meminfo, (b"MemTotal",)).get(b"MemTotal") if meminfo else None
     path = _cgroup_v2_path(procfs_root, os.getpid() if pid is None else pid)
     memory_max: int | None = None

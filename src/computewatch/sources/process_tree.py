@@ -25,9 +25,30 @@ from dataclasses import dataclass, field
 
 from computewatch.readings import Labels, Reading, counter, gauge, labels
 from computewatch.sources.base import SourceUnavailable
+from computewatch.sources.procfs import (
+    PAGE_SIZE,
+    PidBirths,
+    ProcessCache,
+    StatHandle,
+    close_fd,
+    open_ro,
+    parse_stat,
+    read_cmdline,
+    read_file,
+    stat_cpu_seconds,
+    stat_fields,
+)
 
-_CLK_TCK = float(os.sysconf("SC_CLK_TCK"))
-_PAGE = float(os.sysconf("SC_PAGE_SIZE"))
+# PidBirths, parse_stat and stat_fields moved to computewatch.sources.procfs; kept importable here.
+__all__ = [
+    "HWM_SECONDS",
+    "PidBirths",
+    "ProcessInfo",
+    "ProcessTreeSource",
+    "parse_stat",
+    "stat_fields",
+]
+
 HWM_SECONDS = 1.0
 
 
@@ -36,7 +57,7 @@ class _Proc:
     pid: int
     ppid: int
     name: str
-    stat_fd: int
+    stat: StatHandle
     io_fd: int  # -1 when /proc/PID/io is not readable
     status_fd: int
     lbl: Labels
@@ -57,74 +78,6 @@ class ProcessInfo:
     ppid: int
     name: str
     cmdline: list[str] = field(default_factory=list)
-
-
-def _close(fd: int) -> None:
-    if fd >= 0:
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
-def stat_fields(fd: int) -> list[bytes] | None:
-    """The fields of /proc/PID/stat after the command name (proc(5): ``state`` first), read
-    through an open descriptor; None when the process is gone (unreadable, empty, or state X:
-    dead, being removed)."""
-    try:
-        raw = os.pread(fd, 4096, 0)
-    except OSError:
-        return None
-    if not raw:
-        return None
-    rest = raw[raw.rindex(b")") + 2 :].split()
-    return None if rest[0] == b"X" else rest
-
-
-class PidBirths:
-    """Whether a process was born since the last look. The last field of /proc/loadavg is the
-    most recently created PID of this PID namespace (proc(5)): while it has not moved, no
-    process was born, and a listing of /proc can be skipped. One descriptor, kept open."""
-
-    def __init__(self, procfs_root: str) -> None:
-        self._path = os.path.join(procfs_root, "loadavg")
-        self._fd: int | None = None
-        self._seen: int | None = None
-
-    def last_pid(self) -> int | None:
-        """The most recently created PID, or None where loadavg cannot be read."""
-        if self._fd is None:
-            try:
-                self._fd = os.open(self._path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
-                self._fd = -1
-        if self._fd < 0:
-            return None
-        try:
-            return int(os.pread(self._fd, 128, 0).split()[4])
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def moved(self) -> bool:
-        """False only when the last PID is known and the same as at the previous call."""
-        last = self.last_pid()
-        if last is not None and last == self._seen:
-            return False
-        self._seen = last
-        return True
-
-    def close(self) -> None:
-        if self._fd is not None:
-            _close(self._fd)
-        self._fd = None
-
-
-def parse_stat(raw: bytes) -> tuple[str, list[bytes]]:
-    """A /proc/PID/stat text as the command name and the fields after it."""
-    # The command name may contain spaces and ')': it ends at the last ')' (proc(5)).
-    close = raw.rindex(b")")
-    name = raw[raw.index(b"(") + 1 : close].decode("utf-8", "replace")
-    return name, raw[close + 2 :].split()
 
 
 class ProcessTreeSource:
@@ -154,15 +107,14 @@ class ProcessTreeSource:
         self._per_process = per_process
         self._count_existing = count_existing_usage
         self._root_cpu_baseline = root_cpu_baseline
-        self._procs: dict[int, _Proc] = {}
-        self._foreign: set[int] = set()
+        self._cache: ProcessCache[_Proc] = ProcessCache(procfs_root)
+        self._procs = self._cache.procs
         self._exited_cpu = 0.0
         self._exited_read = 0.0
         self._exited_write = 0.0
         self._peak_hwm = 0.0
         self._final_root_cpu: float | None = None
         self._root_seen = False
-        self._births = PidBirths(procfs_root)
         self._first = True
         self.new_processes: list[ProcessInfo] = []
         if not os.path.exists(os.path.join(procfs_root, str(root_pid), "stat")):
@@ -198,16 +150,16 @@ class ProcessTreeSource:
         gone: list[_Proc] = []
         per = self._per_process
         for p in self._procs.values():
-            rest = stat_fields(p.stat_fd)
+            rest = p.stat.fields()
             if rest is None:
                 gone.append(p)
                 continue
-            own = (int(rest[11]) + int(rest[12])) / _CLK_TCK
-            total = own + (int(rest[13]) + int(rest[14])) / _CLK_TCK - p.baseline
+            own = stat_cpu_seconds(rest, children=False)
+            total = stat_cpu_seconds(rest) - p.baseline
             p.cpu_total = total
             p.ppid = int(rest[1])  # follows reparenting: an orphan's parent becomes init
             nthreads = float(rest[17])
-            rss = int(rest[21]) * _PAGE
+            rss = float(int(rest[21]) * PAGE_SIZE)
             cpu += total
             rss_sum += rss
             threads += nthreads
@@ -260,12 +212,10 @@ class ProcessTreeSource:
         return out
 
     def close(self) -> None:
-        self._births.close()
         for p in self._procs.values():
-            _close(p.stat_fd)
-            _close(p.io_fd)
-            _close(p.status_fd)
-        self._procs.clear()
+            close_fd(p.io_fd)
+            close_fd(p.status_fd)
+        self._cache.close()
 
     # -- internals ----------------------------------------------------------------------------
     def _retire(self, p: _Proc, alive_before: set[int]) -> None:
@@ -275,10 +225,9 @@ class ProcessTreeSource:
         too would count them twice. Otherwise (orphaned, reaped by init or a subreaper) its
         last-seen total is kept."""
         p.alive = False
-        del self._procs[p.pid]
-        _close(p.stat_fd)
-        _close(p.io_fd)
-        _close(p.status_fd)
+        self._cache.drop(p)
+        close_fd(p.io_fd)
+        close_fd(p.status_fd)
         if p.pid == self.root_pid and self._final_root_cpu is not None:
             p.cpu_total = self._final_root_cpu - p.baseline
         if p.ppid not in alive_before:
@@ -293,24 +242,20 @@ class ProcessTreeSource:
     def _discover(self) -> None:
         """Find new descendants: one directory listing, and a stat read only for PIDs never
         seen before (PIDs known to be outside the tree are remembered until they vanish)."""
-        root = self._root
         # The listing is the costliest part of a tick on a busy host: skipped when no process
         # was born since the last one.
-        if not self._births.moved() and not self._first:
-            return
-        present = {int(e) for e in os.listdir(root) if e.isdigit()}
-        self._foreign &= present
-        candidates = present - self._foreign - self._procs.keys()
-        if not candidates and not self._first:
+        candidates = self._cache.new_pids(force=self._first)
+        if candidates is None or (not candidates and not self._first):
             return
         parents: dict[int, tuple[int, str, bytes]] = {}
         for pid in candidates:
+            raw = read_file(os.path.join(self._root, str(pid), "stat"))
+            if raw is None:
+                continue
             try:
-                with open(os.path.join(root, str(pid), "stat"), "rb") as f:
-                    raw = f.read()
                 name, rest = parse_stat(raw)
                 parents[pid] = (int(rest[1]), name, raw)
-            except (OSError, ValueError, IndexError):
+            except (ValueError, IndexError):
                 continue
         tree = {p for p in self._procs if self._procs[p].alive}
         if self.root_pid not in tree and self._first and self.root_pid in parents:
@@ -326,43 +271,47 @@ class ProcessTreeSource:
                     self._adopt(pid, parents.pop(pid))
                     tree.add(pid)
                     changed = True
-        self._foreign.update(parents)
+        self._cache.foreign.update(parents)
 
     def _adopt(self, pid: int, info: tuple[int, str, bytes]) -> None:
         ppid, name, _raw = info
         base = os.path.join(self._root, str(pid))
-        try:
-            stat_fd = os.open(os.path.join(base, "stat"), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
+        stat = self._cache.open_stat(pid)
+        if stat is None:
             return
-        try:
-            io_fd = os.open(os.path.join(base, "io"), os.O_RDONLY | os.O_CLOEXEC)
-            os.pread(io_fd, 1024, 0)
-        except OSError:
-            io_fd = -1
-        try:
-            status_fd = os.open(os.path.join(base, "status"), os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            status_fd = -1
-        p = _Proc(pid, ppid, name, stat_fd, io_fd, status_fd, labels(pid=pid, name=name))
+        io_fd = open_ro(os.path.join(base, "io"))
+        if io_fd is not None:
+            try:
+                os.pread(io_fd, 1024, 0)  # another user's process opens but cannot be read
+            except OSError:
+                close_fd(io_fd)
+                io_fd = None
+        status_fd = open_ro(os.path.join(base, "status"))
+        p = _Proc(
+            pid,
+            ppid,
+            name,
+            stat,
+            -1 if io_fd is None else io_fd,
+            -1 if status_fd is None else status_fd,
+            labels(pid=pid, name=name),
+        )
         if self._first and not self._count_existing:
             try:
-                rest = parse_stat(os.pread(stat_fd, 4096, 0))[1]
-                p.baseline = sum(int(x) for x in rest[11:15]) / _CLK_TCK
+                raw = stat.read()
+                if raw is None:
+                    raise OSError("gone")
+                rest = parse_stat(raw)[1]
+                p.baseline = stat_cpu_seconds(rest)
                 if pid == self.root_pid and self._root_cpu_baseline is not None:
                     p.baseline = min(p.baseline, self._root_cpu_baseline)
-                if io_fd >= 0:
-                    io = os.pread(io_fd, 1024, 0).split(b"\n")
+                if p.io_fd >= 0:
+                    io = os.pread(p.io_fd, 1024, 0).split(b"\n")
                     p.io_base = (float(io[4][12:]), float(io[5][13:]))
             except (OSError, ValueError, IndexError):
                 pass
         self._procs[pid] = p
         if pid == self.root_pid:
             self._root_seen = True
-        cmdline: list[str] = []
-        try:
-            with open(os.path.join(base, "cmdline"), "rb") as f:
-                cmdline = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
-        except OSError:
-            pass
+        cmdline = read_cmdline(self._root, pid)
         self.new_processes.append(ProcessInfo(pid, ppid, name, cmdline))

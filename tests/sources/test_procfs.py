@@ -1,0 +1,104 @@
+"""The shared procfs parser and process cache, against recorded trees."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from computewatch.sources.procfs import (
+    CLK_TCK,
+    PidBirths,
+    ProcessCache,
+    StatHandle,
+    parse_stat,
+    split_stat,
+    stat_cpu_seconds,
+    stat_fields,
+    status_effective_uid,
+    status_uid,
+)
+
+
+def stat_text(pid: int, comm: str, state: str = "S", ppid: int = 1, ticks: int = 0) -> str:
+    # proc(5): pid (comm) state ppid ... utime(14) stime(15) cutime(16) cstime(17) ...
+    fields = [state, str(ppid)] + ["0"] * 9 + [str(ticks), str(ticks), "1", "1"] + ["0"] * 30
+    return f"{pid} ({comm}) " + " ".join(fields) + "\n"
+
+
+def write_proc(root: Path, pid: int, comm: str, **kw: object) -> Path:
+    d = root / str(pid)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "stat").write_text(stat_text(pid, comm, **kw))  # type: ignore[arg-type]
+    return d
+
+
+def test_comm_with_spaces_and_parens() -> None:
+    raw = stat_text(7, "a) (b c)", ticks=5).encode()
+    comm, fields = split_stat(raw)
+    assert comm == b"a) (b c)"
+    assert parse_stat(raw)[0] == "a) (b c)"
+    assert fields[0] == b"S" and fields[1] == b"1"
+    assert stat_cpu_seconds(fields) == pytest.approx(12 / CLK_TCK)
+    assert stat_cpu_seconds(fields, children=False) == pytest.approx(10 / CLK_TCK)
+
+
+def test_dead_or_empty_is_gone(tmp_path: Path) -> None:
+    d = write_proc(tmp_path, 3, "x", state="X")
+    fd = os.open(d / "stat", os.O_RDONLY)
+    try:
+        assert stat_fields(fd) is None
+    finally:
+        os.close(fd)
+    (d / "stat").write_text("")
+    assert StatHandle(3, str(d / "stat"), -1).fields() is None
+    assert StatHandle(4, str(tmp_path / "4" / "stat"), -1).read() is None
+
+
+def test_status_uids() -> None:
+    status = b"Name:\tx\nUid:\t1000\t1001\t1000\t1000\nGid:\t1\t1\t1\t1\n"
+    assert status_uid(status) == 1000
+    assert status_effective_uid(status) == 1001
+    with pytest.raises(ValueError):
+        status_uid(b"Name:\tx\n")
+
+
+@dataclass
+class _Rec:
+    stat: StatHandle
+
+
+def test_cache_budget_births_and_drop(tmp_path: Path) -> None:
+    for pid in (10, 11, 12):
+        write_proc(tmp_path, pid, f"p{pid}")
+    (tmp_path / "loadavg").write_text("0.00 0.00 0.00 1/100 12\n")
+    cache: ProcessCache[_Rec] = ProcessCache(str(tmp_path), max_open=2)
+    new = cache.new_pids()
+    assert new == {10, 11, 12}
+    for pid in sorted(new):
+        h = cache.open_stat(pid)
+        assert h is not None
+        cache.procs[pid] = _Rec(h)
+    assert [cache.procs[p].stat.fd >= 0 for p in (10, 11, 12)] == [True, True, False]
+    assert cache.procs[12].stat.fields() is not None  # past the budget: read by path
+    assert cache.new_pids() is None  # no birth since: no listing
+    assert cache.new_pids(force=True) == set()
+    write_proc(tmp_path, 13, "p13")
+    (tmp_path / "loadavg").write_text("0.00 0.00 0.00 1/100 13\n")
+    assert cache.new_pids() == {13}
+    cache.drop(cache.procs[10])
+    assert 10 not in cache.procs
+    h = cache.open_stat(13)  # the dropped descriptor freed a place in the budget
+    assert h is not None and h.fd >= 0
+    cache.release(h)
+    cache.close()
+    assert not cache.procs
+
+
+def test_births_without_loadavg(tmp_path: Path) -> None:
+    b = PidBirths(str(tmp_path))
+    assert b.last_pid() is None
+    assert b.moved() and b.moved()  # unknown: always list
+    b.close()
