@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -122,17 +123,40 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     file named explicitly (argument or ``$COMPUTEWATCH_CONFIG``) must exist."""
     explicit = path is not None or bool(os.environ.get(ENV_CONFIG))
     p = Path(path).expanduser() if path is not None else default_config_path()
-    if not p.exists():
-        if explicit:
-            raise ConfigError(f"configuration file {p} does not exist")
+    if not p.exists() and not explicit:
         return Config()
+    return parse_config(parse_toml(read_config_text(p), str(p)), p)
+
+
+class TomlError(ConfigError):
+    """A configuration text that is not valid TOML: ``WHERE: not valid TOML: ERROR``, with the
+    error's ``line`` (1-based, None when not given) and its ``reason`` without the position."""
+
+    def __init__(self, where: str, error: tomllib.TOMLDecodeError) -> None:
+        super().__init__(f"{where}: not valid TOML: {error}")
+        # tomllib ends its messages with "(at line L, column C)".
+        m = re.search(r"\(at line (\d+), column \d+\)", str(error))
+        self.line: int | None = int(m.group(1)) if m else None
+        self.reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(error))
+
+
+def read_config_text(path: Path) -> str:
+    """The text of a configuration file; ConfigError when it is missing or unreadable."""
     try:
-        data = tomllib.loads(p.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{p}: not valid TOML: {e}") from None
+        return path.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"configuration file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"cannot read {p}: {e}") from None
-    return parse_config(data, p)
+        raise ConfigError(f"cannot read {path}: {e}") from None
+
+
+def parse_toml(text: str, where: str) -> dict[str, Any]:
+    """A configuration text as TOML tables (:class:`TomlError` when it does not parse): the one
+    TOML reader of the configuration, for :func:`load_config` and the agent's configuration."""
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise TomlError(where, e) from None
 
 
 def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:

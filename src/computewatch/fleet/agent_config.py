@@ -35,12 +35,18 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from computewatch.config import Config, ConfigError, parse_config
+from computewatch.config import (
+    Config,
+    ConfigError,
+    TomlError,
+    parse_config,
+    parse_toml,
+    read_config_text,
+)
 from computewatch.errors import ComputewatchError
 from computewatch.fleet.attribution import TeamMap
 from computewatch.metrics.server import ServerError, parse_listen
@@ -195,12 +201,10 @@ def parse_agent_config(text: str, path: Path | None = None) -> AgentConfig:
     """Check and read the agent's sections of a configuration text (and the rest of it)."""
     where = str(path) if path else "configuration"
     try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        m = re.search(r"\(at line (\d+), column \d+\)", str(e))
-        reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(e))
-        loc = f"{where}:{m.group(1)}" if m else where
-        raise AgentConfigError(f"{loc}: not valid TOML: {reason}") from None
+        data = parse_toml(text, where)
+    except TomlError as e:
+        loc = f"{where}:{e.line}" if e.line else where
+        raise AgentConfigError(f"{loc}: not valid TOML: {e.reason}") from None
     chk = _Checker(where, text, path)
     fields: dict[str, Any] = {"path": path}
     agent = data.get("agent", {})
@@ -269,11 +273,9 @@ def load_agent_config(path: str | Path) -> AgentConfig:
     """Read and check a configuration file for the agent; a missing file is an error."""
     p = Path(path).expanduser()
     try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise AgentConfigError(f"configuration file {p} does not exist") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise AgentConfigError(f"cannot read {p}: {e}") from None
+        text = read_config_text(p)
+    except ConfigError as e:
+        raise AgentConfigError(str(e)) from None
     return parse_agent_config(text, p)
 
 

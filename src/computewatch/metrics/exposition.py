@@ -49,6 +49,7 @@ class LatestSamples:
 def to_families(samples: Iterable[MetricSample]) -> list[object]:
     """prometheus_client metric families for ``samples``, in first-seen order. A sample whose
     labels repeat an earlier one of its name is dropped (Prometheus rejects duplicates)."""
+    # prometheus_client is the optional [agent] extra: imported only when a scrape is served.
     from prometheus_client.metrics_core import Metric
 
     fams: dict[str, Metric] = {}
@@ -78,6 +79,7 @@ class _Collector:
 
 def render(samples: Iterable[MetricSample], accept: str | None = None) -> tuple[bytes, str]:
     """The body and Content-Type of a scrape of ``samples`` for this ``Accept`` header."""
+    # prometheus_client is the optional [agent] extra: imported only when a scrape is served.
     from prometheus_client.exposition import choose_encoder
 
     encoder, content_type = choose_encoder(accept or "")

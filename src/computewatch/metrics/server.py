@@ -59,6 +59,7 @@ def parse_listen(text: str) -> tuple[str, int]:
 def require_prometheus_client() -> None:
     """Raise :class:`ServerError` with the install hint when prometheus_client is missing."""
     try:
+        # The optional [agent] extra: this import is the check that it is installed.
         import prometheus_client  # noqa: F401
     except ImportError:
         raise ServerError(
