@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, TypedDict
+
+from computewatch.analysis.summary_types import RunSummary
 
 COMPARED: tuple[tuple[str, str], ...] = (
     ("status", ""),
@@ -36,7 +39,29 @@ COMPARED: tuple[tuple[str, str], ...] = (
 )
 
 
-def lookup(summary: dict[str, Any], path: str) -> Any:
+class RunRef(TypedDict):
+    id: str | None
+    name: str | None
+
+
+class ComparedField(TypedDict):
+    field: str  # a dotted path into the summary, e.g. ``cpu.utilization_mean``
+    unit: str
+    a: Any  # the summaries' values: numbers, or text for ``status``
+    b: Any
+    difference: float | None
+    ratio: float | None
+
+
+class Comparison(TypedDict):
+    schema_version: int
+    a: RunRef
+    b: RunRef
+    fields: list[ComparedField]
+
+
+def lookup(summary: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted ``path`` in a summary (None where any part is missing)."""
     cur: Any = summary
     for part in path.split("."):
         if not isinstance(cur, dict):
@@ -45,10 +70,10 @@ def lookup(summary: dict[str, Any], path: str) -> Any:
     return cur
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+def compare(a: RunSummary, b: RunSummary) -> Comparison:
     """``{"a": id, "b": id, "fields": [{field, unit, a, b, difference, ratio}]}``; the
     difference is b − a and the ratio b / a, where both are numbers."""
-    rows = []
+    rows: list[ComparedField] = []
     for path, unit in COMPARED:
         va, vb = lookup(a, path), lookup(b, path)
         if va is None and vb is None:

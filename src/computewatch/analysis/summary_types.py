@@ -49,6 +49,7 @@ __all__ = [
     "StepStats",
     "StepTimes",
     "UnaccountedTime",
+    "energy_components",
     "stored_summary",
 ]
 
@@ -437,6 +438,14 @@ class RunSummary(TypedDict):
     forecast: NotRequired[Forecast]
     # diagnosis/engine.py's report (``DiagnosisReport.as_dict``): typed there, above this layer
     diagnosis: NotRequired[dict[str, Any]]
+
+
+def energy_components(energy: EnergySection) -> list[tuple[str, Figure]]:
+    """The energy components that were computed, by name, in the order the engine adds them."""
+    c = energy["components"]
+    named = [("gpu", c.get("gpu")), ("cpu", c["cpu"]), ("memory", c["memory"])]
+    named.append(("server", c.get("server")))
+    return [(name, fig) for name, fig in named if fig is not None]
 
 
 def stored_summary(raw: Mapping[str, Any]) -> RunSummary:

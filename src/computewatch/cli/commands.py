@@ -11,14 +11,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TextIO, cast
+from typing import Any, TextIO
 
-from computewatch.accounting.engine import AccountingOptions, accounted
+from computewatch.accounting.engine import AccountingOptions, accounted, with_accounting
 from computewatch.accounting.region import RegionError, resolve_location
 from computewatch.analysis.compare import compare
 from computewatch.analysis.export import iter_rows, write_csv, write_jsonl, write_parquet
 from computewatch.analysis.retention import collect, expired_runs
 from computewatch.analysis.summary import build_summary, iso
+from computewatch.analysis.summary_types import RunSummary, stored_summary
 from computewatch.cli.alerts import alerts_sink
 from computewatch.config import ConfigError, load_config
 from computewatch.errors import PROG, ComputewatchError, UsageError
@@ -230,12 +231,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-def _summary_of(store: Store, ref: str) -> dict[str, Any]:
+def _summary_of(store: Store, ref: str) -> RunSummary:
     run = store.find_run(ref)
     if run.summary is not None and run.status != "running":
-        return run.summary
-    # a plain dict until the summary's readers here take the RunSummary TypedDict
-    return cast("dict[str, Any]", build_summary(store, run))
+        return stored_summary(run.summary)
+    return build_summary(store, run)
 
 
 _ACCOUNTING_FLAGS = (
@@ -255,7 +255,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                     f"the samples of run {run.id} were deleted by gc: its accounting can only "
                     "be shown as stored (drop the accounting flags)"
                 )
-            summary = {**summary, **accounted(store, run, summary, accounting)}
+            summary = with_accounting(summary, accounted(store, run, summary, accounting))
     _emit(summary, print_summary, as_json=args.json)
     return 0
 

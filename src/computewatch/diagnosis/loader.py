@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,7 +62,7 @@ class RunData:
     seconds from the run's start for evidence."""
 
     run: RunRow
-    summary: dict[str, Any]
+    summary: Mapping[str, Any]  # a RunSummary, or a stored one
     steps: list[StepRow] = field(default_factory=list)
     phases: list[PhaseRow] = field(default_factory=list)
     requests: list[RequestRow] = field(default_factory=list)
@@ -72,7 +72,7 @@ class RunData:
     start_mono: float | None = None  # the run's start on the monotonic clock
 
     @classmethod
-    def load(cls, store: Store, run: RunRow, summary: dict[str, Any] | None = None) -> RunData:
+    def load(cls, store: Store, run: RunRow, summary: Mapping[str, Any] | None = None) -> RunData:
         """Read the run's steps, phases, requests, writers, ticks and the wanted series."""
         if summary is None:
             if run.summary is not None:

@@ -12,7 +12,10 @@ from typing import Any
 
 import pytest
 
+from computewatch.accounting.engine import AccountingOptions, account, with_accounting
 from computewatch.analysis.summary import build_summary
+from computewatch.analysis.summary_types import RunSummary
+from computewatch.config import Config
 from computewatch.readings import Kind, Labels, labels
 from computewatch.store import COMPLETED, RunRow, Store
 from computewatch.views.html import build_html, chart_data, write_report
@@ -38,9 +41,14 @@ def make_run(
     cpu_spike_at: int | None = None,
     tags: dict[str, str] | None = None,
     command: list[str] | None = None,
+    rapl: bool = False,
+    flops: float | None = None,
+    settings: dict[str, float] | None = None,
 ) -> RunRow:
     """A finished run of ``n`` one-second ticks written by hand: the tree burns one CPU-second
-    per second (50 % of 2 cores), disks and network move fixed rates, GPUs hold steady."""
+    per second (50 % of 2 cores), disks and network move fixed rates, GPUs hold steady. With
+    ``rapl``, RAPL counters: 10 W on the CPU package, 3 W on DRAM. Each step carries ``flops``;
+    ``settings`` are what ``track()`` declared (``peak_flops``, ``recompute_factor``)."""
     host: dict[str, Any] = {"allowed_cores": 2.0, "logical_cpus": 8, "hostname": "box"}
     if gpus:
         host["gpus"] = [
@@ -93,6 +101,13 @@ def make_run(
                 ("gpu_energy_joules_total", labels(gpu=uuid, method="counter"), Kind.COUNTER,
                  [(300.0 + 50 * g) * i for i in range(n)]),
             ]  # fmt: skip
+    if rapl:
+        defs += [
+            ("cpu_energy_joules_total", labels(domain="package", socket="0"), Kind.COUNTER,
+             [10.0 * i for i in range(n)]),
+            ("cpu_energy_joules_total", labels(domain="dram", socket="0"), Kind.COUNTER,
+             [3.0 * i for i in range(n)]),
+        ]  # fmt: skip
     if only is not None:
         defs = [d for d in defs if d[0] in only]
     store.write_batch(
@@ -100,10 +115,10 @@ def make_run(
         series=[(i, nm, lb, k) for i, (nm, lb, k, _) in enumerate(defs)],
         ticks=[(i, MONO0 + i, T0 + i) for i in range(n)],
         samples=[(rk, seq, i, v) for i, d in enumerate(defs) for seq, v in enumerate(d[3])],
-        steps=[(4242, MONO0 + i + 0.5, T0 + i + 0.5, 32.0, None) for i in range(n)]
+        steps=[(4242, MONO0 + i + 0.5, T0 + i + 0.5, 32.0, None, flops) for i in range(n)]
         if steps
         else [],
-        writers=[(4242, MONO0, {"pid": 4242})] if steps else [],
+        writers=[(4242, MONO0, {"pid": 4242, "settings": settings or {}})] if steps else [],
         data_until=T0 + n - 1,
     )
     store.update_run(rk, status=COMPLETED, exit_code=0, ended_at=T0 + n, notes=["a note"])
@@ -266,72 +281,82 @@ def test_json_for_script_cannot_end_its_element() -> None:
     assert json.loads(text) == {"a": "</script><!-- & >", "b": [1.5, None]}
 
 
-ACCOUNTING: dict[str, Any] = {
-    "energy": {
-        "total": {
-            "value": 1250.25,
-            "unit": "kWh",
-            "method": "measured counter",
-            "low": 1200.0,
-            "high": 1300.0,
-            "assumptions": ["PUE 1.2", "<b>no</b> idle share"],
-            "source": "NVML total energy counter",
-        },
-        "by_device": {"gpu": {"value": 1000.0, "unit": "kWh", "method": "counter"}},
-    },
-    "carbon": {
-        "total": {
-            "value": 0.42,
-            "unit": "kgCO2e",
-            "method": "modeled",
-            "low": 0.3,
-            "high": 0.6,
-            "assumptions": "grid intensity of <region>",
-        }
-    },
-    "cost": {"currency": "EUR", "provider": "on-prem", "rates": [1, 2]},
-    "flops": {  # a figure with more beside it
-        "value": 5.5e14,
-        "unit": "FLOP",
-        "method": "estimated",
-        "low": 4.4e14,
-        "high": 6.6e14,
-        "assumptions": ["6ND"],
-        "devices": [{"model": "A100-80GB", "active_seconds": 2.9}],
-        "model": "llama",
-    },
-    "forecast": {"eta": None, "remaining_steps": 1000},
-}
+def accounted(store: Store, run: RunRow, tmp_path: Path) -> RunSummary:
+    """The run's summary with the accounting the engine adds when a run ends: in Austria
+    (103 gCO2e/kWh), PUE 1.5, $3.60 an hour, on no cloud."""
+    opts = AccountingOptions(
+        config=Config(usd_per_hour=3.6),
+        region="AT",
+        pue=1.5,
+        environ={},
+        dmi_root=str(tmp_path / "no-dmi"),
+    )
+    summary = build_summary(store, run)
+    return with_accounting(summary, account(store, run, summary, opts))
 
 
-def test_accounting_sections_when_the_summary_has_them(store: Store) -> None:
-    run = make_run(store)
+def section(page: str, name: str, until: str) -> str:
+    return page[page.index(f'id="section-{name}"') : page.index(f'id="section-{until}"')]
+
+
+def cells(html_text: str) -> str:
+    """The text of the HTML, each cell or item on its own, ``|`` between them."""
+    return "|".join(t.strip() for t in re.split(r"<[^>]+>", html_text) if t.strip())
+
+
+def test_accounting_sections_show_the_engines_figures(store: Store, tmp_path: Path) -> None:
+    run = make_run(store, rapl=True)
     assert 'class="accounting"' not in build_html(store, run)
-    summary = build_summary(store, run) | ACCOUNTING
-    store.update_run(run.key, summary=summary)
+    store.update_run(run.key, summary=accounted(store, run, tmp_path))
     page = build_html(store, store.run_by_key(run.key))
-    for name in ACCOUNTING:
-        assert f'id="section-{name}"' in page, name
-    energy = page[page.index('id="section-energy"') : page.index('id="section-carbon"')]
-    assert "1,250 kWh" in energy
-    assert "measured counter" in energy
-    assert "1,200–1,300 kWh" in energy
-    assert "PUE 1.2" in energy and "&lt;b&gt;no&lt;/b&gt; idle share" in energy
-    assert "NVML total energy counter" in energy
-    assert "by_device.gpu" in energy
-    carbon = page[page.index('id="section-carbon"') : page.index('id="section-cost"')]
-    assert "0.42 kgCO2e" in carbon and "0.3–0.6 kgCO2e" in carbon and "&lt;region&gt;" in carbon
-    cost = page[page.index('id="section-cost"') : page.index('id="section-flops"')]
-    assert "currency" in cost and "EUR" in cost and "1, 2" in cost
-    flops = page[page.index('id="section-flops"') : page.index('id="section-forecast"')]
-    assert "5.5e+14 FLOP" in flops and "4.4e+14–6.6e+14 FLOP" in flops and "6ND" in flops
-    assert "devices[0].model" in flops and "A100-80GB" in flops and "llama" in flops
-    forecast = page[page.index('id="section-forecast"') :]
-    assert "remaining_steps" in forecast and "n/a" in forecast
-    # A headline figure of a section becomes a card at the top too.
-    cards = re.sub(r"<[^>]+>", "", page[page.index('class="cards"') : page.index("</section>")])
-    assert "energy" in cards and "1,250 kWh" in cards and "0.42 kgCO2e" in cards
-    assert "5.5e+14 FLOP" in cards
+    # Energy over the 120 s run (the counters' last minus first, at 119 s):
+    #   GPUs 300 W x 119 s + 350 W x 119 s = 77,350 J (counters, +/-5 %: 73,482.5-81,217.5 J)
+    #   CPU package 10 W x 119 s = 1,190 J, DRAM 3 W x 119 s = 357 J (RAPL, +/-10 %)
+    #   device 78,897 J = 0.021916 kWh; facility x PUE 1.5 = 0.032874 kWh
+    #   low (73,482.5 + 1,071 + 321.3) x 1.5 / 3.6e6 = 0.031198 kWh,
+    #   high (81,217.5 + 1,309 + 392.7) x 1.5 / 3.6e6 = 0.034550 kWh
+    energy = cells(section(page, "energy", "carbon"))
+    # (the sections list what they hold by name: the stored summary's keys are sorted)
+    assert "components.cpu|1,190 J|measured|0.0002975–0.0003636 kWh" in energy
+    assert "components.gpu|21.5 Wh|measured|0.02041–0.02256 kWh" in energy
+    assert "components.memory|357 J|measured|8.925e-05–0.0001091 kWh" in energy
+    assert "device|21.9 Wh|measured|0.0208–0.02303 kWh" in energy
+    assert "facility|32.9 Wh|measured|0.0312–0.03455 kWh|PUE 1.5 (--pue)" in energy
+    assert "pue|1.5|1.5–1.5|--pue" in energy
+    # Carbon: 0.032874 kWh x 103 g/kWh = 3.386 g; the range widened by the grid's +/-15 %:
+    #   0.031198 x 103 x 0.85 = 2.731 g, 0.034550 x 103 x 1.15 = 4.092 g
+    carbon = cells(section(page, "carbon", "cost"))
+    assert "operational|3.39 g CO2e|modeled|2.731–4.092 gCO2e" in carbon
+    assert "total|3.39 g CO2e|modeled|2.731–4.092 gCO2e" in carbon
+    assert "intensity.g_per_kwh|103" in carbon and "intensity.name|Austria" in carbon
+    # Cost: 120 s = 1/30 h x $3.60/h = $0.12; 120 steps: $0.001 a step; 3,840 samples (32 a
+    # step): $0.03125 per 1,000
+    cost = cells(section(page, "cost", "flops"))
+    assert "compute|$0.12|modeled|0.12–0.12 USD|0.0333 h x $3.6/hour (configured)" in cost
+    assert "total|$0.12|modeled" in cost
+    assert "per_unit.usd_per_1k_samples|0.03125|per_unit.usd_per_step|0.001" in cost
+    assert 'id="section-forecast"' not in page  # no step target
+    # The headline figures become cards at the top too.
+    cards = cells(page[page.index('class="cards"') : page.index("</section>")])
+    assert "energy|32.9|Wh|facility, measured" in cards
+    assert "carbon|3.39 g CO2e|total, modeled" in cards
+    assert "cost|$0.12|total, modeled" in cards
+
+
+def test_mfu_and_hfu_show_as_percentages(store: Store, tmp_path: Path) -> None:
+    # 120 steps of 4e14 FLOP, the first at 0.5 s: the window from the first step to the last
+    # is 119 s and holds 119 steps' FLOPs; at a declared peak of 1e15 FLOP/s
+    #   MFU = 119 x 4e14 / (119 s x 1e15 FLOP/s) = 0.4; HFU = MFU x recompute factor 1.25 = 0.5
+    run = make_run(store, flops=4e14, settings={"peak_flops": 1e15, "recompute_factor": 1.25})
+    store.update_run(run.key, summary=accounted(store, run, tmp_path))
+    page = build_html(store, store.run_by_key(run.key))
+    flops = cells(section(page, "flops", "host"))
+    assert "flops|4.8e+16 FLOP|counted" in flops  # 120 steps x 4e14
+    assert "flops_per_second|4e+14 FLOP/s|counted" in flops
+    assert "mfu|40.0%|counted|40.0%–40.0%" in flops
+    assert "hfu|50.0%|counted|50.0%–50.0%" in flops
+    cards = cells(page[page.index('class="cards"') : page.index("</section>")])
+    assert "flops|4.8e+16|FLOP|counted" in cards
 
 
 def test_accounting_section_of_any_shape() -> None:
