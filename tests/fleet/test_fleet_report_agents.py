@@ -13,9 +13,27 @@ from typing import Any
 
 import pytest
 
+from computewatch.sources.rapl import rapl_status
+from computewatch.testing.fake_nvml import ManualClock, from_preset
+
 SCRAPE_SECONDS = 60
+CPU_TDP_WATTS = 10.0
 
 pytestmark = pytest.mark.slow
+
+
+def _mean_fake_power_watts(preset: str, start: float, end: float) -> float:
+    """The mean power of a fake preset's GPUs between two monotonic times (the agents' fakes run
+    on the same system-wide clock and seed, so they draw exactly this trace), every 0.1 s."""
+    clock = ManualClock(start)
+    nvml = from_preset(preset, clock=clock)
+    nvml.nvmlInit()
+    handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(nvml.nvmlDeviceGetCount())]
+    readings = []
+    while clock.now < end:
+        readings += [nvml.nvmlDeviceGetPowerUsage(h) / 1000 for h in handles]
+        clock.advance(0.1)
+    return sum(readings) / len(readings)
 
 
 @pytest.fixture
@@ -31,11 +49,15 @@ def test_two_agents_scraped_then_reported_by_team(
     prometheus: Callable[..., Any],
 ) -> None:
     ports = [free_port(), free_port()]
+    # CPU energy is modeled (no readable RAPL) from this TDP: small, so that the GPUs' energy,
+    # which is known from the fake's power trace, is most of each team's energy.
+    config_file = tmp_path / "agent.toml"
+    config_file.write_text(f"[energy]\ncpu_tdp_watts = {CPU_TDP_WATTS}\n")
     # node-1's simulated GPUs run the nlp child, node-2's the vision child.
     agents = [
         cw.popen(
             "agent", "--listen", f"127.0.0.1:{port}", "--gpu-backend", "fake:2xH100-SXM",
-            "--interval", "0.5", "--node", f"node-{i + 1}",
+            "--interval", "0.5", "--node", f"node-{i + 1}", "--config", config_file,
             "--fake-gpu-pid", str(tagged_children[team]),
         )
         for i, (port, team) in enumerate(zip(ports, ("nlp", "vision"), strict=True))
@@ -47,6 +69,7 @@ def test_two_agents_scraped_then_reported_by_team(
         f"    honor_labels: true\n    static_configs:\n      - targets: [{targets}]\n"
     )
     try:
+        before_prometheus = time.monotonic()  # no sample of any series is older
         with prometheus(config, tmp_path / "tsdb") as prom:
             base = prom.url
             cw.wait_for(
@@ -61,7 +84,9 @@ def test_two_agents_scraped_then_reported_by_team(
                 what="both teams on both nodes",
             )
             time.sleep(max(0.0, SCRAPE_SECONDS - (time.monotonic() - started)))
+            asked = time.monotonic()
             r = cw("fleet", "--prometheus", base, "--since", "5m", "--by", "team", "--json")
+            answered = time.monotonic()
             assert r.returncode == 0, r.stderr
             report = json.loads(r.stdout)
             text = cw("fleet", "--prometheus", base, "--since", "5m", "--by", "gpu-model")
@@ -71,12 +96,32 @@ def test_two_agents_scraped_then_reported_by_team(
             a.wait(timeout=30)
     groups = {g["group"]: g for g in report["groups"]}
     assert {"nlp", "vision"} <= set(groups)
+    # Each series was scraped from before `started` (both teams were visible then) to within a
+    # scrape interval (1 s) of `asked`, its last value at most a tick (0.5 s) old, and increase()
+    # extrapolates at most half an interval past either end: the window each team's counters
+    # cover is between these two spans (3 s of slack below: 1 s scrape + 0.5 s tick + up to
+    # 1.5 s late on a loaded machine; measured here: 60.8 s within [58.5, 66.8]).
+    span_low = asked - started - 3.0
+    span_high = answered - before_prometheus + 0.5
+    rapl, _ = rapl_status()
+    power_w = _mean_fake_power_watts("2xH100-SXM", before_prometheus, answered)
     for team in ("nlp", "vision"):
         g = groups[team]
         assert g["nodes"] == ["node-1", "node-2"], g  # each agent sees both children
-        assert g["energy_kwh"]["value"] > 0  # their CPU time, attributed by both agents
-        # Two simulated GPUs held on one node for most of the scrape window.
-        assert 0 < g["gpu_hours"]["value"] <= 2 * 5 / 60, g
+        # The team's child holds both simulated GPUs of one node (2 GPU-seconds a second).
+        gpu_hours = g["gpu_hours"]["value"]
+        assert 2 * span_low / 3600 <= gpu_hours <= 2 * span_high / 3600, (g, span_low, span_high)
+        # Energy: those GPUs' energy (the child is their only process, so all of it), whose
+        # power per GPU-hour is the fake's mean power over the window (the agent reads it every
+        # 0.5 s: 3 % covers the difference from this 0.1 s average), plus the child's share of
+        # each node's CPU energy: at most the whole modeled TDP on both nodes.
+        cpu_w = 2 * CPU_TDP_WATTS if not rapl else 2 * 500.0  # readable RAPL: a whole package
+        gpu_kwh = gpu_hours * power_w / 1000
+        energy = g["energy_kwh"]["value"]
+        assert 0.97 * gpu_kwh <= energy <= 1.03 * gpu_kwh + cpu_w * span_high / 3.6e6, (
+            g,
+            gpu_kwh,
+        )
         assert g["simulated"] is True
     gpus = report["fleet"]["gpus"]
     assert report["fleet"]["gpu_count"] == 4
