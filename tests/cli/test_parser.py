@@ -52,6 +52,7 @@ def test_version_loads_no_command_and_no_library() -> None:
         "computewatch",
         "computewatch._version",
         "computewatch.errors",
+        "computewatch.units",
         "computewatch.cli",
         "computewatch.cli.main",
         "computewatch.cli.args",

@@ -139,5 +139,6 @@ def test_bad_urls(url: str) -> None:
 
 
 def test_format_duration() -> None:
-    assert format_duration(3600.4) == "3600s"
+    assert format_duration(3600.4) == "1h"  # the shortest spelling (units.format_promql_duration)
+    assert format_duration(5400) == "1h30m"
     assert format_duration(0.2) == "1s"

@@ -29,7 +29,7 @@ def test_summary_rows():
     rows = diagnosis_rows({"id": "abc", "duration_seconds": 100.0, "diagnosis": DIAG})
     assert rows[0] == (
         "diagnosis",
-        "high: Data-loader starvation: the loop waits for its batches · 30.0 s (30% of the run), "
+        "high: Data-loader starvation: the loop waits for its batches · 30 s (30% of the run), "
         "$1.25 at stake",
     )
     assert "computewatch diagnose abc" in rows[-1][1]

@@ -23,15 +23,8 @@ import pexpect
 import pyte
 import pytest
 
-from computewatch.views.live import (
-    GpuLine,
-    Snapshot,
-    format_bytes,
-    format_duration,
-    format_rate,
-    make_live_view,
-    sparkline,
-)
+from computewatch.units import format_bytes, format_duration, format_rate
+from computewatch.views.live import GpuLine, Snapshot, make_live_view, sparkline
 
 GiB = 2.0**30
 MiB = 2.0**20
@@ -80,7 +73,7 @@ def empty_snapshot(elapsed: float) -> Snapshot:
         (1.2 * GiB, "1.2 GiB"),
         (23.4 * GiB, "23.4 GiB"),
         (2.0**70, "1024 EiB"),
-        (float("nan"), "N/A"),
+        (float("nan"), "n/a"),  # every formatter's missing value (computewatch.units)
     ],
 )
 def test_format_bytes(n: float, text: str) -> None:
@@ -100,7 +93,7 @@ def test_format_rate() -> None:
         (3725, "1:02:05"),
         (93789, "26:03:09"),
         (-5, "0:00:00"),
-        (float("inf"), "-:--:--"),
+        (float("inf"), "n/a"),
     ],
 )
 def test_format_duration(s: float, text: str) -> None:

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from computewatch.errors import ComputewatchError
 from computewatch.metrics.model import MetricLabels, MetricSample
 from computewatch.readings import Labels  # a series' labels, sorted by name, without __name__
+from computewatch.units import format_promql_duration
 
 FUNCTIONS = ("rate", "increase", "avg_over_time", "min_over_time", "max_over_time")
 COMPARISONS: dict[str, Callable[[float, float], bool]] = {
@@ -65,15 +66,7 @@ def parse_duration(text: str) -> float:
 
 def format_duration(seconds: float) -> str:
     """The shortest Prometheus spelling of a whole number of seconds (``900`` -> ``15m``)."""
-    s = round(seconds)
-    if s == 0:
-        return "0s"
-    out = ""
-    for unit, name in ((86400, "d"), (3600, "h"), (60, "m"), (1, "s")):
-        n, s = divmod(s, unit)
-        if n:
-            out += f"{n}{name}"
-    return out
+    return format_promql_duration(seconds)
 
 
 # -- the syntax tree ---------------------------------------------------------------------------

@@ -13,6 +13,8 @@ import json
 import math
 from typing import TYPE_CHECKING, Any, TextIO
 
+from computewatch.units import format_promql_duration
+
 if TYPE_CHECKING:  # the rules engine loads when a command uses it: `computewatch` starts fast
     from computewatch.alerts.rules import Rule
     from computewatch.config import Config
@@ -144,13 +146,11 @@ def add_alerts_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def _describe(r: Rule) -> dict[str, Any]:
-    from computewatch.alerts.expr import format_duration
-
     cond = r.expr if r.expr is not None else f"detector {r.detector}"
     out: dict[str, Any] = {
         "name": r.name,
         "severity": r.severity,
-        "for": format_duration(r.for_seconds),
+        "for": format_promql_duration(r.for_seconds),
         "condition": " ".join(cond.split()),
         "origin": r.origin or "built-in",
         "labels": dict(r.labels),

@@ -19,7 +19,8 @@ from computewatch.config import ConfigError, load_config
 from computewatch.errors import ComputewatchError, UsageError
 from computewatch.fleet.promql import PrometheusClient
 from computewatch.fleet.report import FleetOptions, fleet_charts, fleet_report
-from computewatch.views.text import add_row, format_grams, format_kwh, format_usd, make_console
+from computewatch.units import format_grams, format_kwh, format_number, format_percent, format_usd
+from computewatch.views.text import add_row, make_console
 
 __all__ = ["cmd_fleet", "print_fleet"]
 
@@ -79,10 +80,6 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     return 0
 
 
-def _hours(v: Any) -> str:
-    return "n/a" if v is None else f"{float(v):,.1f}"
-
-
 def print_fleet(report: dict[str, Any], out: TextIO) -> None:
     """The report as a table (one row per group and the total), then how it was computed."""
     con = make_console(out)
@@ -116,10 +113,10 @@ def print_fleet(report: dict[str, Any], out: TextIO) -> None:
         add_row(
             t,
             Text(label, style="bold") if g is report["total"] else label,
-            _hours(g["gpu_hours"]["value"]),
-            _hours(g["idle_gpu_hours"]["value"]),
-            "n/a" if idle is None else f"{100 * idle:.1f}%",
-            "n/a" if util is None else f"{100 * util:.1f}%",
+            format_number(g["gpu_hours"]["value"]),
+            format_number(g["idle_gpu_hours"]["value"]),
+            format_percent(idle),
+            format_percent(util),
             format_kwh(g["energy_facility_kwh"].get("value")),
             format_usd(g["cost_usd"].get("value")),
             format_grams(g["carbon_gco2e"].get("value")),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from computewatch.errors import ComputewatchError
+from computewatch.units import format_promql_duration
 
 __all__ = [
     "InstantSample",
@@ -73,8 +74,8 @@ def check_url(url: str) -> str:
 
 
 def format_duration(seconds: float) -> str:
-    """A PromQL duration (``3600s``) for a number of seconds, at least one second."""
-    return f"{max(1, round(seconds))}s"
+    """A PromQL range (``1h``, ``90s``) for a number of seconds, at least one second."""
+    return format_promql_duration(max(1.0, seconds))
 
 
 def _number(raw: Any) -> float:

@@ -5,11 +5,14 @@ fresh diagnosis does."""
 from __future__ import annotations
 
 import html
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+
+from computewatch.units import format_seconds, format_usd
 
 _STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
@@ -27,22 +30,14 @@ def at_stake_text(finding: dict[str, Any], duration: float | None = None) -> str
     seconds = stake.get("seconds")
     if isinstance(seconds, int | float):
         share = f" ({100 * seconds / duration:.0f}% of the run)" if duration else ""
-        parts.append(f"{_duration(seconds)}{share}")
+        parts.append(f"{format_seconds(seconds)}{share}")
     usd = stake.get("usd")
     if isinstance(usd, int | float):
-        parts.append(f"${usd:,.2f}")
+        parts.append(format_usd(usd))
     return ", ".join(parts) + " at stake" if parts else ""
 
 
-def _duration(s: float) -> str:
-    if s < 120:
-        return f"{s:.1f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.2f} h"
-
-
-def diagnosis_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def diagnosis_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Rows for the summary table: one per finding, or one saying none was found."""
     diag = summary.get("diagnosis")
     if not isinstance(diag, dict):
@@ -124,7 +119,7 @@ def _width(out: TextIO) -> int:
         return 100
 
 
-def diagnosis_html(summary: dict[str, Any]) -> str:
+def diagnosis_html(summary: Mapping[str, Any]) -> str:
     """The report's "Diagnosis" section; empty when the summary has none."""
     diag = summary.get("diagnosis")
     if not isinstance(diag, dict):

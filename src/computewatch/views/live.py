@@ -10,8 +10,8 @@ The command writes to the same terminal, so the view must never garble its outpu
 - ``plain`` (not a TTY): one ``[computewatch] ...`` line every few seconds of elapsed time.
 - ``quiet``: nothing but notes (warnings matter even when the view is off).
 
-Human-unit helpers (``format_bytes``, ``format_rate``, ``format_duration``, ``sparkline``) live
-here too, so the summary printer formats numbers the same way.
+Numbers are printed by :mod:`computewatch.units`, as in every other view; ``sparkline`` lives
+here.
 """
 
 from __future__ import annotations
@@ -34,15 +34,18 @@ from computewatch.sampling.live import (
     one_line,
     write_flush,
 )
+from computewatch.units import (
+    BYTE_UNITS,
+    format_bytes,
+    format_duration,
+    format_percent,
+    format_rate,
+)
 
 __all__ = [
     "GpuLine",
     "LiveView",
     "Snapshot",
-    "format_bytes",
-    "format_duration",
-    "format_rate",
-    "format_seconds",
     "make_live_view",
     "sparkline",
 ]
@@ -52,7 +55,6 @@ Mode = Literal["auto", "panel", "plain", "quiet"]
 
 _SPARKS = "▁▂▃▄▅▆▇█"
 _HISTORY = 30  # sparkline length, in updates
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 
 # Escape sequences (ECMA-48 / VT100; xterm's ctlseqs documents each).
 _ESC = "\x1b"
@@ -92,48 +94,6 @@ def make_live_view(
 # --- human units ---------------------------------------------------------------------------
 
 
-def format_bytes(n: float) -> str:
-    """Binary units, three significant digits or so: ``512 B``, ``1.5 KiB``, ``150 MiB``."""
-    if not math.isfinite(n):
-        return "N/A"
-    sign = "-" if n < 0 else ""
-    value = abs(n)
-    text = f"{value:.0f}"
-    if float(text) < 1024:
-        return f"{sign if text != '0' else ''}{text} B"
-    for unit in _UNITS[1:]:
-        value /= 1024
-        text = f"{value:.1f}" if value < 99.95 else f"{value:.0f}"
-        if float(text) < 1024 or unit == _UNITS[-1]:
-            return f"{sign}{text} {unit}"
-    raise AssertionError("unreachable")  # pragma: no cover
-
-
-def format_rate(n: float) -> str:
-    """Bytes per second: ``1.5 MiB/s``."""
-    return f"{format_bytes(n)}/s"
-
-
-def format_duration(s: float) -> str:
-    """Whole seconds as ``H:MM:SS`` (hours grow past 9): ``0:00:12``, ``26:03:09``."""
-    if not math.isfinite(s):
-        return "-:--:--"
-    total = int(max(0.0, s))
-    hours, rest = divmod(total, 3600)
-    minutes, seconds = divmod(rest, 60)
-    return f"{hours}:{minutes:02d}:{seconds:02d}"
-
-
-def format_seconds(s: float, digits: int = 3, *, clock: bool = True) -> str:
-    """A short span: µs below 1 ms, ms below 1 s, else ``digits`` significant seconds, and
-    from 100 s on as ``H:MM:SS`` (:func:`format_duration`) unless ``clock`` is false."""
-    if s < 1e-3:
-        return f"{s * 1e6:.0f} µs"
-    if s < 1:
-        return f"{s * 1e3:.{max(digits - 2, 0)}f} ms"
-    return f"{s:.{digits}g} s" if s < 100 or not clock else format_duration(s)
-
-
 def sparkline(values: Sequence[float], lo: float = 0.0, hi: float | None = None) -> str:
     """One block character per value, ``▁`` at ``lo`` to ``█`` at ``hi`` (default: the max).
 
@@ -156,8 +116,8 @@ def sparkline(values: Sequence[float], lo: float = 0.0, hi: float | None = None)
     return "".join(out)
 
 
-def _format_ratio(r: float) -> str:
-    return f"{r * 100:.0f}%"
+def _format_ratio(r: float | None) -> str:
+    return format_percent(r, 0)
 
 
 def _format_count_rate(r: float) -> str:
@@ -175,7 +135,7 @@ def _format_pair(used: float, total: float) -> str:
     number, _, unit = total_text.partition(" ")
     if not unit or unit == "B":
         return f"{format_bytes(used).split(' ')[0]}/{total_text}"
-    scale = 1024.0 ** _UNITS.index(unit)
+    scale = 1024.0 ** BYTE_UNITS.index(unit)
     return f"{used / scale:.1f}/{number} {unit}"
 
 
@@ -440,7 +400,7 @@ class _PanelView:
             text = f" {_fit(left, self._LEFT, pad=True)} {_fit(spark, spark_w, pad=True)}"
             return _fit(f"{text}  {extra}" if extra else text, width)
 
-        cpu = _format_ratio(snap.cpu_ratio) if snap.cpu_ratio is not None else "N/A"
+        cpu = _format_ratio(snap.cpu_ratio)
         lines.append(
             row(
                 f"{'cpu':<6}{cpu:>9} of {_cores(snap.allowed_cores)}",
@@ -448,7 +408,7 @@ class _PanelView:
                 disk,
             )
         )
-        rss = format_bytes(snap.tree_rss_bytes) if snap.tree_rss_bytes is not None else "N/A"
+        rss = format_bytes(snap.tree_rss_bytes)
         mem = f"{'mem':<6}{rss:>9}"
         if snap.host_memory_used_bytes is not None and snap.host_memory_total_bytes is not None:
             mem += (
@@ -467,9 +427,7 @@ class _PanelView:
                 )
             )
         for gpu in snap.gpus:
-            util = (
-                _format_ratio(gpu.utilization_ratio) if gpu.utilization_ratio is not None else "N/A"
-            )
+            util = _format_ratio(gpu.utilization_ratio)
             left = f"{'gpu' + one_line(gpu.index):<6}{util:>9}"
             if gpu.memory_used_bytes is not None and gpu.memory_total_bytes is not None:
                 left += f"  {_format_pair(gpu.memory_used_bytes, gpu.memory_total_bytes)}"

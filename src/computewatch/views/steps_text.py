@@ -4,18 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from computewatch.views.live import format_seconds
+from computewatch.units import format_percent, format_seconds
 
 MAX_PHASES_SHOWN = 8
 MAX_RANKS_SHOWN = 16
-
-
-def _pct(v: Any) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f}%"
-
-
-def _s(v: Any) -> str:
-    return "n/a" if v is None else format_seconds(float(v))
 
 
 def _energy(f: dict[str, Any]) -> str:
@@ -54,17 +46,17 @@ def phase_lines(ph: dict[str, Any] | None) -> list[tuple[str, str]]:
     parts = []
     items = list(ph["by_name"].items())
     for name, p in items[:MAX_PHASES_SHOWN]:
-        text = f"{name} {_pct(p.get('share'))}"
+        text = f"{name} {format_percent(p.get('share'))}"
         if p.get("within"):
             text += f" (in {p['within']})"
-        text += f" p50 {_s((p.get('per_step_seconds') or {}).get('p50'))}/step"
+        text += f" p50 {format_seconds((p.get('per_step_seconds') or {}).get('p50'))}/step"
         if p.get("accel_seconds") is not None:
-            text += f", accelerator {_s(p['accel_seconds'])}"
+            text += f", accelerator {format_seconds(p['accel_seconds'])}"
         parts.append(text)
     if len(items) > MAX_PHASES_SHOWN:
         parts.append(f"{len(items) - MAX_PHASES_SHOWN} more")
     un = ph.get("unaccounted") or {}
-    parts.append(f"unaccounted {_pct(un.get('share'))}")
+    parts.append(f"unaccounted {format_percent(un.get('share'))}")
     return [("phases", " · ".join(parts))]
 
 
@@ -78,19 +70,21 @@ def rank_lines(rk: dict[str, Any] | None) -> list[tuple[str, str]]:
     if slowest is not None:
         head.append(
             f"slowest rank {slowest['rank']} "
-            f"(compute {_s(slowest.get('compute_seconds_per_step'))}/step)"
+            f"(compute {format_seconds(slowest.get('compute_seconds_per_step'))}/step)"
         )
-    head.append(f"load imbalance {_pct(rk.get('load_imbalance'))}")
-    head.append(f"comm {_pct(rk.get('comm_share'))} of step time")
+    head.append(f"load imbalance {format_percent(rk.get('load_imbalance'))}")
+    head.append(f"comm {format_percent(rk.get('comm_share'))} of step time")
     out = [("ranks", " · ".join(head))]
     for r in rows[:MAX_RANKS_SHOWN]:
         st = r.get("step_time_seconds") or {}
         out.append(
             (
                 f"rank {r['rank']}",
-                f"{r['steps']} steps · step p50 {_s(st.get('p50'))}, p90 {_s(st.get('p90'))} · "
-                f"compute {_s(r.get('compute_seconds_per_step'))}/step · "
-                f"comm {_s(r.get('comm_seconds'))} ({_pct(r.get('comm_share'))})",
+                f"{r['steps']} steps · step p50 {format_seconds(st.get('p50'))}, "
+                f"p90 {format_seconds(st.get('p90'))} · "
+                f"compute {format_seconds(r.get('compute_seconds_per_step'))}/step · "
+                f"comm {format_seconds(r.get('comm_seconds'))} "
+                f"({format_percent(r.get('comm_share'))})",
             )
         )
     if len(rows) > MAX_RANKS_SHOWN:
@@ -106,8 +100,8 @@ def request_lines(rq: dict[str, Any] | None) -> list[tuple[str, str]]:
     lat = rq.get("latency_seconds") or {}
     bits = [f"{rq['count']} requests, {rq['errors']} errors"]
     bits.append(
-        f"latency p50 {_s(lat.get('p50'))}, p90 {_s(lat.get('p90'))}, "
-        f"p99 {_s(lat.get('p99'))}, max {_s(lat.get('max'))}"
+        f"latency p50 {format_seconds(lat.get('p50'))}, p90 {format_seconds(lat.get('p90'))}, "
+        f"p99 {format_seconds(lat.get('p99'))}, max {format_seconds(lat.get('max'))}"
     )
     if rq.get("requests_per_second") is not None:
         bits.append(f"{rq['requests_per_second']:,.2f} requests/s")

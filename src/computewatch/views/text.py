@@ -13,8 +13,18 @@ from rich.text import Text
 
 from computewatch.analysis.compare import lookup
 from computewatch.store import RunRow
+from computewatch.units import (
+    format_bytes,
+    format_duration,
+    format_energy,
+    format_flop,
+    format_grams,
+    format_kwh,
+    format_percent,
+    format_seconds,
+    format_usd,
+)
 from computewatch.views.diagnosis import diagnosis_rows
-from computewatch.views.live import format_bytes, format_duration, format_seconds
 from computewatch.views.steps_text import steps_lines
 
 
@@ -36,18 +46,6 @@ def _width(out: TextIO) -> int:
         return os.get_terminal_size(out.fileno()).columns
     except (OSError, ValueError, AttributeError):
         return 100
-
-
-def _pct(v: Any) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f}%"
-
-
-def _b(v: Any) -> str:
-    return "n/a" if v is None else format_bytes(float(v))
-
-
-def _s(v: Any, nd: int = 3) -> str:
-    return "n/a" if v is None else format_seconds(float(v), nd)
 
 
 def _num(v: Any, unit: str = "") -> str:
@@ -77,28 +75,32 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
     add_row(
         t,
         "cpu",
-        f"{_num(cpu.get('seconds_total'))} s · mean {_pct(cpu.get('utilization_mean'))}, "
-        f"max {_pct(cpu.get('utilization_max'))} of {cpu.get('allowed_cores'):g} cores",
+        f"{_num(cpu.get('seconds_total'))} s · mean {format_percent(cpu.get('utilization_mean'))}, "
+        f"max {format_percent(cpu.get('utilization_max'))} of {cpu.get('allowed_cores'):g} cores",
     )
     mem = summary["memory"]
     add_row(
         t,
         "memory",
-        f"peak RSS {_b(mem.get('peak_rss_bytes'))} · host peak used "
-        f"{_b(mem.get('peak_host_used_bytes'))} of {_b(mem.get('host_total_bytes'))}",
+        f"peak RSS {format_bytes(mem.get('peak_rss_bytes'))} · host peak used "
+        f"{format_bytes(mem.get('peak_host_used_bytes'))} "
+        f"of {format_bytes(mem.get('host_total_bytes'))}",
     )
     disk = summary["disk"]
     add_row(
         t,
         "disk",
-        f"read {_b(disk.get('read_bytes'))}, written {_b(disk.get('write_bytes'))} (the run) · "
-        f"host devices r {_b(disk.get('host_read_bytes'))} w {_b(disk.get('host_write_bytes'))}",
+        f"read {format_bytes(disk.get('read_bytes'))}, "
+        f"written {format_bytes(disk.get('write_bytes'))} (the run) · "
+        f"host devices r {format_bytes(disk.get('host_read_bytes'))} "
+        f"w {format_bytes(disk.get('host_write_bytes'))}",
     )
     net = summary["network"]
     add_row(
         t,
         "network",
-        f"received {_b(net.get('recv_bytes'))}, sent {_b(net.get('sent_bytes'))} (whole host)",
+        f"received {format_bytes(net.get('recv_bytes'))}, "
+        f"sent {format_bytes(net.get('sent_bytes'))} (whole host)",
     )
     for g in summary.get("gpus") or []:
         add_row(t, f"gpu {g.get('index')}", _gpu_line(g))
@@ -108,8 +110,9 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
         line = f"{steps['count']} steps"
         if st:
             line += (
-                f" · step time mean {_s(st.get('mean'))}, p50 {_s(st.get('p50'))}, "
-                f"p90 {_s(st.get('p90'))}, p99 {_s(st.get('p99'))}, max {_s(st.get('max'))}"
+                f" · step time mean {format_seconds(st.get('mean'))}, "
+                f"p50 {format_seconds(st.get('p50'))}, p90 {format_seconds(st.get('p90'))}, "
+                f"p99 {format_seconds(st.get('p99'))}, max {format_seconds(st.get('max'))}"
             )
         add_row(t, "steps", line)
         rates = []
@@ -157,8 +160,8 @@ def print_runs(runs: list[RunRow], out: TextIO) -> None:
             r.status if r.exit_code in (None, 0) else f"{r.status} ({r.exit_code})",
             (iso(r.started_at) or "")[:19].replace("T", " "),
             format_duration(dur) if dur is not None else "",
-            _pct(lookup(s, "cpu.utilization_mean")) if s else "",
-            _b(lookup(s, "memory.peak_rss_bytes")) if s else "",
+            format_percent(lookup(s, "cpu.utilization_mean")) if s else "",
+            format_bytes(lookup(s, "memory.peak_rss_bytes")) if s else "",
             " ".join(f"{k}={v}" for k, v in sorted(r.tags.items())),
         )
     con.print(t)
@@ -180,7 +183,7 @@ def print_compare(result: dict[str, Any], out: TextIO) -> None:
         if diff is None:
             dtext = ""
         elif row["unit"] == "bytes":
-            dtext = ("+" if diff >= 0 else "−") + _b(abs(diff))
+            dtext = ("+" if diff >= 0 else "−") + format_bytes(abs(diff))
         elif row["unit"] == "ratio":
             dtext = f"{100 * diff:+.1f} pt"
         else:
@@ -190,31 +193,10 @@ def print_compare(result: dict[str, Any], out: TextIO) -> None:
     con.print(t)
 
 
-def format_kwh(kwh: float | None) -> str:
-    """Energy given in kWh, printed as :func:`format_energy` does; n/a for None."""
-    return "n/a" if kwh is None else format_energy(float(kwh) * 3.6e6)
-
-
-def format_grams(grams: float | None) -> str:
-    """CO2e in g, or kg from 1,000 g; n/a for None."""
-    if grams is None:
-        return "n/a"
-    g = float(grams)
-    return f"{g / 1000:,.3g} kg CO2e" if g >= 1000 else f"{g:,.3g} g CO2e"
-
-
-def format_usd(usd: float | None) -> str:
-    """Dollars: cents from $1, else four significant digits; n/a for None."""
-    if usd is None:
-        return "n/a"
-    v = float(usd)
-    return f"${v:,.2f}" if v >= 1 else f"${v:.4g}"
-
-
 _FORMATS: dict[str, Callable[[Any], str]] = {
-    "bytes": _b,
-    "ratio": _pct,
-    "seconds": _s,
+    "bytes": format_bytes,
+    "ratio": format_percent,
+    "seconds": format_seconds,
     "kWh": format_kwh,
     "gCO2e": format_grams,
     "USD": format_usd,
@@ -242,7 +224,7 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
         f"[bold]host[/bold] {escape(str(h.get('hostname')))} · {escape(str(h.get('cpu_model')))} · "
         f"{h.get('logical_cpus')} logical CPUs ({h.get('allowed_cores'):g} usable"
         + (f", cgroup quota {limit:g}" if limit else "")
-        + f") · {_b(h.get('memory_bytes'))} · {h.get('os')}"
+        + f") · {format_bytes(h.get('memory_bytes'))} · {h.get('os')}"
     )
     ce = info["cpu_energy"]
     state = "measured (RAPL)" if ce["available"] else "not measured"
@@ -272,7 +254,7 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
             t,
             str(g.get("index")),
             f"{name}\n{g['uuid']}",
-            _b(g.get("memory_total_bytes")),
+            format_bytes(g.get("memory_total_bytes")),
             "n/a" if g.get("power_limit_watts") is None else f"{g['power_limit_watts']:.0f} W",
             energy,
             _yes(caps.get("gpm")),
@@ -286,15 +268,15 @@ def _gpu_line(g: dict[str, Any]) -> str:
     name = str(g.get("name")) + (" (simulated)" if g.get("simulated") else "")
     parts = [name]
     if g.get("utilization_mean") is not None:
-        parts.append(f"util {_pct(g['utilization_mean'])}")
+        parts.append(f"util {format_percent(g['utilization_mean'])}")
     if g.get("sm_active_mean") is not None:
-        parts.append(f"SM active {_pct(g['sm_active_mean'])}")
+        parts.append(f"SM active {format_percent(g['sm_active_mean'])}")
     if g.get("tensor_active_mean") is not None:
-        parts.append(f"tensor {_pct(g['tensor_active_mean'])}")
+        parts.append(f"tensor {format_percent(g['tensor_active_mean'])}")
     if g.get("memory_peak_bytes") is not None:
-        mem = f"mem peak {_b(g['memory_peak_bytes'])}"
+        mem = f"mem peak {format_bytes(g['memory_peak_bytes'])}"
         if g.get("process_memory_peak_bytes") is not None:
-            mem += f" (run {_b(g['process_memory_peak_bytes'])})"
+            mem += f" (run {format_bytes(g['process_memory_peak_bytes'])})"
         parts.append(mem)
     if g.get("power_mean_watts") is not None:
         parts.append(f"{g['power_mean_watts']:.0f} W mean")
@@ -302,19 +284,10 @@ def _gpu_line(g: dict[str, Any]) -> str:
         parts.append(f"{format_energy(g['energy_joules'])} ({g.get('energy_method')})")
     throttled = {k: v for k, v in (g.get("throttle_seconds") or {}).items() if v}
     if throttled:
-        parts.append("throttled " + ", ".join(f"{k} {_s(v)}" for k, v in throttled.items()))
+        parts.append(
+            "throttled " + ", ".join(f"{k} {format_seconds(v)}" for k, v in throttled.items())
+        )
     return " · ".join(parts)
-
-
-def format_energy(joules: float) -> str:
-    """Joules below 1 Wh, then Wh, then kWh (1 Wh = 3,600 J)."""
-    if joules < 10:
-        return f"{joules:.2g} J"
-    if joules < 3600:
-        return f"{joules:,.0f} J"
-    if joules < 3.6e6:
-        return f"{joules / 3600:,.1f} Wh"
-    return f"{joules / 3.6e6:,.2f} kWh"
 
 
 def _kwh(f: dict[str, Any]) -> str:
@@ -336,7 +309,7 @@ def _usd(f: dict[str, Any]) -> str:
 
 
 def _flop(f: dict[str, Any]) -> str:
-    return f"{float(f['value']):.3g} FLOP"
+    return format_flop(float(f["value"]))
 
 
 def flops_text(flops: dict[str, Any]) -> str:

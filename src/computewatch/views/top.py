@@ -42,7 +42,8 @@ from computewatch.sampling.top import (
     snapshot_as_dict,
     sort_processes,
 )
-from computewatch.views.live import format_bytes, sparkline
+from computewatch.units import BYTE_UNITS, MISSING, format_bytes, format_percent
+from computewatch.views.live import sparkline
 
 __all__ = [
     "KEYS",
@@ -111,21 +112,16 @@ def _cut(text: str, width: int) -> str:
 # --- numbers ---------------------------------------------------------------------------------
 
 
-def _pct(ratio: float | None, digits: int = 0) -> str:
-    return "-" if ratio is None or not math.isfinite(ratio) else f"{ratio * 100:.{digits}f}%"
-
-
 def _pair(used: float | None, total: float | None) -> str:
     """``18.1/24.0 GiB``: both in the unit of the total."""
     if used is None:
-        return "N/A" if total is None else f"?/{format_bytes(total)}"
+        return MISSING if total is None else f"?/{format_bytes(total)}"
     if total is None or total <= 0:
         return format_bytes(used)
     number, _, unit = format_bytes(total).partition(" ")
-    units = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
-    if unit not in units or unit == "B":
+    if unit not in BYTE_UNITS or unit == "B":
         return f"{used:.0f}/{number} B"
-    scale = 1024.0 ** units.index(unit)
+    scale = 1024.0 ** BYTE_UNITS.index(unit)
     return f"{used / scale:.1f}/{number} {unit}"
 
 
@@ -164,7 +160,8 @@ def _local(snap: TopSnapshot) -> time.struct_time:
 
 def _host_line(snap: TopSnapshot, history: Sequence[float] | None) -> str:
     h = snap.host
-    cpu = f"CPU {_pct(h.cpu_ratio, 1):>6} of {h.cpu_count} CPU{'s' if h.cpu_count != 1 else ''}"
+    plural = "s" if h.cpu_count != 1 else ""
+    cpu = f"CPU {format_percent(h.cpu_ratio, 1):>6} of {h.cpu_count} CPU{plural}"
     if history:
         cpu += " " + sparkline(list(history), 0.0, 1.0)
     parts = [cpu]
@@ -191,7 +188,7 @@ def _gpu_line(g: GpuRow, name_w: int, index_w: int, *, bars: bool, unicode: bool
     head = f"GPU {g.index:>{index_w}}  {name}" + (" (simulated)" if g.simulated else "")
     if g.lost:
         return head + "  LOST: no readings since the driver reported it gone"
-    util = f"util {_pct(g.utilization_ratio):>4}"
+    util = f"util {format_percent(g.utilization_ratio, 0):>4}"
     if bars:
         util += " " + _bar(g.utilization_ratio, 10, unicode)
     parts = [head, util, f"mem {_pair(g.memory_used_bytes, g.memory_total_bytes)}"]
@@ -240,9 +237,9 @@ def _columns(snap: TopSnapshot) -> list[_Column]:
                 9,
                 True,
                 "gpu-memory",
-                lambda r: "-" if r.gpu_memory_bytes is None else format_bytes(r.gpu_memory_bytes),
+                lambda r: format_bytes(r.gpu_memory_bytes),
             ),
-            _Column("SM%", 5, True, "gpu", lambda r: _pct(r.gpu_sm_ratio).rstrip("%")),
+            _Column("SM%", 5, True, "gpu", lambda r: format_percent(r.gpu_sm_ratio, 0).rstrip("%")),
         ]
     if any(r.run_id for r in snap.processes):
         cols.append(

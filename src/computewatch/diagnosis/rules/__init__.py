@@ -11,6 +11,7 @@ from collections.abc import Callable
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import AtStake, Evidence, Finding, Severity, severity_for
 from computewatch.diagnosis.loader import RunData
+from computewatch.units import format_percent
 
 Rule = Callable[[RunData, Thresholds], list[Finding]]
 
@@ -40,7 +41,8 @@ def build(
 
 
 def pct(v: float) -> str:
-    return f"{100 * v:.0f}%"
+    """Whole percents, as the findings' evidence reads (``37%``)."""
+    return format_percent(v, 0)
 
 
 def secs(v: float) -> str:

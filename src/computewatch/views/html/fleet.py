@@ -17,6 +17,7 @@ from typing import Any
 
 from computewatch._version import __version__
 from computewatch.analysis.summary import iso
+from computewatch.units import format_grams, format_kwh, format_number, format_percent, format_usd
 from computewatch.views.html.run import (
     UPLOT_VERSION,
     accounting_section,
@@ -27,7 +28,6 @@ from computewatch.views.html.run import (
     script_safe,
     write_page,
 )
-from computewatch.views.text import format_grams, format_kwh, format_usd
 
 __all__ = ["build_fleet_html", "gpu_hours_svg", "write_fleet_html"]
 
@@ -36,14 +36,6 @@ _BAR_GAP = 8
 _LABEL_WIDTH = 220
 _BAR_WIDTH = 560
 _VALUE_WIDTH = 200
-
-
-def _pct(v: Any) -> str:
-    return "n/a" if v is None else f"{100 * float(v):.1f}%"
-
-
-def _hours(v: Any) -> str:
-    return "n/a" if v is None else f"{float(v):,.1f}"
 
 
 def gpu_hours_svg(groups: Sequence[dict[str, Any]], *, title: str) -> str:
@@ -73,8 +65,9 @@ def gpu_hours_svg(groups: Sequence[dict[str, Any]], *, title: str) -> str:
         out.append(
             f'<g class="bar" data-group="{escape(g["group"])}" data-gpu-hours="{held:.6g}" '
             f'data-idle-gpu-hours="{idle:.6g}">'
-            f"<title>{escape(label)}: {_hours(held)} GPU-hours held, {_hours(idle)} idle "
-            f"({_pct(g.get('idle_share'))})</title>"
+            f"<title>{escape(label)}: {format_number(held)} GPU-hours held, "
+            f"{format_number(idle)} idle "
+            f"({format_percent(g.get('idle_share'))})</title>"
             f'<text x="{_LABEL_WIDTH - 8}" y="{y + 16}" text-anchor="end" fill="#1f2328">'
             f"{escape(short)}</text>"
             f'<rect class="held" x="{_LABEL_WIDTH}" y="{y}" width="{w_held:.1f}" '
@@ -82,7 +75,7 @@ def gpu_hours_svg(groups: Sequence[dict[str, Any]], *, title: str) -> str:
             f'<rect class="idle" x="{_LABEL_WIDTH + w_held - w_idle:.1f}" y="{y}" '
             f'width="{w_idle:.1f}" height="{_BAR_HEIGHT}" fill="#cf222e"/>'
             f'<text x="{_LABEL_WIDTH + w_held + 6:.1f}" y="{y + 16}" fill="#59636e">'
-            f"{_hours(held)} GPU-h · idle {_pct(g.get('idle_share'))}</text></g>"
+            f"{format_number(held)} GPU-h · idle {format_percent(g.get('idle_share'))}</text></g>"
         )
     y = len(groups) * (_BAR_HEIGHT + _BAR_GAP) + 12
     out.append(
@@ -98,13 +91,13 @@ def gpu_hours_svg(groups: Sequence[dict[str, Any]], *, title: str) -> str:
 
 def _cards(total: dict[str, Any]) -> str:
     cards = [
-        ("GPU-hours", _hours(total["gpu_hours"]["value"]), "held by jobs"),
+        ("GPU-hours", format_number(total["gpu_hours"]["value"]), "held by jobs"),
         (
             "idle GPU-hours",
-            _hours(total["idle_gpu_hours"]["value"]),
-            f"{_pct(total['idle_share'])} of held",
+            format_number(total["idle_gpu_hours"]["value"]),
+            f"{format_percent(total['idle_share'])} of held",
         ),
-        ("mean GPU util", _pct(total["utilization_mean"]["value"]), "while held"),
+        ("mean GPU util", format_percent(total["utilization_mean"]["value"]), "while held"),
         ("energy", format_kwh(total["energy_facility_kwh"]["value"]), "at the facility"),
         ("cost", format_usd(total["cost_usd"]["value"]), "GPU time"),
         ("carbon", format_grams(total["carbon_gco2e"]["value"]), "operational"),
@@ -130,10 +123,10 @@ def _groups_table(report: dict[str, Any]) -> str:
         rows.append(
             f'<tr{" class=total" if total else ""} data-group="{escape(g["group"])}">'
             f"<th scope=row>{name}</th>"
-            f'<td class="num">{_hours(g["gpu_hours"]["value"])}</td>'
-            f'<td class="num">{_hours(g["idle_gpu_hours"]["value"])}</td>'
-            f'<td class="num">{_pct(g["idle_share"])}</td>'
-            f'<td class="num">{_pct(g["utilization_mean"]["value"])}</td>'
+            f'<td class="num">{format_number(g["gpu_hours"]["value"])}</td>'
+            f'<td class="num">{format_number(g["idle_gpu_hours"]["value"])}</td>'
+            f'<td class="num">{format_percent(g["idle_share"])}</td>'
+            f'<td class="num">{format_percent(g["utilization_mean"]["value"])}</td>'
             f'<td class="num">{escape(format_kwh(g["energy_facility_kwh"]["value"]))}</td>'
             f'<td class="num">{escape(format_usd(g["cost_usd"]["value"]))}</td>'
             f'<td class="num">{escape(format_grams(g["carbon_gco2e"]["value"]))}</td>'

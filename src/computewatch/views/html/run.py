@@ -16,7 +16,7 @@ import re
 import shlex
 import statistics
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -25,6 +25,17 @@ from typing import Any
 from computewatch._version import __version__
 from computewatch.analysis.summary import build_summary, iso
 from computewatch.store import RUNNING, RunRow, SeriesRow, StepRow, Store
+from computewatch.units import (
+    format_bytes,
+    format_duration,
+    format_energy,
+    format_flop,
+    format_grams,
+    format_kwh,
+    format_percent,
+    format_seconds,
+    format_usd,
+)
 from computewatch.views.diagnosis import diagnosis_html
 from computewatch.views.html.downsample import (
     MAX_BUCKETS,
@@ -36,7 +47,6 @@ from computewatch.views.html.downsample import (
     grid_times,
 )
 from computewatch.views.html.steps import steps_section
-from computewatch.views.live import format_bytes, format_duration, format_seconds
 
 ACCOUNTING_SECTIONS = ("energy", "carbon", "cost", "flops", "forecast")
 """Summary sections shown as tables when present (filled in by the accounting readers)."""
@@ -407,18 +417,6 @@ def escape(v: object) -> str:
     return html.escape(str(v), quote=True)
 
 
-def _pct(v: Any) -> str:
-    return "n/a" if not isinstance(v, int | float) else f"{100 * v:.1f}%"
-
-
-def _bytes(v: Any) -> str:
-    return "n/a" if not isinstance(v, int | float) else format_bytes(float(v))
-
-
-def _secs(v: Any) -> str:
-    return "n/a" if not isinstance(v, int | float) else format_seconds(float(v))
-
-
 def _number(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
@@ -448,16 +446,6 @@ def _plain(v: Any) -> str:
     return f"<code>{escape(json.dumps(v, sort_keys=True))}</code>"
 
 
-def _energy(j: Any) -> str:
-    if not isinstance(j, int | float):
-        return "n/a"
-    if j < 3600:
-        return f"{j:,.0f} J"
-    if j < 3.6e6:
-        return f"{j / 3600:,.1f} Wh"
-    return f"{j / 3.6e6:,.2f} kWh"
-
-
 def _command(s: dict[str, Any]) -> str:
     return shlex.join(str(c) for c in s.get("command") or [])
 
@@ -482,17 +470,18 @@ def _cards(s: dict[str, Any]) -> str:
     cards.append(
         (
             "CPU mean",
-            _pct(cpu.get("utilization_mean")),
-            f"max {_pct(cpu.get('utilization_max'))} of {_number(cpu.get('allowed_cores'))} cores",
+            format_percent(cpu.get("utilization_mean")),
+            f"max {format_percent(cpu.get('utilization_max'))} "
+            f"of {_number(cpu.get('allowed_cores'))} cores",
         )
     )
     mem = s.get("memory") or {}
     cards.append(
         (
             "peak RSS",
-            _bytes(mem.get("peak_rss_bytes")),
-            f"host peak {_bytes(mem.get('peak_host_used_bytes'))} of "
-            f"{_bytes(mem.get('host_total_bytes'))}",
+            format_bytes(mem.get("peak_rss_bytes")),
+            f"host peak {format_bytes(mem.get('peak_host_used_bytes'))} of "
+            f"{format_bytes(mem.get('host_total_bytes'))}",
         )
     )
     gpus = [g for g in s.get("gpus") or [] if isinstance(g, dict)]
@@ -503,12 +492,12 @@ def _cards(s: dict[str, Any]) -> str:
         cards.append(
             (
                 f"GPU util{sim}",
-                _pct(sum(utils) / len(utils)) if utils else "n/a",
+                format_percent(sum(utils) / len(utils)) if utils else "n/a",
                 f"mean over {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}",
             )
         )
         if joules:
-            cards.append(("GPU energy", _energy(sum(joules)), f"{len(joules)} GPU(s)"))
+            cards.append(("GPU energy", format_energy(sum(joules)), f"{len(joules)} GPU(s)"))
     steps = s.get("steps") or {}
     if steps.get("count"):
         rate = steps.get("steps_per_second")
@@ -609,7 +598,7 @@ def _host_table(host: dict[str, Any]) -> str:
     for k in keys:
         v = host[k]
         if k.endswith("_bytes") and isinstance(v, int | float):
-            text = escape(_bytes(v))
+            text = escape(format_bytes(v))
         elif isinstance(v, list) and k == "allowed_cpus":
             text = escape(_cpu_list(v))
         else:
@@ -642,31 +631,33 @@ def _usage_table(s: dict[str, Any]) -> str:
             "CPU",
             escape(
                 f"{_number(cpu.get('seconds_total'))} CPU-seconds · mean "
-                f"{_pct(cpu.get('utilization_mean'))}, max {_pct(cpu.get('utilization_max'))} "
+                f"{format_percent(cpu.get('utilization_mean'))}, "
+                f"max {format_percent(cpu.get('utilization_max'))} "
                 f"of {_number(cpu.get('allowed_cores'))} allowed cores"
             ),
         ),
         (
             "memory",
             escape(
-                f"peak RSS {_bytes(mem.get('peak_rss_bytes'))} · host peak used "
-                f"{_bytes(mem.get('peak_host_used_bytes'))} of "
-                f"{_bytes(mem.get('host_total_bytes'))}"
+                f"peak RSS {format_bytes(mem.get('peak_rss_bytes'))} · host peak used "
+                f"{format_bytes(mem.get('peak_host_used_bytes'))} of "
+                f"{format_bytes(mem.get('host_total_bytes'))}"
             ),
         ),
         (
             "disk",
             escape(
-                f"the run read {_bytes(disk.get('read_bytes'))}, wrote "
-                f"{_bytes(disk.get('write_bytes'))} · host disks read "
-                f"{_bytes(disk.get('host_read_bytes'))}, wrote "
-                f"{_bytes(disk.get('host_write_bytes'))}"
+                f"the run read {format_bytes(disk.get('read_bytes'))}, wrote "
+                f"{format_bytes(disk.get('write_bytes'))} · host disks read "
+                f"{format_bytes(disk.get('host_read_bytes'))}, wrote "
+                f"{format_bytes(disk.get('host_write_bytes'))}"
             ),
         ),
         (
             "network",
             escape(
-                f"received {_bytes(net.get('recv_bytes'))}, sent {_bytes(net.get('sent_bytes'))}"
+                f"received {format_bytes(net.get('recv_bytes'))}, "
+                f"sent {format_bytes(net.get('sent_bytes'))}"
                 " (whole host)"
             ),
         ),
@@ -677,8 +668,9 @@ def _usage_table(s: dict[str, Any]) -> str:
         line = f"{_number(steps['count'])} steps from {_number(steps.get('processes'))} process(es)"
         if st:
             line += (
-                f" · step time mean {_secs(st.get('mean'))}, p50 {_secs(st.get('p50'))}, p90 "
-                f"{_secs(st.get('p90'))}, p99 {_secs(st.get('p99'))}, max {_secs(st.get('max'))}"
+                f" · step time mean {format_seconds(st.get('mean'))}, "
+                f"p50 {format_seconds(st.get('p50'))}, p90 {format_seconds(st.get('p90'))}, "
+                f"p99 {format_seconds(st.get('p99'))}, max {format_seconds(st.get('max'))}"
             )
         rows.append(("steps", escape(line)))
         rates = [
@@ -710,11 +702,11 @@ def _gpu_table(gpus: list[dict[str, Any]]) -> str:
         if g.get("mig_parent_uuid"):
             name += f" <small>MIG of {escape(str(g['mig_parent_uuid'])[:16])}</small>"
         name += f'<br><small class="uuid">{escape(g.get("uuid") or "")}</small>'
-        mem = _bytes(g.get("memory_peak_bytes"))
+        mem = format_bytes(g.get("memory_peak_bytes"))
         if g.get("memory_total_bytes") is not None:
-            mem += f" of {_bytes(g['memory_total_bytes'])}"
+            mem += f" of {format_bytes(g['memory_total_bytes'])}"
         power = g.get("power_mean_watts")
-        energy = _energy(g.get("energy_joules"))
+        energy = format_energy(g.get("energy_joules"))
         if g.get("energy_method"):
             energy += f" ({g['energy_method']})"
         throttled = {k: v for k, v in (g.get("throttle_seconds") or {}).items() if v}
@@ -722,14 +714,14 @@ def _gpu_table(gpus: list[dict[str, Any]]) -> str:
             escape(_number(g.get("index"))),
             name,
             escape(g.get("scope") or ""),
-            escape(_pct(g.get("utilization_mean"))),
-            escape(_pct(g.get("sm_active_mean"))),
-            escape(_pct(g.get("tensor_active_mean"))),
+            escape(format_percent(g.get("utilization_mean"))),
+            escape(format_percent(g.get("sm_active_mean"))),
+            escape(format_percent(g.get("tensor_active_mean"))),
             escape(mem),
-            escape(_bytes(g.get("process_memory_peak_bytes"))),
+            escape(format_bytes(g.get("process_memory_peak_bytes"))),
             escape("n/a" if not isinstance(power, int | float) else f"{power:.0f} W"),
             escape(energy),
-            escape(", ".join(f"{k} {_secs(v)}" for k, v in throttled.items()) or "no"),
+            escape(", ".join(f"{k} {format_seconds(v)}" for k, v in throttled.items()) or "no"),
         ]
         body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return (
@@ -767,11 +759,21 @@ def _headline(section: Any) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
+_FIGURE_FORMATS: dict[str, Callable[[float | None], str]] = {
+    "ratio": format_percent,  # MFU, HFU: a share of the peak
+    "kWh": format_kwh,  # J, Wh or kWh: never 9.616e-06 kWh
+    "gCO2e": format_grams,
+    "USD": format_usd,
+    "FLOP": format_flop,
+}
+
+
 def _figure_value(f: dict[str, Any]) -> str:
     v = f.get("value")
     unit = f.get("unit")
-    if unit == "ratio" and isinstance(v, int | float):  # MFU, HFU: a share of the peak
-        return f"{v:.1%}"
+    fmt = _FIGURE_FORMATS.get(str(unit))
+    if fmt is not None and isinstance(v, int | float):
+        return fmt(v)
     text = _number(v) if v is not None else "n/a"
     return f"{text} {unit}" if unit and v is not None else text
 

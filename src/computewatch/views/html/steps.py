@@ -11,8 +11,8 @@ from typing import Any
 
 from computewatch.analysis.steps import StepAnatomy, step_anatomy
 from computewatch.store import RunRow, Store
+from computewatch.units import format_percent, format_seconds
 from computewatch.views.html.downsample import MAX_BUCKETS
-from computewatch.views.live import format_seconds
 
 MAX_PHASE_SERIES = 8  # the rest of the phases are summed into "other phases"
 
@@ -22,13 +22,7 @@ def _e(v: object) -> str:
 
 
 def _secs(v: Any) -> str:
-    if not isinstance(v, int | float) or isinstance(v, bool) or not math.isfinite(v):
-        return "n/a"
-    return format_seconds(float(v), clock=False)
-
-
-def _pct(v: Any) -> str:
-    return "n/a" if not isinstance(v, int | float) else f"{100 * v:.1f}%"
+    return format_seconds(v, clock=False)
 
 
 def _num(v: Any) -> str:
@@ -73,7 +67,7 @@ def phases_table(ph: dict[str, Any]) -> str:
         rows.append(
             [
                 _e(name),
-                _e(_pct(p.get("share"))),
+                _e(format_percent(p.get("share"))),
                 _e(_secs(p.get("seconds"))),
                 _e(_secs(p.get("self_seconds"))),
                 _e(str(p.get("steps"))),
@@ -86,7 +80,7 @@ def phases_table(ph: dict[str, Any]) -> str:
         )
     un = ph.get("unaccounted") or {}
     rows.append(
-        ["<em>unaccounted</em>", _e(_pct(un.get("share"))), _e(_secs(un.get("seconds")))]
+        ["<em>unaccounted</em>", _e(format_percent(un.get("share"))), _e(_secs(un.get("seconds")))]
         + ["—"] * 7
     )
     head = (
@@ -107,8 +101,8 @@ def ranks_table(rk: dict[str, Any]) -> str:
         ("ranks", _e(rk.get("count"))),
         ("world size", _e(rk.get("world_size") if rk.get("world_size") is not None else "n/a")),
         ("slowest rank", _e(rk.get("slowest_rank"))),
-        ("load imbalance", _e(_pct(rk.get("load_imbalance")))),
-        ("communication share", _e(_pct(rk.get("comm_share")))),
+        ("load imbalance", _e(format_percent(rk.get("load_imbalance")))),
+        ("communication share", _e(format_percent(rk.get("comm_share")))),
     ]
     rows = []
     for r in rk.get("ranks") or []:
@@ -126,7 +120,7 @@ def ranks_table(rk: dict[str, Any]) -> str:
                 _e(_secs(st.get("p90"))),
                 _e(_secs(r.get("compute_seconds_per_step"))),
                 _e(_secs(r.get("comm_seconds"))),
-                _e(_pct(r.get("comm_share"))),
+                _e(format_percent(r.get("comm_share"))),
             ]
         )
     head = (
