@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 from collections.abc import Collection, Iterable
 from pathlib import Path
 
@@ -729,9 +728,12 @@ def test_clock_event_bits_are_pynvml_constants() -> None:
         assert const == bit, name
 
 
-# -- cost -------------------------------------------------------------------------------------
-def test_tick_cost_on_eight_fake_gpus_with_four_processes_each() -> None:
-    """The budget is 2 ms of CPU per tick (fake included); CI machines get 10x headroom."""
+# -- many GPUs and processes ---------------------------------------------------------------------
+
+
+def test_every_tick_on_eight_fake_gpus_with_four_processes_each() -> None:
+    """Every tick gives the same readings. What a tick costs (2 ms of CPU at most) is measured
+    by benchmarks/bench_gpu.py, not here: a loaded CI machine makes any timing a coin toss."""
     clock = ManualClock()
     fake = from_preset("8xH100-SXM", clock=clock)
     pids = set()
@@ -740,18 +742,14 @@ def test_tick_cost_on_eight_fake_gpus_with_four_processes_each() -> None:
             d.add_process(1000 + 10 * i + k, 1 << 30)
             pids.add(1000 + 10 * i + k)
     src = NvidiaSource(fake, all_gpus=True, pids=lambda: pids, clock=clock)
-    for _ in range(20):
+    counts = []
+    for _ in range(50):
         clock.advance(0.5)
-        src.read()
-    n = 300
-    t0 = time.thread_time()
-    for _ in range(n):
-        clock.advance(0.5)
-        r = src.read()
-    per_tick = (time.thread_time() - t0) / n
-    # 22 device readings + 3 about other processes + 4 processes x 2 on each GPU
-    assert len(r) == 8 * (25 + 8)
-    assert per_tick < 0.02, f"{per_tick * 1e3:.2f} ms per tick"
+        counts.append(len(src.read()))
+    # 22 device readings + 3 about other processes + 4 processes x 2 on each GPU; the four GPM
+    # ratios (SM active, occupancy, tensor, DRAM) need two GPM samples, so the first tick lacks
+    # them.
+    assert counts == [8 * (25 + 8 - 4)] + [8 * (25 + 8)] * 49
 
 
 def test_with_the_real_binding_it_starts_or_says_why() -> None:

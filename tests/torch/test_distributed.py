@@ -173,7 +173,11 @@ def test_torchrun_ranks_under_computewatch_run(
     assert ranks["slowest_rank"] == 1
     assert r1["compute_seconds_per_step"] >= 0.08  # its sleep is compute, as far as we know
     assert r0["comm_seconds"] > r1["comm_seconds"]  # rank 0 waits for rank 1 in the all-reduce
-    assert r0["comm_seconds"] >= 0.5 * 0.08 * 24
+    # Rank 0 waits out rank 1's 0.08 s sleep in each of the 24 steps' all-reduces, less however
+    # much longer its own work took than rank 1's: on a loaded 2-core machine either rank can be
+    # held up by tens of ms a step, so a quarter of the sleep (0.48 s) is required, not all of
+    # it; the ordering above is the firm check.
+    assert r0["comm_seconds"] >= 0.25 * 0.08 * 24
     assert ranks["load_imbalance"] > 0.2
     by = s["phases"]["by_name"]
     assert {"forward", "backward", "comm"} <= set(by)
