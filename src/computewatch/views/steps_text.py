@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
-
+from computewatch.analysis.summary_types import PhaseStats, RankStats, RequestStats, RunSummary
+from computewatch.records import Figure
 from computewatch.units import format_percent, format_seconds
 
 MAX_PHASES_SHOWN = 8
 MAX_RANKS_SHOWN = 16
 
 
-def _energy(f: dict[str, Any]) -> str:
-    """A kWh figure in J, Wh or kWh, with its method."""
-    j = float(f["value"]) * 3.6e6
+def _energy(f: Figure) -> str:
+    """A kWh figure (its value known) in J, Wh or kWh, with its method."""
+    j = (f["value"] or 0.0) * 3.6e6
     if j < 10:
         text = f"{j:.3g} J"
     elif j < 3600:
@@ -24,12 +24,12 @@ def _energy(f: dict[str, Any]) -> str:
     return f"{text} {f.get('method')}"
 
 
-def _usd(f: dict[str, Any]) -> str:
-    v = float(f["value"])
+def _usd(f: Figure) -> str:
+    v = f["value"] or 0.0
     return (f"${v:,.2f}" if v >= 1 else f"${v:.3g}") + f" {f.get('method')}"
 
 
-def steps_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def steps_lines(summary: RunSummary) -> list[tuple[str, str]]:
     """(label, text) rows for the phases, ranks and requests sections present in ``summary``."""
     return [
         *phase_lines(summary.get("phases")),
@@ -38,7 +38,7 @@ def steps_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
-def phase_lines(ph: dict[str, Any] | None) -> list[tuple[str, str]]:
+def phase_lines(ph: PhaseStats | None) -> list[tuple[str, str]]:
     """Each phase's self share of the step time (nested ones say where they ran) and its
     per-step median, then the unaccounted share."""
     if not ph or not ph.get("by_name"):
@@ -60,7 +60,7 @@ def phase_lines(ph: dict[str, Any] | None) -> list[tuple[str, str]]:
     return [("phases", " · ".join(parts))]
 
 
-def rank_lines(rk: dict[str, Any] | None) -> list[tuple[str, str]]:
+def rank_lines(rk: RankStats | None) -> list[tuple[str, str]]:
     """The distributed run in one line, then one line per rank."""
     if not rk:
         return []
@@ -92,7 +92,7 @@ def rank_lines(rk: dict[str, Any] | None) -> list[tuple[str, str]]:
     return out
 
 
-def request_lines(rq: dict[str, Any] | None) -> list[tuple[str, str]]:
+def request_lines(rq: RequestStats | None) -> list[tuple[str, str]]:
     """Counts, latency percentiles and rates; then energy and cost per request and per 1M
     tokens where accounted."""
     if not rq:
@@ -108,12 +108,15 @@ def request_lines(rq: dict[str, Any] | None) -> list[tuple[str, str]]:
     if rq.get("tokens_per_second") is not None:
         bits.append(f"{rq['tokens_per_second']:,.1f} tokens/s out")
     out = [("requests", " · ".join(bits))]
-    for unit in ("request", "1m_tokens"):
-        per = []
-        for what, fmt in (("energy", _energy), ("cost", _usd)):
-            f = rq.get(f"{what}_per_{unit}")
-            if isinstance(f, dict) and f.get("value") is not None:
-                per.append(f"{what} {fmt(f)}")
+    for label, energy, cost in (
+        ("per request", rq.get("energy_per_request"), rq.get("cost_per_request")),
+        ("per 1M tokens", rq.get("energy_per_1m_tokens"), rq.get("cost_per_1m_tokens")),
+    ):
+        per = [
+            f"{what} {fmt(f)}"
+            for what, fmt, f in (("energy", _energy, energy), ("cost", _usd, cost))
+            if f is not None and f["value"] is not None
+        ]
         if per:
-            out.append(("per request" if unit == "request" else "per 1M tokens", " · ".join(per)))
+            out.append((label, " · ".join(per)))
     return out

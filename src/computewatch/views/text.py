@@ -11,7 +11,14 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from computewatch.analysis.compare import lookup
+from computewatch.analysis.compare import Comparison, lookup
+from computewatch.analysis.summary_types import (
+    FlopsSection,
+    GpuStats,
+    RunSummary,
+    energy_components,
+)
+from computewatch.records import Figure
 from computewatch.store import RunRow
 from computewatch.units import (
     format_bytes,
@@ -54,7 +61,7 @@ def _num(v: Any, unit: str = "") -> str:
     return f"{float(v):,.2f}{unit}"
 
 
-def print_summary(summary: dict[str, Any], out: TextIO) -> None:
+def print_summary(summary: RunSummary, out: TextIO) -> None:
     """The summary as a compact table."""
     con = make_console(out)
     title = f"run {summary['id']}" + (f" · {summary['name']}" if summary.get("name") else "")
@@ -106,7 +113,7 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
         add_row(t, f"gpu {g.get('index')}", _gpu_line(g))
     steps = summary.get("steps") or {}
     if steps.get("count"):
-        st = steps.get("step_time_seconds") or {}
+        st = steps.get("step_time_seconds")
         line = f"{steps['count']} steps"
         if st:
             line += (
@@ -115,14 +122,15 @@ def print_summary(summary: dict[str, Any], out: TextIO) -> None:
                 f"p99 {format_seconds(st.get('p99'))}, max {format_seconds(st.get('max'))}"
             )
         add_row(t, "steps", line)
-        rates = []
-        for key, label in (
-            ("steps_per_second", "steps/s"),
-            ("samples_per_second", "samples/s"),
-            ("tokens_per_second", "tokens/s"),
-        ):
-            if steps.get(key) is not None:
-                rates.append(f"{steps[key]:,.2f} {label}")
+        rates = [
+            f"{rate:,.2f} {label}"
+            for rate, label in (
+                (steps.get("steps_per_second"), "steps/s"),
+                (steps.get("samples_per_second"), "samples/s"),
+                (steps.get("tokens_per_second"), "tokens/s"),
+            )
+            if rate is not None
+        ]
         if rates:
             add_row(t, "throughput", " · ".join(rates))
     for label, text in steps_lines(summary):  # phases, ranks, requests
@@ -167,7 +175,7 @@ def print_runs(runs: list[RunRow], out: TextIO) -> None:
     con.print(t)
 
 
-def print_compare(result: dict[str, Any], out: TextIO) -> None:
+def print_compare(result: Comparison, out: TextIO) -> None:
     con = make_console(out)
     a, b = result["a"], result["b"]
     t = Table(box=None, pad_edge=False)
@@ -264,7 +272,7 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
     con.print(t)
 
 
-def _gpu_line(g: dict[str, Any]) -> str:
+def _gpu_line(g: GpuStats) -> str:
     name = str(g.get("name")) + (" (simulated)" if g.get("simulated") else "")
     parts = [name]
     if g.get("utilization_mean") is not None:
@@ -280,47 +288,47 @@ def _gpu_line(g: dict[str, Any]) -> str:
         parts.append(mem)
     if g.get("power_mean_watts") is not None:
         parts.append(f"{g['power_mean_watts']:.0f} W mean")
-    if g.get("energy_joules") is not None:
-        parts.append(f"{format_energy(g['energy_joules'])} ({g.get('energy_method')})")
+    if (joules := g.get("energy_joules")) is not None:
+        parts.append(f"{format_energy(joules)} ({g.get('energy_method')})")
     throttled = {k: v for k, v in (g.get("throttle_seconds") or {}).items() if v}
     if throttled:
-        parts.append(
-            "throttled " + ", ".join(f"{k} {format_seconds(v)}" for k, v in throttled.items())
-        )
+        spans = ", ".join(f"{k} {format_seconds(v)}" for k, v in throttled.items())
+        parts.append(f"throttled {spans}")
     return " · ".join(parts)
 
 
-def _kwh(f: dict[str, Any]) -> str:
+def _kwh(f: Figure) -> str:
     return format_kwh(f["value"])
 
 
-def _range(f: dict[str, Any], fmt: Any) -> str:
-    if f.get("low") is None or f.get("low") == f.get("high"):
+def _range(f: Figure, fmt: Callable[[Figure], str]) -> str:
+    if f["low"] is None or f["low"] == f["high"]:
         return ""
-    return f" ({fmt({'value': f['low']})}–{fmt({'value': f['high']})})"
+    return f" ({fmt({**f, 'value': f['low']})}–{fmt({**f, 'value': f['high']})})"
 
 
-def _grams(f: dict[str, Any]) -> str:
+def _grams(f: Figure) -> str:
     return format_grams(f["value"])
 
 
-def _usd(f: dict[str, Any]) -> str:
+def _usd(f: Figure) -> str:
     return format_usd(f["value"])
 
 
-def _flop(f: dict[str, Any]) -> str:
-    return format_flop(float(f["value"]))
+def _flop(f: Figure) -> str:
+    v = f["value"]
+    return "unknown FLOP" if v is None else format_flop(v)
 
 
-def flops_text(flops: dict[str, Any]) -> str:
+def flops_text(flops: FlopsSection) -> str:
     """The summary's FLOPs line: counted FLOPs with the FLOP/s achieved, MFU and HFU (or why
     there is none) and the hardware estimate beside them; or the estimate alone; and the
     regulatory thresholds crossed or approached."""
     if flops.get("value") is None:
         return "; ".join(flops.get("assumptions") or ["not estimated"])
     parts = [f"{_flop(flops)}{_range(flops, _flop)} {flops['method']}"]
-    rate = flops.get("flops_per_second") or {}
-    if rate.get("value") is not None:
+    rate = flops.get("flops_per_second")
+    if rate and rate["value"] is not None:
         parts.append(f"{rate['value']:.3g} FLOP/s")
     mfu = flops.get("mfu")
     if isinstance(mfu, dict):
@@ -345,7 +353,7 @@ def flops_text(flops: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def accounting_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
+def accounting_lines(summary: RunSummary) -> list[tuple[str, str]]:
     """One line each for energy, carbon, cost, FLOPs and the forecast, with method and range."""
     out: list[tuple[str, str]] = []
     energy = summary.get("energy")
@@ -353,8 +361,8 @@ def accounting_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
         fac = energy["facility"]
         parts = [
             f"{name} {_kwh(c)} {c['method']}"
-            for name, c in energy["components"].items()
-            if c.get("value") is not None
+            for name, c in energy_components(energy)
+            if c["value"] is not None
         ]
         out.append(
             (
@@ -383,12 +391,12 @@ def accounting_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
             per = cost.get("per_unit") or {}
             extra = [
                 f"${v:.4g} {label}"
-                for key, label in (
-                    ("usd_per_1m_tokens", "per 1M tokens"),
-                    ("usd_per_1k_samples", "per 1k samples"),
-                    ("usd_per_step", "per step"),
+                for v, label in (
+                    (per.get("usd_per_1m_tokens"), "per 1M tokens"),
+                    (per.get("usd_per_1k_samples"), "per 1k samples"),
+                    (per.get("usd_per_step"), "per step"),
                 )
-                if (v := per.get(key)) is not None
+                if v is not None
             ]
             out.append(("cost", " · ".join([f"{_usd(tot)}{_range(tot, _usd)}", *extra])))
     flops = summary.get("flops")
@@ -401,8 +409,8 @@ def accounting_lines(summary: dict[str, Any]) -> list[tuple[str, str]]:
         elif "wall_seconds_at_completion" in fc:
             w = fc["wall_seconds_at_completion"]
             bits = [
-                f"at {fc['total_steps']} steps: {format_duration(w['value'])} "
-                f"({format_duration(w['low'])}–{format_duration(w['high'])})"
+                f"at {fc['total_steps']} steps: {format_duration(w['value'] or 0.0)} "
+                f"({format_duration(w['low'] or 0.0)}–{format_duration(w['high'] or 0.0)})"
             ]
             if "energy_kwh" in fc:
                 bits.append(_kwh(fc["energy_kwh"]))

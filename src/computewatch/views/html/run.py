@@ -16,7 +16,7 @@ import re
 import shlex
 import statistics
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -24,6 +24,7 @@ from typing import Any
 
 from computewatch._version import __version__
 from computewatch.analysis.summary import build_summary, iso
+from computewatch.analysis.summary_types import GpuStats, RunSummary, stored_summary
 from computewatch.store import RUNNING, RunRow, SeriesRow, StepRow, Store
 from computewatch.units import (
     format_bytes,
@@ -60,10 +61,10 @@ _CHART_ORDER = (
 )  # fmt: skip
 
 
-def summary_of(store: Store, run: RunRow) -> dict[str, Any]:
+def summary_of(store: Store, run: RunRow) -> RunSummary:
     """The summary stored when the run ended, else one computed now (a running run)."""
     if run.summary is not None and run.status != RUNNING:
-        return run.summary
+        return stored_summary(run.summary)
     return build_summary(store, run)
 
 
@@ -169,7 +170,7 @@ def _summed(lists: Iterable[list[tuple[int, float]]]) -> list[tuple[int, float]]
     return sorted(acc.items())
 
 
-def _gpu_labels(run: RunRow, summary: dict[str, Any]) -> dict[str, tuple[str, bool]]:
+def _gpu_labels(run: RunRow, summary: RunSummary) -> dict[str, tuple[str, bool]]:
     """GPU uuid → (chart label, simulated), for the GPUs the summary reports on."""
     devices = {d.get("uuid"): d for d in run.host.get("gpus") or [] if isinstance(d, dict)}
     out: dict[str, tuple[str, bool]] = {}
@@ -187,7 +188,7 @@ def _gpu_labels(run: RunRow, summary: dict[str, Any]) -> dict[str, tuple[str, bo
 
 
 def _tick_charts(
-    store: Store, run: RunRow, summary: dict[str, Any], max_buckets: int
+    store: Store, run: RunRow, summary: RunSummary, max_buckets: int
 ) -> tuple[list[float], list[_Chart]]:
     td = _TickData(store, run, max_buckets)
     if td.n == 0:
@@ -392,7 +393,7 @@ def _step_charts(
 
 
 def chart_data(
-    store: Store, run: RunRow, summary: dict[str, Any], *, max_buckets: int = MAX_BUCKETS
+    store: Store, run: RunRow, summary: RunSummary, *, max_buckets: int = MAX_BUCKETS
 ) -> dict[str, Any]:
     """The charts' data: shared x grids (wall-clock seconds) and, per chart, each series'
     bucket means with min/max envelopes when the series was downsampled."""
@@ -446,7 +447,7 @@ def _plain(v: Any) -> str:
     return f"<code>{escape(json.dumps(v, sort_keys=True))}</code>"
 
 
-def _command(s: dict[str, Any]) -> str:
+def _command(s: RunSummary) -> str:
     return shlex.join(str(c) for c in s.get("command") or [])
 
 
@@ -459,14 +460,14 @@ def _rows(rows: Iterable[tuple[str, str]], cls: str = "kv") -> str:
 # -- the page's sections ------------------------------------------------------------------------
 
 
-def _cards(s: dict[str, Any]) -> str:
+def _cards(s: RunSummary) -> str:
     cards: list[tuple[str, str, str]] = []
     status = str(s.get("status"))
     if s.get("exit_code") not in (None, 0):
         status += f" (exit {s['exit_code']})"
     cards.append(("status", status, s.get("started_at") or ""))
     cards.append(("duration", format_duration(float(s.get("duration_seconds") or 0.0)), ""))
-    cpu = s.get("cpu") or {}
+    cpu = s["cpu"]
     cards.append(
         (
             "CPU mean",
@@ -475,7 +476,7 @@ def _cards(s: dict[str, Any]) -> str:
             f"of {_number(cpu.get('allowed_cores'))} cores",
         )
     )
-    mem = s.get("memory") or {}
+    mem = s["memory"]
     cards.append(
         (
             "peak RSS",
@@ -486,8 +487,8 @@ def _cards(s: dict[str, Any]) -> str:
     )
     gpus = [g for g in s.get("gpus") or [] if isinstance(g, dict)]
     if gpus:
-        utils = [g["utilization_mean"] for g in gpus if g.get("utilization_mean") is not None]
-        joules = [g["energy_joules"] for g in gpus if g.get("energy_joules") is not None]
+        utils = [u for g in gpus if (u := g.get("utilization_mean")) is not None]
+        joules = [j for g in gpus if (j := g.get("energy_joules")) is not None]
         sim = " (simulated)" if any(g.get("simulated") for g in gpus) else ""
         cards.append(
             (
@@ -508,8 +509,8 @@ def _cards(s: dict[str, Any]) -> str:
                 f"{_number(rate)} steps/s" if rate is not None else "",
             )
         )
-    for section in ACCOUNTING_SECTIONS:
-        found = _headline(s.get(section))
+    for section, data in _accounting(s):
+        found = _headline(data)
         if found is not None and found[1].get("value") is not None:
             which, head = found
             sub = ", ".join(str(x) for x in (which, head.get("method")) if x)
@@ -542,12 +543,12 @@ def card_value(text: str) -> str:
     return f'{escape(m[1])} <span class="unit">{escape(m[2])}</span>'
 
 
-def _run_table(s: dict[str, Any], run: RunRow) -> str:
+def _run_table(s: RunSummary, run: RunRow) -> str:
     tags = s.get("tags") or {}
     status = str(s.get("status"))
     if s.get("exit_code") is not None:
         status += f" (exit {s['exit_code']})"
-    smp = s.get("samples") or {}
+    smp = s["samples"]
     rows = [
         ("id", f"<code>{escape(s.get('id'))}</code>"),
         ("name", _plain(s.get("name"))),
@@ -591,7 +592,7 @@ _HOST_ORDER = (
 )  # fmt: skip
 
 
-def _host_table(host: dict[str, Any]) -> str:
+def _host_table(host: Mapping[str, object]) -> str:
     keys = [k for k in _HOST_ORDER if k in host]
     keys += sorted(k for k in host if k not in _HOST_ORDER and k not in ("gpus", "gpu_all"))
     rows = []
@@ -621,11 +622,8 @@ def _cpu_list(cpus: list[Any]) -> str:
     return ",".join(parts) or str(cpus)
 
 
-def _usage_table(s: dict[str, Any]) -> str:
-    cpu = s.get("cpu") or {}
-    mem = s.get("memory") or {}
-    disk = s.get("disk") or {}
-    net = s.get("network") or {}
+def _usage_table(s: RunSummary) -> str:
+    cpu, mem, disk, net = s["cpu"], s["memory"], s["disk"], s["network"]
     rows = [
         (
             "CPU",
@@ -664,7 +662,7 @@ def _usage_table(s: dict[str, Any]) -> str:
     ]
     steps = s.get("steps") or {}
     if steps.get("count"):
-        st = steps.get("step_time_seconds") or {}
+        st = steps.get("step_time_seconds")
         line = f"{_number(steps['count'])} steps from {_number(steps.get('processes'))} process(es)"
         if st:
             line += (
@@ -674,13 +672,13 @@ def _usage_table(s: dict[str, Any]) -> str:
             )
         rows.append(("steps", escape(line)))
         rates = [
-            f"{_number(steps[key])} {label}"
-            for key, label in (
-                ("steps_per_second", "steps/s"),
-                ("samples_per_second", "samples/s"),
-                ("tokens_per_second", "tokens/s"),
+            f"{_number(rate)} {label}"
+            for rate, label in (
+                (steps.get("steps_per_second"), "steps/s"),
+                (steps.get("samples_per_second"), "samples/s"),
+                (steps.get("tokens_per_second"), "tokens/s"),
             )
-            if steps.get(key) is not None
+            if rate is not None
         ]
         if rates:
             rows.append(("throughput", escape(" · ".join(rates))))
@@ -689,7 +687,7 @@ def _usage_table(s: dict[str, Any]) -> str:
     return _rows(rows)
 
 
-def _gpu_table(gpus: list[dict[str, Any]]) -> str:
+def _gpu_table(gpus: list[GpuStats]) -> str:
     head = (
         "#", "GPU", "scope", "utilization", "SM active", "tensor active", "memory peak",
         "run's memory peak", "power mean", "energy", "throttled",
@@ -734,6 +732,18 @@ def _gpu_table(gpus: list[dict[str, Any]]) -> str:
 
 
 # -- accounting sections: written for any shape ----------------------------------------------
+
+
+def _accounting(s: RunSummary) -> list[tuple[str, Mapping[str, object]]]:
+    """The accounting sections the summary has, in the order of ACCOUNTING_SECTIONS."""
+    found: list[tuple[str, Mapping[str, object] | None]] = [
+        ("energy", s.get("energy")),
+        ("carbon", s.get("carbon")),
+        ("cost", s.get("cost")),
+        ("flops", s.get("flops")),
+        ("forecast", s.get("forecast")),
+    ]
+    return [(name, section) for name, section in found if section is not None]
 
 
 def _is_figure(v: Any) -> bool:
@@ -956,9 +966,8 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
     if gpus:
         parts += ['<section id="section-gpus"><h2>GPUs</h2>', _gpu_table(gpus), "</section>"]
     parts.append(steps_section(store, run, summary, data, max_buckets))  # phases, ranks
-    for name in ACCOUNTING_SECTIONS:
-        if summary.get(name) is not None:
-            parts.append(accounting_section(name, summary[name]))
+    for name, section in _accounting(summary):
+        parts.append(accounting_section(name, section))
     parts.append(diagnosis_html(summary))  # findings, when the run was diagnosed
     parts += [
         '<section id="section-host"><h2>Host</h2>',

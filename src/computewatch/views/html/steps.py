@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from computewatch.analysis.steps import StepAnatomy, step_anatomy
+from computewatch.analysis.summary_types import PhaseStats, RankStats, RequestStats, RunSummary
 from computewatch.store import RunRow, Store
 from computewatch.units import format_percent, format_seconds
 from computewatch.views.html.downsample import MAX_BUCKETS
@@ -58,12 +59,12 @@ def _figure(cid: str, title: str, sub: str) -> str:
 # -- tables -----------------------------------------------------------------------------------
 
 
-def phases_table(ph: dict[str, Any]) -> str:
+def phases_table(ph: PhaseStats) -> str:
     """One row per phase: share of step time (self time), inclusive and self seconds, per-step
     distribution, accelerator seconds and the phase it ran within."""
     rows = []
-    for name, p in (ph.get("by_name") or {}).items():
-        dist = p.get("per_step_seconds") or {}
+    for name, p in ph["by_name"].items():
+        dist = p["per_step_seconds"]
         rows.append(
             [
                 _e(name),
@@ -78,7 +79,7 @@ def phases_table(ph: dict[str, Any]) -> str:
                 _e(p.get("within") or "—"),
             ]
         )
-    un = ph.get("unaccounted") or {}
+    un = ph["unaccounted"]
     rows.append(
         ["<em>unaccounted</em>", _e(format_percent(un.get("share"))), _e(_secs(un.get("seconds")))]
         + ["—"] * 7
@@ -95,7 +96,7 @@ def phases_table(ph: dict[str, Any]) -> str:
     )
 
 
-def ranks_table(rk: dict[str, Any]) -> str:
+def ranks_table(rk: RankStats) -> str:
     """The distributed run's figures, then one row per rank."""
     head_rows = [
         ("ranks", _e(rk.get("count"))),
@@ -105,8 +106,8 @@ def ranks_table(rk: dict[str, Any]) -> str:
         ("communication share", _e(format_percent(rk.get("comm_share")))),
     ]
     rows = []
-    for r in rk.get("ranks") or []:
-        st = r.get("step_time_seconds") or {}
+    for r in rk["ranks"]:
+        st = r["step_time_seconds"]
         label = _e(r["rank"])
         if r["rank"] == rk.get("slowest_rank"):
             label += ' <span class="badge">slowest</span>'
@@ -130,10 +131,10 @@ def ranks_table(rk: dict[str, Any]) -> str:
     return _kv(head_rows) + _grid(head, rows)
 
 
-def requests_table(rq: dict[str, Any]) -> str:
+def requests_table(rq: RequestStats) -> str:
     """Counts, latency, rates and tokens, then energy and cost per request and per 1M tokens
     with their method and how they were allocated."""
-    lat = rq.get("latency_seconds") or {}
+    lat = rq["latency_seconds"]
     rows = [
         ("requests", _e(rq.get("count"))),
         ("errors", _e(rq.get("errors"))),
@@ -152,14 +153,13 @@ def requests_table(rq: dict[str, Any]) -> str:
         ("tokens out per second", _e(_num(rq.get("tokens_per_second")))),
     ]
     figs = []
-    for key, label in (
-        ("energy_per_request", "energy per request"),
-        ("energy_per_1m_tokens", "energy per 1M tokens"),
-        ("cost_per_request", "cost per request"),
-        ("cost_per_1m_tokens", "cost per 1M tokens"),
+    for f, label in (
+        (rq.get("energy_per_request"), "energy per request"),
+        (rq.get("energy_per_1m_tokens"), "energy per 1M tokens"),
+        (rq.get("cost_per_request"), "cost per request"),
+        (rq.get("cost_per_1m_tokens"), "cost per 1M tokens"),
     ):
-        f = rq.get(key)
-        if isinstance(f, dict) and f.get("value") is not None:
+        if f is not None and f["value"] is not None:
             figs.append(
                 [
                     _e(label),
@@ -181,10 +181,9 @@ def requests_table(rq: dict[str, Any]) -> str:
                     _e(n or "(unnamed)"),
                     _e(v.get("count")),
                     _e(v.get("errors")),
-                    *(
-                        _e(_secs((v.get("latency_seconds") or {}).get(q)))
-                        for q in ("p50", "p90", "p99")
-                    ),
+                    _e(_secs(v["latency_seconds"]["p50"])),
+                    _e(_secs(v["latency_seconds"]["p90"])),
+                    _e(_secs(v["latency_seconds"]["p99"])),
                 ]
                 for n, v in by.items()
             ),
@@ -222,7 +221,7 @@ def _r(v: float | None) -> float | None:
 
 
 def step_charts(
-    store: Store, run: RunRow, summary: dict[str, Any], max_buckets: int = MAX_BUCKETS
+    store: Store, run: RunRow, summary: RunSummary, max_buckets: int = MAX_BUCKETS
 ) -> tuple[dict[str, list[float]], list[dict[str, Any]]]:
     """Grids and chart specs (the shape ``report.js`` draws) for phase time per step and, in a
     distributed run, each rank's step time; bucketed on wall-clock time."""
@@ -305,7 +304,7 @@ def step_charts(
 def steps_section(
     store: Store,
     run: RunRow,
-    summary: dict[str, Any],
+    summary: RunSummary,
     data: dict[str, Any],
     max_buckets: int = MAX_BUCKETS,
 ) -> str:
