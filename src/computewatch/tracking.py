@@ -316,6 +316,7 @@ class track:
         ``--gpu-backend``); unused when attached to ``computewatch run``. ``total_steps``: the
         planned steps, for a forecast at completion (also when attached). The FLOPs arguments
         are :meth:`Run.set_flops`'s."""
+        # GPU backends load when a standalone run starts (`import computewatch` stays cheap)
         from computewatch.sources.gpus import check_spec
 
         check_spec(gpu_backend)
@@ -434,6 +435,7 @@ def _rank_meta() -> dict[str, int]:
 
 
 def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
+    # `import computewatch` stays cheap in user programs: the sampler side loads when a run starts
     from computewatch.sampling.lifecycle import new_run_id, spool_dir
 
     started_at = time.time()
@@ -488,6 +490,7 @@ def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
 
 def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> RunSummary | None:
     """Read the summary the sampler stored; if the sampler died, close the run ourselves."""
+    # only when the sampler died (rare): the store and the summary load then
     from computewatch.analysis.summary import build_summary
     from computewatch.analysis.summary_types import stored_summary
     from computewatch.store import RUNNING, Store, StoreError
@@ -521,6 +524,7 @@ def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> Ru
 def _ingest_spool(store: Any, run_key: int, started_at: float) -> None:
     """Store the steps a dead sampler left in the spool (their wall time is approximated
     from the monotonic clock's current offset)."""
+    # only when the sampler died (rare)
     from computewatch.sampling.lifecycle import spool_dir
 
     run = store.run_by_key(run_key)

@@ -95,7 +95,7 @@ def write_jsonl(rows: Iterator[tuple[Any, ...]], out: IO[str]) -> int:
 
 def write_parquet(rows: Iterator[tuple[Any, ...]], out: IO[bytes]) -> int:
     """Parquet through pyarrow (the ``parquet`` extra); labels as a JSON string column."""
-    try:
+    try:  # the optional `parquet` extra, heavy: loaded only for --format parquet
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:

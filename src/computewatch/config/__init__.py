@@ -39,10 +39,14 @@ import dataclasses
 import os
 import re
 import tomllib
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from computewatch.catalog import PRECISIONS
+from computewatch.catalog.reference import parse_instances
+from computewatch.config.thresholds import check_overrides
 from computewatch.errors import ComputewatchError
 
 ENV_CONFIG = "COMPUTEWATCH_CONFIG"
@@ -190,8 +194,6 @@ def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:
 
 
 def _diagnosis(where: str, body: Any) -> Mapping[str, Any]:
-    from computewatch.config.thresholds import check_overrides
-
     if not isinstance(body, dict):
         raise ConfigError(f"{where}: [diagnosis] must be a table")
     try:
@@ -201,8 +203,6 @@ def _diagnosis(where: str, body: Any) -> Mapping[str, Any]:
 
 
 def _load_prices(where: str, path: Path) -> Mapping[str, Any]:
-    from computewatch.catalog.reference import parse_instances
-
     try:
         return parse_instances(path.read_text(), str(path))
     except (OSError, UnicodeDecodeError) as e:
@@ -220,16 +220,11 @@ def _check(where: str, key: str, value: Any, kind: str, path: Path | None) -> An
     if kind in ("str", "path", "url", "precision"):
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{bad} must be a non-empty string")
-        if kind == "url":  # checked here, not when the first run fails to account
-            import urllib.parse
-
-            if urllib.parse.urlsplit(value.strip()).scheme not in ("http", "https"):
-                raise ConfigError(f"{bad} must be an http or https URL")
-        if kind == "precision":
-            from computewatch.catalog import PRECISIONS
-
-            if value.strip() not in PRECISIONS:
-                raise ConfigError(f"{bad} must be one of {', '.join(PRECISIONS)}")
+        # checked here, not when the first run fails to account
+        if kind == "url" and urllib.parse.urlsplit(value.strip()).scheme not in ("http", "https"):
+            raise ConfigError(f"{bad} must be an http or https URL")
+        if kind == "precision" and value.strip() not in PRECISIONS:
+            raise ConfigError(f"{bad} must be one of {', '.join(PRECISIONS)}")
         if kind == "path":
             p = Path(value).expanduser()
             if not p.is_absolute() and path is not None:

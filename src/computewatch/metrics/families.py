@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from computewatch.catalog.clock_events import decode_clock_events
 from computewatch.metrics.model import MetricLabels, MetricSample
-from computewatch.sources.nvidia import decode_clock_events
 
 __all__ = [
     "FAMILIES",

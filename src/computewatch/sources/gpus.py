@@ -113,6 +113,7 @@ def open_backend(
         try_open(f"fake:{arg}", lambda: make(module, pids, all_gpus, procfs_root))
         return backend
     if kind == "replay":
+        # each backend's module loads only when chosen (a vendor SDK may be absent or slow)
         from computewatch.sources.replay import ReplaySource
 
         try:
@@ -130,6 +131,7 @@ def open_backend(
 def _nvidia_source(
     module: Any, pids: Callable[[], Collection[int]] | None, all_gpus: bool, procfs_root: str
 ) -> GpuSource:
+    # NVML bindings load only when an NVIDIA backend is tried
     from computewatch.sources.nvidia import NvidiaSource
 
     clock = getattr(module, "clock", None) if module is not None else None
@@ -150,6 +152,7 @@ def _amd_source(
 
 def _fake_module(preset: str) -> Any:
     """A fake vendor library for ``COUNTxMODEL``: NVML for NVIDIA models, amdsmi for AMD."""
+    # the catalog and the fakes load only for fake: backends
     from computewatch.catalog import load_accelerators
 
     count, sep, rest = preset.partition("x")

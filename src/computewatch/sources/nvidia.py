@@ -24,6 +24,7 @@ from collections.abc import Callable, Collection
 from typing import Any, ClassVar
 
 from computewatch.catalog import find_by_nvml_name
+from computewatch.catalog.clock_events import CLOCK_EVENT_REASONS, decode_clock_events
 from computewatch.readings import counter, gauge, labels
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.gpu_common import (
@@ -45,22 +46,6 @@ __all__ = [
 
 INSTALL_HINT = "nvidia-ml-py not installed: pip install 'computewatch[nvidia]'"
 
-# Bits of nvmlDeviceGetCurrentClocksEventReasons, with pynvml's constant values
-# (nvmlClocksEventReason*; 0x200 and 0x400 appear only as nvmlClocksThrottleReason*).
-CLOCK_EVENT_REASONS: tuple[tuple[int, str], ...] = (
-    (0x0000000000000001, "gpu_idle"),
-    (0x0000000000000002, "applications_clocks_setting"),
-    (0x0000000000000004, "sw_power_cap"),
-    (0x0000000000000008, "hw_slowdown"),
-    (0x0000000000000010, "sync_boost"),
-    (0x0000000000000020, "sw_thermal_slowdown"),
-    (0x0000000000000040, "hw_thermal_slowdown"),
-    (0x0000000000000080, "hw_power_brake_slowdown"),
-    (0x0000000000000100, "display_clock_setting"),
-    (0x0000000000000200, "board_limit"),
-    (0x0000000000000400, "reliability"),
-)
-_KNOWN_CLOCK_BITS = sum(bit for bit, _ in CLOCK_EVENT_REASONS)
 
 # pynvml constants this module relies on, with their values as fallbacks for older bindings.
 _NOT_SUPPORTED = 3
@@ -82,23 +67,6 @@ _GPM_METRICS: tuple[tuple[str, int, str], ...] = (
 )
 
 Reader = Callable[["_Dev", Add], None]
-
-
-def decode_clock_events(mask: float) -> list[str]:
-    """Names of the reasons set in a clock-event (throttle) bitmask, lowest bit first.
-
-    Unknown bits come back as ``"bit_N"`` so nothing is silently dropped.
-    """
-    mask = int(mask)  # a gauge read back from the store is a float
-    names = [name for bit, name in CLOCK_EVENT_REASONS if mask & bit]
-    rest = mask & ~_KNOWN_CLOCK_BITS
-    n = 0
-    while rest:
-        if rest & 1:
-            names.append(f"bit_{n}")
-        rest >>= 1
-        n += 1
-    return names
 
 
 class _Dev(GpuDev):

@@ -12,6 +12,7 @@ and counted in ``dropped``. Without CUDA, ``gpu_phase`` is the plain host-timed 
 from __future__ import annotations
 
 import atexit
+import functools
 import threading
 import time
 import weakref
@@ -42,7 +43,7 @@ EventFactory = Callable[[], EventLike]
 
 def _cuda_events() -> EventFactory | None:
     """``torch.cuda.Event`` with timing on, where CUDA is usable; else None."""
-    try:
+    try:  # PyTorch is the user's (optional) dependency, loaded on use
         import torch
     except ImportError:
         return None
@@ -199,8 +200,6 @@ class GpuPhase:
             self._end(self._name, self._open.pop())
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        import functools
-
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             with self:

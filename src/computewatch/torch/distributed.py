@@ -135,7 +135,7 @@ def watch_collectives(
     """Time every call of the ``torch.distributed`` collectives as the ``name`` phase of
     ``run`` (the current run by default). ``module``: the namespace whose functions are
     wrapped (``torch.distributed``). Returns the watch; ``unwatch()`` restores them."""
-    if module is None:
+    if module is None:  # PyTorch is the user's (optional) dependency, loaded on use
         import torch.distributed as dist
 
         module = dist
@@ -192,7 +192,7 @@ def watch_ddp(
     gradient bucket's all-reduce as the ``name`` phase of ``run``. ``hook``/``state``: your own
     hook to wrap instead of the default all-reduce (``allreduce_hook`` on the model's process
     group). DDP takes one hook per model, registered before training starts."""
-    if hook is None:
+    if hook is None:  # PyTorch is the user's (optional) dependency, loaded on use
         from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
         hook, state = allreduce_hook, getattr(model, "process_group", None)

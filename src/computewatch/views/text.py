@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Callable
 from typing import Any, TextIO
@@ -11,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from computewatch.analysis.common import iso
 from computewatch.analysis.compare import Comparison, lookup
 from computewatch.analysis.summary_types import (
     FlopsSection,
@@ -48,8 +50,6 @@ def make_console(out: TextIO) -> Console:
 
 def _width(out: TextIO) -> int:
     try:
-        import os
-
         return os.get_terminal_size(out.fileno()).columns
     except (OSError, ValueError, AttributeError):
         return 100
@@ -156,8 +156,6 @@ def print_runs(runs: list[RunRow], out: TextIO) -> None:
     t = Table(box=None, pad_edge=False)
     for col in ("id", "name", "status", "started", "duration", "cpu", "peak rss", "tags"):
         t.add_column(col, no_wrap=col in ("id", "started"))
-    from computewatch.analysis.summary import iso
-
     for r in runs:
         s = r.summary or {}
         dur = (r.ended_at - r.started_at) if r.ended_at else None

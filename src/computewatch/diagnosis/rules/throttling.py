@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import itertools
 
+from computewatch.catalog.clock_events import decode_clock_events
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
 from computewatch.diagnosis.rules import build, pct, secs
 from computewatch.diagnosis.rules.accelerator import gpu_label
 from computewatch.diagnosis.stats import mean
-from computewatch.sources.nvidia import decode_clock_events
 
 THERMAL = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
 POWER = frozenset({"sw_power_cap", "hw_power_brake_slowdown", "board_limit"})
