@@ -88,11 +88,13 @@ def test_agent_fires_and_resolves_a_job_rule(
     job = f"burner-{uuid.uuid4().hex[:8]}"  # unique: other tests' processes run on this node
     rules = tmp_path / "rules.yaml"
     # A process busy-looping uses about one core; 0.1 holds even on a loaded 2-core machine.
+    # The 3 s window holds many 0.2 s ticks, so a late tick cannot leave it with fewer than the
+    # two points rate() needs (which would resolve the alert early).
     rules.write_text(
         "builtin: false\n"
         "rules:\n"
         "  - name: JobBusy\n"
-        f'    expr: rate(computewatch_job_cpu_seconds_total{{job="{job}"}}[1s]) > 0.1\n'
+        f'    expr: rate(computewatch_job_cpu_seconds_total{{job="{job}"}}[3s]) > 0.1\n'
         '    message: "{labels.job} of {labels.team} uses {value:.2f} cores"\n'
     )
     proc = start_agent(
