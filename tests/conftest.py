@@ -7,6 +7,9 @@ database; ``free_port`` finds a free loopback port; ``prometheus`` starts a real
 (Debian's ``prometheus``); ``receiver`` is a local HTTP server recording the JSON posted to it.
 (Tests run with ``--import-mode=importlib``: helpers shared between test files live here, as
 fixtures.)
+
+Under ``CI=true`` a skip of any kind fails (hooks below; tests/test_ci_skips.py checks them): a
+test that depends on the machine checks what this machine does instead of skipping.
 """
 
 from __future__ import annotations
