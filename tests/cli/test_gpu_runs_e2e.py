@@ -12,8 +12,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from computewatch.sources.gpus import open_backend
 
 PY = sys.executable
@@ -184,8 +182,10 @@ def test_devices_here_says_why_gpu_backends_were_skipped(cw):
     assert "CPU energy" in text
     for skipped in info["gpu_backends_skipped"]:
         assert f"GPU backend {skipped['backend']} skipped: {_flat(skipped['reason'])}" in text
-    if _nvml_works():
-        pytest.skip("NVML works on this machine: nothing is skipped")
+    if _nvml_works():  # a GPU machine: NVIDIA is used, so only the AMD backend is skipped
+        assert [x["backend"] for x in info["gpu_backends_skipped"]] == []
+        assert info["gpus"] and "GPUs none" not in text
+        return
     assert [x["backend"] for x in info["gpu_backends_skipped"]] == ["nvidia", "amd"]
     assert all(x["reason"] for x in info["gpu_backends_skipped"])
     assert info["gpus"] == []
