@@ -18,7 +18,6 @@ backoff; other HTTP errors are not retried. Failures are reported once per strea
 
 from __future__ import annotations
 
-import json
 import socket
 import threading
 import time
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TextIO
 
+from computewatch import jsonout
 from computewatch._version import __version__
 from computewatch.alerts.event import AlertEvent, iso
 from computewatch.errors import ComputewatchError
@@ -152,7 +152,7 @@ def backoff_delays(attempts: int, initial: float, maximum: float) -> list[float]
 
 def post_json(url: str, doc: object, timeout: float) -> None:
     """POST ``doc`` as JSON; :class:`DeliveryError` on failure (retryable or not)."""
-    body = json.dumps(doc, separators=(",", ":")).encode()
+    body = jsonout.dumps(doc, separators=(",", ":")).encode()
     req = urllib.request.Request(
         url,
         data=body,

@@ -12,6 +12,7 @@ import json
 from collections.abc import Generator, Iterator
 from typing import IO, Any
 
+from computewatch import jsonout
 from computewatch.readings import Kind, unit_of
 from computewatch.store import RunRow, Store, StoreError
 
@@ -85,7 +86,7 @@ def write_csv(rows: Iterator[tuple[Any, ...]], out: IO[str]) -> int:
 
 def write_jsonl(rows: Iterator[tuple[Any, ...]], out: IO[str]) -> int:
     n = 0
-    dumps = json.dumps
+    dumps = jsonout.dumps
     for r in rows:
         out.write(dumps(dict(zip(COLUMNS, r, strict=True)), separators=(",", ":")))
         out.write("\n")

@@ -9,10 +9,10 @@ and ``alerts list [FILE]`` let users validate and review rules.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from typing import TYPE_CHECKING, Any, TextIO
 
+from computewatch import jsonout
 from computewatch.units import format_promql_duration
 
 if TYPE_CHECKING:  # the rules engine loads when a command uses it: `computewatch` starts fast
@@ -170,7 +170,7 @@ def cmd_alerts(args: argparse.Namespace) -> int:
     rows = [_describe(r) for r in rules.rules]
     if args.json:
         doc = {"file": args.file, "rules": rows, "receivers": list(rules.receivers)}
-        print(json.dumps(doc, indent=2))
+        print(jsonout.dumps(doc, indent=2))
         return 0
     if args.alerts_cmd == "check":
         own = sum(1 for r in rows if r["origin"].startswith(f"{args.file}:"))

@@ -5,7 +5,6 @@ so that ``computewatch --version`` and ``--help`` skip the library's imports."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -13,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
+from computewatch import jsonout
 from computewatch.accounting.engine import AccountingOptions, accounted, with_accounting
 from computewatch.accounting.region import RegionError, resolve_location
 from computewatch.analysis.compare import compare
@@ -85,7 +85,7 @@ def _emit(obj: Any, printer: Callable[[Any, TextIO], None], *, as_json: bool) ->
 
 
 def _emit_json(obj: Any, out: TextIO) -> None:
-    json.dump(obj, out, indent=2, sort_keys=False)
+    jsonout.dump(obj, out, indent=2)
     out.write("\n")
 
 

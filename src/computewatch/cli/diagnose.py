@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
+from computewatch import jsonout
 from computewatch.errors import ComputewatchError, UsageError
 
 
@@ -81,7 +81,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         "thresholds": thresholds.as_dict(),
     }
     if args.json:
-        json.dump(result, sys.stdout, indent=2)
+        jsonout.dump(result, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print_diagnosis(result, sys.stdout)

@@ -4,7 +4,6 @@ flags are in :mod:`computewatch.cli.fleet`; the CLI loads this module only when 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 import time
@@ -14,6 +13,7 @@ from typing import Any, TextIO
 from rich.table import Table
 from rich.text import Text
 
+from computewatch import jsonout
 from computewatch.cli.fleet import parse_time
 from computewatch.config import ConfigError, load_config
 from computewatch.errors import ComputewatchError, UsageError
@@ -73,7 +73,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
             raise ComputewatchError(f"cannot write {args.html}: {e.strerror or e}") from None
         print(f"wrote {written}", file=sys.stderr)
     if args.json:
-        json.dump(report, sys.stdout, indent=2, allow_nan=False)
+        jsonout.dump(report, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
         print_fleet(report, sys.stdout)

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
+from computewatch import jsonout
 from computewatch.accounting.flops import thresholds
 from computewatch.accounting.formulas import (
     KAPLAN_SOURCE,
@@ -120,7 +120,7 @@ def cmd_flops(args: argparse.Namespace) -> int:
     except FormulaError as e:
         raise UsageError(str(e)) from None
     if args.json:
-        print(json.dumps(result, indent=2))
+        print(jsonout.dumps(result, indent=2))
     else:
         print_flops(result)
     return 0

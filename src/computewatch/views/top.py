@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import select
@@ -33,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import Any, Protocol, TextIO
 
+from computewatch import jsonout
 from computewatch.errors import ComputewatchError
 from computewatch.sampling.top import (
     GpuRow,
@@ -372,7 +372,7 @@ def run_plain(
         snap = source.snapshot()
         if as_json:
             doc = snapshot_as_dict(snap, sort)
-            text = json.dumps(doc, indent=2 if iterations == 1 else None) + "\n"
+            text = jsonout.dumps(doc, indent=2 if iterations == 1 else None) + "\n"
         else:
             text = ("\n" if n else "") + render_text(snap, sort, interval)
         stream.write(text)

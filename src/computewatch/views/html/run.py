@@ -9,7 +9,6 @@ notes) is escaped: a run name is user input.
 from __future__ import annotations
 
 import html
-import json
 import math
 import os
 import re
@@ -22,6 +21,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from computewatch import jsonout
 from computewatch._version import __version__
 from computewatch.analysis.summary import build_summary, iso
 from computewatch.analysis.summary_types import GpuStats, RunSummary, stored_summary
@@ -444,7 +444,7 @@ def _plain(v: Any) -> str:
         return "<ul>" + "".join(f"<li>{escape(x)}</li>" for x in v) + "</ul>"
     if isinstance(v, list) and all(isinstance(x, str | int | float) for x in v):
         return escape(", ".join(_number(x) for x in v))
-    return f"<code>{escape(json.dumps(v, sort_keys=True))}</code>"
+    return f"<code>{escape(jsonout.dumps(v, sort_keys=True))}</code>"
 
 
 def _command(s: RunSummary) -> str:
@@ -891,7 +891,7 @@ def json_for_script(data: Any) -> str:
     """JSON to put inside ``<script type="application/json">``: every ``<``, ``>`` and ``&``
     written as a ``\\u`` escape (still the same JSON), so no ``</script>`` or ``<!--`` in the
     data can end the element or change how the HTML parser reads it."""
-    text = json.dumps(data, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    text = jsonout.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
