@@ -9,6 +9,7 @@ import pytest
 
 from computewatch.config import (
     ENV_CONFIG,
+    NUMBERS,
     Config,
     ConfigError,
     default_config_path,
@@ -108,13 +109,25 @@ def test_numbers_are_floats() -> None:
             "energy.memory_watts_per_gib = -1.0 must not be negative",
         ),
         ("[energy]\ncpu_tdp_watts = 0", "energy.cpu_tdp_watts = 0 must be positive"),
-        ("[energy]\npue = 0.9", "energy.pue = 0.9: a PUE is at least 1"),
-        ("[cost]\ndiscount = 1", "cost.discount = 1 must be a fraction from 0 to below 1"),
-        ("[cost]\ndiscount = 1.5", "cost.discount = 1.5 must be a fraction from 0 to below 1"),
-        ("[cost]\ndiscount = -0.1", "cost.discount = -0.1 must be a fraction"),
+        ("[energy]\npue = 0.9", "energy.pue = 0.9 is out of range (a finite number from 1 to 10"),
+        (
+            "[cost]\ndiscount = 1",
+            "cost.discount = 1 is out of range (a finite number from 0 to below 1",
+        ),
+        ("[cost]\ndiscount = 1.5", "cost.discount = 1.5 is out of range"),
+        ("[cost]\ndiscount = -0.1", "cost.discount = -0.1 must not be negative"),
         ("[energy]\npue = 'high'", "energy.pue = 'high' must be a number"),
         ("[cost]\nusd_per_kwh = true", "cost.usd_per_kwh = True must be a number"),
         ("[cost]\nusd_per_hour = [1]", "cost.usd_per_hour = [1] must be a number"),
+        ("[energy]\npue = inf", "energy.pue = inf is not a finite number (a finite number from 1"),
+        ("[energy]\npue = nan", "energy.pue = nan is not a finite number"),
+        ("[energy]\ncpu_tdp_watts = 1e400", "energy.cpu_tdp_watts = inf is not a finite number"),
+        ("[energy]\ncpu_tdp_watts = -inf", "energy.cpu_tdp_watts = -inf is not a finite number"),
+        ("[energy]\nserver_watts = 1e9", "energy.server_watts = 1000000000.0 is out of range"),
+        ("[cost]\nusd_per_kwh = nan", "cost.usd_per_kwh = nan is not a finite number"),
+        ("[cost]\nusd_per_gpu_hour = inf", "cost.usd_per_gpu_hour = inf is not a finite number"),
+        ("[cost]\ndiscount = nan", "cost.discount = nan is not a finite number"),
+        ("[energy]\nmemory_watts_per_gib = +inf", "memory_watts_per_gib = inf is not a finite"),
         ("[carbon]\nembodied = 'yes'", "carbon.embodied = 'yes' must be true or false"),
         ("[carbon]\nembodied = 1", "carbon.embodied = 1 must be true or false"),
         ("[location]\nregion = 5", "location.region = 5 must be a non-empty string"),
@@ -147,7 +160,8 @@ def test_unknown_section_lists_the_known_ones(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         load_config(p)
     assert str(info.value) == (
-        f"{p}: unknown section [prices]; known: carbon, catalog, cost, energy, flops, location"
+        f"{p}: unknown section [prices]; known: carbon, catalog, cost, energy, flops, location, "
+        "privacy"
     )
 
 
@@ -249,3 +263,22 @@ def test_parse_config_without_a_file_says_configuration() -> None:
     with pytest.raises(ConfigError, match=r"^configuration: energy.pue = 0.5"):
         parse_config({"energy": {"pue": 0.5}})
     assert parse_config({}) == Config()
+
+
+@pytest.mark.parametrize("key", sorted(NUMBERS))
+@pytest.mark.parametrize("literal", ["inf", "-inf", "nan", "1e400"])
+def test_every_numeric_key_rejects_non_finite_values(
+    tmp_path: Path, key: str, literal: str
+) -> None:
+    section, name = key.split(".")
+    p = write(tmp_path, f"[{section}]\n{name} = {literal}\n")
+    with pytest.raises(ConfigError, match=f"{key} = .* is not a finite number") as info:
+        load_config(p)
+    assert str(NUMBERS[key]) in str(info.value)  # the allowed range is named
+
+
+@pytest.mark.parametrize("key", sorted(NUMBERS))
+def test_every_numeric_key_rejects_a_huge_integer(key: str) -> None:
+    section, name = key.split(".")
+    with pytest.raises(ConfigError, match=r"is not a finite number|is out of range"):
+        parse_config({section: {name: 10**400}})

@@ -28,6 +28,7 @@ __all__ = [
     "interval",
     "number",
     "pue",
+    "seconds",
 ]
 
 BACKEND_CHOICES = "auto|nvidia|amd|none|fake:PRESET|replay:FILE"  # sources.gpus
@@ -45,15 +46,30 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 def duration_seconds(text: str) -> float | None:
     """``30d``, ``12h``, ``90m``, ``45s`` or ``2w`` in seconds; None for other text."""
     m = _DURATION.match(text)
-    return None if m is None else float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    if m is None:
+        return None
+    seconds = float(m.group(1)) * _UNIT_SECONDS[m.group(2)]
+    return seconds if math.isfinite(seconds) else None  # 400 digits read as inf
 
 
 def number(text: str, what: str = "a number") -> float:
-    """``text`` as a float (``what`` names it in the error)."""
+    """``text`` as a finite float (``what`` names it in the error): Python's float() also reads
+    ``inf``, ``nan`` and ``1e400`` (as inf), which no flag means."""
     try:
-        return float(text)
+        v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r} is not finite")
+    return v
+
+
+def seconds(text: str) -> float:
+    """A positive, finite number of seconds (a length of time or a timeout)."""
+    v = number(text, "a number of seconds")
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {text}")
+    return v
 
 
 def interval(text: str, low: float, high: float) -> float:

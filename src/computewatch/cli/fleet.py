@@ -113,7 +113,7 @@ def add_fleet_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=cli_args.seconds,
         default=30.0,
         metavar="SECONDS",
         help="how long to wait for each query (default 30)",

@@ -36,6 +36,7 @@ cloud_instances = "~/prices.csv"
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import tomllib
@@ -80,15 +81,80 @@ class Config:
     """``[diagnosis]`` threshold overrides, checked by computewatch.config.thresholds."""
 
 
-# section -> key -> (field, kind); kind: "str", "float>=0", "float>=1", "ratio", "bool", "path",
+@dataclasses.dataclass(frozen=True, slots=True)
+class Range:
+    """The values a numeric key allows: finite, from ``low`` to ``high``; ``low_open`` and
+    ``high_open`` leave that end out. ``why`` says what the range means, when it is not plain."""
+
+    low: float
+    high: float
+    low_open: bool = False
+    high_open: bool = False
+    why: str = ""
+
+    def __str__(self) -> str:
+        low = f"above {self.low:.15g}," if self.low_open else f"from {self.low:.15g}"
+        high = f"to below {self.high:.15g}" if self.high_open else f"up to {self.high:.15g}"
+        if not self.low_open and not self.high_open:
+            high = f"to {self.high:.15g}"
+        return f"a finite number {low} {high}" + (f", {self.why}" if self.why else "")
+
+    def contains(self, v: float) -> bool:
+        if not math.isfinite(v):
+            return False
+        above = v > self.low if self.low_open else v >= self.low
+        below = v < self.high if self.high_open else v <= self.high
+        return above and below
+
+
+def check_number(key: str, value: object, allowed: Range) -> float:
+    """``value`` as a float when it is a number in ``allowed``; else ValueError naming the key,
+    the value and the range (TOML has ``inf`` and ``nan``, and ``1e400`` reads as ``inf``)."""
+    bad = f"{key} = {value!r}"
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{bad} must be a number ({allowed})")
+    try:
+        v = float(value)
+    except OverflowError:  # an integer too large for a float
+        v = math.inf
+    if allowed.contains(v):
+        return v
+    if not math.isfinite(v):
+        why = "is not a finite number"
+    elif allowed.low == 0 and v < 0:
+        why = "must not be negative"
+    elif allowed.low == 0 and allowed.low_open and v == 0:
+        why = "must be positive"
+    else:
+        why = "is out of range"
+    raise ValueError(f"{bad} {why} ({allowed})")
+
+
+# The upper ends catch a typo or a unit slip (W for kW), not a real facility: the worst PUEs
+# measured are about 3 (Uptime Institute survey, 2023), a CPU socket draws at most ~500 W.
+_WATTS = Range(0, 1e6, why="watts")
+_USD = Range(0, 1e6, why="dollars")
+NUMBERS: dict[str, Range] = {
+    "energy.pue": Range(1, 10, why="facility energy / IT energy"),
+    "energy.server_watts": _WATTS,
+    "energy.memory_watts_per_gib": Range(0, 100, why="watts per GiB"),
+    "energy.cpu_tdp_watts": Range(0, 1e5, low_open=True, why="watts per socket"),
+    "cost.discount": Range(0, 1, high_open=True, why="0.6 = 60% off"),
+    "cost.usd_per_gpu_hour": _USD,
+    "cost.usd_per_hour": _USD,
+    "cost.usd_per_kwh": Range(0, 1e3, why="dollars"),
+}
+"""The range of every numeric key of the configuration, by ``section.key``."""
+
+# section -> key -> (field, kind); kind: "str", "number" (range in NUMBERS), "bool", "path",
 # "url", "precision"
 _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
     "location": {"region": ("region", "str")},
     "energy": {
-        "pue": ("pue", "float>=1"),
-        "server_watts": ("server_watts", "float>=0"),
-        "memory_watts_per_gib": ("memory_watts_per_gib", "float>=0"),
-        "cpu_tdp_watts": ("cpu_tdp_watts", "float>0"),
+        "pue": ("pue", "number"),
+        "server_watts": ("server_watts", "number"),
+        "memory_watts_per_gib": ("memory_watts_per_gib", "number"),
+        "cpu_tdp_watts": ("cpu_tdp_watts", "number"),
     },
     "carbon": {
         "embodied": ("embodied", "bool"),
@@ -97,10 +163,10 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
     },
     "cost": {
         "instance_type": ("instance_type", "str"),
-        "discount": ("discount", "ratio"),
-        "usd_per_gpu_hour": ("usd_per_gpu_hour", "float>=0"),
-        "usd_per_hour": ("usd_per_hour", "float>=0"),
-        "usd_per_kwh": ("usd_per_kwh", "float>=0"),
+        "discount": ("discount", "number"),
+        "usd_per_gpu_hour": ("usd_per_gpu_hour", "number"),
+        "usd_per_hour": ("usd_per_hour", "number"),
+        "usd_per_kwh": ("usd_per_kwh", "number"),
     },
     "flops": {"precision": ("precision", "precision")},
     "catalog": {
@@ -231,15 +297,7 @@ def _check(where: str, key: str, value: Any, kind: str, path: Path | None) -> An
                 p = path.parent / p
             return p
         return value.strip()
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ConfigError(f"{bad} must be a number")
-    v = float(value)
-    if kind == "float>=0" and v < 0:
-        raise ConfigError(f"{bad} must not be negative")
-    if kind == "float>0" and v <= 0:
-        raise ConfigError(f"{bad} must be positive")
-    if kind == "float>=1" and v < 1:
-        raise ConfigError(f"{bad}: a PUE is at least 1 (facility energy / IT energy)")
-    if kind == "ratio" and not 0 <= v < 1:
-        raise ConfigError(f"{bad} must be a fraction from 0 to below 1 (0.6 = 60% off)")
-    return v
+    try:
+        return check_number(key, value, NUMBERS[key])
+    except ValueError as e:
+        raise ConfigError(f"{where}: {e}") from None

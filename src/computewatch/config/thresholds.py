@@ -94,7 +94,10 @@ def check_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
         bad = f"diagnosis.{key} = {value!r}"
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ValueError(f"{bad} must be a number")
-        v = float(value)
+        try:
+            v = float(value)
+        except OverflowError:  # an integer too large for a float (TOML integers have no limit)
+            v = math.inf
         if not math.isfinite(v) or v < 0:
             raise ValueError(f"{bad} must be a finite number, not negative")
         if key in _RATIO_FIELDS and v > 1:

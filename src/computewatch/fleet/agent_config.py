@@ -42,7 +42,9 @@ from typing import Any
 from computewatch.config import (
     Config,
     ConfigError,
+    Range,
     TomlError,
+    check_number,
     parse_config,
     parse_toml,
     read_config_text,
@@ -92,14 +94,14 @@ class AgentConfig:
 # key -> kind
 _AGENT_KEYS: dict[str, str] = {
     "listen": "listen",
-    "interval": "interval",
+    "interval": "number",
     "gpu_backend": "gpu_backend",
     "token_file": "path",
     "tls_cert": "path",
     "tls_key": "path",
     "node": "str",
-    "min_cpu_cores": "float>=0",
-    "job_expiry_seconds": "float>=0",
+    "min_cpu_cores": "number",
+    "job_expiry_seconds": "number",
     "per_process": "bool",
     "export_cmdline": "bool",
     "read_environ": "bool",
@@ -108,6 +110,12 @@ _AGENT_KEYS: dict[str, str] = {
     "sysfs_root": "str",
     "pod_logs_root": "str",
 }
+NUMBERS: dict[str, Range] = {
+    "interval": Range(MIN_INTERVAL, MAX_INTERVAL, why="seconds between samples"),
+    "min_cpu_cores": Range(0, 1e5, why="cores"),
+    "job_expiry_seconds": Range(0, 365 * 86400, why="seconds"),
+}
+"""The range of every numeric key of ``[agent]``."""
 _TEAM_TABLES = ("users", "accounts", "namespaces")
 
 
@@ -163,19 +171,11 @@ class _Checker:
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise self.fail("agent", key, f"{shown} must be a list of non-empty strings")
             return tuple(value)
-        if kind in ("float>=0", "interval"):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise self.fail("agent", key, f"{shown} must be a number")
-            v = float(value)
-            if kind == "interval" and not MIN_INTERVAL <= v <= MAX_INTERVAL:
-                raise self.fail(
-                    "agent",
-                    key,
-                    f"{shown} must be between {MIN_INTERVAL} and {MAX_INTERVAL:g} seconds",
-                )
-            if v < 0:
-                raise self.fail("agent", key, f"{shown} must not be negative")
-            return v
+        if kind == "number":
+            try:
+                return check_number(f"agent.{key}", value, NUMBERS[key])
+            except ValueError as e:
+                raise self.fail("agent", key, str(e)) from None
         if not isinstance(value, str) or not value.strip():
             raise self.fail("agent", key, f"{shown} must be a non-empty string")
         v_str = value.strip()
