@@ -152,3 +152,31 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "rules: " + "[" * 5000 + "]" * 5000,  # the probe's case: a 5000-deep flow list
+        "rules:\n" + "".join("  " * i + "-\n" for i in range(200)),  # block style
+        "receivers: " + "{a: " * 100 + "1" + "}" * 100,
+    ],
+)
+def test_deep_nesting_is_one_error_naming_the_line(tmp_path: Path, text: str) -> None:
+    p = tmp_path / "deep.yaml"
+    p.write_text(text)
+    with pytest.raises(RulesError, match="nests more than 64 levels deep") as info:
+        load_rules(p)
+    assert info.value.line is not None
+
+
+def test_a_huge_duration_is_an_error() -> None:
+    with pytest.raises(ValueError, match="too long a duration"):
+        parse_duration("9" * 400 + "w")
+
+
+def test_undecodable_rules_file(tmp_path: Path) -> None:
+    p = tmp_path / "bad.yaml"
+    p.write_bytes(b"rules:\n  - name: \xff\xfe\n")
+    with pytest.raises(RulesError, match="cannot read"):
+        load_rules(p)

@@ -61,7 +61,14 @@ def parse_duration(text: str) -> float:
     m = _DURATION.fullmatch(text.strip())
     if not text.strip() or m is None or not any(m.groups()):
         raise ValueError(f"{text!r} is not a duration (examples: 30s, 5m, 1h30m, 2d)")
-    return float(sum(int(g) * u for g, u in zip(m.groups(), _UNITS, strict=True) if g))
+    # int * float overflows past ~1.8e308 seconds: a number no duration means
+    try:
+        seconds = float(sum(int(g) * u for g, u in zip(m.groups(), _UNITS, strict=True) if g))
+    except OverflowError:
+        seconds = math.inf
+    if not math.isfinite(seconds):
+        raise ValueError(f"{text!r} is too long a duration")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

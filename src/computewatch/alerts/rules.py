@@ -109,6 +109,30 @@ class RuleSet:
 
 # -- YAML with line numbers --------------------------------------------------------------------
 
+MAX_DEPTH = 64
+"""Nesting a rules file may use (it needs 5 levels); PyYAML composes nodes recursively, so a
+deeper document would end in RecursionError instead of an error naming the line."""
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader, refusing to compose nodes nested more than :data:`MAX_DEPTH` deep."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self._depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None,
+                None,
+                f"nests more than {MAX_DEPTH} levels deep",
+                self.peek_event().start_mark,  # type: ignore[no-untyped-call]
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
 
 def _line(node: yaml.Node) -> int:
     return int(node.start_mark.line) + 1
@@ -169,7 +193,7 @@ def parse_rules(text: str, where: str = "<rules>", *, builtin: RuleSet | None = 
     says ``builtin: false``; a file rule with a built-in's name replaces it."""
     doc = _Doc(where)
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark is not None else None
