@@ -2,7 +2,7 @@
 
 Each table is a CSV file under ``computewatch/data/`` whose ``#`` lines document units and how
 rows were chosen; every row carries its source and year (DESIGN.md, "Accounting"). Tables are
-parsed and validated once, then cached: a malformed row raises ValueError naming the file, the
+parsed and validated once, then cached: a malformed row raises CatalogError naming the file, the
 line and the column, so a bad edit fails loudly instead of skewing numbers. The returned dicts
 are shared between callers: treat them as read-only.
 """
@@ -18,10 +18,12 @@ from collections.abc import Iterator, Mapping
 from importlib import resources
 
 from computewatch.catalog import load_accelerators
+from computewatch.errors import ComputewatchError
 
 __all__ = [
     "CLOUD_PROVIDERS",
     "GRID_KINDS",
+    "CatalogError",
     "CloudInstance",
     "CpuTdp",
     "DefaultFigure",
@@ -150,6 +152,11 @@ class DefaultFigure:
 # --- CSV plumbing -------------------------------------------------------------------------
 
 
+class CatalogError(ComputewatchError, ValueError):
+    """A reference table (the package's or a user's price file) that cannot be used: the
+    message names the file, the line and the column."""
+
+
 class _Row:
     """One data row: its cells by column, and a way to fail naming file, line and column."""
 
@@ -158,8 +165,8 @@ class _Row:
         self.line = line
         self.cells = cells
 
-    def fail(self, column: str, why: str) -> ValueError:
-        return ValueError(f"{self.filename}, line {self.line}, column {column!r}: {why}")
+    def fail(self, column: str, why: str) -> CatalogError:
+        return CatalogError(f"{self.filename}, line {self.line}, column {column!r}: {why}")
 
     def text(self, column: str, *, required: bool = True) -> str:
         value = self.cells[column]
@@ -187,7 +194,7 @@ class _Row:
 
     def year(self) -> int:
         raw = self.text("year")
-        if not raw.isdigit() or not 1990 <= int(raw) <= 2100:
+        if not (raw.isascii() and raw.isdigit()) or not 1990 <= int(raw) <= 2100:
             raise self.fail("year", f"{raw!r} is not a year")
         return int(raw)
 
@@ -207,23 +214,26 @@ def _rows(text: str, filename: str, columns: tuple[str, ...]) -> Iterator[_Row]:
     for line_no, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
-        fields = next(csv.reader([line]))
+        try:
+            fields = next(csv.reader([line]))
+        except csv.Error as e:  # a NUL byte, a field over csv.field_size_limit()
+            raise CatalogError(f"{filename}, line {line_no}: not a CSV line: {e}") from None
         if header is None:
             header = tuple(f.strip() for f in fields)
             if header != columns:
-                raise ValueError(
+                raise CatalogError(
                     f"{filename}, line {line_no}: header must be {','.join(columns)}"
                     f" (got {','.join(header)})"
                 )
             continue
         if len(fields) != len(columns):
-            raise ValueError(
+            raise CatalogError(
                 f"{filename}, line {line_no}, column '*': expected {len(columns)} fields,"
                 f" found {len(fields)}"
             )
         yield _Row(filename, line_no, {c: f.strip() for c, f in zip(columns, fields, strict=True)})
     if header is None:
-        raise ValueError(f"{filename}: no header line")
+        raise CatalogError(f"{filename}: no header line")
 
 
 def _read(filename: str) -> str:
@@ -300,7 +310,7 @@ def parse_grid(text: str, filename: str = GRID_FILE) -> dict[str, GridIntensity]
         else:
             out[code] = item
     if WORLD_CODE not in out:
-        raise ValueError(f"{filename}: no {WORLD_CODE} row (the world average)")
+        raise CatalogError(f"{filename}: no {WORLD_CODE} row (the world average)")
     for row, cloud in pending:
         base = out.get(cloud.grid or "")
         if base is None or base.kind == "world":
@@ -355,7 +365,7 @@ def default_pue() -> PueRow:
     """The PUE assumed for an unknown or on-premises facility (defaults.csv, pue_default)."""
     figure = defaults()["pue_default"]
     if figure.value < 1.0:
-        raise ValueError(f"{DEFAULTS_FILE}: pue_default must be at least 1")
+        raise CatalogError(f"{DEFAULTS_FILE}: pue_default must be at least 1")
     return PueRow("default", figure.value, figure.source, figure.year)
 
 
@@ -517,7 +527,7 @@ def parse_defaults(text: str, filename: str = DEFAULTS_FILE) -> dict[str, Defaul
         )
     missing = [n for n in _DEFAULT_NAMES if n not in out]
     if missing:
-        raise ValueError(f"{filename}: missing default figures: {', '.join(missing)}")
+        raise CatalogError(f"{filename}: missing default figures: {', '.join(missing)}")
     return out
 
 
