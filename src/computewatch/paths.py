@@ -25,3 +25,39 @@ def default_db_path() -> Path:
 def resolve_db_path(db: str | os.PathLike[str] | None) -> Path:
     """The database a command uses: ``--db`` when given, else the default."""
     return Path(db).expanduser() if db else default_db_path()
+
+
+PRIVATE_DIR_MODE = 0o700
+PRIVATE_FILE_MODE = 0o600
+"""What computewatch creates its home (and any directory it makes) and its database with: the
+database holds command lines and the user's runs, so only the user reads it (docs/security.md).
+An existing directory or file keeps the mode it has: the user chose it."""
+
+
+def make_private_dirs(path: str | os.PathLike[str]) -> None:
+    """Create ``path`` and its missing parents, each one 0700 whatever the umask (an existing
+    directory is left as it is)."""
+    missing: list[Path] = []
+    p = Path(path)
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, PRIVATE_DIR_MODE)
+        except FileExistsError:
+            continue  # made by another process meanwhile: its mode is its own
+        os.chmod(d, PRIVATE_DIR_MODE)  # mkdir's mode is masked by the umask (mkdir(2))
+
+
+def create_private_file(path: str | os.PathLike[str]) -> bool:
+    """Create an empty ``path`` with mode 0600 whatever the umask; False when it exists."""
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        return False
+    try:
+        os.fchmod(fd, PRIVATE_FILE_MODE)  # open's mode is masked by the umask (open(2))
+    finally:
+        os.close(fd)
+    return True

@@ -6,6 +6,8 @@ import datetime
 import ipaddress
 import signal
 import ssl
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -69,6 +71,7 @@ def test_token_required_and_metrics_pass_promtool(
 ) -> None:
     token = "s3cret-token"
     (tmp_path / "token").write_text(token + "\n")
+    (tmp_path / "token").chmod(0o600)  # one others can read is refused
     port = free_port()
     proc = start_agent(cw, port, "--token-file", str(tmp_path / "token"))
     base = f"http://127.0.0.1:{port}"
@@ -135,6 +138,7 @@ def make_cert(tmp: Path) -> tuple[Path, Path]:
             serialization.NoEncryption(),
         )
     )
+    key_path.chmod(0o600)  # one others can read is refused
     return cert_path, key_path
 
 
@@ -189,3 +193,48 @@ def test_bad_listen_and_token_file_are_one_line_errors(cw: Any, tmp_path: Path) 
     assert r.returncode == 2 and "HOST:PORT" in r.stderr and "Traceback" not in r.stderr
     r = cw("agent", "--token-file", tmp_path / "missing", "--gpu-backend", "none")
     assert r.returncode == 2 and "token file" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("bad_mode", [0o644, 0o640, 0o606])
+def test_token_or_key_file_others_can_use_is_refused(
+    cw: Any, tmp_path: Path, bad_mode: int
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    token.chmod(bad_mode)
+    r = cw("agent", "--token-file", token, "--gpu-backend", "none", "--once")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert f"chmod 600 {token}" in r.stderr and "Traceback" not in r.stderr
+    cert, key = make_cert(tmp_path)
+    key.chmod(bad_mode)
+    r = cw("agent", "--tls-cert", cert, "--tls-key", key, "--gpu-backend", "none", "--once")
+    assert r.returncode == 2 and f"chmod 600 {key}" in r.stderr
+
+
+def test_exported_command_lines_are_redacted(cw: Any, tmp_path: Path) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        "[agent]\nper_process = true\nexport_cmdline = true\ninterval = 0.2\n"
+        '[privacy]\nredact = ["wandb_thing"]\n'
+    )
+    child = subprocess.Popen(
+        [
+            sys.executable, "-c", "import sys; sys.stdin.read()",
+            "--password=hunter2", "--api-token", "SECRET123", "postgres://u:pw@h/db",
+            "--wandb-thing=zebra",
+        ],
+        stdin=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        r = cw(
+            "agent", "--config", config, "--gpu-backend", "fake:1xH100-SXM",
+            "--fake-gpu-pid", str(child.pid), "--once",
+        )  # fmt: skip
+    finally:
+        child.communicate(input=b"", timeout=30)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if f'pid="{child.pid}"' in ln]
+    assert lines and all("cmdline=" in ln for ln in lines)  # it is exported, redacted
+    assert "--password=***" in lines[0] and "postgres://u:***@h/db" in lines[0]
+    for secret in ("hunter2", "SECRET123", ":pw@", "zebra"):
+        assert secret not in r.stdout

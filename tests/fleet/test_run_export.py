@@ -123,7 +123,7 @@ def test_prometheus_sink_serves_and_stops(
 
 def test_prometheus_sink_rejects_bad_input(free_port: Callable[[], int]) -> None:
     with pytest.raises(ServerError, match="HOST:PORT"):
-        prometheus_sink("9464")
+        prometheus_sink("nonsense")
     with pytest.raises(ServerError, match="both"):
         prometheus_sink("127.0.0.1:0", tls_cert="/x")
     port = free_port()

@@ -75,6 +75,7 @@ def run_agent(args: argparse.Namespace) -> int:
         else cfg.job_expiry_seconds,
         per_process=bool(args.per_process) or cfg.per_process,
         export_cmdline=cfg.export_cmdline,
+        redact_names=cfg.base.redact_names,
         filesystems=cfg.filesystems,
         cpu_tdp_watts=cfg.base.cpu_tdp_watts,
     )

@@ -24,6 +24,7 @@ from computewatch.cli.alerts import alerts_sink
 from computewatch.config import ConfigError, load_config
 from computewatch.errors import PROG, ComputewatchError, UsageError
 from computewatch.paths import resolve_db_path
+from computewatch.redact import use_names as use_redact_names
 from computewatch.sampling.observers import RunObserver
 from computewatch.sampling.supervisor import CommandNotStarted, RunOptions, run_command
 from computewatch.sources.gpus import GpuBackendError
@@ -100,6 +101,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not parent.is_dir():
             raise UsageError(f"--json: directory {parent} does not exist")
     accounting = _accounting_options(args)
+    use_redact_names(accounting.config.redact_names)  # --config's [privacy] redact, for the store
     observers = _run_observers(args, accounting)
     try:
         store = _open_store(args, create=True)
@@ -160,9 +162,24 @@ def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> l
     try:
         if args.prometheus:
             try:
-                sinks.append(prometheus_sink(args.prometheus))
+                prom = prometheus_sink(
+                    args.prometheus,
+                    token_file=args.prometheus_token_file,
+                    tls_cert=args.prometheus_tls_cert,
+                    tls_key=args.prometheus_tls_key,
+                )
             except (ServerError, OSError) as e:
                 raise UsageError(f"--prometheus: {e}") from None
+            sinks.append(prom)
+            if not prom.server.loopback_only and prom.server.security.token is None:
+                print(  # the agent's rule (cli/agent_run.py): warned, not refused
+                    f"{PROG} run: warning: --prometheus listens on {args.prometheus} without a "
+                    "token: anyone who can reach this address can read the run's metrics "
+                    "(give --prometheus-token-file)",
+                    file=sys.stderr,
+                )
+        elif args.prometheus_token_file or args.prometheus_tls_cert or args.prometheus_tls_key:
+            raise UsageError("--prometheus-token-file and --prometheus-tls-* need --prometheus")
         try:
             alerts = alerts_sink(args, out=sys.stderr, config=accounting.config)
         except AlertsError as e:

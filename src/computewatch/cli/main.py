@@ -186,6 +186,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve the run's metrics on http://HOST:PORT/metrics while it runs (the agent's "
         "names, the run as the job; docs/metrics.md)",
     )
+    r.add_argument(
+        "--prometheus-token-file",
+        metavar="FILE",
+        help="with --prometheus: require this bearer token from scrapers (a file only you can "
+        "read; a non-loopback address without one is warned about; docs/security.md)",
+    )
+    r.add_argument(
+        "--prometheus-tls-cert", metavar="FILE", help="with --prometheus: serve HTTPS (PEM)"
+    )
+    r.add_argument("--prometheus-tls-key", metavar="FILE", help="... and this private key (PEM)")
     add_alert_arguments(r)
     r.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
 

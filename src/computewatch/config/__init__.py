@@ -30,6 +30,9 @@ precision = "bf16"             # fp64 fp32 tf32 bf16 fp16 fp8
 
 [catalog]                      # your own price rows, over the package's (same CSV columns)
 cloud_instances = "~/prices.csv"
+
+[privacy]                      # more names whose values are redacted (docs/security.md)
+redact = ["wandb_key", "hf"]
 ```
 """
 
@@ -79,6 +82,8 @@ class Config:
     """Rows of ``catalog_cloud_instances``, parsed and checked when the file was loaded."""
     diagnosis: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """``[diagnosis]`` threshold overrides, checked by computewatch.config.thresholds."""
+    redact_names: tuple[str, ...] = ()
+    """``[privacy] redact``: more names whose values are secrets (computewatch.redact)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -172,6 +177,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
     "catalog": {
         "cloud_instances": ("catalog_cloud_instances", "path"),
     },
+    "privacy": {"redact": ("redact_names", "names")},
 }
 
 
@@ -279,6 +285,10 @@ def _load_prices(where: str, path: Path) -> Mapping[str, Any]:
 
 def _check(where: str, key: str, value: Any, kind: str, path: Path | None) -> Any:
     bad = f"{where}: {key} = {value!r}"
+    if kind == "names":
+        if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+            raise ConfigError(f"{bad} must be a list of non-empty strings")
+        return tuple(v.strip() for v in value)
     if kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"{bad} must be true or false")

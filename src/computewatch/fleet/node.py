@@ -37,6 +37,7 @@ from computewatch.fleet.attribution import Attributor, JobIdentity
 from computewatch.metrics.families import counter_delta, gpu_samples
 from computewatch.metrics.model import MetricLabels, MetricSample
 from computewatch.readings import Reading
+from computewatch.redact import redact_argv
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.gpus import GpuBackend, GpuSource, open_backend
 from computewatch.sources.host import HostSource, host_facts
@@ -71,6 +72,8 @@ class NodeOptions:
     job_expiry_seconds: float = 300.0
     per_process: bool = False
     export_cmdline: bool = False
+    redact_names: tuple[str, ...] = ()
+    """More names whose values the exported command lines hide (``[privacy] redact``)."""
     filesystems: tuple[str, ...] = ("/",)
     cpu_tdp_watts: float | None = None
 
@@ -293,7 +296,9 @@ class NodeSampler:
             pairs = dict(job.lbl)
             pairs.update(pid=str(pid), name=name)
             if self.options.export_cmdline:
-                p.cmdline = " ".join(read_cmdline(self._root, pid, 4096))[:256]
+                # Secrets are redacted before the cut, so a cut cannot split one out of view.
+                argv = redact_argv(read_cmdline(self._root, pid, 4096), self.options.redact_names)
+                p.cmdline = " ".join(argv)[:256]
                 pairs["cmdline"] = p.cmdline
             p.lbl = tuple(sorted(pairs.items()))
         self._procs[pid] = p

@@ -298,9 +298,15 @@ def prometheus_sink(
     token_file: str | None = None,
     tls_cert: str | None = None,
     tls_key: str | None = None,
-) -> MetricsSink:
-    """A sink serving ``/metrics`` on ``listen`` (``HOST:PORT``) now. Raises
-    :class:`computewatch.metrics.server.ServerError` (a ValueError) for an unusable address,
-    token file or TLS pair, with the reason."""
-    security = ServerSecurity.from_files(token_file, tls_cert, tls_key)
+) -> PrometheusSink:
+    """A sink serving ``/metrics`` on ``listen`` (``HOST:PORT``, or a port on 127.0.0.1) now,
+    with the agent's rules: a token file and a TLS key only their owner can read or write.
+    Raises :class:`computewatch.metrics.server.ServerError` (a ValueError) for an unusable
+    address, token file or TLS pair, with the reason."""
+    security = ServerSecurity.from_files(
+        token_file,
+        tls_cert,
+        tls_key,
+        flags=("--prometheus-tls-cert", "--prometheus-tls-key"),
+    )
     return PrometheusSink(listen, security)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import os
 import socket
 import ssl
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +31,7 @@ __all__ = [
     "MetricsServer",
     "ServerError",
     "ServerSecurity",
+    "check_private_file",
     "is_loopback",
     "parse_listen",
     "read_token",
@@ -42,7 +45,10 @@ class ServerError(ComputewatchError, ValueError):
 
 
 def parse_listen(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:9464`` for IPv6; ``:9464`` means 127.0.0.1) → (host, port)."""
+    """``HOST:PORT`` (``[::1]:9464`` for IPv6; ``:9464`` and a bare ``9464`` mean 127.0.0.1)
+    → (host, port)."""
+    if text.strip().isdigit():
+        text = ":" + text.strip()
     host, sep, port_text = text.strip().rpartition(":")
     if not sep:
         raise ServerError(f"listen address {text!r}: expected HOST:PORT, e.g. {DEFAULT_LISTEN}")
@@ -77,8 +83,29 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def check_private_file(path: str | Path, what: str) -> None:
+    """Refuse a secret file (a token, a TLS key) that another user could read or change: its
+    mode gives group or others any access, or another user owns it. The message says the fix."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise ServerError(f"cannot read the {what} {path}: {e.strerror or e}") from None
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        raise ServerError(
+            f"the {what} {path} is readable or writable by other users (mode "
+            f"{stat.S_IMODE(st.st_mode):04o}): make it private with chmod 600 {path}"
+        )
+    if st.st_uid != os.geteuid():
+        raise ServerError(
+            f"the {what} {path} belongs to another user (uid {st.st_uid}), who could change "
+            f"it: use a copy of your own (cp {path} FILE; chmod 600 FILE)"
+        )
+
+
 def read_token(path: str | Path) -> str:
-    """The bearer token in ``path`` (surrounding whitespace stripped); it must not be empty."""
+    """The bearer token in ``path`` (surrounding whitespace stripped); it must not be empty,
+    and only its owner may read or write it (:func:`check_private_file`)."""
+    check_private_file(path, "token file")
     try:
         token = Path(path).read_text().strip()
     except (OSError, UnicodeDecodeError) as e:
@@ -98,10 +125,18 @@ class ServerSecurity:
 
     @classmethod
     def from_files(
-        cls, token_file: str | None, tls_cert: str | None, tls_key: str | None
+        cls,
+        token_file: str | None,
+        tls_cert: str | None,
+        tls_key: str | None,
+        *,
+        flags: tuple[str, str] = ("--tls-cert", "--tls-key"),
     ) -> ServerSecurity:
+        """Read the token and check the files; ``flags`` name the TLS options in messages."""
         if bool(tls_cert) != bool(tls_key):
-            raise ServerError("TLS needs both a certificate (--tls-cert) and a key (--tls-key)")
+            raise ServerError(f"TLS needs both a certificate ({flags[0]}) and a key ({flags[1]})")
+        if tls_key:
+            check_private_file(tls_key, "TLS key")
         return cls(read_token(token_file) if token_file else None, tls_cert, tls_key)
 
     def ssl_context(self) -> ssl.SSLContext | None:

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from computewatch.paths import make_private_dirs
+
 ENV_RUN_ID = "COMPUTEWATCH_RUN_ID"
 ENV_SPOOL = "COMPUTEWATCH_SPOOL"
 
@@ -95,7 +97,7 @@ class StepWriter:
         self._file = None
         self.errors = 0
         try:
-            self._dir.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(self._dir)  # 0700: the run's events, the user's alone
             tmp = self._dir / f".meta-{self._pid}.json"
             tmp.write_text(json.dumps({**meta, "pid": self._pid}))
             tmp.replace(self._dir / f"meta-{self._pid}.json")

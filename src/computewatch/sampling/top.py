@@ -28,6 +28,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Literal
 
 from computewatch.readings import Reading
+from computewatch.redact import redact_argv
 from computewatch.sampling.channel import ENV_RUN_ID
 from computewatch.sources.gpus import GpuBackend, open_backend
 from computewatch.sources.host import HostSource
@@ -477,10 +478,9 @@ class TopCollector:
         p.user = self._user_of(base)
         cmdline = read_file(os.path.join(base, "cmdline"), self._command_width * 4 + 4)
         args = [a for a in (cmdline or b"").split(b"\0") if a]
-        if args:
-            text = " ".join(a.decode("utf-8", "replace") for a in args)
-        else:
-            text = f"[{comm.decode('utf-8', 'replace')}]"
+        # Shown for every user's processes: secrets redacted as in stored command lines.
+        shown = redact_argv([a.decode("utf-8", "replace") for a in args])
+        text = " ".join(shown) if args else f"[{comm.decode('utf-8', 'replace')}]"
         p.command = "".join(c if c.isprintable() else " " for c in text[: self._command_width])
         kthread = int(fields[6]) & PF_KTHREAD
         environ = b"" if kthread else _read_environ(os.path.join(base, "environ"))

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from computewatch.errors import ComputewatchError
+from computewatch.paths import create_private_file, make_private_dirs
 from computewatch.readings import Kind, Labels
+from computewatch.redact import configured_names, redact_argv, redact_mapping
 from computewatch.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_SECONDS = 60.0
@@ -162,7 +164,8 @@ class Store:
         if not create and not p.exists():
             raise StoreError(f"no computewatch database at {p}")
         try:
-            p.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(p.parent)
+            create_private_file(p)  # 0600 before SQLite writes: -wal and -shm take its mode
         except OSError as e:
             raise StoreError(f"cannot create {p.parent}: {e.strerror or e}") from None
         if p.is_dir():
@@ -259,8 +262,8 @@ class Store:
             (
                 run_id,
                 name,
-                json.dumps(tags, sort_keys=True),
-                json.dumps(command),
+                json.dumps(redact_mapping(tags, configured_names()), sort_keys=True),
+                json.dumps(redact_argv(command, configured_names())),
                 cwd,
                 mode,
                 RUNNING,
@@ -330,7 +333,10 @@ class Store:
             c.executemany(
                 "INSERT OR IGNORE INTO processes (run_key, pid, ppid, name, cmdline, first_seen) "
                 "VALUES (?,?,?,?,?,?)",
-                [(run_key, pid, pp, nm, json.dumps(cl), t) for pid, pp, nm, cl, t in processes],
+                [
+                    (run_key, pid, pp, nm, json.dumps(redact_argv(cl, configured_names())), t)
+                    for pid, pp, nm, cl, t in processes
+                ],
             )
             c.executemany(
                 "INSERT OR REPLACE INTO writers (run_key, pid, started_mono, meta) "
