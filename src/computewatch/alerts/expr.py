@@ -289,18 +289,41 @@ class _Parser:
                     raise self.fail("a label matcher (= != =~ !~)")
                 self.i += 1
                 s = self.need("string", what='a quoted value ("...")')
-                value = s.text[1:-1].encode().decode("unicode_escape")
+                value = _unquote(s.text[1:-1], s.col)
                 pattern = None
                 if op.text in ("=~", "!~"):
                     try:
                         pattern = re.compile(value)
-                    except re.error as e:
+                    except (re.error, OverflowError, RecursionError) as e:  # a{99999999999}
                         raise ExprError(f"bad regular expression {value!r}: {e}", s.col) from None
                 matchers.append(Matcher(label.text, op.text, value, pattern))
                 if not self.take("op", ","):
                     self.need("op", "}", what="',' or '}'")
                     break
         return Selector(name.text, tuple(matchers))
+
+
+_ESCAPE = re.compile(r"\\(?:x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|[0-7]{3}|.)", re.DOTALL)
+_SIMPLE_ESCAPES = {"a": "\a", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t", "v": "\v"}
+
+
+def _unquote(body: str, col: int) -> str:
+    """The text of a quoted string: PromQL's escapes, which are Go's (``\\n``, ``\\"``,
+    ``\\xHH``, ``\\uHHHH``, ``\\UHHHHHHHH``, octal ``\\NNN``); any other is an error."""
+
+    def one(m: re.Match[str]) -> str:
+        esc = m.group(0)[1:]
+        if esc in ("\\", '"', "'"):
+            return esc
+        if esc in _SIMPLE_ESCAPES:
+            return _SIMPLE_ESCAPES[esc]
+        if len(esc) > 1:
+            code = int(esc[1:], 16) if esc[0] in "xuU" else int(esc, 8)
+            if code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF:
+                return chr(code)
+        raise ExprError(f"bad escape \\{esc} in a quoted value", col)
+
+    return _ESCAPE.sub(one, body)
 
 
 def parse_condition(text: str) -> Condition:

@@ -468,7 +468,7 @@ def parse_cpu_tdp(text: str, filename: str = CPU_TDP_FILE) -> tuple[CpuTdp, ...]
         pattern = row.text("pattern")
         try:
             re.compile(pattern, re.IGNORECASE)
-        except re.error as exc:
+        except (re.error, OverflowError, RecursionError) as exc:  # a{99999999999}: OverflowError
             raise row.fail(
                 "pattern", f"{pattern!r} is not a valid regular expression: {exc}"
             ) from None

@@ -253,7 +253,7 @@ def _frame(obj: object, lineno: int, after: float) -> tuple[float, list[Reading]
             raise bad(f"labels of {name} must be an object of text values")
         if v is None:
             raise bad(f"value of {name} = {value!r:.40} is not a finite number")
-        if isinstance(kind, bool) or kind not in {int(k) for k in Kind}:
+        if type(kind) is not int or kind not in {int(k) for k in Kind}:
             raise bad(f"kind of {name} = {kind!r:.40} is not one of {[int(k) for k in Kind]}")
         readings.append(Reading(name, labels(**lb), v, Kind(kind)))
     return t, readings
