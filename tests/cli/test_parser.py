@@ -53,6 +53,7 @@ def test_version_loads_no_command_and_no_library() -> None:
         "computewatch._version",
         "computewatch.errors",
         "computewatch.units",
+        "computewatch.escape",  # no imports: argv's names and run references are escaped
         "computewatch.jsonout",  # json and math only, which the CLI modules imported before
         "computewatch.cli",
         "computewatch.cli.main",

@@ -8,6 +8,7 @@ from typing import Any
 
 from computewatch import jsonout
 from computewatch.errors import ComputewatchError, UsageError
+from computewatch.escape import clean_text
 
 
 def add_diagnose_parser(sub: Any) -> argparse.ArgumentParser:
@@ -21,7 +22,9 @@ def add_diagnose_parser(sub: Any) -> argparse.ArgumentParser:
         "find, the most time or money at stake first. Thresholds: docs/diagnosis.md, "
         "overridable in the configuration file's [diagnosis] section.",
     )
-    p.add_argument("run", metavar="RUN", help="id, unique id prefix, name, or 'last'")
+    p.add_argument(
+        "run", type=clean_text, metavar="RUN", help="id, unique id prefix, name, or 'last'"
+    )
     p.add_argument("--json", action="store_true", help="JSON output")
     p.add_argument(
         "--config",

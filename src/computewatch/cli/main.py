@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import io
 import os
 import sqlite3
 import sys
 from collections.abc import Callable
-from typing import NoReturn
+from typing import NoReturn, TextIO, cast
 
 from computewatch._version import __version__
 from computewatch.cli import args as cli_args
@@ -25,6 +27,7 @@ from computewatch.cli.diagnose import add_diagnose_parser
 from computewatch.cli.fleet import add_fleet_parser
 from computewatch.cli.flops import add_flops_parser
 from computewatch.errors import PROG, ComputewatchError
+from computewatch.escape import clean_text
 
 __all__ = ["COMMANDS", "build_parser", "main", "parse_age"]
 
@@ -40,10 +43,16 @@ def _interval(text: str) -> float:
 
 
 def _tag(text: str) -> tuple[str, str]:
+    text = clean_text(text)
     key, sep, value = text.partition("=")
     if not sep or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, not {text!r}")
     return key.strip(), value
+
+
+_text = clean_text
+"""Names and run references from argv: undecodable bytes escaped (computewatch.escape), as
+they are stored. Paths and the command keep their bytes."""
 
 
 def _gpu_backend(text: str) -> str:
@@ -154,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
             usage=f"{PROG} run [options] -- CMD [ARGS...]",
         )
     )
-    r.add_argument("--name", help="a name for the run (show/compare accept it)")
+    r.add_argument("--name", type=_text, help="a name for the run (show/compare accept it)")
     r.add_argument(
         "--tag", action="append", type=_tag, default=[], metavar="KEY=VALUE", help="repeatable"
     )
@@ -208,7 +217,10 @@ def build_parser() -> argparse.ArgumentParser:
     dv.add_argument("--json", action="store_true", help="JSON output")
     dv.add_argument("--record", metavar="FILE", help="record GPU readings to a trace FILE")
     dv.add_argument(
-        "--seconds", type=float, default=60.0, help="with --record: how long (default 60)"
+        "--seconds",
+        type=cli_args.seconds,
+        default=60.0,
+        help="with --record: how long (default 60)",
     )
     dv.add_argument(
         "--interval", type=_interval, default=1.0, help="with --record: seconds between readings"
@@ -220,17 +232,17 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--tag", action="append", type=_tag, default=[], metavar="KEY=VALUE")
 
     sh = with_db(sub.add_parser("show", help="print the summary of a run"))
-    sh.add_argument("run", metavar="RUN", help="id, unique id prefix, name, or 'last'")
+    sh.add_argument("run", type=_text, metavar="RUN", help="id, unique id prefix, name, or 'last'")
     sh.add_argument("--json", action="store_true", help="JSON output")
     with_accounting(sh)
 
     cp = with_db(sub.add_parser("compare", help="two runs side by side"))
-    cp.add_argument("a", metavar="RUN")
-    cp.add_argument("b", metavar="RUN")
+    cp.add_argument("a", type=_text, metavar="RUN")
+    cp.add_argument("b", type=_text, metavar="RUN")
     cp.add_argument("--json", action="store_true", help="JSON output")
 
     ex = with_db(sub.add_parser("export", help="write a run's samples as CSV, JSONL or Parquet"))
-    ex.add_argument("run", metavar="RUN")
+    ex.add_argument("run", type=_text, metavar="RUN")
     ex.add_argument("--format", choices=EXPORT_FORMATS, default="csv")
     ex.add_argument("-o", "--output", metavar="FILE", help="default: standard output")
 
@@ -242,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
             "GPUs and notes. It embeds everything it needs and opens with no network.",
         )
     )
-    rp.add_argument("run", metavar="RUN", help="id, unique id prefix, name, or 'last'")
+    rp.add_argument("run", type=_text, metavar="RUN", help="id, unique id prefix, name, or 'last'")
     rp.add_argument("-o", "--output", metavar="FILE", help="default: computewatch-ID.html here")
 
     gc = with_db(
@@ -316,7 +328,117 @@ def _command(name: str) -> Callable[[argparse.Namespace], int]:
     return command
 
 
+class _UnfailingFile(io.RawIOBase):
+    """Standard error (or a closed standard output) as a file that never raises: a write that
+    fails (EBADF, EPIPE, ENOSPC, EIO) is dropped, and so is every later one. The monitor's own
+    messages must never cost the job its status or its run."""
+
+    def __init__(self, fd: int | None) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def writable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        if self._fd is None:
+            raise io.UnsupportedOperation("standard stream closed")
+        return self._fd
+
+    def isatty(self) -> bool:
+        try:
+            return self._fd is not None and os.isatty(self._fd)
+        except OSError:
+            return False
+
+    def write(self, data: object) -> int:
+        size = len(memoryview(cast(bytes, data)))
+        if self._fd is not None:
+            try:
+                view = memoryview(cast(bytes, data))
+                while view:
+                    view = view[os.write(self._fd, view) :]
+            except OSError:
+                self._fd = None  # broken for good: say nothing more
+        return size
+
+
+def _unfailing_text(fd: int | None, encoding: str) -> TextIO:
+    raw = _UnfailingFile(fd)
+    return io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=encoding,
+        errors="backslashreplace",
+        line_buffering=True,
+        write_through=True,
+    )
+
+
+def _reserve_std_fds() -> None:
+    """Put /dev/null on each of descriptors 0, 1 and 2 that is closed, so that no file this
+    process opens lands there (and a job's or the monitor's stray write goes nowhere). Opened
+    close-on-exec: the command still starts with them closed, as the caller asked."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            got = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)  # the lowest free: ``fd``
+            if got > 2:
+                os.close(got)
+
+
+def _guard_std_streams() -> tuple[TextIO | None, TextIO | None]:
+    """Make the standard streams safe to write for the whole command: a closed standard
+    output becomes a discarding writer; standard error always goes through
+    :class:`_UnfailingFile`. Only the process's own streams are replaced (a test harness's
+    capture is left alone). Returns the originals, to restore."""
+    saved = sys.stdout, sys.stderr
+    _reserve_std_fds()
+    if sys.stdout is None:
+        sys.stdout = _unfailing_text(None, "utf-8")
+    err = sys.stderr
+    if err is None or err is sys.__stderr__:
+        encoding = getattr(err, "encoding", None) or "utf-8"
+        sys.stderr = _unfailing_text(None if err is None else 2, encoding)
+    return saved
+
+
+def _release_std_streams(saved: tuple[TextIO | None, TextIO | None]) -> None:
+    """Flush the command's output now, while a failure can still be dealt with: a standard
+    output that refuses the last bytes (EPIPE, ENOSPC) gets /dev/null in its place, so
+    Python's own flush at exit cannot turn the exit status into 120."""
+    out = sys.stdout
+    try:
+        out.flush()
+    except (OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, out.fileno())
+            os.close(devnull)
+        with contextlib.suppress(OSError, ValueError):
+            out.flush()
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.flush()
+    if saved[0] is not None:
+        sys.stdout = saved[0]
+    if saved[1] is not None:
+        sys.stderr = saved[1]
+
+
 def main(argv: list[str] | None = None) -> int:
+    saved = _guard_std_streams()
+    try:
+        return _main(argv)
+    finally:
+        _release_std_streams(saved)
+
+
+def _say(message: str) -> None:
+    """One line on standard error, undecodable bytes escaped as everywhere else."""
+    print(f"{PROG}: {clean_text(message)}", file=sys.stderr)
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.cmd is None:
@@ -325,10 +447,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _command(args.cmd)(args)
     except ComputewatchError as e:  # the one place a failure becomes a message and a status
-        print(f"{PROG}: {e}", file=sys.stderr)
+        _say(str(e))
         return e.exit_code
     except sqlite3.Error as e:
-        print(f"{PROG}: database error: {e}", file=sys.stderr)
+        _say(f"database error: {e}")
         return 1
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, as other Unix tools do.
@@ -338,15 +460,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except OSError as e:
-        print(f"{PROG}: {e.strerror or e}", file=sys.stderr)
+        _say(str(e.strerror or e))
         return 1
     except Exception as e:  # a bug: one line, and the traceback on request
         if os.environ.get("COMPUTEWATCH_DEBUG"):
             raise
-        print(
-            f"{PROG}: internal error: {type(e).__name__}: {e} "
-            "(set COMPUTEWATCH_DEBUG=1 for the traceback, and please report it)",
-            file=sys.stderr,
+        _say(
+            f"internal error: {type(e).__name__}: {e} "
+            "(set COMPUTEWATCH_DEBUG=1 for the traceback, and please report it)"
         )
         return 70  # EX_SOFTWARE (sysexits.h)
 

@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from computewatch.escape import decode_text
 from computewatch.metrics.model import MetricLabels
 from computewatch.sources.procfs import read_file
 
@@ -123,7 +124,7 @@ def parse_environ(raw: bytes) -> dict[str, str]:
     for entry in raw.split(b"\0"):
         key, sep, value = entry.partition(b"=")
         if sep and key in _ENV_KEYS:
-            out[key.decode()] = value.decode("utf-8", "replace")[: _MAX_LABEL * 8]
+            out[key.decode()] = decode_text(value)[: _MAX_LABEL * 8]
     return out
 
 
@@ -260,7 +261,7 @@ class Attributor:
 
     def _identify(self, pid: int, uid: int) -> JobIdentity:
         cg_raw = self._read(pid, "cgroup")
-        cg = parse_cgroup(cg_raw.decode("utf-8", "replace")) if cg_raw else None
+        cg = parse_cgroup(decode_text(cg_raw)) if cg_raw else None
         env = self._environ(pid)
         tags = parse_tags(env.get(TAGS_VAR, ""))
         user = self.user(uid)

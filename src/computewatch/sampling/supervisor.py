@@ -102,6 +102,8 @@ def _spawn(command: list[str], env: dict[str, str]) -> int:
     except FileNotFoundError:
         raise CommandNotStarted(f"command not found: {command[0]}", 127) from None
     except PermissionError:
+        if "/" in command[0] and os.path.isdir(command[0]):  # execve(2): EACCES, as for a file
+            raise CommandNotStarted(f"is a directory: {command[0]}", 126) from None
         raise CommandNotStarted(f"permission denied: {command[0]}", 126) from None
     except ValueError:  # an empty command name, which posix_spawnp refuses
         raise CommandNotStarted(f"command not found: {command[0]!r}", 127) from None

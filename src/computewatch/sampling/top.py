@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any, Literal
 
+from computewatch.escape import decode_text
 from computewatch.readings import Reading
 from computewatch.redact import redact_argv
 from computewatch.sampling.channel import ENV_RUN_ID
@@ -479,8 +480,8 @@ class TopCollector:
         cmdline = read_file(os.path.join(base, "cmdline"), self._command_width * 4 + 4)
         args = [a for a in (cmdline or b"").split(b"\0") if a]
         # Shown for every user's processes: secrets redacted as in stored command lines.
-        shown = redact_argv([a.decode("utf-8", "replace") for a in args])
-        text = " ".join(shown) if args else f"[{comm.decode('utf-8', 'replace')}]"
+        shown = redact_argv([decode_text(a) for a in args])
+        text = " ".join(shown) if args else f"[{decode_text(comm)}]"
         p.command = "".join(c if c.isprintable() else " " for c in text[: self._command_width])
         kthread = int(fields[6]) & PF_KTHREAD
         environ = b"" if kthread else _read_environ(os.path.join(base, "environ"))
@@ -493,7 +494,7 @@ class TopCollector:
                 start = i + len(_RUN_ID_KEY)
                 end = data.find(b"\0", start)
                 value = data[start : end if end >= 0 else len(data)]
-                p.run_id = value.decode("utf-8", "replace") or None
+                p.run_id = decode_text(value) or None
 
     def _user_of(self, base: str) -> str:
         """The effective user, from the Uid line of /proc/PID/status (as ps's USER)."""

@@ -17,6 +17,8 @@ import resource
 from collections.abc import Iterator
 from typing import Generic, Protocol, TypeVar
 
+from computewatch.escape import decode_text
+
 __all__ = [
     "CLK_TCK",
     "IDLE_CPU_MODES",
@@ -104,7 +106,7 @@ def read_cmdline(procfs_root: str, pid: int, limit: int = -1) -> list[str]:
     """The arguments of ``/proc/PID/cmdline`` (empty for a kernel thread, a zombie, or when
     the file cannot be read)."""
     raw = read_file(os.path.join(procfs_root, str(pid), "cmdline"), limit)
-    return [a.decode("utf-8", "replace") for a in (raw or b"").split(b"\0") if a]
+    return [decode_text(a) for a in (raw or b"").split(b"\0") if a]
 
 
 # --- parsing ---------------------------------------------------------------------------------
@@ -120,7 +122,7 @@ def split_stat(raw: bytes) -> tuple[bytes, list[bytes]]:
 def parse_stat(raw: bytes) -> tuple[str, list[bytes]]:
     """A /proc/PID/stat text as the command name (decoded) and the fields after it."""
     comm, fields = split_stat(raw)
-    return comm.decode("utf-8", "replace"), fields
+    return decode_text(comm), fields
 
 
 def stat_cpu_seconds(fields: list[bytes], *, children: bool = True) -> float:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from computewatch.errors import ComputewatchError
+from computewatch.escape import clean_text
 from computewatch.paths import create_private_file, make_private_dirs
 from computewatch.readings import Kind, Labels
 from computewatch.redact import configured_names, redact_argv, redact_mapping
@@ -254,6 +255,11 @@ class Store:
         host: dict[str, Any],
     ) -> int:
         """Insert a run in state ``running`` owned by this process; returns its integer key."""
+        # Only valid UTF-8 is stored: undecodable bytes (argv, cwd) as \xNN (computewatch.escape)
+        name = None if name is None else clean_text(name)
+        tags = {clean_text(k): clean_text(v) for k, v in tags.items()}
+        command = [clean_text(a) for a in command]
+        cwd = None if cwd is None else clean_text(cwd)
         pid = os.getpid()
         cur = self.conn.execute(
             "INSERT INTO runs (id, name, tags, command, cwd, mode, status, started_at, "
@@ -409,7 +415,7 @@ class Store:
             if len(rows) > 1:
                 ids = ", ".join(x[1] for x in rows[:3]) + (", ..." if len(rows) > 3 else "")
                 raise StoreError(f"run id prefix {ref!r} is ambiguous: {ids}")
-        raise StoreError(f"no run matches {ref!r} (an id, id prefix, name or 'last')")
+        raise StoreError(f"no run matches '{ref}' (an id, id prefix, name or 'last')")
 
     def list_runs(
         self, *, limit: int | None = None, tags: dict[str, str] | None = None

@@ -17,6 +17,7 @@ here.
 from __future__ import annotations
 
 import contextlib
+import io
 import math
 import os
 import threading
@@ -25,6 +26,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Literal, TextIO
 
+from computewatch.escape import clean_text
 from computewatch.sampling.live import (
     PREFIX,
     GpuLine,
@@ -67,8 +69,15 @@ _SGR_RESET = _ESC + "[0m"
 _SGR_REVERSE = _ESC + "[7m"
 
 
+class _Discard(io.TextIOBase):
+    """Where the view writes when there is no stream at all (standard error closed)."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+
 def make_live_view(
-    stream: TextIO,
+    stream: TextIO | None,
     mode: str = "auto",
     title: str = "",
     *,
@@ -79,7 +88,14 @@ def make_live_view(
     ``auto`` picks ``panel`` when ``stream`` is a TTY and ``$TERM`` is not ``dumb``, else
     ``plain``. ``quiet`` prints notes only. ``plain`` prints a line at the first update in each
     new ``plain_every_seconds`` slot of elapsed time (every update when it is 0 or less).
+    No stream (``sys.stderr`` is None when descriptor 2 was closed): a view that writes
+    nothing. Every view stops writing at the first failed write, never raising into the run.
     """
+    if mode not in ("auto", "panel", "plain", "quiet"):
+        raise ValueError(f"unknown live view mode {mode!r}: use auto, panel, plain or quiet")
+    if stream is None:
+        return QuietView(_Discard())  # type: ignore[arg-type]  # a TextIO that writes nothing
+    title = clean_text(title)
     if mode == "auto":
         mode = "panel" if _is_capable_tty(stream) else "plain"
     if mode == "quiet":
@@ -164,7 +180,7 @@ def _fit(text: str, width: int, *, pad: bool = False) -> str:
 def _is_capable_tty(stream: TextIO) -> bool:
     try:
         tty = stream.isatty()
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError):
         return False
     return tty and os.environ.get("TERM", "") != "dumb"
 
@@ -279,7 +295,7 @@ class _PanelView:
 
     def note(self, message: str) -> None:
         with self._lock:
-            text = one_line(message)
+            text = one_line(clean_text(message))
             if self._closed or self._disabled:
                 self._print_plain([text])
                 return
