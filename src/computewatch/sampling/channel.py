@@ -14,6 +14,7 @@ import json
 import math
 import os
 import struct
+import sys
 import threading
 import time
 from collections import deque
@@ -77,6 +78,24 @@ class RequestRecord:
 
 Event = StepRecord | PhaseRecord | RequestRecord
 
+_warned: set[str] = set()
+
+
+def warn_once(key: str, message: str, said: set[str] | None = None) -> None:
+    """Say ``message`` on standard error, once per ``key`` (per process, or per ``said`` set);
+    never raise: user code and its threads must not pay for the monitor's failures."""
+    said = _warned if said is None else said
+    if key in said:
+        return
+    said.add(key)
+    try:
+        err = sys.stderr
+        if err is not None:
+            err.write(f"computewatch: warning: {message}\n")
+            err.flush()
+    except Exception:  # a closed or broken stderr: nowhere left to say it
+        pass
+
 
 class StepWriter:
     """The user-process end: cheap appends, packed and written by a background thread.
@@ -96,6 +115,7 @@ class StepWriter:
         self._lock = threading.Lock()
         self._file = None
         self.errors = 0
+        self._said: set[str] = set()  # the failures already warned about (once each)
         try:
             make_private_dirs(self._dir)  # 0700: the run's events, the user's alone
             tmp = self._dir / f".meta-{self._pid}.json"
@@ -125,6 +145,9 @@ class StepWriter:
         return nid
 
     def flush(self) -> None:
+        """Pack the queued records and append them to the spool file. Never raises: a record
+        that cannot be packed is dropped alone, a failed write (a full disk, a file-size
+        limit) loses that batch; each kind of failure is said once on standard error."""
         with self._lock:
             buf = self._buf
             n = len(buf)
@@ -134,15 +157,53 @@ class StepWriter:
                 buf.clear()
                 return
             recs = [buf.popleft() for _ in range(n)]
-            data = b"".join(map(_pack, recs))
             try:
-                self._file.write(data)
-            except OSError:  # a full disk loses steps, never the user's job
+                data = b"".join(map(_pack, recs))
+            except Exception:  # one bad record must not take the others with it
+                data = self._pack_each(recs)
+            self._write(self._file, data)
+
+    def _pack_each(self, recs: list[tuple[Any, ...]]) -> bytes:
+        out = []
+        for rec in recs:
+            try:
+                out.append(_pack(rec))
+            except Exception as e:
                 self.errors += 1
+                warn_once(
+                    "pack", f"a step record could not be stored and was dropped ({e})", self._said
+                )
+        return b"".join(out)
+
+    def _write(self, f: Any, data: bytes) -> None:
+        """Append ``data`` whole or not at all: a partial write is cut back, so the reader's
+        fixed-size records stay aligned after a full disk."""
+        start = None
+        try:
+            start = os.lseek(f.fileno(), 0, os.SEEK_END)
+            view = memoryview(data)
+            while view:
+                view = view[f.write(view) :]
+        except OSError as e:  # a full disk loses steps, never the user's job
+            self.errors += 1
+            if start is not None:
+                try:
+                    os.ftruncate(f.fileno(), start)
+                except OSError:
+                    pass
+            warn_once(
+                "write",
+                f"steps are being lost: cannot write {self._dir} ({e.strerror or e}); "
+                "the program goes on",
+                self._said,
+            )
 
     def _loop(self) -> None:
         while not self._stop.wait(FLUSH_SECONDS):
-            self.flush()
+            try:
+                self.flush()
+            except Exception as e:  # never an exception in the user's process
+                warn_once("flush", f"step recording failed ({type(e).__name__}: {e})", self._said)
 
     def close(self) -> None:
         if self._stop.is_set():
@@ -150,7 +211,10 @@ class StepWriter:
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=2.0)
-        self.flush()
+        try:
+            self.flush()
+        except Exception as e:  # flush() says its own failures; anything else, once here
+            warn_once("flush", f"step recording failed ({type(e).__name__}: {e})", self._said)
         if self._file is not None:
             try:
                 self._file.close()

@@ -1,0 +1,132 @@
+"""Fault case 4: mistakes and failures on the user's side of ``track()``.
+
+A wrong value raises at the call that passed it (TypeError for a wrong type, ValueError for a
+negative or non-finite count), before anything is queued; a failure in the background thread
+or at the end of a ``track()`` block is one warning, and the program keeps its own exit status.
+Each script runs in a real interpreter under the real CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MISUSE = """
+import json, math, sys, time
+import computewatch
+
+results = {}
+
+def attempt(label, call):
+    try:
+        call()
+    except (TypeError, ValueError) as e:
+        results[label] = [type(e).__name__, str(e)]
+    else:
+        results[label] = None
+
+with computewatch.track(name="misuse") as r:
+    attempt("samples str", lambda: r.step(samples="32"))
+    attempt("samples negative", lambda: r.step(samples=-5))
+    attempt("tokens nan", lambda: r.step(tokens=math.nan))
+    attempt("flops inf", lambda: r.step(flops=math.inf))
+    attempt("samples bool", lambda: r.step(samples=True))
+    attempt("module step", lambda: computewatch.step(tokens="many"))
+    attempt("phase name", lambda: r.phase(3))
+    attempt("module phase name", lambda: computewatch.phase(None))
+    attempt("record_phase backwards", lambda: r.record_phase("io", 2.0, 1.0))
+    attempt("record_phase start", lambda: r.record_phase("io", "0", 1.0))
+    attempt("record_phase accel", lambda: r.record_phase("io", 1.0, 2.0, -1.0))
+    attempt("request tokens_in", lambda: r.request("gen", tokens_in=-1))
+    attempt("set_flops str", lambda: r.set_flops(per_step="1e9"))
+    attempt("set_flops zero", lambda: r.set_flops(per_token=0))
+
+    def tokens_out():
+        with r.request("gen") as q:
+            q.tokens_out = "12"
+    attempt("request tokens_out", tokens_out)
+
+    for _ in range(5):
+        r.step(samples=32, tokens=4096.0)
+    time.sleep(0.3)
+
+print(json.dumps(results))
+sys.exit(3)
+"""
+
+EXPECTED = {
+    "samples str": ("TypeError", "samples must be a number"),
+    "samples negative": ("ValueError", "samples must be a finite number >= 0"),
+    "tokens nan": ("ValueError", "tokens must be a finite number >= 0"),
+    "flops inf": ("ValueError", "flops must be a finite number >= 0"),
+    "samples bool": ("TypeError", "samples must be a number"),
+    "module step": ("TypeError", "tokens must be a number"),
+    "phase name": ("TypeError", "phase name must be a str"),
+    "module phase name": ("TypeError", "phase name must be a str"),
+    "record_phase backwards": ("ValueError", "a phase ends after it starts"),
+    "record_phase start": ("TypeError", "start must be a time.monotonic() reading"),
+    "record_phase accel": ("ValueError", "accel_seconds must be a finite number >= 0"),
+    "request tokens_in": ("ValueError", "tokens_in must be a finite number >= 0"),
+    "set_flops str": ("TypeError", "per_step must be a number"),
+    "set_flops zero": ("ValueError", "per_token: FLOPs must be a positive number"),
+    "request tokens_out": ("TypeError", "tokens_out must be a number"),
+}
+
+
+def test_a_bad_value_raises_at_the_call_and_nothing_else_breaks(
+    cw: Any, make_script: Callable[[str, str], Path]
+) -> None:
+    script = make_script("misuse.py", MISUSE)
+    r = cw("run", "--quiet", "--", sys.executable, script)
+    assert r.returncode == 3, r.stderr  # the program's own status
+    assert "Traceback" not in r.stderr and "Exception in thread" not in r.stderr, r.stderr
+    results = json.loads(r.stdout.splitlines()[-1])
+    got = {k: None if v is None else (v[0], v[1]) for k, v in results.items()}
+    for label, (kind, start) in EXPECTED.items():
+        assert got[label] is not None, f"{label}: no error at the call"
+        assert got[label][0] == kind and got[label][1].startswith(start), (label, got[label])
+    summary = cw.show()
+    assert summary["status"] == "failed" and summary["exit_code"] == 3
+    assert summary["steps"]["count"] == 5  # only the good steps, none of the bad ones
+    assert summary["steps"]["samples_total"] == 160
+
+
+FULL_DISK = """
+import resource, signal, sys, time
+import computewatch
+
+with computewatch.track(name="full-disk") as r:
+    for _ in range(5):
+        r.step(samples=1)
+    time.sleep(0.6)  # the background thread writes these
+    # From here every write past the spool file's current size fails (EFBIG), as on a full
+    # disk; SIGXFSZ is ignored so that the write reports the error instead of killing us.
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (1, resource.RLIM_INFINITY))
+    for _ in range(3):
+        for _ in range(100):
+            r.step(samples=1)
+        time.sleep(0.4)
+print("program done", flush=True)
+sys.exit(4)
+"""
+
+
+def test_a_failing_spool_write_is_one_warning_and_the_status_is_the_programs(
+    cw: Any, make_script: Callable[[str, str], Path]
+) -> None:
+    script = make_script("full_disk.py", FULL_DISK)
+    r = cw("run", "--quiet", "--", sys.executable, script)
+    assert r.returncode == 4, r.stderr
+    assert r.stdout == "program done\n"
+    warnings = [line for line in r.stderr.splitlines() if "warning" in line]
+    assert len(warnings) == 1, r.stderr
+    assert warnings[0].startswith("computewatch: warning: steps are being lost")
+    assert "File too large" in warnings[0]
+    assert "Traceback" not in r.stderr
+    summary = cw.show()
+    assert (summary["status"], summary["exit_code"]) == ("failed", 4)
+    assert summary["steps"]["count"] == 5  # what was written before the disk filled up
