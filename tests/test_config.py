@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -282,3 +284,26 @@ def test_every_numeric_key_rejects_a_huge_integer(key: str) -> None:
     section, name = key.split(".")
     with pytest.raises(ConfigError, match=r"is not a finite number|is out of range"):
         parse_config({section: {name: 10**400}})
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--config", "CFG"], "energy.pue = inf is not a finite number"),
+        (["--pue", "inf"], "argument --pue: 'inf' is not a finite number"),
+        (["--pue", "nan"], "argument --pue: 'nan' is not a finite number"),
+        (["--interval", "nan"], "argument --interval: 'nan' is not a finite number"),
+        (["--interval", "1e400"], "argument --interval: '1e400' is not a finite number"),
+    ],
+)
+def test_non_finite_numbers_stop_the_command(
+    cw: Any, tmp_path: Path, args: list[str], message: str
+) -> None:
+    cfg = write(tmp_path, "[energy]\npue = inf\n")
+    marker = tmp_path / "ran"
+    argv = [str(cfg) if a == "CFG" else a for a in args]
+    r = cw("run", *argv, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+    assert not marker.exists()

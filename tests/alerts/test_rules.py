@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -180,3 +182,14 @@ def test_undecodable_rules_file(tmp_path: Path) -> None:
     p.write_bytes(b"rules:\n  - name: \xff\xfe\n")
     with pytest.raises(RulesError, match="cannot read"):
         load_rules(p)
+
+
+def test_deep_rules_file_through_the_cli(cw: Any, tmp_path: Path) -> None:
+    p = tmp_path / "deep.yaml"
+    p.write_text("rules: " + "[" * 5000 + "]" * 5000)
+    marker = tmp_path / "ran"
+    r = cw("run", "--alerts", p, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')")
+    assert r.returncode == 2, r.stderr
+    assert "nests more than 64 levels deep" in r.stderr
+    assert "Traceback" not in r.stderr and "RecursionError" not in r.stderr
+    assert not marker.exists()

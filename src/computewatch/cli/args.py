@@ -60,7 +60,7 @@ def number(text: str, what: str = "a number") -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
     if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"not {what}: {text!r} is not finite")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return v
 
 
