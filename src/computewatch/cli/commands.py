@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +27,12 @@ from computewatch.errors import PROG, ComputewatchError, UsageError
 from computewatch.paths import resolve_db_path
 from computewatch.redact import use_names as use_redact_names
 from computewatch.sampling.observers import RunObserver
-from computewatch.sampling.supervisor import CommandNotStarted, RunOptions, run_command
+from computewatch.sampling.supervisor import (
+    FORWARDED,
+    CommandNotStarted,
+    RunOptions,
+    run_command,
+)
 from computewatch.sources.gpus import GpuBackendError
 from computewatch.store import Store
 from computewatch.views.live import make_live_view
@@ -102,6 +108,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--json: directory {parent} does not exist")
     accounting = _accounting_options(args)
     use_redact_names(accounting.config.redact_names)  # --config's [privacy] redact, for the store
+    # Before any thread starts (metrics server, alert delivery): threads inherit the mask, and
+    # a kill(2) to the process goes to any thread not blocking the signal, whose default action
+    # would end the supervisor and orphan the command (signal(7)). The supervisor receives them.
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     observers = _run_observers(args, accounting)
     try:
         store = _open_store(args, create=True)
