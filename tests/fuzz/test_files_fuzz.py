@@ -1,6 +1,6 @@
 """Fuzzing the other files a user can point computewatch at: GPU traces (``--gpu-backend
-replay:FILE``) and price tables (``[catalog] cloud_instances``), plus the package's own reference
-tables, read by the same code."""
+replay:FILE``), price tables (``[catalog] cloud_instances``) and model configurations
+(``flops --config``), plus the package's own reference tables, read by the same code."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from computewatch.accounting.formulas import read_hf_config
 from computewatch.catalog import load_accelerators
 from computewatch.catalog.reference import (
     _CPU_COLUMNS,
@@ -208,3 +209,34 @@ def test_any_text_as_a_reference_table(
         which[1](text, "fuzz.csv")
     except fz.OWN_ERRORS:
         pass
+
+
+# -- model configurations (flops --config) -------------------------------------------------
+
+_HF_KEYS = (
+    "n_layer", "num_hidden_layers", "n_embd", "hidden_size", "n_head", "num_attention_heads",
+    "n_positions", "max_position_embeddings", "vocab_size", "intermediate_size",
+    "num_key_value_heads", "head_dim", "model_type", "hidden_act", "text_config", "num_experts",
+)  # fmt: skip
+
+
+@fuzz(200)
+@given(data=st.data())
+def test_model_configurations(fz: ModuleType, data: st.DataObject) -> None:
+    good = st.sampled_from([1, 2, 8, 12, 64, 768, 4096, "llama", "silu"])
+    cfg = data.draw(st.dictionaries(st.sampled_from(_HF_KEYS), _mostly(good, fz.values)))
+    text = data.draw(
+        st.one_of(
+            st.just(json.dumps(cfg)),
+            st.text(max_size=100),
+            st.integers(100, 5000).map(lambda n: "[" * n),
+        )
+    )
+    with tempfile.TemporaryDirectory() as d:
+        p = Path(d) / "config.json"
+        p.write_text(text)
+        try:
+            shape = read_hf_config(p)
+        except fz.OWN_ERRORS:
+            return
+    assert math.isfinite(shape.params) and shape.params > 0

@@ -185,7 +185,12 @@ def _field(cfg: Mapping[str, Any], names: tuple[str, ...]) -> int | None:
         v = cfg.get(name)
         if v is None:
             continue
-        if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v <= 0:
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int | float)
+            or not 0 < v <= 2**53  # also inf and nan; larger would overflow the arithmetic
+            or v != int(v)
+        ):
             raise FormulaError(f"config field {name!r} must be a positive integer, not {v!r}")
         return int(v)
     return None
@@ -274,6 +279,10 @@ def read_hf_config(path: str | Path) -> TransformerShape:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
         raise FormulaError(f"{p} is not valid JSON: {e.msg} at line {e.lineno}") from None
+    except RecursionError:  # json's decoder recurses once per nested array or object
+        raise FormulaError(f"{p} nests too deeply to be a model configuration") from None
+    except ValueError as e:  # an integer of more than sys.get_int_max_str_digits() digits
+        raise FormulaError(f"{p} is not valid JSON: {e}") from None
     if not isinstance(cfg, dict):
         raise FormulaError(f"{p} is not a JSON object")
     try:
