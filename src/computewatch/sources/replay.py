@@ -53,7 +53,9 @@ def record(
         rows = []
         for s in sources:
             for r in s.read():
-                if r.name.startswith("gpu_process_"):
+                # per-process rows are not replayed; a non-finite value cannot be replayed
+                # (the trace reader refuses it, as JSON has no NaN)
+                if r.name.startswith("gpu_process_") or not math.isfinite(r.value):
                     continue
                 rows.append([r.name, dict(r.labels), r.value, int(r.kind)])
         out.write(json.dumps({"t": round(now - start, 6), "readings": rows}) + "\n")
