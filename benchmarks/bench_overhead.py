@@ -1,11 +1,12 @@
 """Overhead on the job: a fixed-work training-like loop, bare and under each monitor.
 
 Variants, interleaved round-robin so that drifts of a shared machine hit them alike:
-bare; ``computewatch run --quiet --interval 1``; the same at 0.1 s; CodeCarbon's
-``OfflineEmissionsTracker`` started inside the script. For each: the loop's own time (measured in
-the child), the whole wall time with start-up, and CPU seconds. Run twice: with the job on one
-core (OpenBLAS single-threaded: the monitor has a core to itself) and on every core (the monitor
-takes its CPU from the job).
+bare; ``computewatch run --quiet --interval 1``; the same at 0.1 s; the same at 0.1 s with the
+package as it was at ``common.BASELINE_REF`` (*before*); CodeCarbon's
+``OfflineEmissionsTracker`` started inside the script. Every tree is compiled to bytecode first,
+as installing does. For each: the loop's own time (measured in the child), the whole wall time
+with start-up, and CPU seconds. Run twice: with the job on one core (OpenBLAS single-threaded:
+the monitor has a core to itself) and on every core (the monitor takes its CPU from the job).
 
     python benchmarks/bench_overhead.py [--quick]
 """
@@ -19,8 +20,21 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from common import HERE, Section, children_cpu, cli_main, computewatch_cli, median, spread
+from common import (
+    BASELINE_REF,
+    HERE,
+    Section,
+    baseline_src,
+    child_env,
+    children_cpu,
+    cli_main,
+    compile_tree,
+    computewatch_cli,
+    median,
+    spread,
+)
 
 TARGET_RATIO = 1.01
 NOISE_LIMIT = 0.03  # bare median this far above bare min: the run is too noisy to decide
@@ -32,6 +46,7 @@ class Variant:
     name: str
     prefix: list[str]
     extra: list[str] = field(default_factory=list)
+    pythonpath: Path | None = None  # another tree of the package (the baseline)
     work: list[float] = field(default_factory=list)
     work_cpu: list[float] = field(default_factory=list)
     wall: list[float] = field(default_factory=list)
@@ -40,16 +55,19 @@ class Variant:
     errors: list[str] = field(default_factory=list)
 
 
-def _variants() -> list[Variant]:
+def _variants(base: Path | None) -> list[Variant]:
     cw = computewatch_cli()
-    return [
+    at_01 = [*cw, "run", "--quiet", "--interval", "0.1", "--"]
+    out = [
         Variant("bare", []),
         Variant("computewatch run --interval 1", [*cw, "run", "--quiet", "--interval", "1", "--"]),
-        Variant(
-            "computewatch run --interval 0.1", [*cw, "run", "--quiet", "--interval", "0.1", "--"]
-        ),
+        Variant("computewatch run --interval 0.1", at_01),
         Variant("CodeCarbon offline tracker (1 s)", [], ["--codecarbon"]),
     ]
+    if base is not None:
+        out.insert(3, Variant(f"computewatch run --interval 0.1, before ({BASELINE_REF})", at_01,
+                              pythonpath=base))  # fmt: skip
+    return out
 
 
 def _calibrate(env: dict[str, str]) -> int:
@@ -79,6 +97,8 @@ def _parse(stdout: str) -> dict[str, float]:
 
 def _run_once(v: Variant, steps: int, env: dict[str, str]) -> None:
     cmd = [*v.prefix, sys.executable, str(HERE / "workload.py"), "--steps", str(steps), *v.extra]
+    if v.pythonpath is not None:
+        env = {**env, "PYTHONPATH": str(v.pythonpath)}
     c0 = children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
@@ -97,14 +117,11 @@ def _run_once(v: Variant, steps: int, env: dict[str, str]) -> None:
     v.cpu_job.append(res["cpu_seconds"])
 
 
-def measure(threads: int, reps: int, home: str) -> tuple[int, list[Variant]]:
-    env = dict(os.environ)
-    for k in ("COMPUTEWATCH_RUN_ID", "COMPUTEWATCH_SPOOL"):
-        env.pop(k, None)
-    env["COMPUTEWATCH_HOME"] = home
+def measure(threads: int, reps: int, home: str, base: Path | None) -> tuple[int, list[Variant]]:
+    env = child_env(COMPUTEWATCH_HOME=home)
     env["OPENBLAS_NUM_THREADS"] = env["OMP_NUM_THREADS"] = str(threads)
     steps = _calibrate(env)
-    variants = _variants()
+    variants = _variants(base)
     for i in range(reps):
         # Round-robin, the starting variant rotated each repetition.
         for k in range(len(variants)):
@@ -180,6 +197,18 @@ def _report(s: Section, label: str, threads: int, steps: int, variants: list[Var
             cpu_ratio <= TARGET_RATIO,
             inconclusive=f"bare runs vary {cpu_noise:.0%}" if cpu_noise > NOISE_LIMIT else None,
         )
+    before = next((x for x in variants if x.pythonpath is not None and x.work), None)
+    if v.work and before is not None:
+
+        def supervisor(x: Variant) -> float:
+            return median([t - j for t, j in zip(x.cpu_total, x.cpu_job, strict=True)])
+
+        a, b = supervisor(v), supervisor(before)
+        s.target(
+            f"supervisor CPU per run at 0.1 s, job on {label}, no more than before",
+            f"{a:.3f} s (before {b:.3f} s)",
+            a <= b,
+        )
 
 
 def run(quick: bool) -> Section:
@@ -206,9 +235,13 @@ def run(quick: bool) -> Section:
         "CodeCarbon runs inside the job, so its CPU shows only in *extra CPU*.",
         "",
     )
+    compile_tree(HERE.parent / "src")
+    base = baseline_src()
+    if isinstance(base, str):
+        s.add(f"*{base}: the before variant is left out.*", "")
     with tempfile.TemporaryDirectory(prefix="cw-bench-overhead-") as home:
         for threads, label in settings:
-            steps, variants = measure(threads, reps, home)
+            steps, variants = measure(threads, reps, home, base if isinstance(base, Path) else None)
             _report(s, label, threads, steps, variants)
     if quick:
         s.add("*Quick mode: job on one core only, 3 repetitions.*", "")

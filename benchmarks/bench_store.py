@@ -282,7 +282,13 @@ def run(quick: bool) -> Section:
         ["`computewatch --version` (start-up floor)", startup, "–", "–"],
         ["`show RUN --json`, summary computed from samples", show_computed, "–", "–"],
         ["`show RUN --json`, summary stored at run end", show_stored, "–", "–"],
-        ["`build_summary()` in-process (what a run's end costs)", day["summary_s"], "–", "–"],
+        [
+            "`build_summary()` in-process, from the samples (an old run without a stored "
+            "summary; the end of a run no longer does this: section 8)",
+            day["summary_s"],
+            "–",
+            "–",
+        ],
     ]
     for fmt, t, size in exports:
         rows.append([f"`export RUN --format {fmt} -o FILE`", t, fmt_bytes(size), f"{pts / t:,.0f}"])

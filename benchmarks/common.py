@@ -8,6 +8,8 @@ section; ``run_all.py`` puts the sections together in ``RESULTS.md``.
 from __future__ import annotations
 
 import argparse
+import compileall
+import io
 import os
 import platform
 import shutil
@@ -16,6 +18,7 @@ import sqlite3
 import statistics
 import subprocess
 import sys
+import tarfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -237,6 +240,54 @@ def computewatch_cli() -> list[str]:
         return [str(script)]
     found = shutil.which("computewatch")
     return [found] if found else [sys.executable, "-m", "computewatch"]
+
+
+BASELINE_REF = "ebf5bcb"
+"""The tree before the end of a run kept its figures as it went (issue 10, part 3): the
+*before* of the before/after tables."""
+
+
+def compile_tree(src: Path) -> None:
+    """Write the bytecode of every module under ``src``, as installing a package does, so that
+    timed start-ups do not include compiling (``PYTHONDONTWRITEBYTECODE`` would otherwise make
+    every child compile every module it imports)."""
+    compileall.compile_dir(str(src), quiet=1)
+
+
+def baseline_src(ref: str = BASELINE_REF) -> Path | str:
+    """The package source at ``ref`` (``git archive`` into ``benchmarks/out/``), compiled; or
+    why it is not available."""
+    dest = HERE / "out" / f"baseline-{ref}"
+    src = dest / "src"
+    if not (src / "computewatch" / "__init__.py").exists():
+        try:
+            tar = subprocess.run(
+                ["git", "-C", str(HERE.parent), "archive", ref, "src"],
+                capture_output=True,
+                check=True,
+            ).stdout
+        except (OSError, subprocess.CalledProcessError) as e:
+            err = getattr(e, "stderr", b"") or b""
+            return (
+                f"no baseline: git archive {ref} failed ({err.decode(errors='replace')[:200] or e})"
+            )
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(tar)) as t:
+            t.extractall(dest, filter="data")
+    compile_tree(src)
+    return src
+
+
+def child_env(pythonpath: Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a timed child: bytecode caches used and written, no run of ours
+    around it; ``pythonpath`` puts another tree of the package first (the baseline)."""
+    env = dict(os.environ)
+    for k in ("PYTHONDONTWRITEBYTECODE", "COMPUTEWATCH_RUN_ID", "COMPUTEWATCH_SPOOL", "PYTHONPATH"):
+        env.pop(k, None)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    env.update(extra)
+    return env
 
 
 def children_cpu() -> float:

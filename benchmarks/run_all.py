@@ -1,6 +1,6 @@
 """Run every benchmark and write ``benchmarks/RESULTS.md``.
 
-python benchmarks/run_all.py           # about 7-10 minutes on 2 cores
+python benchmarks/run_all.py           # about 9 minutes on 2 cores
 python benchmarks/run_all.py --quick   # about 2 minutes: fewer repetitions, smaller data
 """
 
@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import bench_agent
 import bench_codecarbon
+import bench_end
 import bench_gpu
 import bench_integrations
 import bench_overhead
@@ -32,6 +33,7 @@ BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
     ("agent", bench_agent.run),
     ("report", bench_report.run),
     ("codecarbon", bench_codecarbon.run),
+    ("end", bench_end.run),
 )
 
 

@@ -227,6 +227,50 @@ def test_write_batch_round_trip(store: Store) -> None:
     assert store.series(other) == []
 
 
+def test_thinned_reads_seek_to_every_nth_tick(store: Store) -> None:
+    rk = new_run(store, "thin00000000")
+    other = new_run(store, "thin11111111")
+    store.write_batch(
+        rk,
+        series=[(i, f"s{i}", (), Kind.GAUGE) for i in range(3)],
+        ticks=[(q, 10.0 + q, T0 + q) for q in range(23)],
+        # series 1 is missing at some ticks, as a process that comes and goes
+        samples=[(rk, q, i, q * 10.0 + i) for q in range(23) for i in range(3) if i != 1 or q % 4],
+    )
+    store.write_batch(other, ticks=[(q, 1.0, T0) for q in range(40)],
+                      samples=[(other, q, 0, -1.0) for q in range(40)])  # fmt: skip
+    full = store.points_of(rk, [0, 1, 2])
+    for stride in (1, 2, 5, 7, 22, 23, 100):
+        thin = store.points_of(rk, [0, 1], stride=stride)
+        assert thin == {i: [(q, v) for q, v in full[i] if q % stride == 0] for i in (0, 1)}, stride
+        assert store.ticks(rk, stride=stride) == [t for t in store.ticks(rk) if t[0] % stride == 0]
+    assert store.points_of(rk, [], stride=5) == {}
+    assert store.tick_bounds(rk) == ((0, 10.0, T0), (22, 32.0, T0 + 22))
+    empty = new_run(store, "thin22222222")
+    assert store.tick_bounds(empty) is None
+    assert store.ticks(empty, stride=3) == []
+    assert store.points_of(empty, [0], stride=3) == {0: []}
+
+
+def test_iter_points_and_counts(store: Store) -> None:
+    rk = new_run(store, "iter00000000")
+    store.write_batch(
+        rk,
+        series=[(i, f"s{i}", (), Kind.GAUGE) for i in range(3)],
+        ticks=[(q, 10.0 + q, T0 + q) for q in range(3)],
+        samples=[(rk, q, i, float(q * 3 + i)) for q in range(3) for i in (2, 0, 1)],
+        phases=[(1, "data", 0.0, 1.0, None)] * 2,
+    )
+    assert list(store.iter_points(rk, [2, 0])) == [
+        (rk, 0, 0, 0.0), (rk, 0, 2, 2.0), (rk, 1, 0, 3.0), (rk, 1, 2, 5.0), (rk, 2, 0, 6.0),
+        (rk, 2, 2, 8.0),
+    ]  # fmt: skip
+    assert list(store.iter_points(rk, [])) == []
+    assert store.counts(rk, ("phases", "requests", "samples")) == [2, 0, 9]
+    with pytest.raises(ValueError, match="not a table of run data"):
+        store.counts(rk, ("runs",))
+
+
 def test_write_batch_rolls_back_everything_on_a_bad_row(store: Store) -> None:
     rk = new_run(store, "0123abcd")
     with pytest.raises(sqlite3.IntegrityError):

@@ -6,12 +6,12 @@ changes meaning or is removed (adding a field does not bump it).
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Sequence
 from typing import Literal, cast
 
+from computewatch.analysis.aggregates import GpuFigures, RunAggregates, aggregates_from_store
 from computewatch.analysis.common import iso, percentile
 from computewatch.analysis.steps import steps_sections
 from computewatch.analysis.summary_types import (
@@ -29,26 +29,9 @@ from computewatch.analysis.summary_types import (
 )
 from computewatch.store import RUNNING, RunRow, SeriesRow, Store
 
-__all__ = ["build_summary", "gpu_stats", "iso", "percentile", "step_stats"]
+__all__ = ["build_summary", "gpu_stats", "iso", "percentile", "step_stats", "summary_of"]
 
 SUMMARY_SCHEMA_VERSION = 1
-MIN_WINDOW_SECONDS = 1.0  # utilization_max is taken over windows at least this long
-
-_TREE = (
-    "tree_cpu_seconds_total",
-    "tree_resident_memory_bytes",
-    "tree_process_peak_resident_memory_bytes",
-    "tree_read_bytes_total",
-    "tree_written_bytes_total",
-    "host_memory_used_bytes",
-    "host_memory_total_bytes",
-)
-_HOST_SUMS = (
-    "host_disk_read_bytes_total",
-    "host_disk_written_bytes_total",
-    "host_network_receive_bytes_total",
-    "host_network_transmit_bytes_total",
-)
 
 
 def build_summary(store: Store, run: RunRow) -> RunSummary:
@@ -57,40 +40,14 @@ def build_summary(store: Store, run: RunRow) -> RunSummary:
         # samples are gone; the summary kept at gc time is all there is
         return stored_summary(run.summary)
 
-    ticks = store.ticks(run.key)
-    series = store.series(run.key)
-    wanted: dict[int, str] = {}
-    for s in series:
-        if s.name in _TREE or (s.name in _HOST_SUMS and s.labels.get("interface") != "lo"):
-            wanted[s.idx] = s.name
-    gpu_wanted = _gpu_series(run, series)[1]
-    # One pass over the run's samples for everything the summary reads (a long run's samples
-    # are many millions of rows).
-    pts = store.points_of(run.key, [*wanted, *(s.idx for s in gpu_wanted)])
-    seq_mono = {seq: mono for seq, mono, _ in ticks}
+    return summary_of(store, run, aggregates_from_store(store, run))
 
-    by_name: dict[str, list[list[tuple[int, float]]]] = {}
-    for idx, name in wanted.items():
-        by_name.setdefault(name, []).append(pts[idx])
 
-    def last(name: str) -> float | None:
-        lists = by_name.get(name)
-        if not lists:
-            return None
-        return sum(p[-1][1] for p in lists if p)
-
-    def delta(name: str) -> float | None:
-        lists = by_name.get(name)
-        if not lists:
-            return None
-        return sum(p[-1][1] - p[0][1] for p in lists if p)
-
-    def peak(name: str) -> float | None:
-        lists = by_name.get(name)
-        if not lists or not lists[0]:
-            return None
-        return max(v for _, v in lists[0])
-
+def summary_of(store: Store, run: RunRow, agg: RunAggregates) -> RunSummary:
+    """A run's summary from its aggregates: kept by the sampler while the run went on, or
+    rebuilt from the store (:func:`build_summary`). Reads no samples, and the steps, phases
+    and requests only for the sections that have something to show."""
+    last, delta, peak = agg.last, agg.delta, agg.peak
     host = cast(HostInfo, dict(run.host))
     allowed = float(host.get("allowed_cores") or host.get("logical_cpus") or 1.0)
     ended = run.ended_at
@@ -98,9 +55,8 @@ def build_summary(store: Store, run: RunRow) -> RunSummary:
         ended = run.data_until if run.status != RUNNING else time.time()
     duration = max((ended or run.started_at) - run.started_at, 0.0)
 
-    cpu_pts = (by_name.get("tree_cpu_seconds_total") or [[]])[0]
-    cpu_total = cpu_pts[-1][1] if cpu_pts else None
-    util_max = _max_window_rate(cpu_pts, seq_mono)
+    cpu_total = agg.cpu_seconds()
+    util_max = agg.cpu_window_max()
     if util_max is not None and cpu_total is not None and duration > 0:
         # A run's last, partial window is not among the >= 1 s windows; the mean covers it.
         util_max = max(util_max, cpu_total / duration)
@@ -133,12 +89,15 @@ def build_summary(store: Store, run: RunRow) -> RunSummary:
     }
     data_until = run.data_until
     samples: SampleStats = {
-        "count": len(ticks),
+        "count": agg.ticks,
         "interval_seconds": run.interval_seconds,
-        "series": len(series),
+        "series": agg.series,
         "data_until": iso(data_until),
     }
-    sections = steps_sections(store, run)  # phases, ranks, requests (steps.py)
+    if agg.has_steps_sections():
+        sections = steps_sections(store, run)  # phases, ranks, requests (steps.py)
+    else:  # what steps_sections gives a run without phases, ranks or requests
+        sections = {"phases": None, "ranks": None, "requests": None}
     return {
         "schema_version": SUMMARY_SCHEMA_VERSION,
         "id": run.id,
@@ -156,8 +115,8 @@ def build_summary(store: Store, run: RunRow) -> RunSummary:
         "memory": memory,
         "disk": disk,
         "network": network,
-        "gpus": gpu_stats(store, run, series, seq_mono, pts),
-        "steps": step_stats(store, run),
+        "gpus": _gpus_of(run, agg),
+        "steps": _steps_of(store, run, agg),
         "phases": sections["phases"],
         "ranks": sections["ranks"],
         "requests": sections["requests"],
@@ -168,82 +127,42 @@ def build_summary(store: Store, run: RunRow) -> RunSummary:
 
 def step_stats(store: Store, run: RunRow) -> StepStats:
     """Step count, step-time distribution and throughput over every process that reported."""
-    steps = store.steps(run.key)
-    if not steps:
+    agg = RunAggregates()
+    agg.add_writers((pid, t, meta) for pid, (t, meta) in store.writers(run.key).items())
+    agg.add_steps((s.pid, s.mono, s.wall, s.samples, s.tokens) for s in store.steps(run.key))
+    return _step_section(agg)
+
+
+def _steps_of(store: Store, run: RunRow, agg: RunAggregates) -> StepStats:
+    """The steps section from the aggregates; from the store when a process's steps came in
+    out of time order (the store sorts them)."""
+    if agg.steps_unordered:
+        return step_stats(store, run)
+    return _step_section(agg)
+
+
+def _step_section(agg: RunAggregates) -> StepStats:
+    f = agg.step_figures()
+    if f is None:
         return {"count": 0}
-    writers = store.writers(run.key)
-    durations: list[float] = []
-    first: float | None = None
-    last_t: float | None = None
-    samples_total = 0.0
-    tokens_total = 0.0
-    have_samples = have_tokens = False
-    prev_pid: int | None = None
-    prev_t = 0.0
-    for s in steps:  # ordered by pid, then time
-        if s.pid != prev_pid:
-            start = writers.get(s.pid, (None, {}))[0]
-            prev_t = start if start is not None and start <= s.mono else math.nan
-            prev_pid = s.pid
-            t0 = s.mono if math.isnan(prev_t) else prev_t  # no known start: its first step
-            first = t0 if first is None or t0 < first else first
-        if not math.isnan(prev_t):
-            durations.append(s.mono - prev_t)
-        prev_t = s.mono
-        last_t = s.mono if last_t is None or s.mono > last_t else last_t
-        if s.samples is not None:
-            samples_total += s.samples
-            have_samples = True
-        if s.tokens is not None:
-            tokens_total += s.tokens
-            have_tokens = True
-    if first is None or math.isnan(first):
-        first = min(s.mono for s in steps)
-    span = (last_t or first) - first
-    durations.sort()
-    out: StepStats = {"count": len(steps), "processes": len({s.pid for s in steps})}
-    if durations:
+    out: StepStats = {"count": f.steps, "processes": f.processes}
+    if f.durations:
         out["step_time_seconds"] = {
-            "mean": _round(sum(durations) / len(durations), 6),
-            "p50": _round(percentile(durations, 0.50), 6),
-            "p90": _round(percentile(durations, 0.90), 6),
-            "p99": _round(percentile(durations, 0.99), 6),
-            "max": _round(durations[-1], 6),
+            "mean": _round(f.mean, 6),
+            "p50": _round(f.p50, 6),
+            "p90": _round(f.p90, 6),
+            "p99": _round(f.p99, 6),
+            "max": _round(f.max, 6),
         }
-    out["steps_per_second"] = _round(len(steps) / span, 4) if span > 0 else None
-    if have_samples:
-        out["samples_total"] = samples_total
-        out["samples_per_second"] = _round(samples_total / span, 4) if span > 0 else None
-    if have_tokens:
-        out["tokens_total"] = tokens_total
-        out["tokens_per_second"] = _round(tokens_total / span, 4) if span > 0 else None
+    span = f.span
+    out["steps_per_second"] = _round(f.steps / span, 4) if span > 0 else None
+    if f.samples_total is not None:
+        out["samples_total"] = f.samples_total
+        out["samples_per_second"] = _round(f.samples_total / span, 4) if span > 0 else None
+    if f.tokens_total is not None:
+        out["tokens_total"] = f.tokens_total
+        out["tokens_per_second"] = _round(f.tokens_total / span, 4) if span > 0 else None
     return out
-
-
-def _max_window_rate(
-    points: Sequence[tuple[int, float]], seq_mono: dict[int, float]
-) -> float | None:
-    """Highest rate of a counter over consecutive windows of at least MIN_WINDOW_SECONDS
-    (shorter windows would mostly show the kernel's 10 ms accounting granularity)."""
-    best: float | None = None
-    if len(points) < 2:
-        return None
-    start_t = seq_mono.get(points[0][0])
-    start_v = points[0][1]
-    for seq, v in points[1:]:
-        t = seq_mono.get(seq)
-        if t is None or start_t is None:
-            continue
-        if t - start_t >= MIN_WINDOW_SECONDS:
-            r = (v - start_v) / (t - start_t)
-            best = r if best is None or r > best else best
-            start_t, start_v = t, v
-    if best is None:  # the run was shorter than one window
-        t0 = seq_mono.get(points[0][0])
-        t1 = seq_mono.get(points[-1][0])
-        if t0 is not None and t1 is not None and t1 > t0:
-            best = (points[-1][1] - points[0][1]) / (t1 - t0)
-    return best
 
 
 def _round(v: float | None, nd: int = 4) -> float | None:
@@ -323,19 +242,27 @@ def gpu_stats(
     """Per GPU the run used (every monitored GPU with ``--all-gpus``): utilization, memory,
     power, energy with its method, throttling by reason and, where read, GPM activity.
     ``pts``: the points of those series when the caller has read them already."""
-    from computewatch.sources.nvidia import decode_clock_events
-
-    picked, wanted = _gpu_series(run, series)
-    if not picked:
-        return []
-    chosen = set(run.host.get("gpus_used") or [])
-    every = bool(run.host.get("gpu_all"))
+    wanted = _gpu_series(run, series)[1]
     if pts is None:
         pts = store.points_of(run.key, [s.idx for s in wanted])
+    agg = RunAggregates()
+    for s in wanted:
+        agg.add_series(s.idx, s.name, s.labels)
+    rows = sorted((seq, s.idx, v) for s in wanted for seq, v in pts.get(s.idx, ()))
+    agg.add_samples(((None, seq, idx, v) for seq, idx, v in rows), seq_mono)
+    return _gpus_of(run, agg)
+
+
+def _gpus_of(run: RunRow, agg: RunAggregates) -> list[GpuStats]:
+    """The ``gpus`` section from the aggregates: per GPU the summary covers, its figures."""
+    from computewatch.sources.nvidia import decode_clock_events
+
+    picked = _gpu_series(run, [])[0]
+    chosen = set(run.host.get("gpus_used") or [])
+    every = bool(run.host.get("gpu_all"))
     out: list[GpuStats] = []
     for d in picked:
         uuid = d["uuid"]
-        mine = [s for s in wanted if s.labels.get("gpu") == uuid]
         g: GpuStats = {
             "uuid": uuid,
             "index": d.get("index"),
@@ -351,51 +278,34 @@ def gpu_stats(
             "share": 1.0,
             "share_rule": "",
         }
-        proc_mem: dict[int, float] = {}
-        proc_sm: dict[int, float] = {}
-        other: dict[str, dict[int, float]] = {}
-        for s in mine:
-            values = [v for _, v in pts[s.idx]]
-            if not values:
-                continue
+        fig: GpuFigures | None = agg.gpu(uuid)
+        for s in fig.series if fig is not None else ():
             if s.name in _GPU_MEANS:
-                g[_GPU_MEANS[s.name]] = _round(sum(values) / len(values))
+                g[_GPU_MEANS[s.name]] = _round(s.mean)
             elif s.name == "gpu_memory_used_bytes":
-                g["memory_peak_bytes"] = _int(max(values))
+                g["memory_peak_bytes"] = _int(s.peak)
             elif s.name == "gpu_memory_total_bytes":
-                g["memory_total_bytes"] = _int(values[-1])
+                g["memory_total_bytes"] = _int(s.last)
             elif s.name == "gpu_energy_joules_total":
                 # A counter that stops answering mid-run goes on as method="polled": a second
                 # series, whose part adds up; any polled part makes the whole figure polled.
-                joules = (g.get("energy_joules") or 0.0) + values[-1] - values[0]
+                joules = (g.get("energy_joules") or 0.0) + s.last - s.first
                 g["energy_joules"] = _round(joules, 3)
                 method = s.labels.get("method", "counter")
                 if g.get("energy_method") in (None, "counter"):
                     g["energy_method"] = method
-            elif s.name == "gpu_process_memory_used_bytes":
-                for seq, v in pts[s.idx]:
-                    proc_mem[seq] = proc_mem.get(seq, 0.0) + v
-            elif s.name == "gpu_process_sm_utilization_ratio":
-                for seq, v in pts[s.idx]:
-                    proc_sm[seq] = proc_sm.get(seq, 0.0) + v
-            elif s.name.startswith("gpu_other_processes"):
-                other[s.name] = dict(pts[s.idx])
             elif s.name == "gpu_clock_event_reasons":
                 throttle: dict[str, float] = {}
-                p = pts[s.idx]
-                for (seq, mask), (nseq, _) in itertools.pairwise(p):
-                    t0, t1 = seq_mono.get(seq), seq_mono.get(nseq)
-                    if t0 is None or t1 is None:
-                        continue
+                for mask, seconds in s.seconds_by_mask.items():
                     for reason in decode_clock_events(mask):
                         if reason not in _NOT_THROTTLE:
-                            throttle[reason] = throttle.get(reason, 0.0) + (t1 - t0)
+                            throttle[reason] = throttle.get(reason, 0.0) + seconds
                 g["throttle_seconds"] = {k: round(v, 3) for k, v in sorted(throttle.items())}
-        if proc_mem:
-            g["process_memory_peak_bytes"] = _int(max(proc_mem.values()))
-        g["share"], g["share_rule"] = _gpu_share(proc_sm, proc_mem, other)
-        g.setdefault("energy_joules", None)
-        g.setdefault("energy_method", None)
-        g.setdefault("throttle_seconds", {})
+        if fig is not None and fig.process_memory_peak_bytes is not None:
+            g["process_memory_peak_bytes"] = _int(fig.process_memory_peak_bytes)
+        if fig is not None:
+            g["share"], g["share_rule"] = _gpu_share(fig.process_sm, fig.process_memory, fig.other)
+        else:
+            g["share"], g["share_rule"] = _gpu_share({}, {}, {})
         out.append(g)
     return out

@@ -30,6 +30,10 @@ class NotApplicable(ComputewatchError):
 
 MAX_POINTS = 20_000
 """Points per series the rules read; longer runs are thinned (every Nth tick) to this."""
+MAX_LOADED_POINTS = 300_000
+"""Points the rules read in all, over every series: a run with many series (8 GPUs) is thinned
+further. The kept ticks are read by seeking to each, so loading a run costs the same for a day
+as for a few hours (a few tenths of a second for this many points)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +71,14 @@ class RunData:
     phases: list[PhaseRow] = field(default_factory=list)
     requests: list[RequestRow] = field(default_factory=list)
     writers: dict[int, tuple[float, dict[str, Any]]] = field(default_factory=dict)
-    ticks: list[float] = field(default_factory=list)  # monotonic time of each tick
+    ticks: list[float] = field(default_factory=list)
+    """Monotonic time of each tick read: every tick, or of a long run every Nth (as the series)
+    and the last."""
     series: dict[str, list[Series]] = field(default_factory=dict)
     start_mono: float | None = None  # the run's start on the monotonic clock
+    _step_times: dict[int, list[StepTime]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @classmethod
     def load(cls, store: Store, run: RunRow, summary: Mapping[str, Any] | None = None) -> RunData:
@@ -81,12 +90,18 @@ class RunData:
                 from computewatch.analysis.summary import build_summary
 
                 summary = build_summary(store, run)
-        ticks = store.ticks(run.key)
-        seq_mono = {seq: mono for seq, mono, _ in ticks}
-        wanted = [s for s in store.series(run.key) if s.name in WANTED_SERIES]
         # A long run is read thinned to about MAX_POINTS per series: the rules look at
         # stretches of minutes and at rates of cumulative counters, which thinning keeps.
-        stride = max(1, -(-len(ticks) // MAX_POINTS))
+        wanted = [s for s in store.series(run.key) if s.name in WANTED_SERIES]
+        bounds = store.tick_bounds(run.key)  # ticks are numbered from 0 without gaps
+        stride = 1
+        if bounds is not None:
+            n = bounds[1][0] + 1
+            stride = max(1, -(-n // MAX_POINTS), -(-n * len(wanted) // MAX_LOADED_POINTS))
+        ticks = store.ticks(run.key, stride=stride)
+        if bounds is not None and (not ticks or ticks[-1][0] != bounds[1][0]):
+            ticks.append(bounds[1])
+        seq_mono = {seq: mono for seq, mono, _ in ticks}
         pts = store.points_of(run.key, [s.idx for s in wanted], stride=stride)
         series: dict[str, list[Series]] = {}
         for s in wanted:
@@ -104,7 +119,7 @@ class RunData:
             series=series,
         )
         # Wall and monotonic times of one moment give the offset between the two clocks.
-        pair = (ticks[0][1], ticks[0][2]) if ticks else None
+        pair = (bounds[0][1], bounds[0][2]) if bounds is not None else None
         if pair is None and steps:
             pair = (steps[0].mono, steps[0].wall)
         if pair is not None:
@@ -145,7 +160,9 @@ class RunData:
     # -- steps and phases ---------------------------------------------------------------------
     def step_times(self) -> dict[int, list[StepTime]]:
         """Each process's timed steps: from the previous step (the first from its
-        ``track()`` start, when known)."""
+        ``track()`` start, when known). Computed once; the rules only read it."""
+        if self._step_times is not None:
+            return self._step_times
         out: dict[int, list[StepTime]] = {}
         by_pid: dict[int, list[StepRow]] = {}
         for s in self.steps:
@@ -160,6 +177,7 @@ class RunData:
                     times.append(StepTime(pid, i, prev, r.mono))
                 prev = r.mono
             out[pid] = times
+        self._step_times = out
         return out
 
     def phase_seconds_by_step(self, names: Iterable[str]) -> dict[int, list[float]]:
@@ -174,6 +192,9 @@ class RunData:
                 by_pid.setdefault(ph.pid, []).append(ph)
         out: dict[int, list[float]] = {}
         for pid, times in self.step_times().items():
+            if pid not in by_pid:  # no such phase in this process
+                out[pid] = [0.0] * len(times)
+                continue
             ends = [t.end for t in times]
             spans: list[list[tuple[float, float]]] = [[] for _ in times]
             for ph in by_pid.get(pid, []):

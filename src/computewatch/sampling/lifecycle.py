@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from computewatch.accounting.engine import AccountingOptions, accounted, with_accounting
-from computewatch.analysis.summary import build_summary
+from computewatch.analysis.summary import build_summary, summary_of
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.diagnosis import diagnosed
 from computewatch.sampling.channel import SpoolReader
@@ -77,7 +77,14 @@ def finish_run(
         **({"host": facts} if facts is not None else {}),
     )
     run = store.run_by_key(run_key)
-    summary = build_summary(store, run)
+    # The sampler's aggregates hold what the store accepted: no sample is read back. Without
+    # them (an internal error, a source that repeated a series within a tick), the summary is
+    # rebuilt from the store.
+    agg = sampler.aggregates
+    if agg is not None and agg.complete:
+        summary = summary_of(store, run, agg)
+    else:
+        summary = build_summary(store, run)
     summary = with_accounting(
         summary, accounted(store, run, summary, accounting or AccountingOptions())
     )

@@ -4,6 +4,8 @@ Runs in the supervisor (``computewatch run``) or in a sampler subprocess (``trac
 the monitored interpreter. A failing source is reported once and skipped; after
 ``SOURCE_STRIKES`` failures in a row it is dropped for the rest of the run, with a note. A
 failing store keeps the pending batch (bounded) and retries; the monitored command never waits.
+Each batch the store accepted also feeds the run's aggregates (``analysis.aggregates``), so the
+summary at the end of the run reads no samples back.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from computewatch.analysis.aggregates import RunAggregates
 from computewatch.readings import Kind, Labels, Reading
 from computewatch.sampling.channel import PhaseRecord, SpoolReader, StepRecord
 from computewatch.sampling.live import GpuLine, LiveView, Snapshot
@@ -61,6 +64,7 @@ class Sampler:
         allowed_cores: float = 1.0,
         note: Callable[[str], None] | None = None,
         flush_seconds: float = FLUSH_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.run_key = run_key
@@ -78,8 +82,9 @@ class Sampler:
         self._strikes: dict[str, int] = {}
         self._reported: set[str] = set()
         self._store_failing = False
-        self._last_flush = time.monotonic()
-        self._mono0 = time.monotonic()
+        self._clock = clock  # the monotonic clock that stamps ticks (a fake one in tests)
+        self._last_flush = clock()
+        self._mono0 = clock()
         self._wall0 = time.time()
         self._prev: dict[str, float] = {}
         self._prev_mono: float | None = None
@@ -97,6 +102,9 @@ class Sampler:
         self._notes_seen: dict[str, int] = {}
         self.observers: list[RunObserver] = []
         """Called after each tick with its readings and steps (``sampling.observers``)."""
+        self.aggregates: RunAggregates | None = RunAggregates()
+        """The summary's figures over what the store accepted; None after an internal error
+        (the summary is then rebuilt from the stored samples)."""
 
     # -- notes ------------------------------------------------------------------------------
     def note(self, message: str, *, once_key: str | None = None, show: bool = True) -> None:
@@ -113,7 +121,7 @@ class Sampler:
     def tick(self) -> None:
         """Read every source once and stamp the tick with monotonic and wall-clock time."""
         c0 = time.thread_time()
-        mono = time.monotonic()
+        mono = self._clock()
         wall = self._wall0 + (mono - self._mono0)
         seq = self._seq
         self._seq += 1
@@ -234,7 +242,7 @@ class Sampler:
     def flush(self) -> bool:
         """Write the pending batch; on failure keep it for the next try. Returns success."""
         pend = self._pending
-        self._last_flush = time.monotonic()
+        self._last_flush = self._clock()
         if not (
             pend.samples
             or pend.ticks
@@ -268,8 +276,30 @@ class Sampler:
         if self._store_failing:
             self.note("the store accepts writes again")
             self._store_failing = False
+        self._aggregate(pend)
         self._pending = _Pending()
         return True
+
+    def _aggregate(self, pend: _Pending) -> None:
+        """Feed a stored batch to the aggregates; an error there costs only the fast summary."""
+        if self.aggregates is None:
+            return
+        try:
+            self.aggregates.add_batch(
+                series=pend.series,
+                ticks=pend.ticks,
+                samples=pend.samples,
+                steps=pend.steps,
+                phases=len(pend.phases),
+                requests=len(pend.requests),
+                writers=pend.writers,
+            )
+        except Exception as e:
+            self.aggregates = None
+            self.note(
+                f"the summary is computed from the stored samples ({type(e).__name__}: {e})",
+                show=False,
+            )
 
     def loop(self, stop: threading.Event) -> None:
         """Tick until ``stop`` is set. An unexpected error ends sampling (noted with the time

@@ -441,11 +441,39 @@ class Store:
             )
         ]
 
-    def ticks(self, run_key: int) -> list[tuple[int, float, float]]:
-        """(seq, mono, wall) of every tick, in order."""
-        return self.conn.execute(
-            "SELECT seq, mono, wall FROM ticks WHERE run_key=? ORDER BY seq", (run_key,)
+    def ticks(self, run_key: int, *, stride: int = 1) -> list[tuple[int, float, float]]:
+        """(seq, mono, wall) of every tick, in order; with ``stride`` N, of the ticks whose seq
+        is a multiple of N, found by seeking to each (the cost of N-times-thinner ticks does not
+        grow with the run)."""
+        if stride <= 1:
+            return self.conn.execute(
+                "SELECT seq, mono, wall FROM ticks WHERE run_key=? ORDER BY seq", (run_key,)
+            ).fetchall()
+        bounds = self.tick_bounds(run_key)
+        if bounds is None:
+            return []
+        rows = self.conn.execute(
+            f"{_SEQS_CTE} SELECT k.seq, k.mono, k.wall FROM t CROSS JOIN ticks k "
+            "ON k.run_key=? AND k.seq=t.seq",
+            (stride, stride, bounds[1][0], run_key),
         ).fetchall()
+        rows.sort()
+        return rows
+
+    def tick_bounds(
+        self, run_key: int
+    ) -> tuple[tuple[int, float, float], tuple[int, float, float]] | None:
+        """The first and last (seq, mono, wall) of a run's ticks (two seeks); None without."""
+        first = self.conn.execute(
+            "SELECT seq, mono, wall FROM ticks WHERE run_key=? ORDER BY seq LIMIT 1", (run_key,)
+        ).fetchone()
+        if first is None:
+            return None
+        last = self.conn.execute(
+            "SELECT seq, mono, wall FROM ticks WHERE run_key=? ORDER BY seq DESC LIMIT 1",
+            (run_key,),
+        ).fetchone()
+        return (first[0], first[1], first[2]), (last[0], last[1], last[2])
 
     def points(self, run_key: int, series_idx: int) -> list[tuple[int, float]]:
         """(seq, value) of one series, in order."""
@@ -463,14 +491,44 @@ class Store:
         if not series:
             return out
         marks = ",".join("?" * len(series))
-        thin = " AND seq % ? = 0" if stride > 1 else ""
+        if stride <= 1:
+            for sid, seq, value in self.conn.execute(
+                f"SELECT series, seq, value FROM samples WHERE run_key=? AND series IN ({marks}) "
+                "ORDER BY seq",
+                (run_key, *series),
+            ):
+                out[sid].append((seq, value))
+            return out
+        last = self.conn.execute(
+            "SELECT max(seq) FROM samples WHERE run_key=?", (run_key,)
+        ).fetchone()[0]
+        if last is None:
+            return out
+        # Seek to each kept tick and read its rows (the key is tick first), rather than scan
+        # the whole run: the read costs the kept points, however long the run.
         for sid, seq, value in self.conn.execute(
-            f"SELECT series, seq, value FROM samples WHERE run_key=? AND series IN ({marks})"
-            f"{thin} ORDER BY seq",
-            (run_key, *series, *((stride,) if stride > 1 else ())),
+            f"{_SEQS_CTE} SELECT s.series, s.seq, s.value FROM t CROSS JOIN samples s "
+            f"ON s.run_key=? AND s.seq=t.seq WHERE +s.series IN ({marks})",
+            (stride, stride, last, run_key, *series),
         ):
             out[sid].append((seq, value))
+        for pts in out.values():
+            pts.sort()  # in tick order already, as the seeks go: this only checks it
         return out
+
+    def iter_points(
+        self, run_key: int, series: Sequence[int]
+    ) -> Iterator[tuple[int, int, int, float]]:
+        """(run key, seq, series idx, value) of the given series, in tick order then series
+        order: one pass over the run's samples, row by row."""
+        if not series:
+            return
+        marks = ",".join("?" * len(series))
+        yield from self.conn.execute(
+            f"SELECT run_key, seq, series, value FROM samples WHERE run_key=? "
+            f"AND series IN ({marks}) ORDER BY seq, series",
+            (run_key, *series),
+        )
 
     def first_last(self, run_key: int, series_idx: int) -> list[tuple[int, float]]:
         """The first and last (seq, value) of one series (one point if it has only one; none
@@ -492,6 +550,16 @@ class Store:
             "SELECT seq, series, value FROM samples WHERE run_key=? ORDER BY seq, series",
             (run_key,),
         )
+
+    def counts(self, run_key: int, tables: Sequence[str]) -> list[int]:
+        """The number of a run's rows in each of ``tables`` (phases, requests, steps ...)."""
+        bad = set(tables) - set(_RUN_DATA_TABLES)
+        if bad:
+            raise ValueError(f"not a table of run data: {sorted(bad)}")
+        return [
+            self.conn.execute(f"SELECT count(*) FROM {t} WHERE run_key=?", (run_key,)).fetchone()[0]
+            for t in tables
+        ]
 
     def sample_count(self, run_key: int) -> int:
         n: int = self.conn.execute(
@@ -614,6 +682,10 @@ class Store:
     def vacuum(self) -> None:
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         self.conn.execute("VACUUM")
+
+
+# The seqs 0, N, 2N ... up to a last one (parameters: N, N, last), as a table t(seq) to join.
+_SEQS_CTE = "WITH RECURSIVE t(seq) AS (SELECT 0 UNION ALL SELECT seq + ? FROM t WHERE seq + ? <= ?)"
 
 
 def _split_sql(script: str) -> list[str]:

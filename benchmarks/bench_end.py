@@ -1,0 +1,396 @@
+"""The end of a run and the fixed cost of a run, before and after the end stopped reading the
+run back.
+
+*Before* is the package at ``common.BASELINE_REF`` (``git archive`` into ``benchmarks/out/``),
+*after* this tree; both compiled to bytecode as an installed package is, both measured in the
+same run, in alternation.
+
+1. Fixed cost: ``true``, ``computewatch --version``, ``computewatch run --quiet -- true`` and
+   ``computewatch run -- true`` as child processes, wall time and CPU (``RUSAGE_CHILDREN``).
+2. The end of a 24-hour, 8-GPU run at 1 s (the report benchmark's run: 86,400 ticks × 150
+   series, a step a second): written through ``Store.write_batch`` while ``RunAggregates`` is
+   fed one tick at a time as the sampler's 1 s flushes feed it (that cost is reported per
+   tick); then ``finish_run`` (last flush, final row, summary, accounting, diagnosis, stored
+   summary) in a fresh child process for each tree, the run reset in between.
+3. The sampler's CPU per tick with 10 processes (``bench_sampler.measure_tick``) in a child
+   process for each tree.
+
+``--quick`` uses a 2-hour run and fewer repetitions.
+
+    python benchmarks/bench_end.py [--quick]
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_report import GPUS, build_run
+from common import (
+    BASELINE_REF,
+    HERE,
+    Section,
+    baseline_src,
+    child_env,
+    cli_main,
+    compile_tree,
+    computewatch_cli,
+    median,
+    spread,
+)
+
+from computewatch.store import RUNNING, Store
+
+TARGET_END_SECONDS = 1.0
+TARGET_RUN_TRUE_SECONDS = 0.15  # above bare `true`
+TARGET_VERSION_SECONDS = 0.1
+
+# Runs finish_run on a stored run in a fresh interpreter, with the package the environment
+# gives (before or after): argv = db path, run id, ended_at, aggregates pickle or "-".
+_FINISH = r"""
+import json, pickle, sys, time
+from computewatch.store import Store
+import computewatch.sampling.lifecycle as lc
+from computewatch.sampling.sampler import Sampler
+from computewatch.accounting.engine import AccountingOptions
+import computewatch.diagnosis.engine  # loaded before the clock starts, in both trees
+
+path, rid, ended, agg_path = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
+parts = {}
+
+def timed(name, label):
+    fn = getattr(lc, name, None)
+    if fn is None:
+        return
+    def wrapper(*a, **k):
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            parts[label] = parts.get(label, 0.0) + time.perf_counter() - t
+    setattr(lc, name, wrapper)
+
+timed("build_summary", "summary")
+timed("summary_of", "summary")
+timed("accounted", "accounting")
+timed("diagnosed", "diagnosis")
+store = Store.open(path)
+run = store.find_run(rid)
+sampler = Sampler(store, run.key, [], interval=1.0)
+if agg_path != "-":
+    with open(agg_path, "rb") as f:
+        sampler.aggregates = pickle.load(f)
+t0 = time.perf_counter()
+out = lc.finish_run(store, sampler, run.key, "completed", 0, [], None, ended_at=ended,
+                    accounting=AccountingOptions())
+parts["total"] = time.perf_counter() - t0
+d = out.summary["diagnosis"]
+parts["findings"] = sorted(f["id"] for f in d.get("findings", []))
+parts["error"] = d.get("error")
+if agg_path != "-":  # the same summary from the samples: show of a run without a stored one
+    from dataclasses import replace
+    from computewatch.analysis.summary import build_summary
+    t0 = time.perf_counter()
+    rebuilt = build_summary(store, replace(store.run_by_key(run.key), summary=None))
+    parts["rebuild"] = time.perf_counter() - t0
+    keys = ("cpu", "memory", "disk", "network", "gpus", "steps", "samples")
+    parts["same"] = all(rebuilt[k] == out.summary[k] for k in keys)
+print("FINISH " + json.dumps(parts))
+"""
+
+_TICK = r"""
+import json, sys, tempfile
+from pathlib import Path
+import bench_sampler
+with tempfile.TemporaryDirectory() as tmp:
+    n, rounds, paced = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+    r = bench_sampler.measure_tick(10, n, rounds, Path(tmp), paced)
+print("TICK " + json.dumps(r))
+"""
+
+
+def _last_json(stdout: str, tag: str) -> dict[str, Any]:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(tag + " "):
+            parsed: dict[str, Any] = json.loads(line[len(tag) + 1 :])
+            return parsed
+    raise RuntimeError(f"no {tag} line in the child's output: {stdout[-400:]!r}")
+
+
+# -- 1. fixed cost ---------------------------------------------------------------------------
+
+
+def _time_child(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Wall seconds and CPU seconds (user + system, the child and its own children)."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+
+
+NO_CACHE = "run -- true, compiling every module"
+
+
+def fixed_cost(
+    trees: dict[str, dict[str, str]], reps: int, empty: Path
+) -> dict[tuple[str, str], Any]:
+    """Per (tree, command): wall and CPU seconds of each repetition, the commands alternating.
+    ``NO_CACHE``: ``run -- true`` without bytecode caches (looked for under ``empty``, none
+    written), as a child of an environment with ``PYTHONDONTWRITEBYTECODE`` set and no
+    ``__pycache__`` in its tree starts."""
+    cw = computewatch_cli()
+    commands = {
+        "true": ["true"],
+        "--version": [*cw, "--version"],
+        "run --quiet -- true": [*cw, "run", "--quiet", "--", "true"],
+        "run -- true": [*cw, "run", "--", "true"],
+        NO_CACHE: [*cw, "run", "--", "true"],
+    }
+    envs = {
+        (tree, name): (
+            {**env, "PYTHONPYCACHEPREFIX": str(empty), "PYTHONDONTWRITEBYTECODE": "1"}
+            if name == NO_CACHE
+            else env
+        )
+        for tree, env in trees.items()
+        for name in commands
+    }
+    out: dict[tuple[str, str], Any] = {}
+    for tree in trees:  # warm-up: the page cache, the store's first creation
+        for name, cmd in commands.items():
+            _time_child(cmd, envs[(tree, name)])
+            out[(tree, name)] = ([], [])
+    for i in range(reps):
+        order = list(trees) if i % 2 == 0 else list(reversed(trees))
+        for tree in order:
+            for name, cmd in commands.items():
+                wall, cpu = _time_child(cmd, envs[(tree, name)])
+                out[(tree, name)][0].append(wall)
+                out[(tree, name)][1].append(cpu)
+    return out
+
+
+# -- 2. the end of a long run ----------------------------------------------------------------
+
+
+def _reset(path: Path, rid: str) -> None:
+    """The run as the supervisor leaves it just before ``finish_run``."""
+    with Store.open(path) as store:
+        key = store.find_run(rid).key
+        store.update_run(key, status=RUNNING, exit_code=None, ended_at=None, summary=None)
+
+
+def finish_in_child(
+    path: Path, day: dict[str, Any], env: dict[str, str], agg_file: Path | None
+) -> dict[str, Any]:
+    _reset(path, day["id"])
+    proc = subprocess.run(
+        [sys.executable, "-c", _FINISH, str(path), day["id"], repr(day["ended"]),
+         str(agg_file) if agg_file else "-"],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"finish_run failed: {proc.stderr[-800:]}")
+    return _last_json(proc.stdout, "FINISH")
+
+
+# -- 3. tick cost ----------------------------------------------------------------------------
+
+
+def tick_in_child(env: dict[str, str], ticks: int, rounds: int, paced: float) -> dict[str, Any]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _TICK, str(ticks), str(rounds), str(paced)],
+        env=env, cwd=HERE, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        raise RuntimeError(f"tick measurement failed: {proc.stderr[-800:]}")
+    return _last_json(proc.stdout, "TICK")
+
+
+# -- the section -----------------------------------------------------------------------------
+
+
+def _label(name: str) -> str:
+    if name == "true":
+        return "`true`"
+    if name == NO_CACHE:
+        return "`computewatch run -- true`, compiling every module (no bytecode cache)"
+    return f"`computewatch {name}`"
+
+
+def _wall(fixed: dict[tuple[str, str], Any], tree: str, name: str) -> float | None:
+    return median(fixed[(tree, name)][0]) if (tree, name) in fixed else None
+
+
+def _above(fixed: dict[tuple[str, str], Any], tree: str, name: str) -> float | None:
+    """``run -- true``'s median wall time above ``true``'s, in ``tree``."""
+    run_true, bare = _wall(fixed, tree, "run -- true"), _wall(fixed, tree, name)
+    return None if run_true is None or bare is None else run_true - bare
+
+
+def _against(value: float, target: float, label: str, other: float | None) -> str:
+    """A measured cell: the value, by how much it misses the target, the other tree's value."""
+    out = f"{value:.3f} s"
+    if value > target:
+        out += f", {value - target:.3f} s over"
+    if other is not None:
+        out += f" ({label}: {other:.3f} s)"
+    return out
+
+
+def run(quick: bool) -> Section:
+    s = Section("8. The end of a run and the fixed cost of a run: before and after")
+    hours = 2 if quick else 24
+    reps = 5 if quick else 15
+    base = baseline_src()
+    compile_tree(HERE.parent / "src")
+    with tempfile.TemporaryDirectory(prefix="cw-bench-end-") as tmp:
+        root = Path(tmp)
+        after_env = child_env(COMPUTEWATCH_HOME=str(root / "home-after"))
+        trees: dict[str, dict[str, str]] = {"after": after_env}
+        if isinstance(base, Path):
+            trees = {
+                "before": child_env(base, COMPUTEWATCH_HOME=str(root / "home-before")),
+                "after": after_env,
+            }
+        (root / "no-pycache").mkdir()
+        fixed = fixed_cost(trees, reps, root / "no-pycache")
+        db = root / "day.db"
+        day = build_run(db, hours * 3600, finish=False)
+        agg_file = root / "aggregates.pickle"
+        with open(agg_file, "wb") as f:
+            pickle.dump(day.pop("aggregates"), f)
+        ends: dict[str, dict[str, Any]] = {}
+        if "before" in trees:
+            ends["before"] = finish_in_child(db, day, trees["before"], None)
+        ends["after"] = finish_in_child(db, day, after_env, agg_file)
+        tick_runs = 1 if quick else 2
+        ticks: dict[str, list[dict[str, Any]]] = {t: [] for t in trees}
+        for _ in range(tick_runs):
+            for tree, env in trees.items():
+                ticks[tree].append(tick_in_child(env, 100 if quick else 300, 3, 2.0))
+
+    s.add(
+        f"*Before*: the package at commit `{BASELINE_REF}`; *after*: this tree. Both compiled "
+        "to bytecode beforehand (as `pip install` does; without it every child compiles each "
+        "module it imports), measured in this same run, alternating.",
+        "",
+    )
+    if isinstance(base, str):
+        s.add(f"**{base}: only *after* is measured.**", "")
+
+    # 1. fixed cost
+    s.add(
+        f"**Fixed cost of a run.** Child processes, {reps} repetitions each after a warm-up; "
+        "wall seconds (median, min–max) and CPU seconds of the process and its children "
+        "(median). `run -- true` prints the summary; `--quiet` does not. The last rows start "
+        "without bytecode caches, compiling every module they import: what a start-up costs "
+        "where `PYTHONDONTWRITEBYTECODE` is set and the tree was never compiled, as the "
+        "previous edition of this file measured start-ups.",
+        "",
+    )
+    rows = []
+    bare = median(fixed[(next(iter(trees)), "true")][0])
+    for name in ("true", "--version", "run --quiet -- true", "run -- true", NO_CACHE):
+        for tree in trees:
+            walls, cpus = fixed[(tree, name)]
+            rows.append(
+                [_label(name), tree,
+                 median(walls), spread(walls), "–" if name == "true" else median(walls) - bare,
+                 median(cpus)]
+            )  # fmt: skip
+    s.table(("command", "tree", "wall s", "min–max", "above `true` s", "CPU s"), rows)
+    run_true = median(fixed[("after", "run -- true")][0]) - median(fixed[("after", "true")][0])
+    s.target(
+        f"`computewatch run -- true` ≤ {TARGET_RUN_TRUE_SECONDS} s above bare `true`",
+        _against(run_true, TARGET_RUN_TRUE_SECONDS, "before", _above(fixed, "before", "true")),
+        run_true <= TARGET_RUN_TRUE_SECONDS,
+    )
+    version = median(fixed[("after", "--version")][0])
+    s.target(
+        f"`computewatch --version` ≤ {TARGET_VERSION_SECONDS} s",
+        _against(version, TARGET_VERSION_SECONDS, "before", _wall(fixed, "before", "--version")),
+        version <= TARGET_VERSION_SECONDS,
+    )
+
+    # 2. the end of a long run
+    pts = day["points"]
+    s.add(
+        f"**The end of a {hours}-hour, {GPUS}-GPU run at 1 s** ({hours * 3600:,} ticks × "
+        f"{day['series']} series = {pts:,} points, a step a second, written in "
+        f"{day['write_s']:.0f} s). `finish_run` in a fresh process per tree (modules loaded "
+        "before the clock starts); its parts timed inside it. *after* reads none of the "
+        "samples: the sampler's aggregates, kept as the run went, are handed to it. Keeping "
+        f"them cost {day['agg_us_per_tick']:.0f} µs of CPU per tick of {day['series']} "
+        "readings (fed a tick at a time).",
+        "",
+    )
+    if quick:
+        s.add(f"*Quick mode: a {hours}-hour run, not 24 hours.*", "")
+    s.table(
+        ("tree", "summary s", "accounting s", "diagnosis s", "end of run s", "findings"),
+        [
+            [
+                t,
+                e.get("summary"),
+                e.get("accounting"),
+                e.get("diagnosis"),
+                e["total"],
+                ", ".join(e["findings"]) or "–",
+            ]
+            for t, e in ends.items()
+        ],
+    )
+    after = ends["after"]
+    s.add(
+        f"The same summary rebuilt from the stored samples (what `show` does for a run without "
+        f"a stored summary, or after a crash) takes {after['rebuild']:.1f} s and "
+        + ("equals" if after["same"] else "**differs from**")
+        + " the one kept while sampling.",
+        "",
+    )
+    label = f"end of a {hours}-hour {GPUS}-GPU run"
+    s.target(
+        f"{label} ≤ {TARGET_END_SECONDS:g} s",
+        _against(after["total"], TARGET_END_SECONDS, "before", ends.get("before", {}).get("total")),
+        after["total"] <= TARGET_END_SECONDS,
+    )
+
+    # 3. tick cost
+    s.add(
+        "**Sampler CPU per tick**, 10 processes in the tree (`bench_sampler.measure_tick` in a "
+        f"child per tree, {tick_runs} alternating runs, median): back to back with one flush "
+        "per 10 ticks, and paced by the sampler's own loop at 0.1 s.",
+        "",
+    )
+    trows = []
+    for tree, runs in ticks.items():
+        trows.append(
+            [tree, median([r["total"] for r in runs]), median([r["flush"] for r in runs]),
+             median([r["flush_one"] for r in runs]), median([r["paced_total"] for r in runs])]
+        )  # fmt: skip
+    s.table(
+        ("tree", "tick + flush µs", "flush amortised µs", "one-tick flush µs", "paced µs"), trows
+    )
+    if "before" in ticks:
+        b = median([r["total"] for r in ticks["before"]])
+        a = median([r["total"] for r in ticks["after"]])
+        s.target(
+            "sampler tick + flush at 10 processes no worse than before (within 10 %)",
+            f"{a:.0f} µs (before {b:.0f} µs, {a / b - 1:+.0%})",
+            a <= b * 1.10,
+        )
+    return s
+
+
+if __name__ == "__main__":
+    cli_main(run, __doc__)
