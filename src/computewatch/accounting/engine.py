@@ -14,7 +14,6 @@ from typing import Any, cast
 from computewatch.accounting.cpu_power import CPU_IDLE_FRACTION, CpuPowerModel
 from computewatch.accounting.flops import run_flops
 from computewatch.accounting.forecast import forecast
-from computewatch.accounting.live_intensity import LiveIntensityClient, LiveIntensityError
 from computewatch.accounting.region import CloudHost, Location, detect_cloud, resolve_location
 from computewatch.analysis.steps import request_accounting
 from computewatch.analysis.summary_types import (
@@ -406,6 +405,9 @@ def _carbon(
     notes: list[str] = [n for n in [location.note] if n]
     rel = location.relative_uncertainty or GRID_UNCERTAINTY
     if cfg.electricitymaps_token and row.zone:
+        # only with a token: the client loads http.client and ssl (start-up of every run)
+        from computewatch.accounting.live_intensity import LiveIntensityClient, LiveIntensityError
+
         make = opts.live_client or (
             lambda tok, url: LiveIntensityClient(tok, url) if url else LiveIntensityClient(tok)
         )

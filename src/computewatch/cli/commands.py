@@ -21,7 +21,7 @@ from computewatch.analysis.export import iter_rows, write_csv, write_jsonl, writ
 from computewatch.analysis.retention import collect, expired_runs
 from computewatch.analysis.summary import build_summary, iso
 from computewatch.analysis.summary_types import RunSummary, stored_summary
-from computewatch.cli.alerts import alerts_sink
+from computewatch.cli.alerts import alerts_enabled, alerts_sink
 from computewatch.config import ConfigError, load_config
 from computewatch.errors import PROG, ComputewatchError, UsageError
 from computewatch.paths import resolve_db_path
@@ -36,7 +36,6 @@ from computewatch.sampling.supervisor import (
 from computewatch.sources.gpus import GpuBackendError
 from computewatch.store import Store
 from computewatch.views.live import make_live_view
-from computewatch.views.text import print_compare, print_devices, print_runs, print_summary
 
 __all__ = [
     "cmd_compare",
@@ -142,6 +141,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if outcome.summary is None:  # monitoring failed (already said): the status is the command's
         return outcome.exit_code
     if not args.quiet:
+        # the text views load rich: only when a summary is printed (start-up of `run`)
+        from computewatch.views.text import print_summary
+
         sys.stderr.write("\n")
         try:
             print_summary(outcome.summary, sys.stderr)
@@ -162,6 +164,14 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> list[RunObserver]:
     """``--prometheus`` and the alert flags, started before the command: a port in use or a
     bad target stops here, before anything runs."""
+    prometheus_flags = (
+        args.prometheus,
+        args.prometheus_token_file,
+        args.prometheus_tls_cert,
+        args.prometheus_tls_key,
+    )
+    if not any(prometheus_flags) and not alerts_enabled(args):
+        return []  # neither: the metrics server and the rules engine are not loaded
     # only with --prometheus or alert flags: the metrics server and the rules engine
     from computewatch.alerts import AlertsError
     from computewatch.fleet.run_export import prometheus_sink, run_observer
@@ -224,6 +234,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
         )
         return 0
     info = describe(args.gpu_backend)
+    from computewatch.views.text import print_devices  # loads rich (start-up of `run`)
+
     _emit(info, print_devices, as_json=args.json)
     return 0
 
@@ -254,6 +266,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         elif not runs:
             print("no runs" + (" with these tags" if args.tag else ""), file=sys.stderr)
         else:
+            from computewatch.views.text import print_runs  # loads rich (start-up of `run`)
+
             print_runs(runs, sys.stdout)
     return 0
 
@@ -283,6 +297,8 @@ def cmd_show(args: argparse.Namespace) -> int:
                     "be shown as stored (drop the accounting flags)"
                 )
             summary = with_accounting(summary, accounted(store, run, summary, accounting))
+    from computewatch.views.text import print_summary  # loads rich (start-up of `run`)
+
     _emit(summary, print_summary, as_json=args.json)
     return 0
 
@@ -290,6 +306,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     with _open_store(args) as store:
         result = compare(_summary_of(store, args.a), _summary_of(store, args.b))
+    from computewatch.views.text import print_compare  # loads rich (start-up of `run`)
+
     _emit(result, print_compare, as_json=args.json)
     return 0
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from computewatch import jsonout
 from computewatch.errors import ComputewatchError
 from computewatch.escape import clean_text
 from computewatch.paths import create_private_file, make_private_dirs
@@ -371,7 +372,7 @@ class Store:
             raise ValueError(f"cannot update run columns {sorted(bad)}")
         cols = ", ".join(f"{k}=?" for k in fields)
         vals = [
-            json.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v
+            jsonout.dumps(v, sort_keys=True) if isinstance(v, dict | list) else v
             for v in fields.values()
         ]
         self.conn.execute(f"UPDATE runs SET {cols} WHERE key=?", (*vals, run_key))
