@@ -27,6 +27,7 @@ from computewatch.analysis.summary_types import (
     StepStats,
     stored_summary,
 )
+from computewatch.catalog.clock_events import decode_clock_events
 from computewatch.store import RUNNING, RunRow, SeriesRow, Store
 
 __all__ = ["build_summary", "gpu_stats", "iso", "percentile", "step_stats", "summary_of"]
@@ -255,8 +256,6 @@ def gpu_stats(
 
 def _gpus_of(run: RunRow, agg: RunAggregates) -> list[GpuStats]:
     """The ``gpus`` section from the aggregates: per GPU the summary covers, its figures."""
-    from computewatch.sources.nvidia import decode_clock_events
-
     picked = _gpu_series(run, [])[0]
     chosen = set(run.host.get("gpus_used") or [])
     every = bool(run.host.get("gpu_all"))

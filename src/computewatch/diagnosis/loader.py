@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from computewatch.analysis.summary import build_summary
 from computewatch.errors import ComputewatchError
 from computewatch.store import PhaseRow, RequestRow, RunRow, StepRow, Store
 
@@ -84,12 +85,7 @@ class RunData:
     def load(cls, store: Store, run: RunRow, summary: Mapping[str, Any] | None = None) -> RunData:
         """Read the run's steps, phases, requests, writers, ticks and the wanted series."""
         if summary is None:
-            if run.summary is not None:
-                summary = run.summary
-            else:
-                from computewatch.analysis.summary import build_summary
-
-                summary = build_summary(store, run)
+            summary = run.summary if run.summary is not None else build_summary(store, run)
         # A long run is read thinned to about MAX_POINTS per series: the rules look at
         # stretches of minutes and at rates of cumulative counters, which thinning keeps.
         wanted = [s for s in store.series(run.key) if s.name in WANTED_SERIES]

@@ -142,7 +142,7 @@ def _nvidia_source(
 def _amd_source(
     module: Any, pids: Callable[[], Collection[int]] | None, all_gpus: bool, procfs_root: str
 ) -> GpuSource:
-    try:
+    try:  # amdsmi's module loads only when an AMD backend is tried
         from computewatch.sources.amd import AmdSource
     except ImportError as e:  # pragma: no cover - the module ships with the package
         raise SourceUnavailable(f"AMD support missing: {e}") from e
@@ -160,10 +160,10 @@ def _fake_module(preset: str) -> Any:
     acc = load_accelerators().get(model)
     try:
         if acc is not None and acc.vendor.lower() == "amd":
-            from computewatch.testing.fake_amdsmi import amd_from_preset
+            from computewatch.testing.fake_amdsmi import amd_from_preset  # fakes: on use
 
             return amd_from_preset(preset)
-        from computewatch.testing.fake_nvml import from_preset
+        from computewatch.testing.fake_nvml import from_preset  # fakes: on use
 
         return from_preset(preset)
     except ValueError as e:
