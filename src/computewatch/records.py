@@ -3,6 +3,7 @@ assumed, and a low-high range."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TypedDict
 
 MEASURED = "measured"  # a hardware or kernel counter read at the start and end
@@ -56,3 +57,45 @@ def figure(
 def relative_range(value: float, rel: float) -> tuple[float, float]:
     """``value`` ± ``rel`` (a fraction), never below zero."""
     return max(value * (1 - rel), 0.0), value * (1 + rel)
+
+
+# --- what user code records: one type each for the spool, the observers and the store ----------
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """A step closed in user code: its process, end time (monotonic), counts and FLOPs; what
+    the spool carries, the sampler hands its observers, and the store keeps (with wall time)."""
+
+    pid: int
+    mono: float
+    samples: float | None
+    tokens: float | None
+    flops: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseRecord:
+    """A named interval of one step (``data``, ``forward``, ``comm`` ...), as spooled and stored."""
+
+    pid: int
+    name: str
+    start: float
+    end: float
+    accel_seconds: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One served request (inference): its interval, tokens and outcome, as spooled and stored."""
+
+    pid: int
+    name: str
+    start: float
+    end: float
+    tokens_in: float | None
+    tokens_out: float | None
+    ok: bool
+
+
+Event = StepRecord | PhaseRecord | RequestRecord

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from computewatch.escape import clean_text
 from computewatch.paths import resolve_db_path
+from computewatch.records import PhaseRecord, RequestRecord, StepRecord
 from computewatch.sampling.channel import (
     ENV_RUN_ID,
     ENV_SPOOL,
@@ -29,10 +30,7 @@ from computewatch.sampling.channel import (
     REQUEST,
     SETTING,
     STEP,
-    PhaseRecord,
-    RequestRecord,
     SpoolReader,
-    StepRecord,
     StepWriter,
     warn_once,
 )

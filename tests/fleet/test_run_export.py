@@ -12,7 +12,8 @@ from computewatch.fleet.run_export import prometheus_sink, run_observer
 from computewatch.metrics.model import MetricSample
 from computewatch.metrics.server import ServerError
 from computewatch.readings import counter, gauge, labels
-from computewatch.sampling.observers import RunInfo, StepEvent, Tick
+from computewatch.records import StepRecord
+from computewatch.sampling.observers import RunInfo, Tick
 
 GPU = "GPU-aaaaaaaa-0000-4000-8000-000000000001"
 
@@ -36,7 +37,7 @@ def tick(
     energy: float,
     busy: float,
     idle: float,
-    steps: list[StepEvent],
+    steps: list[StepRecord],
 ) -> Tick:
     g = labels(gpu=GPU)
     readings = [
@@ -75,7 +76,7 @@ def test_run_ticks_map_to_the_contract() -> None:
     }
     obs.start(RunInfo("run1", "n", {"team": "nlp", "project": "llm"}, ["python"], 1000.0, facts))
     obs.on_tick(tick(0, 1.0, 0.0, 0.0, 0.0, 0.0, []))
-    steps = [StepEvent(42, 2.0, 32, None, 1e12), StepEvent(42, 3.0, 32, None, 1e12)]
+    steps = [StepRecord(42, 2.0, 32, None, 1e12), StepRecord(42, 3.0, 32, None, 1e12)]
     obs.on_tick(tick(1, 3.0, 2.0, 100.0, 4.0, 4.0, steps))
     s = sink.got[-1]
     job = {"job": "run1", "team": "nlp", "node": "h1"}

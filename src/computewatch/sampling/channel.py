@@ -18,11 +18,11 @@ import sys
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from computewatch.paths import make_private_dirs
+from computewatch.records import Event, PhaseRecord, RequestRecord, StepRecord
 
 ENV_RUN_ID = "COMPUTEWATCH_RUN_ID"
 ENV_SPOOL = "COMPUTEWATCH_SPOOL"
@@ -42,41 +42,6 @@ REQUEST = 3  # name; d0 start, d1 end, d2 tokens in, d3 tokens out, d4 1 = ok, 0
 NAME = 4  # id; the name's UTF-8 bytes, NUL-padded
 SETTING = 5  # name; d0 value (flops_per_step, recompute factor ...)
 
-
-@dataclass(frozen=True, slots=True)
-class StepRecord:
-    pid: int
-    mono: float
-    samples: float | None
-    tokens: float | None
-    flops: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseRecord:
-    """A named interval of one step (``data``, ``forward``, ``comm`` ...)."""
-
-    pid: int
-    name: str
-    start: float
-    end: float
-    accel_seconds: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """One served request (inference): its interval, tokens and outcome."""
-
-    pid: int
-    name: str
-    start: float
-    end: float
-    tokens_in: float | None
-    tokens_out: float | None
-    ok: bool
-
-
-Event = StepRecord | PhaseRecord | RequestRecord
 
 _warned: set[str] = set()
 

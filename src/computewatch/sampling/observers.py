@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.readings import Reading
+from computewatch.records import StepRecord
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,17 +29,6 @@ class RunInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class StepEvent:
-    """A step closed in user code: its process, end time (monotonic), counts and FLOPs."""
-
-    pid: int
-    mono: float
-    samples: float | None
-    tokens: float | None
-    flops: float | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Tick:
     """One sampler tick as observers see it."""
 
@@ -46,7 +36,7 @@ class Tick:
     mono: float
     wall: float
     readings: list[Reading]
-    steps: list[StepEvent]
+    steps: list[StepRecord]
 
 
 class RunObserver(Protocol):

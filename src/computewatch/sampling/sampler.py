@@ -20,9 +20,10 @@ from typing import Any
 
 from computewatch.analysis.aggregates import RunAggregates
 from computewatch.readings import Kind, Labels, Reading
-from computewatch.sampling.channel import PhaseRecord, SpoolReader, StepRecord
+from computewatch.records import PhaseRecord, StepRecord
+from computewatch.sampling.channel import SpoolReader
 from computewatch.sampling.live import GpuLine, LiveView, Snapshot
-from computewatch.sampling.observers import RunObserver, StepEvent, Tick
+from computewatch.sampling.observers import RunObserver, Tick
 from computewatch.sources.base import Source
 from computewatch.sources.process_tree import ProcessTreeSource
 from computewatch.store import Store
@@ -170,7 +171,7 @@ class Sampler:
                 for p in src.new_processes:
                     pend.processes.append((p.pid, p.ppid, p.name, p.cmdline, wall))
                 src.new_processes.clear()
-        step_events: list[StepEvent] = []
+        step_events: list[StepRecord] = []
         if self.spool is not None:
             for ev in self.spool.poll():
                 if isinstance(ev, StepRecord):
@@ -188,9 +189,7 @@ class Sampler:
                     self._step_times.append(ev.mono)
                     self._step_pids.add(ev.pid)
                     if observed is not None:
-                        step_events.append(
-                            StepEvent(ev.pid, ev.mono, ev.samples, ev.tokens, ev.flops)
-                        )
+                        step_events.append(ev)
                 elif isinstance(ev, PhaseRecord):
                     pend.phases.append((ev.pid, ev.name, ev.start, ev.end, ev.accel_seconds))
                 else:
