@@ -15,7 +15,7 @@ from computewatch import jsonout
 from computewatch.analysis.summary import build_summary
 from computewatch.readings import Kind
 from computewatch.store import COMPLETED, Store
-from computewatch.views.html.run import json_for_script
+from computewatch.views.html.page import json_for_script
 
 T0 = 1_700_000_000.0
 

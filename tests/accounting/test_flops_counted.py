@@ -12,7 +12,7 @@ import pytest
 
 from computewatch.accounting.flops import counted_flops, hardware_estimate
 from computewatch.store import StepRow
-from computewatch.views.text import flops_text
+from computewatch.views.summary_rows import flops_text
 
 H100 = 989.4e12
 

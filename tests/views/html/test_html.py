@@ -19,7 +19,8 @@ from computewatch.config import Config
 from computewatch.readings import Kind, Labels, labels
 from computewatch.store import COMPLETED, RunRow, Store
 from computewatch.views.html import build_html, chart_data, write_report
-from computewatch.views.html.run import accounting_section, json_for_script, summary_of
+from computewatch.views.html.page import json_for_script
+from computewatch.views.html.run import accounting_section, summary_of
 
 T0 = 1_700_000_000.0
 MONO0 = 5000.0

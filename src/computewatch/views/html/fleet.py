@@ -18,16 +18,17 @@ from typing import Any
 from computewatch._version import __version__
 from computewatch.analysis.summary import iso
 from computewatch.units import format_grams, format_kwh, format_number, format_percent, format_usd
-from computewatch.views.html.run import (
+from computewatch.views.html.page import (
     UPLOT_VERSION,
-    accounting_section,
-    asset,
-    cards_section,
+    chart_figure,
     escape,
-    json_for_script,
-    script_safe,
+    kv_table,
+    notes_section,
+    page_end,
+    page_head,
     write_page,
 )
+from computewatch.views.html.run import accounting_section, cards_section
 
 __all__ = ["build_fleet_html", "gpu_hours_svg", "write_fleet_html"]
 
@@ -36,6 +37,9 @@ _BAR_GAP = 8
 _LABEL_WIDTH = 220
 _BAR_WIDTH = 560
 _VALUE_WIDTH = 200
+_STYLE = (
+    "svg.bars{max-width:980px;display:block}tr.total th,tr.total td{border-top:2px solid #d1d9e0}"
+)
 
 
 def gpu_hours_svg(groups: Sequence[dict[str, Any]], *, title: str) -> str:
@@ -143,11 +147,8 @@ def _groups_table(report: dict[str, Any]) -> str:
 
 
 def _kv(rows: Sequence[tuple[str, str]]) -> str:
-    return (
-        '<table class="kv">'
-        + "".join(f"<tr><th scope=row>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
-        + "</table>"
-    )
+    """A key/value table of plain text."""
+    return kv_table((k, escape(v)) for k, v in rows)
 
 
 def _price_figures(prices: dict[str, Any]) -> dict[str, Any]:
@@ -179,28 +180,15 @@ def build_fleet_html(report: dict[str, Any], charts: dict[str, Any]) -> str:
     when = f"{w['start'][:19].replace('T', ' ')} to {w['end'][:19].replace('T', ' ')} UTC"
     data = {"grids": charts["grids"], "charts": charts["charts"], "report": report}
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f'<meta name="generator" content="computewatch {escape(__version__)}">',
-        f"<title>{escape(title)}</title>",
-        f"<style>{script_safe(asset('uPlot.min.css'))}</style>",
-        f"<style>{script_safe(asset('report.css'))}</style>",
-        "<style>svg.bars{max-width:980px;display:block}tr.total th,tr.total td"
-        "{border-top:2px solid #d1d9e0}</style>",
-        "</head><body><header>",
+        page_head(title, _STYLE),
+        "<header>",
         f'<p class="eyebrow">computewatch fleet report · {escape(report["prometheus"])}</p>',
         f"<h1>Fleet by {escape(by)}</h1>",
         f'<p class="command">{escape(when)}</p>',
         "</header><main>",
         _cards(report["total"]),
     ]
-    if report["notes"]:
-        parts.append(
-            '<section class="notes" id="section-notes"><h2>Notes</h2><ul>'
-            + "".join(f"<li>{escape(n)}</li>" for n in report["notes"])
-            + "</ul></section>"
-        )
+    parts.append(notes_section(report["notes"]))
     parts += [
         f'<section id="section-bars"><h2>GPU-hours and idle share by {escape(by)}</h2>',
         gpu_hours_svg(report["groups"], title=f"GPU-hours held per {by}, idle part in red"),
@@ -218,13 +206,7 @@ def build_fleet_html(report: dict[str, Any], charts: dict[str, Any]) -> str:
             '</noscript><div class="charts">'
         )
         for c in charts["charts"]:
-            parts.append(
-                f'<figure class="chart" id="chart-{escape(c["id"])}" '
-                f'data-chart="{escape(c["id"])}">'
-                f"<figcaption><strong>{escape(c['title'])}</strong> "
-                f'<span class="sub">{escape(c["subtitle"])}</span></figcaption>'
-                '<div class="plot"></div></figure>'
-            )
+            parts.append(chart_figure(c["id"], c["title"], c["subtitle"]))
         parts.append("</div></section>")
     carbon = report["carbon"]
     inten, pue = carbon["intensity"], carbon["pue"]
@@ -265,10 +247,7 @@ def build_fleet_html(report: dict[str, Any], charts: dict[str, Any]) -> str:
         f"<p>Made by computewatch {escape(__version__)} at {escape(iso(time.time()))} from "
         f"{escape(report['prometheus'])}. Charts drawn with uPlot {UPLOT_VERSION} (MIT licence, "
         "© Leon Sorokin), included in this file.</p></footer>",
-        f'<script type="application/json" id="cw-data">{json_for_script(data)}</script>',
-        f"<script>{script_safe(asset('uPlot.iife.min.js'))}</script>",
-        f"<script>{script_safe(asset('report.js'))}</script>",
-        "</body></html>",
+        page_end(data),
     ]
     return "\n".join(parts) + "\n"
 

@@ -8,16 +8,13 @@ notes) is escaped: a run name is user input.
 
 from __future__ import annotations
 
-import html
 import math
 import os
 import re
-import shlex
 import statistics
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +44,32 @@ from computewatch.views.html.downsample import (
     grid_band,
     grid_times,
 )
+from computewatch.views.html.page import (
+    UPLOT_VERSION,
+    chart_figure,
+    escape,
+    grid_table,
+    kv_table,
+    notes_section,
+    page_end,
+    page_head,
+    write_page,
+)
 from computewatch.views.html.steps import steps_section
+from computewatch.views.summary_rows import (
+    Row,
+    command_text,
+    format_value,
+    run_rows,
+    samples_row,
+    usage_rows,
+)
 
 ACCOUNTING_SECTIONS = ("energy", "carbon", "cost", "flops", "forecast")
 """Summary sections shown as tables when present (filled in by the accounting readers)."""
 
 _FIGURE_KEYS = frozenset({"value", "unit", "method", "assumptions", "low", "high", "source"})
 _MAX_FINE_BUCKETS = 200_000  # throughput is counted in at most this many buckets first
-UPLOT_VERSION = "1.6.32"
 _CHART_ORDER = (
     "cpu", "memory", "gpu_util", "gpu_sm", "gpu_memory", "gpu_power", "throughput_steps",
     "throughput_samples", "throughput_tokens", "step_time", "disk", "network",
@@ -413,48 +428,31 @@ def chart_data(
 # -- formatting ---------------------------------------------------------------------------------
 
 
-def escape(v: object) -> str:
-    """``v`` as text safe in HTML content and in quoted attribute values."""
-    return html.escape(str(v), quote=True)
-
-
-def _number(v: Any) -> str:
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return f"{v:,}" if abs(v) >= 10_000 else str(v)  # a year stays 2024
-    if isinstance(v, float):
-        if not math.isfinite(v):
-            return "n/a"
-        if v != 0 and (abs(v) >= 1e9 or abs(v) < 1e-3):
-            return f"{v:.4g}"
-        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
-    return str(v)
-
-
 def _plain(v: Any) -> str:
     """Any JSON value as short text (already escaped)."""
     if v is None:
         return '<span class="na">n/a</span>'
     if isinstance(v, bool | int | float):
-        return escape(_number(v))
+        return escape(format_value(v))
     if isinstance(v, str):
         return escape(v)
     if isinstance(v, list) and all(isinstance(x, str) for x in v) and len(v) > 1:
         return "<ul>" + "".join(f"<li>{escape(x)}</li>" for x in v) + "</ul>"
     if isinstance(v, list) and all(isinstance(x, str | int | float) for x in v):
-        return escape(", ".join(_number(x) for x in v))
+        return escape(", ".join(format_value(x) for x in v))
     return f"<code>{escape(jsonout.dumps(v, sort_keys=True))}</code>"
 
 
-def _command(s: RunSummary) -> str:
-    return shlex.join(str(c) for c in s.get("command") or [])
-
-
-def _rows(rows: Iterable[tuple[str, str]], cls: str = "kv") -> str:
-    """A two-column table; labels are escaped here, values must already be HTML."""
-    body = "".join(f"<tr><th scope=row>{escape(k)}</th><td>{v}</td></tr>" for k, v in rows)
-    return f'<table class="{cls}"><tbody>{body}</tbody></table>'
+def row_html(row: Row) -> str:
+    """A summary row's value as HTML: escaped, a missing one greyed, a command as code, tags
+    as chips."""
+    if row.missing:
+        return f'<span class="na">{escape(row.text)}</span>'
+    if row.kind == "code":
+        return f"<code>{escape(row.text)}</code>"
+    if row.kind == "tags":
+        return " ".join(f'<span class="tag">{escape(t)}</span>' for t in row.items)
+    return escape(row.text)
 
 
 # -- the page's sections ------------------------------------------------------------------------
@@ -473,7 +471,7 @@ def _cards(s: RunSummary) -> str:
             "CPU mean",
             format_percent(cpu.get("utilization_mean")),
             f"max {format_percent(cpu.get('utilization_max'))} "
-            f"of {_number(cpu.get('allowed_cores'))} cores",
+            f"of {format_value(cpu.get('allowed_cores'))} cores",
         )
     )
     mem = s["memory"]
@@ -505,8 +503,8 @@ def _cards(s: RunSummary) -> str:
         cards.append(
             (
                 "steps",
-                _number(steps["count"]),
-                f"{_number(rate)} steps/s" if rate is not None else "",
+                format_value(steps["count"]),
+                f"{format_value(rate)} steps/s" if rate is not None else "",
             )
         )
     for section, data in _accounting(s):
@@ -544,36 +542,20 @@ def card_value(text: str) -> str:
 
 
 def _run_table(s: RunSummary, run: RunRow) -> str:
-    tags = s.get("tags") or {}
-    status = str(s.get("status"))
-    if s.get("exit_code") is not None:
-        status += f" (exit {s['exit_code']})"
-    smp = s["samples"]
+    by = {r.label: row_html(r) for r in run_rows(s)}
     rows = [
         ("id", f"<code>{escape(s.get('id'))}</code>"),
         ("name", _plain(s.get("name"))),
-        (
-            "tags",
-            " ".join(
-                f'<span class="tag">{escape(k)}={escape(v)}</span>' for k, v in sorted(tags.items())
-            )
-            or '<span class="na">none</span>',
-        ),
-        ("command", f"<code>{escape(_command(s))}</code>"),
+        ("tags", by["tags"]),
+        ("command", by["command"]),
         ("working directory", _plain(s.get("cwd"))),
         ("mode", escape(run.mode)),
-        ("status", escape(status)),
-        ("started", _plain(s.get("started_at"))),
+        ("status", by["status"]),
+        ("started", by["started"]),
         ("ended", _plain(s.get("ended_at"))),
-        ("duration", escape(format_duration(float(s.get("duration_seconds") or 0.0)))),
-        ("data until", _plain(smp.get("data_until"))),
-        (
-            "samples",
-            escape(
-                f"{_number(smp.get('count', 0))} ticks every {_number(smp.get('interval_seconds'))}"
-                f" s, {_number(smp.get('series', 0))} series"
-            ),
-        ),
+        ("duration", by["duration"]),
+        ("data until", _plain(s["samples"].get("data_until"))),
+        ("samples", row_html(samples_row(s))),
     ]
     if run.samples_deleted_at is not None:
         rows.append(
@@ -582,7 +564,7 @@ def _run_table(s: RunSummary, run: RunRow) -> str:
                 escape(f"{iso(run.samples_deleted_at)} by gc: summary only, no charts"),
             )
         )
-    return _rows(rows)
+    return kv_table(rows)
 
 
 _HOST_ORDER = (
@@ -605,7 +587,7 @@ def _host_table(host: Mapping[str, object]) -> str:
         else:
             text = _plain(v)
         rows.append((k.replace("_", " "), text))
-    return _rows(rows)
+    return kv_table(rows)
 
 
 def _cpu_list(cpus: list[Any]) -> str:
@@ -623,68 +605,7 @@ def _cpu_list(cpus: list[Any]) -> str:
 
 
 def _usage_table(s: RunSummary) -> str:
-    cpu, mem, disk, net = s["cpu"], s["memory"], s["disk"], s["network"]
-    rows = [
-        (
-            "CPU",
-            escape(
-                f"{_number(cpu.get('seconds_total'))} CPU-seconds · mean "
-                f"{format_percent(cpu.get('utilization_mean'))}, "
-                f"max {format_percent(cpu.get('utilization_max'))} "
-                f"of {_number(cpu.get('allowed_cores'))} allowed cores"
-            ),
-        ),
-        (
-            "memory",
-            escape(
-                f"peak RSS {format_bytes(mem.get('peak_rss_bytes'))} · host peak used "
-                f"{format_bytes(mem.get('peak_host_used_bytes'))} of "
-                f"{format_bytes(mem.get('host_total_bytes'))}"
-            ),
-        ),
-        (
-            "disk",
-            escape(
-                f"the run read {format_bytes(disk.get('read_bytes'))}, wrote "
-                f"{format_bytes(disk.get('write_bytes'))} · host disks read "
-                f"{format_bytes(disk.get('host_read_bytes'))}, wrote "
-                f"{format_bytes(disk.get('host_write_bytes'))}"
-            ),
-        ),
-        (
-            "network",
-            escape(
-                f"received {format_bytes(net.get('recv_bytes'))}, "
-                f"sent {format_bytes(net.get('sent_bytes'))}"
-                " (whole host)"
-            ),
-        ),
-    ]
-    steps = s.get("steps") or {}
-    if steps.get("count"):
-        st = steps.get("step_time_seconds")
-        line = f"{_number(steps['count'])} steps from {_number(steps.get('processes'))} process(es)"
-        if st:
-            line += (
-                f" · step time mean {format_seconds(st.get('mean'))}, "
-                f"p50 {format_seconds(st.get('p50'))}, p90 {format_seconds(st.get('p90'))}, "
-                f"p99 {format_seconds(st.get('p99'))}, max {format_seconds(st.get('max'))}"
-            )
-        rows.append(("steps", escape(line)))
-        rates = [
-            f"{_number(rate)} {label}"
-            for rate, label in (
-                (steps.get("steps_per_second"), "steps/s"),
-                (steps.get("samples_per_second"), "samples/s"),
-                (steps.get("tokens_per_second"), "tokens/s"),
-            )
-            if rate is not None
-        ]
-        if rates:
-            rows.append(("throughput", escape(" · ".join(rates))))
-    else:
-        rows.append(("steps", '<span class="na">none reported</span>'))
-    return _rows(rows)
+    return kv_table((r.label, row_html(r)) for r in usage_rows(s))
 
 
 def _gpu_table(gpus: list[GpuStats]) -> str:
@@ -692,7 +613,7 @@ def _gpu_table(gpus: list[GpuStats]) -> str:
         "#", "GPU", "scope", "utilization", "SM active", "tensor active", "memory peak",
         "run's memory peak", "power mean", "energy", "throttled",
     )  # fmt: skip
-    body = []
+    body: list[list[str]] = []
     for g in gpus:
         name = escape(g.get("name") or "?")
         if g.get("simulated"):
@@ -709,7 +630,7 @@ def _gpu_table(gpus: list[GpuStats]) -> str:
             energy += f" ({g['energy_method']})"
         throttled = {k: v for k, v in (g.get("throttle_seconds") or {}).items() if v}
         cells = [
-            escape(_number(g.get("index"))),
+            escape(format_value(g.get("index"))),
             name,
             escape(g.get("scope") or ""),
             escape(format_percent(g.get("utilization_mean"))),
@@ -721,14 +642,8 @@ def _gpu_table(gpus: list[GpuStats]) -> str:
             escape(energy),
             escape(", ".join(f"{k} {format_seconds(v)}" for k, v in throttled.items()) or "no"),
         ]
-        body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return (
-        '<div class="scroll"><table class="grid"><thead><tr>'
-        + "".join(f"<th scope=col>{escape(h)}</th>" for h in head)
-        + "</tr></thead><tbody>"
-        + "".join(body)
-        + "</tbody></table></div>"
-    )
+        body.append(cells)
+    return grid_table(head, body)
 
 
 # -- accounting sections: written for any shape ----------------------------------------------
@@ -784,7 +699,7 @@ def _figure_value(f: dict[str, Any]) -> str:
     fmt = _FIGURE_FORMATS.get(str(unit))
     if fmt is not None and isinstance(v, int | float):
         return fmt(v)
-    text = _number(v) if v is not None else "n/a"
+    text = format_value(v) if v is not None else "n/a"
     return f"{text} {unit}" if unit and v is not None else text
 
 
@@ -839,7 +754,7 @@ def accounting_section(name: str, data: Any) -> str:
                     ends = [f"{x:.1%}" if x is not None else "?" for x in (lo, hi)]
                     unit = ""
                 else:
-                    ends = [_number(x) if x is not None else "?" for x in (lo, hi)]
+                    ends = [format_value(x) if x is not None else "?" for x in (lo, hi)]
                 rng = f"{ends[0]}–{ends[1]}{unit}"
             notes = _assumptions(f.get("assumptions"))
             extra = f.get("note") or f.get("notes")
@@ -864,35 +779,12 @@ def accounting_section(name: str, data: Any) -> str:
             + "</tbody></table></div>"
         )
     if other:
-        out.append(_rows(((k, _plain(v)) for k, v in other)))
+        out.append(kv_table(((k, _plain(v)) for k, v in other)))
     out.append("</section>")
     return "".join(out)
 
 
 # -- the page ---------------------------------------------------------------------------------
-
-
-def asset(name: str) -> str:
-    """The text of one of the package's report assets (vendored uPlot, chart script, CSS)."""
-    return resources.files("computewatch.views.html").joinpath("assets", name).read_text("utf-8")
-
-
-_CLOSERS = re.compile(r"</(script|style)", re.IGNORECASE)
-
-
-def script_safe(text: str) -> str:
-    """Code that cannot end the ``<script>``/``<style>`` element it sits in, nor put the HTML
-    parser in its "escaped" script state: ``</script`` and ``<!--`` only ever occur inside
-    string literals there, where ``<\\/`` and ``<\\!`` read the same."""
-    return _CLOSERS.sub(r"<\\/\1", text).replace("<!--", "<\\!--")
-
-
-def json_for_script(data: Any) -> str:
-    """JSON to put inside ``<script type="application/json">``: every ``<``, ``>`` and ``&``
-    written as a ``\\u`` escape (still the same JSON), so no ``</script>`` or ``<!--`` in the
-    data can end the element or change how the HTML parser reads it."""
-    text = jsonout.dumps(data, separators=(",", ":"), ensure_ascii=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> str:
@@ -903,28 +795,15 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
     title = f"computewatch · run {run.id}" + (f" · {run.name}" if run.name else "")
     generated = iso(time.time())
     parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f'<meta name="generator" content="computewatch {escape(__version__)}">',
-        f"<title>{escape(title)}</title>",
-        f"<style>{script_safe(asset('uPlot.min.css'))}</style>",
-        f"<style>{script_safe(asset('report.css'))}</style>",
-        "</head><body>",
+        page_head(title),
         "<header>",
         f'<p class="eyebrow">computewatch report · run <code>{escape(run.id)}</code></p>',
         f"<h1>{escape(run.name or 'run ' + run.id)}</h1>",
-        f'<p class="command"><code>{escape(_command(summary))}</code></p>',
+        f'<p class="command"><code>{escape(command_text(summary))}</code></p>',
         "</header><main>",
         _cards(summary),
     ]
-    notes = [n for n in summary.get("notes") or []]
-    if notes:
-        parts.append(
-            '<section class="notes" id="section-notes"><h2>Notes</h2><ul>'
-            + "".join(f"<li>{escape(n)}</li>" for n in notes)
-            + "</ul></section>"
-        )
+    parts.append(notes_section(summary.get("notes") or []))
     charts = data["charts"]
     if charts:
         parts.append('<section id="section-charts"><h2>Over time</h2>')
@@ -941,13 +820,7 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
         for c in charts:
             per = c["per_bucket"]
             detail = f"{per} points per bucket" if per > 1 else "every point"
-            parts.append(
-                f'<figure class="chart" id="chart-{escape(c["id"])}" '
-                f'data-chart="{escape(c["id"])}">'
-                f"<figcaption><strong>{escape(c['title'])}</strong> "
-                f'<span class="sub">{escape(c["subtitle"])} · {escape(detail)}</span></figcaption>'
-                '<div class="plot"></div></figure>'
-            )
+            parts.append(chart_figure(c["id"], c["title"], f"{c['subtitle']} · {detail}"))
         parts.append("</div></section>")
     elif run.samples_deleted_at is not None:
         parts.append(
@@ -978,10 +851,7 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
         f"<code>{escape(store.path.name)}</code>. Charts drawn with uPlot {UPLOT_VERSION} "
         "(MIT licence, © Leon Sorokin), included in this file.</p>",
         "</footer>",
-        f'<script type="application/json" id="cw-data">{json_for_script(data)}</script>',
-        f"<script>{script_safe(asset('uPlot.iife.min.js'))}</script>",
-        f"<script>{script_safe(asset('report.js'))}</script>",
-        "</body></html>",
+        page_end(data),
     ]
     return "\n".join(parts) + "\n"
 
@@ -1000,17 +870,3 @@ def write_report(
     """Build the page, then write it to ``path`` (a failed write leaves no half page behind).
     Raises ``OSError`` when it cannot be written."""
     return write_page(build_html(store, run, max_buckets=max_buckets), path)
-
-
-def write_page(page: str, path: str | os.PathLike[str]) -> Path:
-    """Write a built page to ``path`` (``~`` expanded); a failed write leaves no half page.
-    Raises ``OSError`` when it cannot be written."""
-    out = Path(path).expanduser()
-    try:
-        with open(out, "w", encoding="utf-8") as f:
-            f.write(page)
-    except OSError:
-        if out.is_file():
-            out.unlink(missing_ok=True)
-        raise
-    return out

@@ -4,9 +4,8 @@ in each phase; step time of each rank) drawn by the page's own uPlot script."""
 
 from __future__ import annotations
 
-import html
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from computewatch.analysis.steps import StepAnatomy, step_anatomy
@@ -14,12 +13,9 @@ from computewatch.analysis.summary_types import PhaseStats, RankStats, RequestSt
 from computewatch.store import RunRow, Store
 from computewatch.units import format_percent, format_seconds
 from computewatch.views.html.downsample import MAX_BUCKETS
+from computewatch.views.html.page import chart_figure, escape, grid_table, kv_table
 
 MAX_PHASE_SERIES = 8  # the rest of the phases are summed into "other phases"
-
-
-def _e(v: object) -> str:
-    return html.escape(str(v), quote=True)
 
 
 def _secs(v: Any) -> str:
@@ -30,30 +26,6 @@ def _num(v: Any) -> str:
     if not isinstance(v, int | float):
         return "n/a"
     return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:.4g}"
-
-
-def _grid(head: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
-    """A table with a header row; cells must already be HTML."""
-    return (
-        '<div class="scroll"><table class="grid"><thead><tr>'
-        + "".join(f"<th scope=col>{_e(h)}</th>" for h in head)
-        + "</tr></thead><tbody>"
-        + "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
-        + "</tbody></table></div>"
-    )
-
-
-def _kv(rows: Iterable[tuple[str, str]]) -> str:
-    body = "".join(f"<tr><th scope=row>{_e(k)}</th><td>{v}</td></tr>" for k, v in rows)
-    return f'<table class="kv"><tbody>{body}</tbody></table>'
-
-
-def _figure(cid: str, title: str, sub: str) -> str:
-    return (
-        f'<figure class="chart" id="chart-{_e(cid)}" data-chart="{_e(cid)}">'
-        f"<figcaption><strong>{_e(title)}</strong> "
-        f'<span class="sub">{_e(sub)}</span></figcaption><div class="plot"></div></figure>'
-    )
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -67,21 +39,27 @@ def phases_table(ph: PhaseStats) -> str:
         dist = p["per_step_seconds"]
         rows.append(
             [
-                _e(name),
-                _e(format_percent(p.get("share"))),
-                _e(_secs(p.get("seconds"))),
-                _e(_secs(p.get("self_seconds"))),
-                _e(str(p.get("steps"))),
-                _e(_secs(dist.get("mean"))),
-                _e(_secs(dist.get("p50"))),
-                _e(_secs(dist.get("p90"))),
-                _e(_secs(p.get("accel_seconds")) if p.get("accel_seconds") is not None else "—"),
-                _e(p.get("within") or "—"),
+                escape(name),
+                escape(format_percent(p.get("share"))),
+                escape(_secs(p.get("seconds"))),
+                escape(_secs(p.get("self_seconds"))),
+                escape(str(p.get("steps"))),
+                escape(_secs(dist.get("mean"))),
+                escape(_secs(dist.get("p50"))),
+                escape(_secs(dist.get("p90"))),
+                escape(
+                    _secs(p.get("accel_seconds")) if p.get("accel_seconds") is not None else "—"
+                ),
+                escape(p.get("within") or "—"),
             ]
         )
     un = ph["unaccounted"]
     rows.append(
-        ["<em>unaccounted</em>", _e(format_percent(un.get("share"))), _e(_secs(un.get("seconds")))]
+        [
+            "<em>unaccounted</em>",
+            escape(format_percent(un.get("share"))),
+            escape(_secs(un.get("seconds"))),
+        ]
         + ["—"] * 7
     )
     head = (
@@ -89,46 +67,46 @@ def phases_table(ph: PhaseStats) -> str:
         "p90/step", "accelerator", "within",
     )  # fmt: skip
     return (
-        f"<p>{_e(ph.get('steps'))} timed steps, {_e(_secs(ph.get('step_seconds')))} of step "
-        "time. A share is a phase's self time (nested phases, such as communication inside "
+        f"<p>{escape(ph.get('steps'))} timed steps, {escape(_secs(ph.get('step_seconds')))} of "
+        "step time. A share is a phase's self time (nested phases, such as communication inside "
         "the backward pass, are taken out of their parent), so the shares and the unaccounted "
-        "time add up to 100%.</p>" + _grid(head, rows)
+        "time add up to 100%.</p>" + grid_table(head, rows)
     )
 
 
 def ranks_table(rk: RankStats) -> str:
     """The distributed run's figures, then one row per rank."""
     head_rows = [
-        ("ranks", _e(rk.get("count"))),
-        ("world size", _e(rk.get("world_size") if rk.get("world_size") is not None else "n/a")),
-        ("slowest rank", _e(rk.get("slowest_rank"))),
-        ("load imbalance", _e(format_percent(rk.get("load_imbalance")))),
-        ("communication share", _e(format_percent(rk.get("comm_share")))),
+        ("ranks", escape(rk.get("count"))),
+        ("world size", escape(rk.get("world_size") if rk.get("world_size") is not None else "n/a")),
+        ("slowest rank", escape(rk.get("slowest_rank"))),
+        ("load imbalance", escape(format_percent(rk.get("load_imbalance")))),
+        ("communication share", escape(format_percent(rk.get("comm_share")))),
     ]
     rows = []
     for r in rk["ranks"]:
         st = r["step_time_seconds"]
-        label = _e(r["rank"])
+        label = escape(r["rank"])
         if r["rank"] == rk.get("slowest_rank"):
             label += ' <span class="badge">slowest</span>'
         rows.append(
             [
                 label,
-                _e(", ".join(str(p) for p in r.get("pids") or [])),
-                _e(r.get("steps")),
-                _e(_secs(st.get("mean"))),
-                _e(_secs(st.get("p50"))),
-                _e(_secs(st.get("p90"))),
-                _e(_secs(r.get("compute_seconds_per_step"))),
-                _e(_secs(r.get("comm_seconds"))),
-                _e(format_percent(r.get("comm_share"))),
+                escape(", ".join(str(p) for p in r.get("pids") or [])),
+                escape(r.get("steps")),
+                escape(_secs(st.get("mean"))),
+                escape(_secs(st.get("p50"))),
+                escape(_secs(st.get("p90"))),
+                escape(_secs(r.get("compute_seconds_per_step"))),
+                escape(_secs(r.get("comm_seconds"))),
+                escape(format_percent(r.get("comm_share"))),
             ]
         )
     head = (
         "rank", "pids", "steps", "step mean", "step p50", "step p90", "compute/step",
         "comm", "comm share",
     )  # fmt: skip
-    return _kv(head_rows) + _grid(head, rows)
+    return kv_table(head_rows) + grid_table(head, rows)
 
 
 def requests_table(rq: RequestStats) -> str:
@@ -136,21 +114,21 @@ def requests_table(rq: RequestStats) -> str:
     with their method and how they were allocated."""
     lat = rq["latency_seconds"]
     rows = [
-        ("requests", _e(rq.get("count"))),
-        ("errors", _e(rq.get("errors"))),
+        ("requests", escape(rq.get("count"))),
+        ("errors", escape(rq.get("errors"))),
         (
             "latency",
-            _e(
+            escape(
                 f"mean {_secs(lat.get('mean'))}, p50 {_secs(lat.get('p50'))}, "
                 f"p90 {_secs(lat.get('p90'))}, latency p99 {_secs(lat.get('p99'))}, "
                 f"max {_secs(lat.get('max'))}"
             ),
         ),
-        ("requests per second", _e(_num(rq.get("requests_per_second")))),
-        ("mean concurrency", _e(_num(rq.get("concurrency_mean")))),
-        ("tokens in", _e(_num(rq.get("tokens_in_total")))),
-        ("tokens out", _e(_num(rq.get("tokens_out_total")))),
-        ("tokens out per second", _e(_num(rq.get("tokens_per_second")))),
+        ("requests per second", escape(_num(rq.get("requests_per_second")))),
+        ("mean concurrency", escape(_num(rq.get("concurrency_mean")))),
+        ("tokens in", escape(_num(rq.get("tokens_in_total")))),
+        ("tokens out", escape(_num(rq.get("tokens_out_total")))),
+        ("tokens out per second", escape(_num(rq.get("tokens_per_second")))),
     ]
     figs = []
     for f, label in (
@@ -162,28 +140,28 @@ def requests_table(rq: RequestStats) -> str:
         if f is not None and f["value"] is not None:
             figs.append(
                 [
-                    _e(label),
-                    _e(f"{_num(f['value'])} {f.get('unit') or ''}"),
-                    _e(f.get("method") or ""),
-                    _e(f"{_num(f.get('low'))}–{_num(f.get('high'))}"),
-                    _e("; ".join(f.get("assumptions") or [])),
+                    escape(label),
+                    escape(f"{_num(f['value'])} {f.get('unit') or ''}"),
+                    escape(f.get("method") or ""),
+                    escape(f"{_num(f.get('low'))}–{_num(f.get('high'))}"),
+                    escape("; ".join(f.get("assumptions") or [])),
                 ]
             )
-    out = _kv(rows)
+    out = kv_table(rows)
     if figs:
-        out += _grid(("quantity", "value", "method", "range (low–high)", "assumptions"), figs)
+        out += grid_table(("quantity", "value", "method", "range (low–high)", "assumptions"), figs)
     by = rq.get("by_name") or {}
     if by:
-        out += _grid(
+        out += grid_table(
             ("request", "count", "errors", "p50", "p90", "p99"),
             (
                 [
-                    _e(n or "(unnamed)"),
-                    _e(v.get("count")),
-                    _e(v.get("errors")),
-                    _e(_secs(v["latency_seconds"]["p50"])),
-                    _e(_secs(v["latency_seconds"]["p90"])),
-                    _e(_secs(v["latency_seconds"]["p99"])),
+                    escape(n or "(unnamed)"),
+                    escape(v.get("count")),
+                    escape(v.get("errors")),
+                    escape(_secs(v["latency_seconds"]["p50"])),
+                    escape(_secs(v["latency_seconds"]["p90"])),
+                    escape(_secs(v["latency_seconds"]["p99"])),
                 ]
                 for n, v in by.items()
             ),
@@ -319,7 +297,7 @@ def steps_section(
     out = ['<section id="section-steps"><h2>Inside the steps</h2>']
     if charts:
         out.append('<div class="charts">')
-        out += [_figure(c["id"], c["title"], c["subtitle"]) for c in charts]
+        out += [chart_figure(c["id"], c["title"], c["subtitle"]) for c in charts]
         out.append("</div>")
     if ph:
         out += ["<h3>Phases</h3>", phases_table(ph)]

@@ -1,0 +1,328 @@
+"""The run summary's rows, composed once for every view: ``computewatch show`` prints them as a
+rich table (``views.text``), the report escapes them into its tables (``views.html.run``)."""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from computewatch.analysis.summary_types import (
+    FlopsSection,
+    GpuStats,
+    RunSummary,
+    energy_components,
+)
+from computewatch.records import Figure
+from computewatch.units import (
+    MISSING,
+    format_bytes,
+    format_duration,
+    format_energy,
+    format_flop,
+    format_grams,
+    format_kwh,
+    format_percent,
+    format_seconds,
+    format_usd,
+)
+from computewatch.views.diagnosis import diagnosis_rows
+from computewatch.views.steps_text import steps_lines
+
+RowKind = Literal["plain", "code", "tags", "note"]
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One labelled line of the summary, as plain text (never markup).
+
+    ``missing``: the value is absent (``text`` says how): the text table leaves the row out, the
+    page shows it greyed. ``kind``: ``code`` a command, ``tags`` one chip per item of ``items``
+    (``text`` joins them), ``note`` a warning."""
+
+    label: str
+    text: str
+    missing: bool = False
+    kind: RowKind = "plain"
+    items: tuple[str, ...] = ()
+
+
+def format_value(v: object) -> str:
+    """A number as a person reads it: four significant digits, thousands separated, a year
+    kept as 2024, booleans as yes/no, a missing value as ``n/a``; anything else as ``str``."""
+    if v is None:
+        return MISSING
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}" if abs(v) >= 10_000 else str(v)
+    if isinstance(v, float):
+        if not math.isfinite(v):
+            return MISSING
+        if v != 0 and (abs(v) >= 1e9 or abs(v) < 1e-3):
+            return f"{v:.4g}"
+        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+    return str(v)
+
+
+def status_text(s: RunSummary) -> str:
+    """``failed (exit 1)``: the status with the exit code when there is one."""
+    status = str(s.get("status"))
+    if s.get("exit_code") is not None:
+        status += f" (exit {s['exit_code']})"
+    return status
+
+
+def command_text(s: RunSummary) -> str:
+    """The command as a shell would read it back."""
+    return shlex.join(str(c) for c in s.get("command") or [])
+
+
+def run_rows(s: RunSummary) -> list[Row]:
+    """command, tags, status, started and duration."""
+    tags = tuple(f"{k}={v}" for k, v in sorted((s.get("tags") or {}).items()))
+    started = s.get("started_at")
+    return [
+        Row("command", command_text(s), kind="code"),
+        Row("tags", " ".join(tags), kind="tags", items=tags)
+        if tags
+        else Row("tags", "none", missing=True),
+        Row("status", status_text(s)),
+        Row("started", started) if started else Row("started", MISSING, missing=True),
+        Row("duration", format_duration(float(s.get("duration_seconds") or 0.0))),
+    ]
+
+
+def usage_rows(s: RunSummary) -> list[Row]:
+    """What the run used: cpu, memory, disk, network, then its steps and throughput."""
+    cpu, mem, disk, net = s["cpu"], s["memory"], s["disk"], s["network"]
+    rows = [
+        Row(
+            "cpu",
+            f"{format_value(cpu.get('seconds_total'))} CPU-seconds · mean "
+            f"{format_percent(cpu.get('utilization_mean'))}, "
+            f"max {format_percent(cpu.get('utilization_max'))} "
+            f"of {format_value(cpu.get('allowed_cores'))} allowed cores",
+        ),
+        Row(
+            "memory",
+            f"peak RSS {format_bytes(mem.get('peak_rss_bytes'))} · host peak used "
+            f"{format_bytes(mem.get('peak_host_used_bytes'))} of "
+            f"{format_bytes(mem.get('host_total_bytes'))}",
+        ),
+        Row(
+            "disk",
+            f"the run read {format_bytes(disk.get('read_bytes'))}, wrote "
+            f"{format_bytes(disk.get('write_bytes'))} · host disks read "
+            f"{format_bytes(disk.get('host_read_bytes'))}, wrote "
+            f"{format_bytes(disk.get('host_write_bytes'))}",
+        ),
+        Row(
+            "network",
+            f"received {format_bytes(net.get('recv_bytes'))}, "
+            f"sent {format_bytes(net.get('sent_bytes'))} (whole host)",
+        ),
+    ]
+    steps = s.get("steps") or {}
+    if not steps.get("count"):
+        return [*rows, Row("steps", "none reported", missing=True)]
+    line = f"{format_value(steps['count'])} steps"
+    if steps.get("processes") is not None:
+        line += f" from {format_value(steps.get('processes'))} process(es)"
+    st = steps.get("step_time_seconds")
+    if st:
+        line += (
+            f" · step time mean {format_seconds(st.get('mean'))}, "
+            f"p50 {format_seconds(st.get('p50'))}, p90 {format_seconds(st.get('p90'))}, "
+            f"p99 {format_seconds(st.get('p99'))}, max {format_seconds(st.get('max'))}"
+        )
+    rows.append(Row("steps", line))
+    rates = [
+        f"{format_value(rate)} {label}"
+        for rate, label in (
+            (steps.get("steps_per_second"), "steps/s"),
+            (steps.get("samples_per_second"), "samples/s"),
+            (steps.get("tokens_per_second"), "tokens/s"),
+        )
+        if rate is not None
+    ]
+    if rates:
+        rows.append(Row("throughput", " · ".join(rates)))
+    return rows
+
+
+def samples_row(s: RunSummary) -> Row:
+    smp = s.get("samples") or {}
+    return Row(
+        "samples",
+        f"{format_value(smp.get('count', 0))} ticks every "
+        f"{format_value(smp.get('interval_seconds'))} s, "
+        f"{format_value(smp.get('series', 0))} series",
+    )
+
+
+def summary_rows(s: RunSummary) -> list[Row]:
+    """Every row of the summary, in the order ``computewatch show`` prints them."""
+    rows = [*run_rows(s), *usage_rows(s)]
+    rows += [Row(f"gpu {g.get('index')}", gpu_text(g)) for g in s.get("gpus") or []]
+    for label, text in [*steps_lines(s), *accounting_lines(s), *diagnosis_rows(s)]:
+        rows.append(Row(label, text))  # phases, ranks, requests; energy ... forecast; findings
+    rows.append(samples_row(s))
+    rows += [Row("note", n, kind="note") for n in s.get("notes") or []]
+    return rows
+
+
+def gpu_text(g: GpuStats) -> str:
+    """One GPU in a line: name, utilization, memory peak, power, energy, throttling."""
+    name = str(g.get("name")) + (" (simulated)" if g.get("simulated") else "")
+    parts = [name]
+    if g.get("utilization_mean") is not None:
+        parts.append(f"util {format_percent(g['utilization_mean'])}")
+    if g.get("sm_active_mean") is not None:
+        parts.append(f"SM active {format_percent(g['sm_active_mean'])}")
+    if g.get("tensor_active_mean") is not None:
+        parts.append(f"tensor {format_percent(g['tensor_active_mean'])}")
+    if g.get("memory_peak_bytes") is not None:
+        mem = f"mem peak {format_bytes(g['memory_peak_bytes'])}"
+        if g.get("process_memory_peak_bytes") is not None:
+            mem += f" (run {format_bytes(g['process_memory_peak_bytes'])})"
+        parts.append(mem)
+    if g.get("power_mean_watts") is not None:
+        parts.append(f"{g['power_mean_watts']:.0f} W mean")
+    if (joules := g.get("energy_joules")) is not None:
+        parts.append(f"{format_energy(joules)} ({g.get('energy_method')})")
+    throttled = {k: v for k, v in (g.get("throttle_seconds") or {}).items() if v}
+    if throttled:
+        spans = ", ".join(f"{k} {format_seconds(v)}" for k, v in throttled.items())
+        parts.append(f"throttled {spans}")
+    return " · ".join(parts)
+
+
+# -- accounting: one line each ------------------------------------------------------------------
+
+
+def _kwh(f: Figure) -> str:
+    return format_kwh(f["value"])
+
+
+def _range(f: Figure, fmt: Callable[[Figure], str]) -> str:
+    if f["low"] is None or f["low"] == f["high"]:
+        return ""
+    return f" ({fmt({**f, 'value': f['low']})}–{fmt({**f, 'value': f['high']})})"
+
+
+def _grams(f: Figure) -> str:
+    return format_grams(f["value"])
+
+
+def _usd(f: Figure) -> str:
+    return format_usd(f["value"])
+
+
+def _flop(f: Figure) -> str:
+    v = f["value"]
+    return "unknown FLOP" if v is None else format_flop(v)
+
+
+def flops_text(flops: FlopsSection) -> str:
+    """The summary's FLOPs line: counted FLOPs with the FLOP/s achieved, MFU and HFU (or why
+    there is none) and the hardware estimate beside them; or the estimate alone; and the
+    regulatory thresholds crossed or approached."""
+    if flops.get("value") is None:
+        return "; ".join(flops.get("assumptions") or ["not estimated"])
+    parts = [f"{_flop(flops)}{_range(flops, _flop)} {flops['method']}"]
+    rate = flops.get("flops_per_second")
+    if rate and rate["value"] is not None:
+        parts.append(f"{rate['value']:.3g} FLOP/s")
+    mfu = flops.get("mfu")
+    if isinstance(mfu, dict):
+        if mfu.get("value") is None:
+            parts.append("; ".join(mfu.get("assumptions") or ["no MFU"]))
+        else:
+            peak = flops.get("peak_flops")
+            at = f" {flops['precision']}" if flops.get("precision") else ""
+            of = f" of {peak:.3g} FLOP/s{at} peak" if peak else ""
+            parts.append(f"MFU {mfu['value']:.1%}{of}")
+    hfu = flops.get("hfu")
+    if isinstance(hfu, dict) and hfu.get("value") is not None:
+        parts.append(f"HFU {hfu['value']:.1%}")
+    est = flops.get("hardware_estimate")
+    if isinstance(est, dict) and est.get("value") is not None:
+        parts.append(f"hardware estimate {_flop(est)}{_range(est, _flop)}")
+    for t in flops.get("thresholds") or []:
+        if t.get("crossed"):
+            parts.append(f"crosses {t['flop']:.0e} FLOP ({t['name']})")
+        elif t.get("approached"):
+            parts.append(f"{t['fraction']:.0%} of {t['flop']:.0e} FLOP ({t['name']})")
+    return " · ".join(parts)
+
+
+def accounting_lines(summary: RunSummary) -> list[tuple[str, str]]:
+    """One line each for energy, carbon, cost, FLOPs and the forecast, with method and range."""
+    out: list[tuple[str, str]] = []
+    energy = summary.get("energy")
+    if energy:
+        fac = energy["facility"]
+        parts = [
+            f"{name} {_kwh(c)} {c['method']}"
+            for name, c in energy_components(energy)
+            if c["value"] is not None
+        ]
+        out.append(
+            (
+                "energy",
+                f"{_kwh(fac)}{_range(fac, _kwh)} at the facility (PUE {energy['pue']['value']:g})"
+                f" · {', '.join(parts)}",
+            )
+        )
+    carbon = summary.get("carbon")
+    if carbon:
+        tot, inten = carbon["total"], carbon["intensity"]
+        where = inten["name"] + (" — location unknown" if inten["how"] == "unknown" else "")
+        out.append(
+            (
+                "carbon",
+                f"{_grams(tot)}{_range(tot, _grams)} · {inten['g_per_kwh']:g} g/kWh, {where} "
+                f"({inten['source']})",
+            )
+        )
+    cost = summary.get("cost")
+    if cost:
+        tot = cost["total"]
+        if tot.get("value") is None:
+            out.append(("cost", "; ".join(tot.get("assumptions") or ["no price known"])))
+        else:
+            per = cost.get("per_unit") or {}
+            extra = [
+                f"${v:.4g} {label}"
+                for v, label in (
+                    (per.get("usd_per_1m_tokens"), "per 1M tokens"),
+                    (per.get("usd_per_1k_samples"), "per 1k samples"),
+                    (per.get("usd_per_step"), "per step"),
+                )
+                if v is not None
+            ]
+            out.append(("cost", " · ".join([f"{_usd(tot)}{_range(tot, _usd)}", *extra])))
+    flops = summary.get("flops")
+    if flops:
+        out.append(("flops", flops_text(flops)))
+    fc = summary.get("forecast")
+    if fc:
+        if fc.get("complete"):
+            out.append(("forecast", f"complete: {fc['steps_done']} of {fc['total_steps']} steps"))
+        elif "wall_seconds_at_completion" in fc:
+            w = fc["wall_seconds_at_completion"]
+            bits = [
+                f"at {fc['total_steps']} steps: {format_duration(w['value'] or 0.0)} "
+                f"({format_duration(w['low'] or 0.0)}–{format_duration(w['high'] or 0.0)})"
+            ]
+            if "energy_kwh" in fc:
+                bits.append(_kwh(fc["energy_kwh"]))
+            if "carbon_gco2e" in fc:
+                bits.append(_grams(fc["carbon_gco2e"]))
+            if "cost_usd" in fc:
+                bits.append(_usd(fc["cost_usd"]))
+            out.append(("forecast", " · ".join(bits)))
+    return out
