@@ -4,29 +4,18 @@ from __future__ import annotations
 
 from computewatch.analysis.summary_types import PhaseStats, RankStats, RequestStats, RunSummary
 from computewatch.records import Figure
-from computewatch.units import format_percent, format_seconds
+from computewatch.units import format_kwh, format_percent, format_seconds, format_usd
 
 MAX_PHASES_SHOWN = 8
 MAX_RANKS_SHOWN = 16
 
 
 def _energy(f: Figure) -> str:
-    """A kWh figure (its value known) in J, Wh or kWh, with its method."""
-    j = (f["value"] or 0.0) * 3.6e6
-    if j < 10:
-        text = f"{j:.3g} J"
-    elif j < 3600:
-        text = f"{j:,.0f} J"
-    elif j < 3.6e6:
-        text = f"{j / 3600:,.3g} Wh"
-    else:
-        text = f"{j / 3.6e6:,.3g} kWh"
-    return f"{text} {f.get('method')}"
+    return f"{format_kwh(f['value'])} {f.get('method')}"
 
 
 def _usd(f: Figure) -> str:
-    v = f["value"] or 0.0
-    return (f"${v:,.2f}" if v >= 1 else f"${v:.3g}") + f" {f.get('method')}"
+    return f"{format_usd(f['value'])} {f.get('method')}"
 
 
 def steps_lines(summary: RunSummary) -> list[tuple[str, str]]:

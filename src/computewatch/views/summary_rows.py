@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import math
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from computewatch.analysis.summary_types import (
     FlopsSection,
@@ -65,6 +65,26 @@ def format_value(v: object) -> str:
             return f"{v:.4g}"
         return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
     return str(v)
+
+
+_FIGURE_FORMATS: dict[str, Callable[[float], str]] = {
+    "ratio": format_percent,  # MFU, HFU: a share of the peak
+    "kWh": format_kwh,  # J, Wh or kWh: never 9.616e-06 kWh
+    "gCO2e": format_grams,
+    "USD": format_usd,
+    "FLOP": format_flop,
+}
+
+
+def figure_text(f: Mapping[str, Any]) -> str:
+    """A figure's value with its unit, through the unit's formatter when there is one."""
+    v = f.get("value")
+    unit = f.get("unit")
+    fmt = _FIGURE_FORMATS.get(str(unit))
+    if fmt is not None and isinstance(v, int | float):
+        return fmt(v)
+    text = format_value(v)
+    return f"{text} {unit}" if unit and v is not None else text
 
 
 def status_text(s: RunSummary) -> str:

@@ -13,7 +13,7 @@ import os
 import re
 import statistics
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,12 +27,8 @@ from computewatch.units import (
     format_bytes,
     format_duration,
     format_energy,
-    format_flop,
-    format_grams,
-    format_kwh,
     format_percent,
     format_seconds,
-    format_usd,
 )
 from computewatch.views.diagnosis import diagnosis_html
 from computewatch.views.html.downsample import (
@@ -59,6 +55,7 @@ from computewatch.views.html.steps import steps_section
 from computewatch.views.summary_rows import (
     Row,
     command_text,
+    figure_text,
     format_value,
     run_rows,
     samples_row,
@@ -512,7 +509,7 @@ def _cards(s: RunSummary) -> str:
         if found is not None and found[1].get("value") is not None:
             which, head = found
             sub = ", ".join(str(x) for x in (which, head.get("method")) if x)
-            cards.append((section, _figure_value(head), sub))
+            cards.append((section, figure_text(head), sub))
     return cards_section(cards)
 
 
@@ -684,25 +681,6 @@ def _headline(section: Any) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-_FIGURE_FORMATS: dict[str, Callable[[float | None], str]] = {
-    "ratio": format_percent,  # MFU, HFU: a share of the peak
-    "kWh": format_kwh,  # J, Wh or kWh: never 9.616e-06 kWh
-    "gCO2e": format_grams,
-    "USD": format_usd,
-    "FLOP": format_flop,
-}
-
-
-def _figure_value(f: dict[str, Any]) -> str:
-    v = f.get("value")
-    unit = f.get("unit")
-    fmt = _FIGURE_FORMATS.get(str(unit))
-    if fmt is not None and isinstance(v, int | float):
-        return fmt(v)
-    text = format_value(v) if v is not None else "n/a"
-    return f"{text} {unit}" if unit and v is not None else text
-
-
 def _flatten(
     prefix: str, v: Any, figures: list[tuple[str, dict[str, Any]]], other: list[tuple[str, Any]]
 ) -> None:
@@ -764,7 +742,7 @@ def accounting_section(name: str, data: Any) -> str:
             rows.append(
                 "<tr>"
                 f"<th scope=row>{escape(label or name)}</th>"
-                f'<td class="num">{escape(_figure_value(f))}</td>'
+                f'<td class="num">{escape(figure_text(f))}</td>'
                 f"<td>{_plain(f.get('method')) if f.get('method') is not None else ''}</td>"
                 f'<td class="num">{escape(rng)}</td>'
                 f"<td>{notes}</td>"

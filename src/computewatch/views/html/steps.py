@@ -14,6 +14,7 @@ from computewatch.store import RunRow, Store
 from computewatch.units import format_percent, format_seconds
 from computewatch.views.html.downsample import MAX_BUCKETS
 from computewatch.views.html.page import chart_figure, escape, grid_table, kv_table
+from computewatch.views.summary_rows import figure_text
 
 MAX_PHASE_SERIES = 8  # the rest of the phases are summed into "other phases"
 
@@ -141,7 +142,7 @@ def requests_table(rq: RequestStats) -> str:
             figs.append(
                 [
                     escape(label),
-                    escape(f"{_num(f['value'])} {f.get('unit') or ''}"),
+                    escape(figure_text(f)),
                     escape(f.get("method") or ""),
                     escape(f"{_num(f.get('low'))}–{_num(f.get('high'))}"),
                     escape("; ".join(f.get("assumptions") or [])),
