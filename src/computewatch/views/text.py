@@ -24,7 +24,7 @@ from computewatch.units import (
     format_seconds,
     format_usd,
 )
-from computewatch.views.summary_rows import summary_rows
+from computewatch.views.summary_rows import format_value, summary_rows
 
 
 def add_row(t: Table, *cells: str | Text) -> None:
@@ -91,7 +91,7 @@ def print_compare(result: Comparison, out: TextIO) -> None:
     t.add_column("B − A", justify="right")
     t.add_column("B / A", justify="right")
     for row in result["fields"]:
-        fmt = _FORMATS.get(row["unit"], _plain)
+        fmt = _FORMATS.get(row["unit"], format_value)
         diff = row["difference"]
         if diff is None:
             dtext = ""
@@ -114,18 +114,6 @@ _FORMATS: dict[str, Callable[[Any], str]] = {
     "gCO2e": format_grams,
     "USD": format_usd,
 }
-
-
-def _plain(v: Any) -> str:
-    if v is None:
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:,.4g}"
-    return str(v)
-
-
-def _yes(v: Any) -> str:
-    return "yes" if v is True else ("no" if v is False else "n/a")
 
 
 def print_devices(info: dict[str, Any], out: TextIO) -> None:
@@ -170,8 +158,8 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
             format_bytes(g.get("memory_total_bytes")),
             "n/a" if g.get("power_limit_watts") is None else f"{g['power_limit_watts']:.0f} W",
             energy,
-            _yes(caps.get("gpm")),
-            _yes(caps.get("per_process")),
+            format_value(caps.get("gpm")),
+            format_value(caps.get("per_process")),
             "; ".join(why),
         )
     con.print(t)

@@ -14,19 +14,13 @@ from computewatch.store import RunRow, Store
 from computewatch.units import format_percent, format_seconds
 from computewatch.views.html.downsample import MAX_BUCKETS
 from computewatch.views.html.page import chart_figure, escape, grid_table, kv_table
-from computewatch.views.summary_rows import figure_text
+from computewatch.views.summary_rows import figure_text, format_value
 
 MAX_PHASE_SERIES = 8  # the rest of the phases are summed into "other phases"
 
 
 def _secs(v: Any) -> str:
     return format_seconds(v, clock=False)
-
-
-def _num(v: Any) -> str:
-    if not isinstance(v, int | float):
-        return "n/a"
-    return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:.4g}"
 
 
 # -- tables -----------------------------------------------------------------------------------
@@ -79,7 +73,7 @@ def ranks_table(rk: RankStats) -> str:
     """The distributed run's figures, then one row per rank."""
     head_rows = [
         ("ranks", escape(rk.get("count"))),
-        ("world size", escape(rk.get("world_size") if rk.get("world_size") is not None else "n/a")),
+        ("world size", escape(format_value(rk.get("world_size")))),
         ("slowest rank", escape(rk.get("slowest_rank"))),
         ("load imbalance", escape(format_percent(rk.get("load_imbalance")))),
         ("communication share", escape(format_percent(rk.get("comm_share")))),
@@ -125,11 +119,11 @@ def requests_table(rq: RequestStats) -> str:
                 f"max {_secs(lat.get('max'))}"
             ),
         ),
-        ("requests per second", escape(_num(rq.get("requests_per_second")))),
-        ("mean concurrency", escape(_num(rq.get("concurrency_mean")))),
-        ("tokens in", escape(_num(rq.get("tokens_in_total")))),
-        ("tokens out", escape(_num(rq.get("tokens_out_total")))),
-        ("tokens out per second", escape(_num(rq.get("tokens_per_second")))),
+        ("requests per second", escape(format_value(rq.get("requests_per_second")))),
+        ("mean concurrency", escape(format_value(rq.get("concurrency_mean")))),
+        ("tokens in", escape(format_value(rq.get("tokens_in_total")))),
+        ("tokens out", escape(format_value(rq.get("tokens_out_total")))),
+        ("tokens out per second", escape(format_value(rq.get("tokens_per_second")))),
     ]
     figs = []
     for f, label in (
@@ -144,7 +138,7 @@ def requests_table(rq: RequestStats) -> str:
                     escape(label),
                     escape(figure_text(f)),
                     escape(f.get("method") or ""),
-                    escape(f"{_num(f.get('low'))}–{_num(f.get('high'))}"),
+                    escape(f"{format_value(f.get('low'))}–{format_value(f.get('high'))}"),
                     escape("; ".join(f.get("assumptions") or [])),
                 ]
             )
