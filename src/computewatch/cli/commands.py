@@ -26,6 +26,7 @@ from computewatch.config import ConfigError, load_config
 from computewatch.errors import PROG, ComputewatchError, UsageError
 from computewatch.paths import resolve_db_path
 from computewatch.redact import use_names as use_redact_names
+from computewatch.sampling.lifecycle import open_run_store
 from computewatch.sampling.observers import RunObserver
 from computewatch.sampling.supervisor import (
     FORWARDED,
@@ -35,6 +36,7 @@ from computewatch.sampling.supervisor import (
 )
 from computewatch.sources.gpus import GpuBackendError
 from computewatch.store import Store
+from computewatch.store.spooled import open_store, waiting_line
 from computewatch.views.live import make_live_view
 
 __all__ = [
@@ -79,7 +81,18 @@ def _open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
         raise ComputewatchError(
             f"no runs recorded yet ({path} does not exist); try `{PROG} run -- CMD`"
         )
-    return Store.open(path, create=create)
+    if create:
+        return Store.open(path, create=create)
+    return open_store(path)  # read-only when it cannot be written; waiting runs stored first
+
+
+def _say_notices(store: Store) -> None:
+    """What the store could not do (read-only) and the runs still waiting in the spool."""
+    for line in store.notices:
+        print(f"{PROG}: {line}", file=sys.stderr)
+    waiting = waiting_line(store.path)
+    if waiting:
+        print(f"{PROG}: {waiting}", file=sys.stderr)
 
 
 def _emit(obj: Any, printer: Callable[[Any, TextIO], None], *, as_json: bool) -> None:
@@ -112,12 +125,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     # would end the supervisor and orphan the command (signal(7)). The supervisor receives them.
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     observers = _run_observers(args, accounting)
-    try:
-        store = _open_store(args, create=True)
-    except BaseException:
-        for obs in observers:
-            obs.finish("failed", None)
-        raise
+    # Never raises: a store that cannot take the run leaves it to the spool (said once).
+    store = open_run_store(resolve_db_path(args.db))
     opts = RunOptions(
         command=command,
         name=args.name,
@@ -137,7 +146,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             obs.finish("failed", None)
         raise
     finally:
-        store.close()
+        if store.store is not None:
+            store.store.close()
     if outcome.summary is None:  # monitoring failed (already said): the status is the command's
         return outcome.exit_code
     if not args.quiet:
@@ -269,6 +279,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             from computewatch.views.text import print_runs  # loads rich (start-up of `run`)
 
             print_runs(runs, sys.stdout)
+        _say_notices(store)
     return 0
 
 
@@ -289,6 +300,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     accounting = _accounting_options(args) if recompute else None
     with _open_store(args) as store:
         summary = _summary_of(store, args.run)
+        _say_notices(store)
         if accounting is not None:  # the same run, accounted again in another context
             run = store.find_run(summary["id"])
             if run.samples_deleted_at is not None:

@@ -83,6 +83,7 @@ class Sampler:
         self._strikes: dict[str, int] = {}
         self._reported: set[str] = set()
         self._store_failing = False
+        self.last_store_error: str | None = None
         self._clock = clock  # the monotonic clock that stamps ticks (a fake one in tests)
         self._last_flush = clock()
         self._mono0 = clock()
@@ -268,6 +269,7 @@ class Sampler:
                 data_until=self.last_tick_wall,
             )
         except sqlite3.Error as e:
+            self.last_store_error = str(e)
             if not self._store_failing:
                 self.note(f"cannot write to the store ({e}); keeping samples in memory, retrying")
             self._store_failing = True
@@ -278,6 +280,25 @@ class Sampler:
         self._aggregate(pend)
         self._pending = _Pending()
         return True
+
+    def write_pending_to(self, store: Store, run_key: int) -> None:
+        """Write the batch the store has not accepted to another store (the spool), under that
+        store's key of the run; raises what the store raises."""
+        pend = self._pending
+        store.write_batch(
+            run_key,
+            series=pend.series,
+            ticks=pend.ticks,
+            samples=[(run_key, seq, sid, v) for _, seq, sid, v in pend.samples],
+            steps=pend.steps,
+            phases=pend.phases,
+            requests=pend.requests,
+            processes=pend.processes,
+            writers=pend.writers,
+            heartbeat_at=time.time(),
+            data_until=self.last_tick_wall,
+        )
+        self._pending = _Pending()
 
     def _aggregate(self, pend: _Pending) -> None:
         """Feed a stored batch to the aggregates; an error there costs only the fast summary."""

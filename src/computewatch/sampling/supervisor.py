@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -21,12 +22,20 @@ from typing import Any, TextIO
 from computewatch.accounting.engine import AccountingOptions
 from computewatch.errors import ComputewatchError
 from computewatch.sampling.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader
-from computewatch.sampling.lifecycle import RunOutcome, finish_run, new_run_id, spool_dir
+from computewatch.sampling.lifecycle import (
+    RUN_BUSY_TIMEOUT,
+    RunOutcome,
+    RunStore,
+    end_run,
+    new_run_id,
+    spool_dir,
+)
 from computewatch.sampling.live import LiveView, QuietView, ViewFactory
 from computewatch.sampling.observers import RunInfo, RunObserver
 from computewatch.sampling.sampler import Sampler
 from computewatch.sampling.sources_for_run import build_monitor
 from computewatch.store import COMPLETED, FAILED, INTERRUPTED, Store
+from computewatch.store.spooled import problem_of
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 _SI_USER = 0  # siginfo si_code of kill(2); the kernel's own (e.g. the tty) is SI_KERNEL, 0x80
@@ -61,10 +70,21 @@ class RunOptions:
     """Builds the live view on stderr (the CLI passes the terminal views); None: notes only."""
 
 
-def run_command(opts: RunOptions, store: Store, stderr: TextIO = sys.stderr) -> RunOutcome:
-    """Run ``opts.command`` under monitoring. Raises :class:`CommandNotStarted`."""
+def run_command(
+    opts: RunOptions, store: Store | RunStore, stderr: TextIO = sys.stderr
+) -> RunOutcome:
+    """Run ``opts.command`` under monitoring. Raises :class:`CommandNotStarted`.
+
+    The store never holds the command back: one that cannot take the run (locked, full,
+    corrupt, read-only; see ``lifecycle.open_run_store``) leaves it to the spool, stored by a
+    later command, and the command's exit status comes back at once either way."""
+    if isinstance(store, Store):
+        store.set_busy_timeout(RUN_BUSY_TIMEOUT)
+        target = RunStore(store.path, store)
+    else:
+        target = store
     run_id = new_run_id()
-    spool = spool_dir(store.path, run_id)
+    spool = spool_dir(target.db_path, run_id)
     env = dict(os.environ)
     env[ENV_RUN_ID] = run_id
     env[ENV_SPOOL] = str(spool)
@@ -78,7 +98,7 @@ def run_command(opts: RunOptions, store: Store, stderr: TextIO = sys.stderr) -> 
         raise
     started = time.time()
     try:
-        return _supervise(opts, store, stderr, run_id, spool, pid, started, hwm)
+        return _supervise(opts, target, stderr, run_id, spool, pid, started, hwm)
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
@@ -162,7 +182,7 @@ def _exit_code(status: int) -> int:
 
 def _supervise(
     opts: RunOptions,
-    store: Store,
+    store: RunStore,
     stderr: TextIO,
     run_id: str,
     spool: Path,
@@ -181,7 +201,7 @@ def _supervise(
     title = opts.name or run_id
     live: LiveView = opts.view(stderr, opts.live, title) if opts.view else QuietView(stderr)
     try:
-        return _monitor(opts, store, live, run_id, spool, state, waiter, started)
+        return _monitor(opts, store, live, stderr, run_id, spool, state, waiter, started)
     except Exception as e:  # the monitor failed, never the command: wait for it, keep its status
         live.close()
         stderr.write(
@@ -197,8 +217,9 @@ def _supervise(
 
 def _monitor(
     opts: RunOptions,
-    store: Store,
+    target: RunStore,
     live: LiveView,
+    stderr: TextIO,
     run_id: str,
     spool: Path,
     state: _ChildState,
@@ -219,7 +240,7 @@ def _monitor(
     facts = mon.facts
     cores = mon.allowed_cores
     sources = mon.sources
-    run_key = store.create_run(
+    run_fields: dict[str, Any] = dict(
         run_id=run_id,
         name=opts.name,
         tags=opts.tags,
@@ -230,6 +251,16 @@ def _monitor(
         interval_seconds=opts.interval,
         host=facts,
     )
+    store = target.store
+    if store is None:
+        store = target.fall_back(run_id, target.reason or "the store cannot be opened")
+    try:
+        run_key = store.create_run(**run_fields)
+    except sqlite3.Error as e:  # locked past RUN_BUSY_TIMEOUT, full, read-only, corrupt
+        main = store
+        store = target.fall_back(run_id, problem_of(e))
+        main.close()
+        run_key = store.create_run(**run_fields)
     reader = SpoolReader(spool)
     sampler = Sampler(
         store,
@@ -245,6 +276,12 @@ def _monitor(
     sampler.total_steps = opts.accounting.total_steps
     for n in mon.notes:
         sampler.note(n, show=False)
+    for m in target.messages:
+        stderr.write(f"computewatch: {m}\n")
+    if target.kind != "store":
+        where = "the spool, to be stored later" if target.kind == "spool" else "memory only"
+        msg = f"the store cannot take this run ({target.reason}); it is kept in {where}"
+        sampler.note(msg, show=False)  # said once, when the run ends
     info = RunInfo(
         run_id=run_id,
         name=opts.name,
@@ -290,10 +327,12 @@ def _monitor(
         sampler.note(
             f"received {names} during the run (forwarded to the command when sent by kill)"
         )
-    outcome = finish_run(
-        store, sampler, run_key, status, exit_code, app_meta, reader,
+    outcome, said = end_run(
+        target, sampler, run_key, run_fields, status, exit_code, app_meta, reader,
         ended_at=state.ended_at, facts=mon.final_facts(), accounting=opts.accounting,
     )  # fmt: skip
+    for line in said:
+        stderr.write(f"computewatch: {line}\n")
     for obs in sampler.observers:
         try:
             obs.finish(status, outcome.summary)

@@ -7,6 +7,7 @@ import os
 import socket
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -153,14 +154,26 @@ class Store:
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
+        self.readonly = False
+        """Opened with :meth:`open_readonly`: nothing is written."""
+        self.notices: list[str] = []
+        """What a read-only store could not do (mark a run interrupted), for the reader to say."""
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | os.PathLike[str], *, create: bool = True) -> Store:
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        create: bool = True,
+        busy_timeout: float = BUSY_TIMEOUT_SECONDS,
+    ) -> Store:
         """Open (and create or migrate) the database at ``path``.
 
         Raises :class:`StoreError` with a readable reason for a file that is not a computewatch
         database, a schema newer than this version knows, or a directory that cannot be made.
+        ``busy_timeout`` bounds each wait for another process's write lock (the supervisor
+        passes a short one: the job's exit never waits on the store).
         """
         p = Path(path)
         if not create and not p.exists():
@@ -174,7 +187,7 @@ class Store:
             raise StoreError(f"{p} is a directory, not a database file")
         try:
             conn = sqlite3.connect(
-                p, timeout=BUSY_TIMEOUT_SECONDS, isolation_level=None, check_same_thread=False
+                p, timeout=busy_timeout, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as e:
             raise StoreError(f"cannot open {p}: {e}") from None
@@ -191,6 +204,72 @@ class Store:
             conn.close()
             raise
         return store
+
+    @classmethod
+    def open_readonly(cls, path: str | os.PathLike[str]) -> Store:
+        """Open an existing database for reading only (a read-only mount, a file without write
+        permission): no migration, no marking of interrupted runs, nothing written.
+
+        A WAL database needs its -shm file writable, or created: in a directory that refuses
+        that, the file is opened ``immutable`` (SQLite's URI parameter: no locks; fine for a
+        file nobody can write here)."""
+        p = Path(path)
+        if not p.is_file():
+            raise StoreError(f"no computewatch database at {p}")
+        uri = "file:" + urllib.parse.quote(str(p.resolve())) + "?mode=ro"
+        last: sqlite3.Error | None = None
+        for params in ("", "&immutable=1"):
+            try:
+                conn = sqlite3.connect(
+                    uri + params, uri=True, timeout=BUSY_TIMEOUT_SECONDS,
+                    isolation_level=None, check_same_thread=False,
+                )  # fmt: skip
+            except sqlite3.Error as e:
+                last = e
+                continue
+            store = cls(conn, p)
+            store.readonly = True
+            try:
+                store._check_readable()
+            except sqlite3.OperationalError as e:  # -shm cannot be made: try immutable
+                conn.close()
+                last = e
+                continue
+            except sqlite3.DatabaseError as e:
+                conn.close()
+                raise StoreError(f"{p} is not a usable computewatch database: {e}") from None
+            except BaseException:
+                conn.close()
+                raise
+            return store
+        raise StoreError(f"cannot read the database {p}: {last}")
+
+    @classmethod
+    def memory(cls) -> Store:
+        """An empty store in memory: where a run samples when no file can take it."""
+        conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        store = cls(conn, Path(":memory:"))
+        store._migrate()
+        return store
+
+    def set_busy_timeout(self, seconds: float) -> None:
+        """How long a write waits for another process's lock before it fails."""
+        self.conn.execute(f"PRAGMA busy_timeout={max(int(seconds * 1000), 0)}")
+
+    def _check_readable(self) -> None:
+        c = self.conn
+        version = c.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has schema version {version}, newer than this computewatch "
+                f"supports ({SCHEMA_VERSION}); upgrade computewatch"
+            )
+        if version < SCHEMA_VERSION:
+            raise StoreError(
+                f"{self.path} has an older schema ({version}) and is read-only here: it "
+                "cannot be migrated; open it once where it can be written"
+            )
+        c.execute("SELECT count(*) FROM runs").fetchone()
 
     def _setup(self) -> None:
         c = self.conn
@@ -637,6 +716,14 @@ class Store:
             else:  # another machine sharing the file: trust a recent heartbeat only
                 alive = heartbeat is not None and now - heartbeat < 600
             if alive:
+                continue
+            if self.readonly:
+                msg = (
+                    f"run {rid} looks interrupted (its monitor is gone) but the store is "
+                    "read-only: not marked"
+                )
+                if msg not in self.notices:
+                    self.notices.append(msg)
                 continue
             end = data_until or heartbeat or started
             self.conn.execute(
