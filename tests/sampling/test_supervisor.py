@@ -47,7 +47,9 @@ def test_a_store_that_fails_at_the_end_keeps_the_exit_status(
     def full(*args: object, **kwargs: object) -> None:
         raise sqlite3.OperationalError("database or disk is full")
 
-    monkeypatch.setattr(supervise, "finish_run", full)
+    from computewatch.sampling import lifecycle
+
+    monkeypatch.setattr(lifecycle, "finish_run", full)
     err = io.StringIO()
     with Store.open(tmp_path / "cw.db") as store:
         outcome = run_command(
@@ -56,4 +58,5 @@ def test_a_store_that_fails_at_the_end_keeps_the_exit_status(
             stderr=err,
         )
     assert outcome.exit_code == 3
-    assert "database or disk is full" in err.getvalue()
+    assert "could not be stored now (disk full)" in err.getvalue()  # the run waits in the spool
+    assert len(list((tmp_path / "spool").glob("*.run.sqlite"))) == 1
