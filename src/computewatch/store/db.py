@@ -18,6 +18,7 @@ from computewatch.errors import ComputewatchError
 from computewatch.escape import clean_text
 from computewatch.paths import create_private_file, make_private_dirs
 from computewatch.readings import Kind, Labels
+from computewatch.records import PhaseRecord, RequestRecord
 from computewatch.redact import configured_names, redact_argv, redact_mapping
 from computewatch.store.schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -75,24 +76,11 @@ class StepRow:
     flops: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class PhaseRow:
-    pid: int
-    name: str
-    start: float
-    end: float
-    accel_seconds: float | None
+PhaseRow = PhaseRecord
+"""A stored phase: the record user code spooled, as it is (``computewatch.records``)."""
 
-
-@dataclass(frozen=True, slots=True)
-class RequestRow:
-    pid: int
-    name: str
-    start: float
-    end: float
-    tokens_in: float | None
-    tokens_out: float | None
-    ok: bool
+RequestRow = RequestRecord
+"""A stored request: the record user code spooled, as it is (``computewatch.records``)."""
 
 
 _OWN_TABLES = frozenset(
