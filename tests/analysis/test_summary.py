@@ -116,6 +116,7 @@ def test_every_field_of_a_hand_computed_run(store: Store) -> None:
         "utilization_mean": pytest.approx(3.9 / 4.0 / 2.0),  # 0.4875
         "utilization_max": pytest.approx(1.7 / 2.0),  # the [2, 3] s window
         "allowed_cores": 2.0,
+        "method": "process tree",
     }
     assert s["memory"] == {
         "peak_rss_bytes": 300 * MIB,  # the tree's summed RSS peak beats any one process's HWM
@@ -158,6 +159,7 @@ def test_a_run_with_no_samples(store: Store) -> None:
         "utilization_mean": None,
         "utilization_max": None,
         "allowed_cores": 1.0,  # neither allowed_cores nor logical_cpus: 1
+        "method": None,
     }
     assert s["memory"] == {
         "peak_rss_bytes": None,

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from computewatch.store import RunRow, Store
 
 __all__ = [
+    "CGROUP_CPU",
     "MIN_WINDOW_SECONDS",
     "STEP_TIMES_EXACT",
     "STEP_TIME_RELATIVE_ACCURACY",
@@ -54,6 +55,9 @@ TREE_SERIES = frozenset(
         "host_memory_total_bytes",
     }
 )
+CGROUP_CPU = "run_cgroup_cpu_seconds_total"
+"""The run cgroup's CPU counter: where present, the run's CPU seconds (it counts processes
+the tree loses, such as double-forked daemons reaped outside it)."""
 HOST_SUMS = frozenset(
     {
         "host_disk_read_bytes_total",
@@ -275,7 +279,7 @@ class RunAggregates:
         if idx >= len(self._by_idx):
             self._by_idx.extend([None] * (idx + 1 - len(self._by_idx)))
         lb = dict(labels)
-        role = _role(name, lb, first_cpu="tree_cpu_seconds_total" not in self._named)
+        role = _role(name, lb, first_cpu=name not in self._named)
         if role is None:
             return
         s = _Series(idx, name, lb, role)
@@ -437,13 +441,13 @@ class RunAggregates:
         return first[0].peak
 
     def cpu_seconds(self) -> float | None:
-        """The last value of the tree's CPU counter."""
+        """The last value of the run's CPU counter: the cgroup's, else the tree's."""
         s = self._cpu()
         return s.last if s is not None and s.n else None
 
     def cpu_window_max(self) -> float | None:
-        """The tree's highest CPU rate over windows of at least MIN_WINDOW_SECONDS; the whole
-        run's when shorter than one window."""
+        """The highest rate of :meth:`cpu_seconds`'s counter over windows of at least
+        MIN_WINDOW_SECONDS; the whole run's when shorter than one window."""
         s = self._cpu()
         if s is None or s.n < 2:
             return None
@@ -454,10 +458,18 @@ class RunAggregates:
             return (s.last - s.first) / (t1 - t0)
         return None
 
+    def cpu_method(self) -> str | None:
+        """Which counter :meth:`cpu_seconds` reads: ``"cgroup"`` or ``"process tree"``."""
+        s = self._cpu()
+        if s is None or not s.n:
+            return None
+        return "cgroup" if s.name == CGROUP_CPU else "process tree"
+
     def _cpu(self) -> _Series | None:
-        for s in self._named.get("tree_cpu_seconds_total", ()):
-            if s.role == _CPU:
-                return s
+        for name in (CGROUP_CPU, "tree_cpu_seconds_total"):
+            for s in self._named.get(name, ()):
+                if s.role == _CPU and s.n:
+                    return s
         return None
 
     def gpu(self, uuid: str) -> GpuFigures | None:
@@ -566,6 +578,8 @@ _ROLE_OF = {
 def _role(name: str, labels: Mapping[str, str], *, first_cpu: bool) -> int | None:
     if name in TREE_SERIES:
         return _CPU if name == "tree_cpu_seconds_total" and first_cpu else _PLAIN
+    if name == CGROUP_CPU:
+        return _CPU if first_cpu else _PLAIN
     if name in HOST_SUMS:
         return None if labels.get("interface") == "lo" else _PLAIN
     if name in GPU_SERIES and labels.get("gpu") is not None:

@@ -68,6 +68,7 @@ def summary_of(store: Store, run: RunRow, agg: RunAggregates) -> RunSummary:
         else None,
         "utilization_max": _round(util_max / allowed) if util_max is not None else None,
         "allowed_cores": allowed,
+        "method": agg.cpu_method(),
     }
     peak_tree = peak("tree_resident_memory_bytes")
     peak_proc = last("tree_process_peak_resident_memory_bytes")

@@ -108,6 +108,9 @@ class CpuStats(TypedDict):
     utilization_mean: float | None
     utilization_max: float | None
     allowed_cores: float
+    method: NotRequired[str | None]
+    """Which counter gave ``seconds_total``: "cgroup" (the run's own cgroup v2, which counts
+    double-forked daemons too) or "process tree"; absent from summaries stored before it."""
 
 
 class MemoryStats(TypedDict):

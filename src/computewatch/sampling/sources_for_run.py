@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from computewatch.sources.base import Source, SourceUnavailable
@@ -50,12 +50,13 @@ def build_monitor(
     count_existing_usage: bool = False,
     root_cpu_baseline: float | None = None,
     fake_gpu_pids: tuple[int, ...] = (),
+    extra_sources: Sequence[Source] = (),
 ) -> Monitor:
     """Open every source that works here; each one that does not is skipped with its reason
-    in ``notes``. Raises :class:`computewatch.sources.gpus.GpuBackendError` for an invalid
-    ``gpu_backend``."""
+    in ``notes``; ``extra_sources`` (the run's cgroup) come first. Raises
+    :class:`computewatch.sources.gpus.GpuBackendError` for an invalid ``gpu_backend``."""
     notes: list[str] = []
-    sources: list[Source] = []
+    sources: list[Source] = list(extra_sources)
     facts: dict[str, Any] = dict(host_facts(procfs_root=procfs_root, pid=root_pid))
     facts["allowed_cores"] = allowed_cores(facts)
     tree: ProcessTreeSource | None = None

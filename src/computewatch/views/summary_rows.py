@@ -124,7 +124,8 @@ def usage_rows(s: RunSummary) -> list[Row]:
             f"{format_value(cpu.get('seconds_total'))} CPU-seconds · mean "
             f"{format_percent(cpu.get('utilization_mean'))}, "
             f"max {format_percent(cpu.get('utilization_max'))} "
-            f"of {format_value(cpu.get('allowed_cores'))} allowed cores",
+            f"of {format_value(cpu.get('allowed_cores'))} allowed cores"
+            + (f" ({m})" if (m := cpu.get("method")) else ""),
         ),
         Row(
             "memory",
