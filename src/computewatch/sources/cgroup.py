@@ -104,6 +104,8 @@ class RunCgroup:
         the cgroup is left for them) or removal fails."""
         try:
             left = self.pids()
+        except FileNotFoundError:
+            return None
         except (OSError, ValueError) as e:
             return f"run cgroup {self.path} not removed: {e}"
         if left:
@@ -143,7 +145,7 @@ def open_run_cgroup(
         return f"cgroup {home} is not writable by us (not delegated)"
     child = home / f"computewatch-{run_id}"
     try:
-        child.mkdir()
+        child.mkdir(exist_ok=True)  # a run id is new: an existing one is this run's own
     except OSError as e:
         return f"cannot create {child}: {_why(e)}"
     try:
