@@ -14,6 +14,8 @@ test that depends on the machine checks what this machine does instead of skippi
 
 from __future__ import annotations
 
+import datetime
+import ipaddress
 import json
 import os
 import signal
@@ -31,6 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from computewatch.store import Store
 
@@ -412,3 +418,45 @@ def receiver() -> Iterator[Receiver]:
     r = Receiver()
     yield r
     r.stop()
+
+
+# -- a self-signed certificate for TLS tests -------------------------------------------------
+
+
+@pytest.fixture
+def self_signed(tmp_path: Path) -> Callable[[], tuple[Path, Path]]:
+    """``self_signed()`` writes a certificate for 127.0.0.1 and its key (0600) under tmp_path."""
+
+    def make() -> tuple[Path, Path]:
+        key = ec.generate_private_key(ec.SECP256R1())
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+        now = datetime.datetime.now(datetime.UTC)
+        cert = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(
+                x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                critical=False,
+            )
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256())
+        )
+        cert_path = tmp_path / "tls.crt"
+        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_path = tmp_path / "tls.key"
+        key_path.write_bytes(
+            key.private_bytes(
+                serialization.Encoding.PEM,
+                serialization.PrivateFormat.PKCS8,
+                serialization.NoEncryption(),
+            )
+        )
+        key_path.chmod(0o600)  # a key others can read is refused
+        return cert_path, key_path
+
+    return make

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import signal
 import ssl
 import subprocess
@@ -103,47 +101,10 @@ def test_token_required_and_metrics_pass_promtool(
         get(base + "/healthz")  # the server is gone
 
 
-def make_cert(tmp: Path) -> tuple[Path, Path]:
-    cryptography = pytest.importorskip("cryptography")
-    del cryptography
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp / "tls.crt", tmp / "tls.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    key_path.chmod(0o600)  # one others can read is refused
-    return cert_path, key_path
-
-
-def test_tls(cw: Any, tmp_path: Path, free_port: Callable[[], int]) -> None:
-    cert, key = make_cert(tmp_path)
+def test_tls(
+    cw: Any, free_port: Callable[[], int], self_signed: Callable[[], tuple[Path, Path]]
+) -> None:
+    cert, key = self_signed()
     port = free_port()
     proc = start_agent(cw, port, "--tls-cert", str(cert), "--tls-key", str(key))
     ctx = ssl.create_default_context(cafile=str(cert))
@@ -197,7 +158,7 @@ def test_bad_listen_and_token_file_are_one_line_errors(cw: Any, tmp_path: Path) 
 
 @pytest.mark.parametrize("bad_mode", [0o644, 0o640, 0o606])
 def test_token_or_key_file_others_can_use_is_refused(
-    cw: Any, tmp_path: Path, bad_mode: int
+    cw: Any, tmp_path: Path, bad_mode: int, self_signed: Callable[[], tuple[Path, Path]]
 ) -> None:
     token = tmp_path / "token"
     token.write_text("t\n")
@@ -205,7 +166,7 @@ def test_token_or_key_file_others_can_use_is_refused(
     r = cw("agent", "--token-file", token, "--gpu-backend", "none", "--once")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
     assert f"chmod 600 {token}" in r.stderr and "Traceback" not in r.stderr
-    cert, key = make_cert(tmp_path)
+    cert, key = self_signed()
     key.chmod(bad_mode)
     r = cw("agent", "--tls-cert", cert, "--tls-key", key, "--gpu-backend", "none", "--once")
     assert r.returncode == 2 and f"chmod 600 {key}" in r.stderr
