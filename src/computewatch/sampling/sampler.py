@@ -255,19 +255,7 @@ class Sampler:
         ):
             return True
         try:
-            self.store.write_batch(
-                self.run_key,
-                series=pend.series,
-                ticks=pend.ticks,
-                samples=pend.samples,
-                steps=pend.steps,
-                phases=pend.phases,
-                requests=pend.requests,
-                processes=pend.processes,
-                writers=pend.writers,
-                heartbeat_at=time.time(),
-                data_until=self.last_tick_wall,
-            )
+            self._write(self.store, self.run_key, pend.samples)
         except sqlite3.Error as e:
             self.last_store_error = str(e)
             if not self._store_failing:
@@ -284,12 +272,19 @@ class Sampler:
     def write_pending_to(self, store: Store, run_key: int) -> None:
         """Write the batch the store has not accepted to another store (the spool), under that
         store's key of the run; raises what the store raises."""
+        samples = [(run_key, seq, sid, v) for _, seq, sid, v in self._pending.samples]
+        self._write(store, run_key, samples)
+
+    def _write(
+        self, store: Store, run_key: int, samples: list[tuple[int, int, int, float]]
+    ) -> None:
+        """The pending batch, with ``samples`` keyed for ``store``, in one write."""
         pend = self._pending
         store.write_batch(
             run_key,
             series=pend.series,
             ticks=pend.ticks,
-            samples=[(run_key, seq, sid, v) for _, seq, sid, v in pend.samples],
+            samples=samples,
             steps=pend.steps,
             phases=pend.phases,
             requests=pend.requests,
