@@ -6,6 +6,7 @@ made by the test (as root, as CI runs it) in a mount namespace of its own or unm
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import subprocess
@@ -141,13 +142,20 @@ def test_full_disk_at_the_start(cw: Any, small_disk: Path) -> None:
     assert "status" in r.stderr  # the summary, from memory
 
 
+def _listed(cw: Any) -> int:
+    """How many runs ``runs --json`` lists now (0 while the store is still being made)."""
+    r = cw("runs", "--json")
+    return len(json.loads(r.stdout)) if r.returncode == 0 else 0
+
+
 def test_full_disk_mid_run(cw: Any, small_disk: Path) -> None:
     go = cw.tmp / "go"
     p = cw.popen(
         "run", "--quiet", "--interval", "0.1", "--", "sh", "-c",
         'echo start; while [ ! -e "$0" ]; do sleep 0.05; done; exit 4', str(go),
     )  # fmt: skip
-    cw.wait_for(lambda: cw.db.exists() and cw.db.stat().st_size > 0, what="the database")
+    # mid-run: the run is registered (a non-empty file can still be only the schema)
+    cw.wait_for(lambda: _listed(cw) == 1, what="the run's row")
     filler = _fill(small_disk)
     go.touch()
     out, err = p.communicate(timeout=TIMEOUT)
