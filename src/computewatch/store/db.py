@@ -84,8 +84,11 @@ RequestRow = RequestRecord
 
 
 _OWN_TABLES = frozenset(
-    {"runs", "series", "ticks", "samples", "steps", "writers", "processes", "phases", "requests"}
-)
+    {
+        "runs", "series", "ticks", "samples", "steps", "writers", "processes", "phases",
+        "requests", "run_meta", "uploads",
+    }
+)  # fmt: skip
 _RUN_DATA_TABLES = (
     "samples", "ticks", "steps", "series", "processes", "writers", "phases", "requests",
 )  # fmt: skip
@@ -444,7 +447,35 @@ class Store:
         ]
         self.conn.execute(f"UPDATE runs SET {cols} WHERE key=?", (*vals, run_key))
 
+    def set_meta(self, run_key: int, kind: str, value: object) -> None:
+        """Record one document of ``kind`` for a run (its configuration, environment, governance
+        declaration, artifacts, ...), replacing the one before; ``value`` is stored as JSON."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO run_meta (run_key, kind, value) VALUES (?,?,?)",
+            (run_key, kind, jsonout.dumps(value, sort_keys=True)),
+        )
+
+    def mark_uploaded(self, run_key: int, server: str, *, seq: int, final: bool) -> None:
+        """Remember that ``server`` holds the run up to upload sequence number ``seq`` (and, when
+        ``final``, its finished state)."""
+        self.conn.execute(
+            "INSERT OR REPLACE INTO uploads (run_key, server, seq, final, uploaded_at) "
+            "VALUES (?,?,?,?,?)",
+            (run_key, server, seq, int(final), time.time()),
+        )
+
     # -- reading ------------------------------------------------------------------------------
+    def meta(self, run_key: int) -> dict[str, Any]:
+        """Every document recorded with :meth:`set_meta` for a run, by kind."""
+        rows = self.conn.execute("SELECT kind, value FROM run_meta WHERE run_key=?", (run_key,))
+        return {kind: json.loads(value) for kind, value in rows}
+
+    def uploaded(self, server: str) -> dict[int, tuple[int, bool]]:
+        """Run key → (last uploaded sequence number, whether the finished run was uploaded),
+        for ``server``."""
+        rows = self.conn.execute("SELECT run_key, seq, final FROM uploads WHERE server=?", (server,))
+        return {k: (int(seq), bool(final)) for k, seq, final in rows}
+
     def run_by_key(self, key: int) -> RunRow:
         r = self.conn.execute(f"SELECT {_RUN_COLUMNS} FROM runs WHERE key=?", (key,)).fetchone()
         if r is None:

@@ -110,6 +110,25 @@ MIGRATIONS: tuple[str, ...] = (
     );
     CREATE INDEX requests_run ON requests(run_key, start);
     """,
+    # 3: what a run records beside its samples (its configuration, environment, governance
+    # declaration, artifacts such as profiles: one JSON document per kind), and what has been
+    # uploaded to which server (the local store is the upload spool).
+    """
+    CREATE TABLE run_meta (
+        run_key INTEGER NOT NULL REFERENCES runs(key) ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (run_key, kind)
+    ) WITHOUT ROWID;
+    CREATE TABLE uploads (
+        run_key INTEGER NOT NULL REFERENCES runs(key) ON DELETE CASCADE,
+        server TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        final INTEGER NOT NULL,
+        uploaded_at REAL NOT NULL,
+        PRIMARY KEY (run_key, server)
+    ) WITHOUT ROWID;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -176,6 +176,11 @@ def _copy(store: Store) -> tuple[str, int, bool] | None:
             f"WHERE m.run_key=? AND {same})",
             (key, sp_key, key),
         )
+    c.execute(  # what the run recorded beside its samples: the spooled copy is the newer
+        "INSERT OR REPLACE INTO main.run_meta (run_key, kind, value) "
+        "SELECT ?, kind, value FROM sp.run_meta WHERE run_key=?",
+        (key, sp_key),
+    )
     has_summary = c.execute("SELECT summary IS NOT NULL FROM main.runs WHERE key=?", (key,))
     return str(run_id), int(key), bool(has_summary.fetchone()[0]) or sp_summary is not None
 

@@ -1,0 +1,2 @@
+"""Exporting metrics beyond Prometheus: OpenTelemetry (OTLP/HTTP) and CloudWatch's Embedded
+Metric Format."""

@@ -1,0 +1,83 @@
+"""The upload protocol between a machine's local store and ``computewatch server``: the JSON
+documents that travel, as typed records. Both sides import these names; docs/server.md describes
+the same fields for anyone writing their own client.
+
+A client sends ``POST /api/v1/runs`` with an :class:`IngestBatch`. Each :class:`RunUpload` carries
+the run's whole current state (not a delta): its identity, status, summary (what ``show --json``
+prints, secrets already redacted), the documents recorded beside it (configuration, environment,
+governance declaration, ...) and its series downsampled to at most :data:`MAX_POINTS` buckets.
+``seq`` grows with every upload of a run; the server keeps the highest and answers an upload whose
+``seq`` it already holds with ``stored: false``: uploading twice stores once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, TypedDict
+
+PROTOCOL_VERSION: Final = 1
+"""Bumped on any change a server of the previous version could not read."""
+
+PROTOCOL_HEADER: Final = "X-Computewatch-Protocol"
+"""Request header carrying :data:`PROTOCOL_VERSION` (also the batch's ``protocol`` field)."""
+
+MAX_POINTS: Final = 600
+"""Buckets per uploaded series at most (min/mean/max each, as the report downsamples)."""
+
+MAX_RUNS_PER_BATCH: Final = 100
+MAX_BODY_BYTES: Final = 16 * 1024 * 1024
+"""What one ingest request may hold; larger is refused with 413 before anything is stored."""
+
+
+class SeriesUpload(TypedDict):
+    name: str
+    """The stored series name (``gpu.utilization``, ``cpu.percent``, ...)."""
+    labels: dict[str, str]
+    bucket_seconds: float
+    """Width of each bucket; 0 when the points are the raw samples."""
+    points: list[list[float]]
+    """``[t, min, mean, max]`` per bucket, ``t`` the bucket's start (Unix seconds)."""
+
+
+class RunUpload(TypedDict):
+    id: str
+    """The run's id in the local store (a UUID, hex)."""
+    seq: int
+    """Upload sequence number of this run, from 1, growing with each upload."""
+    final: bool
+    """True once the run has ended: its summary is the last one."""
+    name: str | None
+    status: str
+    """running, completed, failed or interrupted."""
+    exit_code: int | None
+    started_at: float
+    ended_at: float | None
+    host: str
+    """The machine's host name."""
+    user: str
+    project: str | None
+    """The ``project`` tag, else the configuration's ``[server] project``, else null."""
+    tags: dict[str, str]
+    command: list[str]
+    """The command line, secrets redacted (computewatch.redact)."""
+    summary: dict[str, Any] | None
+    """The run's summary document, as ``computewatch show --json`` prints it."""
+    meta: dict[str, Any]
+    """Documents recorded with the run, by kind (``config``, ``environment``, ...)."""
+    series: list[SeriesUpload]
+
+
+class IngestBatch(TypedDict):
+    protocol: int
+    runs: list[RunUpload]
+
+
+class IngestResult(TypedDict):
+    id: str
+    seq: int
+    stored: bool
+    """False when the server already held this run at this ``seq`` or a later one."""
+
+
+class IngestResponse(TypedDict):
+    protocol: int
+    results: list[IngestResult]
