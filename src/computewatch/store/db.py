@@ -473,7 +473,9 @@ class Store:
     def uploaded(self, server: str) -> dict[int, tuple[int, bool]]:
         """Run key → (last uploaded sequence number, whether the finished run was uploaded),
         for ``server``."""
-        rows = self.conn.execute("SELECT run_key, seq, final FROM uploads WHERE server=?", (server,))
+        rows = self.conn.execute(
+            "SELECT run_key, seq, final FROM uploads WHERE server=?", (server,)
+        )
         return {k: (int(seq), bool(final)) for k, seq, final in rows}
 
     def run_by_key(self, key: int) -> RunRow:
