@@ -30,7 +30,15 @@ from computewatch.analysis.summary_types import (
 from computewatch.catalog.clock_events import decode_clock_events
 from computewatch.store import RUNNING, RunRow, SeriesRow, Store
 
-__all__ = ["build_summary", "gpu_stats", "iso", "percentile", "step_stats", "summary_of"]
+__all__ = [
+    "build_summary",
+    "current_summary",
+    "gpu_stats",
+    "iso",
+    "percentile",
+    "step_stats",
+    "summary_of",
+]
 
 SUMMARY_SCHEMA_VERSION = 1
 
@@ -42,6 +50,14 @@ def build_summary(store: Store, run: RunRow) -> RunSummary:
         return stored_summary(run.summary)
 
     return summary_of(store, run, aggregates_from_store(store, run))
+
+
+def current_summary(store: Store, run: RunRow) -> RunSummary:
+    """What ``computewatch show --json`` prints for a run: the summary stored when it ended,
+    else (a running run, or one that ended without one) built from its samples now."""
+    if run.summary is not None and run.status != RUNNING:
+        return stored_summary(run.summary)
+    return build_summary(store, run)
 
 
 def summary_of(store: Store, run: RunRow, agg: RunAggregates) -> RunSummary:

@@ -19,8 +19,8 @@ from computewatch.accounting.region import RegionError, resolve_location
 from computewatch.analysis.compare import compare
 from computewatch.analysis.export import iter_rows, write_csv, write_jsonl, write_parquet
 from computewatch.analysis.retention import collect, expired_runs
-from computewatch.analysis.summary import build_summary, iso
-from computewatch.analysis.summary_types import RunSummary, stored_summary
+from computewatch.analysis.summary import current_summary, iso
+from computewatch.analysis.summary_types import RunSummary
 from computewatch.cli.alerts import alerts_enabled, alerts_sink
 from computewatch.config import ConfigError, load_config
 from computewatch.errors import PROG, ComputewatchError, UsageError
@@ -284,10 +284,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _summary_of(store: Store, ref: str) -> RunSummary:
-    run = store.find_run(ref)
-    if run.summary is not None and run.status != "running":
-        return stored_summary(run.summary)
-    return build_summary(store, run)
+    return current_summary(store, store.find_run(ref))
 
 
 _ACCOUNTING_FLAGS = (
