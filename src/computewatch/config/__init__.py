@@ -33,6 +33,12 @@ cloud_instances = "~/prices.csv"
 
 [privacy]                      # more names whose values are redacted (docs/security.md)
 redact = ["wandb_key", "hf"]
+
+[server]                       # upload runs to `computewatch server` (docs/upload.md)
+url = "https://computewatch.example.org"
+token_file = "~/.config/computewatch/token"   # or token = "..." (an ingest token)
+project = "llm-pretrain"       # when a run has no `project` tag
+stream_interval = 10           # seconds between live uploads of a running run
 ```
 """
 
@@ -84,6 +90,12 @@ class Config:
     """``[diagnosis]`` threshold overrides, checked by computewatch.config.thresholds."""
     redact_names: tuple[str, ...] = ()
     """``[privacy] redact``: more names whose values are secrets (computewatch.redact)."""
+    server_url: str | None = None
+    """``[server] url``: where runs are uploaded (computewatch.upload)."""
+    server_token: str | None = None
+    server_token_file: Path | None = None
+    server_project: str | None = None
+    server_stream_interval: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -148,11 +160,12 @@ NUMBERS: dict[str, Range] = {
     "cost.usd_per_gpu_hour": _USD,
     "cost.usd_per_hour": _USD,
     "cost.usd_per_kwh": Range(0, 1e3, why="dollars"),
+    "server.stream_interval": Range(1, 3600, why="seconds"),
 }
 """The range of every numeric key of the configuration, by ``section.key``."""
 
 # section -> key -> (field, kind); kind: "str", "number" (range in NUMBERS), "bool", "path",
-# "url", "precision"
+# "url", "precision", "secret" (a string never repeated in a message)
 _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
     "location": {"region": ("region", "str")},
     "energy": {
@@ -178,6 +191,13 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "cloud_instances": ("catalog_cloud_instances", "path"),
     },
     "privacy": {"redact": ("redact_names", "names")},
+    "server": {
+        "url": ("server_url", "url"),
+        "token": ("server_token", "secret"),
+        "token_file": ("server_token_file", "path"),
+        "project": ("server_project", "str"),
+        "stream_interval": ("server_stream_interval", "number"),
+    },
 }
 
 
@@ -289,6 +309,10 @@ def _check(where: str, key: str, value: Any, kind: str, path: Path | None) -> An
         if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
             raise ConfigError(f"{bad} must be a list of non-empty strings")
         return tuple(v.strip() for v in value)
+    if kind == "secret":
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where}: {key} must be a non-empty string (value not shown)")
+        return value.strip()
     if kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"{bad} must be true or false")
