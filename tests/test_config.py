@@ -163,7 +163,7 @@ def test_unknown_section_lists_the_known_ones(tmp_path: Path) -> None:
         load_config(p)
     assert str(info.value) == (
         f"{p}: unknown section [prices]; known: carbon, catalog, cost, energy, flops, location, "
-        "privacy"
+        "privacy, server"
     )
 
 
