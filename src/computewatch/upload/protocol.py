@@ -8,11 +8,15 @@ prints, secrets already redacted), the documents recorded beside it (configurati
 governance declaration, ...) and its series downsampled to at most :data:`MAX_POINTS` buckets.
 ``seq`` grows with every upload of a run; the server keeps the highest and answers an upload whose
 ``seq`` it already holds with ``stored: false``: uploading twice stores once.
+
+The body is JSON (``Content-Type: application/json``), optionally gzip-compressed with
+``Content-Encoding: gzip`` (a client sends it so only to a server that accepted it before, or
+when told to; :data:`MAX_BODY_BYTES` counts the uncompressed JSON).
 """
 
 from __future__ import annotations
 
-from typing import Any, Final, TypedDict
+from typing import Any, Final, NotRequired, TypedDict
 
 PROTOCOL_VERSION: Final = 1
 """Bumped on any change a server of the previous version could not read."""
@@ -36,6 +40,10 @@ class SeriesUpload(TypedDict):
     """Width of each bucket; 0 when the points are the raw samples."""
     points: list[list[float]]
     """``[t, min, mean, max]`` per bucket, ``t`` the bucket's start (Unix seconds)."""
+    kind: NotRequired[str]
+    """``gauge``: the values as sampled; ``rate``: a cumulative counter (``..._total``) as its
+    per-second rate between consecutive samples, before bucketing (the counter itself stays
+    local). Absent: ``gauge``. Added in protocol 1 (additive: a server may ignore it)."""
 
 
 class RunUpload(TypedDict):
