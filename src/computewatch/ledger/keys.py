@@ -1,0 +1,149 @@
+"""Ed25519 keys: the server's, which signs checkpoints of the chain, and a node's or client's,
+which signs its own usage reports (a software stand-in for hardware-based attestation: an auditor
+can check that a report came from a known node, not that the node told the truth).
+
+A private key is a PKCS#8 PEM file readable by its owner only; a public key travels as the
+base64 of its 32 raw bytes, named by its key id (the first 16 hex digits of the SHA-256 of those
+bytes).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from computewatch.ledger.chain import Entry, LedgerError, canonical
+from computewatch.paths import create_private_file
+
+CHECKPOINT_KIND = "checkpoint"
+_CHECKPOINT_CONTEXT = b"computewatch-ledger-checkpoint:v1:"
+_REPORT_CONTEXT = b"computewatch-signed-report:v1:"
+
+
+def public_bytes(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def key_id(key: Ed25519PublicKey) -> str:
+    return hashlib.sha256(public_bytes(key)).hexdigest()[:16]
+
+
+def encode_public(key: Ed25519PublicKey) -> str:
+    return base64.b64encode(public_bytes(key)).decode("ascii")
+
+
+def decode_public(text: str) -> Ed25519PublicKey:
+    """A public key from the base64 of its raw bytes, or from a PEM ``PUBLIC KEY`` block."""
+    text = text.strip()
+    if text.startswith("-----BEGIN"):
+        try:
+            key = serialization.load_pem_public_key(text.encode("ascii"))
+        except (ValueError, UnicodeEncodeError) as e:
+            raise LedgerError(f"not a PEM public key: {e}") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise LedgerError("the PEM public key is not an Ed25519 key")
+        return key
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise LedgerError("a public key must be base64 of 32 bytes or a PEM block") from None
+    if len(raw) != 32:
+        raise LedgerError(f"an Ed25519 public key has 32 bytes, not {len(raw)}")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def read_public_key(path: Path) -> Ed25519PublicKey:
+    try:
+        text = path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError) as e:
+        raise LedgerError(f"cannot read the public key {path}: {e}") from None
+    return decode_public(text)
+
+
+def load_or_create_private_key(path: Path) -> Ed25519PrivateKey:
+    """The private key in ``path``; a new one written there (mode 0600) when the file is
+    missing."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        key = Ed25519PrivateKey.generate()
+        pem = key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not create_private_file(path):  # another process made it first: use theirs
+                return load_or_create_private_key(path)
+            with open(path, "wb") as f:  # created empty with mode 0600 just above
+                f.write(pem)
+        except OSError as e:
+            raise LedgerError(f"cannot write the signing key {path}: {e}") from None
+        return key
+    except OSError as e:
+        raise LedgerError(f"cannot read the signing key {path}: {e}") from None
+    try:
+        loaded = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as e:
+        raise LedgerError(f"{path} is not an unencrypted PEM private key: {e}") from None
+    if not isinstance(loaded, Ed25519PrivateKey):
+        raise LedgerError(f"{path} holds a private key that is not Ed25519")
+    return loaded
+
+
+def checkpoint_body(head: Entry, key: Ed25519PrivateKey) -> dict[str, Any]:
+    """The body of a checkpoint entry: the head it vouches for, signed."""
+    message = _CHECKPOINT_CONTEXT + f"{head.seq}:{head.hash}".encode("ascii")
+    return {
+        "head_seq": head.seq,
+        "head_hash": head.hash,
+        "key_id": key_id(key.public_key()),
+        "signature": base64.b64encode(key.sign(message)).decode("ascii"),
+    }
+
+
+def checkpoint_valid(body: Mapping[str, Any], key: Ed25519PublicKey) -> bool:
+    try:
+        message = _CHECKPOINT_CONTEXT + f"{int(body['head_seq'])}:{body['head_hash']}".encode(
+            "ascii"
+        )
+        key.verify(base64.b64decode(str(body["signature"]), validate=True), message)
+    except (KeyError, ValueError, TypeError, binascii.Error, InvalidSignature, UnicodeError):
+        return False
+    return True
+
+
+def sign_report(report: Mapping[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
+    """``report`` with ``signed_by`` (key id) and ``signature`` over its canonical JSON."""
+    bare = {k: v for k, v in report.items() if k not in ("signed_by", "signature")}
+    signed_by = key_id(key.public_key())
+    message = _REPORT_CONTEXT + canonical({**bare, "signed_by": signed_by})
+    return {**bare, "signed_by": signed_by, "signature": _b64(key.sign(message))}
+
+
+def report_valid(report: Mapping[str, Any], key: Ed25519PublicKey) -> bool:
+    """Whether ``report`` was signed by ``key`` and not changed since."""
+    bare = {k: v for k, v in report.items() if k != "signature"}
+    if bare.get("signed_by") != key_id(key):
+        return False
+    try:
+        key.verify(
+            base64.b64decode(str(report["signature"]), validate=True),
+            _REPORT_CONTEXT + canonical(bare),
+        )
+    except (KeyError, ValueError, binascii.Error, InvalidSignature, LedgerError):
+        return False
+    return True
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")

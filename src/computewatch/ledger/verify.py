@@ -1,0 +1,260 @@
+"""The export format and its verification.
+
+An export is JSON Lines: a header line, then one line per entry in chain order::
+
+    {"format": "computewatch-ledger", "version": 1, "exported_at": "...", "public_keys": {ID: B64},
+     "first_seq": 1, "first_prev": "000...0", "entries": N}
+    {"seq": 1, "time": "...", "kind": "run", "body": {...}, "prev": "000...0", "hash": "..."}
+    ...
+
+``first_seq``/``first_prev`` say where the kept chain starts when older entries were pruned under
+the retention policy (docs/ledger.md). Verification recomputes every hash, follows every ``prev``,
+checks that ``seq`` runs on without gaps, and checks every checkpoint's Ed25519 signature
+against the trusted public key (``--public-key``) or, without one, the keys in the header (which
+proves the export is whole and unchanged since it was signed, not who signed it).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from computewatch.ledger.chain import GENESIS, Entry, LedgerError
+from computewatch.ledger.keys import CHECKPOINT_KIND, checkpoint_valid, decode_public, key_id
+
+FORMAT: Final = "computewatch-ledger"
+VERSION: Final = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    public_keys: Mapping[str, Ed25519PublicKey]
+    first_seq: int = 1
+    first_prev: str = GENESIS
+    exported_at: str = ""
+    entries: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    seq: int
+    what: str
+    """altered, removed, inserted, reordered, unsigned or signature."""
+    message: str
+
+
+@dataclass(slots=True)
+class Verdict:
+    entries: int = 0
+    checkpoints: int = 0
+    last_signed_seq: int | None = None
+    problem: Problem | None = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+def header_json(
+    keys: Iterable[Ed25519PublicKey],
+    *,
+    exported_at: str,
+    entries: int,
+    first_seq: int = 1,
+    first_prev: str = GENESIS,
+) -> dict[str, Any]:
+    from computewatch.ledger.keys import encode_public
+
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "exported_at": exported_at,
+        "public_keys": {key_id(k): encode_public(k) for k in keys},
+        "first_seq": first_seq,
+        "first_prev": first_prev,
+        "entries": entries,
+    }
+
+
+def entry_from_json(doc: object, where: str) -> Entry:
+    if not isinstance(doc, dict):
+        raise LedgerError(f"{where}: a ledger entry must be a JSON object")
+    try:
+        seq, time, kind, body = doc["seq"], doc["time"], doc["kind"], doc["body"]
+        prev, digest = doc["prev"], doc["hash"]
+    except KeyError as e:
+        raise LedgerError(f"{where}: ledger entry without {e.args[0]!r}") from None
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        raise LedgerError(f"{where}: seq must be a whole number")
+    if not all(isinstance(x, str) for x in (time, kind, prev, digest)):
+        raise LedgerError(f"{where}: time, kind, prev and hash must be strings")
+    if not isinstance(body, dict):
+        raise LedgerError(f"{where}: body must be a JSON object")
+    return Entry(seq, time, kind, body, prev, digest)
+
+
+def read_export(path: Path) -> tuple[Header, list[Entry]]:
+    """The header and entries of an export file; a malformed file is a :class:`LedgerError`
+    naming the line."""
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise LedgerError(f"cannot read {path}: {e.strerror or e}") from None
+    lines = raw.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    if not lines:
+        raise LedgerError(f"{path}: empty file, not a ledger export")
+    docs: list[object] = []
+    for n, line in enumerate(lines, 1):
+        try:
+            docs.append(json.loads(line.decode("utf-8")))
+        except (UnicodeDecodeError, ValueError) as e:
+            raise LedgerError(f"{path}:{n}: not a JSON line ({e})") from None
+    header = _header(docs[0], f"{path}:1")
+    entries = [entry_from_json(d, f"{path}:{n}") for n, d in enumerate(docs[1:], 2)]
+    return header, entries
+
+
+def _header(doc: object, where: str) -> Header:
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise LedgerError(f"{where}: not a {FORMAT} export (no header line)")
+    if doc.get("version") != VERSION:
+        raise LedgerError(
+            f"{where}: export format version {doc.get('version')!r}; this computewatch reads "
+            f"version {VERSION}"
+        )
+    keys_doc = doc.get("public_keys", {})
+    if not isinstance(keys_doc, dict):
+        raise LedgerError(f"{where}: public_keys must be an object")
+    keys: dict[str, Ed25519PublicKey] = {}
+    for kid, text in keys_doc.items():
+        if not isinstance(text, str):
+            raise LedgerError(f"{where}: public key {kid!r} is not a string")
+        key = decode_public(text)
+        if key_id(key) != kid:
+            raise LedgerError(f"{where}: public key {kid!r} does not match its id")
+        keys[kid] = key
+    first_seq, first_prev = doc.get("first_seq", 1), doc.get("first_prev", GENESIS)
+    if not isinstance(first_seq, int) or not isinstance(first_prev, str):
+        raise LedgerError(f"{where}: first_seq must be a number and first_prev a string")
+    count = doc.get("entries")
+    return Header(
+        keys, first_seq, first_prev, str(doc.get("exported_at", "")),
+        count if isinstance(count, int) else None,
+    )  # fmt: skip
+
+
+def verify(
+    entries: Sequence[Entry],
+    header: Header,
+    trusted: Ed25519PublicKey | None = None,
+    *,
+    require_signed_head: bool = False,
+) -> Verdict:
+    """Check ``entries`` (in the order they were read) as a chain starting at the header's
+    ``first_seq``/``first_prev``; the verdict names the first problem found."""
+    v = Verdict()
+    keys: Mapping[str, Ed25519PublicKey] = (
+        {key_id(trusted): trusted} if trusted is not None else header.public_keys
+    )
+    if trusted is None:
+        v.notes.append(
+            "no --public-key given: checkpoints were checked against the keys in the export, "
+            "which proves it is unchanged since signed, not who signed it"
+        )
+    if header.first_seq != 1:
+        v.notes.append(
+            f"entries before seq {header.first_seq} were pruned under the retention policy; "
+            f"the chain is checked from there"
+        )
+    positions: dict[int, list[int]] = {}
+    for i, e in enumerate(entries):
+        positions.setdefault(e.seq, []).append(i)
+    expected, prev = header.first_seq, header.first_prev
+    for i, e in enumerate(entries):
+        if e.recomputed() != e.hash:
+            return _fail(v, e.seq, "altered", f"entry {e.seq} was altered: its content no "
+                         "longer matches its hash")  # fmt: skip
+        if e.seq != expected:
+            return _fail(v, *_out_of_order(e, i, expected, positions))
+        if e.prev != prev:
+            return _fail(
+                v, e.seq, "inserted" if i and entries[i - 1].seq == e.seq - 1 else "altered",
+                f"the chain breaks before entry {e.seq}: its previous hash does not match entry "
+                f"{e.seq - 1} (an entry before it was replaced, or entries were inserted and "
+                "renumbered)",
+            )  # fmt: skip
+        if e.kind == CHECKPOINT_KIND:
+            problem = _checkpoint(e, entries, header.first_seq, keys)
+            if problem is not None:
+                return _fail(v, e.seq, "signature", problem)
+            v.checkpoints += 1
+            v.last_signed_seq = int(e.body["head_seq"])
+        v.entries += 1
+        expected, prev = e.seq + 1, e.hash
+    if header.entries is not None and header.entries != len(entries):
+        missing = header.entries - len(entries)
+        what = "removed from the end" if missing > 0 else "appended"
+        message = f"{abs(missing)} entries were {what} (the header counts {header.entries})"
+        return _fail(v, expected, "removed" if missing > 0 else "inserted", message)
+    if require_signed_head and entries and v.last_signed_seq != entries[-1].seq:
+        unsigned = entries[-1].seq - (v.last_signed_seq or header.first_seq - 1)
+        return _fail(v, entries[-1].seq, "unsigned",
+                     f"the last {unsigned} entries follow the last signed checkpoint")  # fmt: skip
+    return v
+
+
+def _out_of_order(
+    e: Entry, i: int, expected: int, positions: Mapping[int, list[int]]
+) -> tuple[int, str, str]:
+    if e.seq > expected:
+        later = [p for p in positions.get(expected, []) if p > i]
+        if later:
+            return expected, "reordered", f"entry {expected} was moved after entry {e.seq}"
+        gap = f"{expected}" if e.seq == expected + 1 else f"{expected} to {e.seq - 1}"
+        return expected, "removed", f"entry {gap} was removed (seq jumps to {e.seq})"
+    earlier = [p for p in positions.get(e.seq, []) if p < i]
+    if earlier:
+        return e.seq, "inserted", f"entry {e.seq} appears twice: one copy was inserted"
+    return e.seq, "reordered", f"entry {e.seq} was moved after entry {expected - 1}"
+
+
+def _checkpoint(
+    e: Entry, entries: Sequence[Entry], first_seq: int, keys: Mapping[str, Ed25519PublicKey]
+) -> str | None:
+    body = e.body
+    kid = body.get("key_id")
+    key = keys.get(kid) if isinstance(kid, str) else None
+    if key is None:
+        return f"checkpoint {e.seq} is signed by key {kid!r}, which is not a trusted key"
+    if not checkpoint_valid(body, key):
+        return f"checkpoint {e.seq}'s signature does not match what it vouches for"
+    head_seq = body.get("head_seq")
+    index = head_seq - first_seq if isinstance(head_seq, int) else -1
+    if not 0 <= index < len(entries) or entries[index].hash != body.get("head_hash"):
+        return (
+            f"checkpoint {e.seq} vouches for entry {head_seq} with a hash the ledger no longer "
+            "has: entries up to it were altered and re-hashed"
+        )
+    return None
+
+
+def _fail(v: Verdict, seq: int, what: str, message: str) -> Verdict:
+    v.problem = Problem(seq, what, message)
+    return v
+
+
+def export_lines(header: Mapping[str, Any], entries: Iterable[Entry]) -> Iterable[bytes]:
+    """The lines of an export file (each ending in a newline): the header, then the entries."""
+    from computewatch.ledger.chain import canonical
+
+    yield canonical(header) + b"\n"
+    for e in entries:
+        yield canonical(e.to_json()) + b"\n"
