@@ -63,6 +63,14 @@ CONTRACT = {
     "computewatch_host_memory_used_bytes", "computewatch_host_memory_total_bytes",
     "computewatch_host_swap_used_bytes", "computewatch_filesystem_avail_bytes",
     "computewatch_filesystem_size_bytes", "computewatch_cpu_energy_joules_total",
+    # the DCGM exporter's fields (docs/observability.md)
+    "computewatch_gpu_sm_active_ratio", "computewatch_gpu_tensor_active_ratio",
+    "computewatch_gpu_dram_active_ratio", "computewatch_gpu_sm_clock_hertz",
+    "computewatch_gpu_memory_clock_hertz", "computewatch_gpu_throttle_seconds_total",
+    "computewatch_gpu_xid_errors_total", "computewatch_gpu_ecc_errors_total",
+    "computewatch_gpu_pcie_transmit_bytes_per_second",
+    "computewatch_gpu_pcie_receive_bytes_per_second",
+    "computewatch_gpu_nvlink_transmit_bytes_total", "computewatch_gpu_nvlink_receive_bytes_total",
 }  # fmt: skip
 
 
@@ -169,6 +177,25 @@ class OpenMetrics:
         return "\n".join(lines) + "\n"
 
 
+def dcgm(om: OpenMetrics, lb: dict[str, str], ts: float, u: float, t: float) -> None:
+    """The DCGM-equivalent families of one GPU at one time (GPM, clocks, errors, links)."""
+    gpm = {**lb, "method": "gpm"}
+    om.add("computewatch_gpu_sm_active_ratio", "gauge", gpm, ts, 0.85 * u)
+    om.add("computewatch_gpu_tensor_active_ratio", "gauge", gpm, ts, 0.6 * u)
+    om.add("computewatch_gpu_dram_active_ratio", "gauge", gpm, ts, 0.5 * u)
+    om.add("computewatch_gpu_sm_clock_hertz", "gauge", lb, ts, 1.98e9)
+    om.add("computewatch_gpu_memory_clock_hertz", "gauge", lb, ts, 2.6e9)
+    hot_s = max(min(t, 5 * 3600) - 4 * 3600, 0) if lb["gpu_index"] == "0" else 0
+    thermal = {**lb, "reason": "sw_thermal_slowdown"}
+    om.add("computewatch_gpu_throttle_seconds_total", "counter", thermal, ts, float(hot_s))
+    om.add("computewatch_gpu_xid_errors_total", "counter", lb, ts, 0.0)
+    om.add("computewatch_gpu_ecc_errors_total", "counter", {**lb, "type": "corrected"}, ts, 0.0)
+    om.add("computewatch_gpu_pcie_transmit_bytes_per_second", "gauge", lb, ts, 2e9 * u)
+    om.add("computewatch_gpu_pcie_receive_bytes_per_second", "gauge", lb, ts, 4e9 * u)
+    om.add("computewatch_gpu_nvlink_transmit_bytes_total", "counter", lb, ts, 5e10 * t)
+    om.add("computewatch_gpu_nvlink_receive_bytes_total", "counter", lb, ts, 5e10 * t)
+
+
 def synthesize(t0: float) -> str:
     om = OpenMetrics()
     n = HOURS * 3600 // STEP
@@ -219,6 +246,7 @@ def synthesize(t0: float) -> str:
                     "computewatch_gpu_throttled", "gauge", {**lb, "reason": "power"}, t0 + t, 0.0
                 )
                 gpu_energy[(node, i)] = e + watts * STEP
+                dcgm(om, lb, t0 + t, u, t)
     for job in JOBS:
         lb = {"job": job.name, "user": job.user, "team": job.team, "node": job.node}
         if job.exported:

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from computewatch.accounting.cpu_power import CpuPowerModel
 from computewatch.fleet.attribution import Attributor, JobIdentity
-from computewatch.metrics.families import counter_delta, gpu_samples
+from computewatch.metrics.families import GpuCounters, counter_delta, gpu_samples, gpu_value_key
 from computewatch.metrics.model import MetricLabels, MetricSample
 from computewatch.readings import Reading
 from computewatch.redact import redact_argv
@@ -96,6 +96,8 @@ class _Job:
         "live",
         "mem",
         "nproc",
+        "sm",
+        "xid",
     )
 
     def __init__(self, ident: JobIdentity, node: str, now: float) -> None:
@@ -115,6 +117,8 @@ class _Job:
         self.gpu_mem = 0.0
         self.energy = 0.0
         self.last_live = now
+        self.sm: dict[str, float] = {}  # this tick: GPU UUID -> the job's SM samples
+        self.xid = 0.0  # XIDs on GPUs while held
 
 
 class _Proc:
@@ -196,6 +200,8 @@ class NodeSampler:
         self._host_total: float | None = None
         self._rapl_last: float | None = None
         self._gpu_energy_last: dict[str, float] = {}
+        self._gpu_xid_last: dict[str, float] = {}
+        self._gpu_counters = GpuCounters()
         self._gpu_lbl: dict[str, MetricLabels] = {}
         self._node_lbl: MetricLabels = (("node", self._node),)
         self._cpu_model = CpuPowerModel.for_cpu(
@@ -315,6 +321,7 @@ class NodeSampler:
         for job in self._jobs.values():
             job.live = job.mem = job.cpu_delta = job.gpu_mem = 0.0
             job.nproc = 0
+            job.sm.clear()
         # Read every stat first, retire the vanished, then total: a child reaped by a parent of
         # another job is taken off that parent's cutime in the same tick it appears there.
         reads: list[tuple[_Proc, list[bytes]]] = []
@@ -471,18 +478,32 @@ class NodeSampler:
             elif r.name == "gpu_process_sm_utilization_ratio":
                 proc_sm.setdefault(uuid, {})[int(ld["pid"])] = r.value
             else:
-                per_gpu.setdefault(uuid, {})[r.name] = r.value
+                per_gpu.setdefault(uuid, {})[gpu_value_key(r.name, ld)] = r.value
         procs = self._procs
         for uuid, values in per_gpu.items():
             lbl = self._gpu_lbl.get(uuid) or _lbl(gpu=uuid, node=self._node)
             mem = {pid: m for pid, m in proc_mem.get(uuid, {}).items() if pid in procs}
-            gpu_samples(out, lbl, values, allocated=bool(mem))  # held by a job: holders below
+            sm = proc_sm.get(uuid, {})
+            process_sm = None
+            if sm:  # NVML's per-process SM samples, ours and everyone else's
+                process_sm = sum(sm.values()) + values.get(
+                    "gpu_other_processes_sm_utilization_ratio", 0.0
+                )
+            gpu_samples(  # held by a job: holders below
+                out,
+                lbl,
+                values,
+                allocated=bool(mem),
+                process_sm=process_sm,
+                dt=dt,
+                counters=self._gpu_counters,
+            )
             e_delta = counter_delta(
                 self._gpu_energy_last, uuid, values.get("gpu_energy_joules_total")
             )
+            x_delta = counter_delta(self._gpu_xid_last, uuid, values.get("gpu_xid_errors_total"))
             holders: dict[_Job, float] = {}
             weights: dict[_Job, float] = {}
-            sm = proc_sm.get(uuid, {})
             for pid, m in mem.items():
                 p = procs[pid]
                 p.noticed = True
@@ -491,6 +512,8 @@ class NodeSampler:
                 holders[job] = holders.get(job, 0.0) + m
                 job.gpu_mem += m
                 weights[job] = weights.get(job, 0.0) + sm.get(pid, 0.0)
+                if pid in sm:
+                    job.sm[uuid] = job.sm.get(uuid, 0.0) + sm[pid]
                 if self.options.per_process:
                     plbl = tuple(sorted((*p.lbl, ("gpu", uuid))))
                     out.append(MetricSample("computewatch_process_gpu_memory_used_bytes", plbl, m))
@@ -505,6 +528,7 @@ class NodeSampler:
             util = values.get("gpu_utilization_ratio")
             for job in holders:
                 share = weights[job] / total_w if total_w > 0 else 1.0 / len(holders)
+                job.xid += x_delta
                 job.gpu_seconds += dt
                 if util is not None:
                     job.busy += util * dt * share
@@ -535,6 +559,10 @@ class NodeSampler:
             add(MetricSample("computewatch_job_gpu_idle_seconds_total", lbl, job.idle))
             add(MetricSample("computewatch_job_gpu_memory_used_bytes", lbl, job.gpu_mem))
             add(MetricSample("computewatch_job_energy_joules_total", lbl, job.energy))
+            add(MetricSample("computewatch_job_gpu_xid_errors_total", lbl, job.xid))
+            for uuid, sm in job.sm.items():
+                slbl = tuple(sorted((*lbl, ("gpu", uuid), ("method", "nvml_process_samples"))))
+                add(MetricSample("computewatch_job_gpu_sm_active_ratio", slbl, min(sm, 1.0)))
         for ident in dead:
             del self._jobs[ident]
         if self.options.per_process:

@@ -25,7 +25,7 @@ from computewatch.accounting.cpu_power import CpuPowerModel
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.fleet.node import IDLE_UTILIZATION
 from computewatch.metrics.exposition import LatestSamples
-from computewatch.metrics.families import counter_delta, gpu_samples
+from computewatch.metrics.families import GpuCounters, counter_delta, gpu_samples, gpu_value_key
 from computewatch.metrics.model import MetricLabels, MetricSample, MetricsSink
 from computewatch.metrics.server import MetricsServer, ServerSecurity
 from computewatch.sampling.observers import RunInfo, RunObserver, Tick
@@ -65,6 +65,7 @@ class RunExport:
         self._started_at = 0.0
         self._last_step: dict[int, float] = {}
         self._gpu_energy: dict[str, float] = {}
+        self._gpu_counters = GpuCounters()
         self._rapl: float | None = None
         self._host_busy: float | None = None
         self._host_total: float | None = None
@@ -162,7 +163,7 @@ class RunExport:
                 elif name == "gpu_process_sm_utilization_ratio":
                     mine_sm[uuid] = mine_sm.get(uuid, 0.0) + r.value
                 elif "pid" not in ld:
-                    gpus.setdefault(uuid, {})[name] = r.value
+                    gpus.setdefault(uuid, {})[gpu_value_key(name, ld)] = r.value
             elif name.startswith("tree_"):
                 tree[name] = r.value
             elif name == "host_cpu_seconds_total":
@@ -207,7 +208,20 @@ class RunExport:
         for uuid, values in gpus.items():
             lbl = self._gpu_lbl.get(uuid) or self._gpu_label(uuid, None, None, None)
             held = uuid in mine_mem
-            gpu_samples(out, lbl, values, allocated=held)
+            process_sm = None
+            if uuid in mine_sm:
+                process_sm = mine_sm[uuid] + values.get(
+                    "gpu_other_processes_sm_utilization_ratio", 0.0
+                )
+            gpu_samples(
+                out,
+                lbl,
+                values,
+                allocated=held,
+                process_sm=process_sm,
+                dt=dt,
+                counters=self._gpu_counters,
+            )
             e_d = counter_delta(self._gpu_energy, uuid, values.get("gpu_energy_joules_total"))
             if not held:
                 continue

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
-from computewatch.catalog.clock_events import decode_clock_events
+from computewatch.catalog.clock_events import CLOCK_EVENT_REASONS, decode_clock_events
 from computewatch.metrics.model import MetricLabels, MetricSample
 
 __all__ = [
@@ -21,9 +21,11 @@ __all__ = [
     "POWER_REASONS",
     "THERMAL_REASONS",
     "Family",
+    "GpuCounters",
     "counter_delta",
     "family",
     "gpu_samples",
+    "gpu_value_key",
 ]
 
 MetricType = Literal["gauge", "counter", "info"]
@@ -67,6 +69,70 @@ FAMILIES: tuple[Family, ...] = (
         "gauge",
         "1 while some job's processes hold memory on the GPU.",
     ),
+    # -- per GPU, the DCGM exporter's fields (docs/observability.md maps each one) ------------
+    Family(
+        "computewatch_gpu_sm_active_ratio",
+        "gauge",
+        "Fraction of time at least one warp was resident on an SM, averaged over SMs (0-1); "
+        "label method: gpm (Hopper and later) or nvml_process_samples (summed per-process "
+        "SM samples).",
+    ),
+    Family(
+        "computewatch_gpu_sm_occupancy_ratio",
+        "gauge",
+        "Resident warps over the SMs' maximum, averaged over time (0-1; GPM).",
+    ),
+    Family(
+        "computewatch_gpu_tensor_active_ratio",
+        "gauge",
+        "Fraction of time a tensor-core pipe was active (0-1; GPM).",
+    ),
+    Family(
+        "computewatch_gpu_dram_active_ratio",
+        "gauge",
+        "Fraction of time device memory was being read or written (0-1); label method: gpm "
+        "(DRAM bandwidth utilization) or nvml_sampled (NVML's memory utilization rate).",
+    ),
+    Family("computewatch_gpu_sm_clock_hertz", "gauge", "SM clock, hertz."),
+    Family("computewatch_gpu_memory_clock_hertz", "gauge", "Memory clock, hertz."),
+    Family("computewatch_gpu_power_limit_watts", "gauge", "Enforced power limit, watts."),
+    Family(
+        "computewatch_gpu_throttle_seconds_total",
+        "counter",
+        "Seconds the clock-event reason in label reason was active (polled each tick), since "
+        "the exporter started.",
+    ),
+    Family(
+        "computewatch_gpu_xid_errors_total",
+        "counter",
+        "XID error events the driver reported since the exporter started.",
+    ),
+    Family(
+        "computewatch_gpu_ecc_errors_total",
+        "counter",
+        "ECC memory errors since the driver loaded (volatile), by label type: corrected, "
+        "uncorrected.",
+    ),
+    Family(
+        "computewatch_gpu_pcie_transmit_bytes_per_second",
+        "gauge",
+        "PCIe bytes sent by the GPU per second (NVML's 20 ms window).",
+    ),
+    Family(
+        "computewatch_gpu_pcie_receive_bytes_per_second",
+        "gauge",
+        "PCIe bytes received by the GPU per second (NVML's 20 ms window).",
+    ),
+    Family(
+        "computewatch_gpu_nvlink_transmit_bytes_total",
+        "counter",
+        "NVLink bytes sent over all links since the driver loaded.",
+    ),
+    Family(
+        "computewatch_gpu_nvlink_receive_bytes_total",
+        "counter",
+        "NVLink bytes received over all links since the driver loaded.",
+    ),
     # -- per job ---------------------------------------------------------------------------------
     Family(
         "computewatch_job_info",
@@ -107,6 +173,17 @@ FAMILIES: tuple[Family, ...] = (
         "counter",
         "Energy charged to the job, joules: its share of each GPU's energy plus its CPU-time "
         "share of CPU energy (RAPL when readable, else modeled from TDP).",
+    ),
+    Family(
+        "computewatch_job_gpu_sm_active_ratio",
+        "gauge",
+        "The job's processes' SM activity on one GPU (label gpu), from NVML's per-process SM "
+        "samples (method nvml_process_samples), 0-1.",
+    ),
+    Family(
+        "computewatch_job_gpu_xid_errors_total",
+        "counter",
+        "XID errors reported by GPUs while the job's processes held them.",
     ),
     Family("computewatch_job_steps_total", "counter", "Training steps the job reported."),
     Family(
@@ -203,26 +280,123 @@ _GPU_GAUGES = (  # reading name, exported name
     ("gpu_power_watts", "computewatch_gpu_power_watts"),
     ("gpu_temperature_celsius", "computewatch_gpu_temperature_celsius"),
     ("gpu_energy_joules_total", "computewatch_gpu_energy_joules_total"),
+    ("gpu_sm_clock_hertz", "computewatch_gpu_sm_clock_hertz"),
+    ("gpu_memory_clock_hertz", "computewatch_gpu_memory_clock_hertz"),
+    ("gpu_power_limit_watts", "computewatch_gpu_power_limit_watts"),
+    ("gpu_xid_errors_total", "computewatch_gpu_xid_errors_total"),
+    ("gpu_pcie_transmit_bytes_per_second", "computewatch_gpu_pcie_transmit_bytes_per_second"),
+    ("gpu_pcie_receive_bytes_per_second", "computewatch_gpu_pcie_receive_bytes_per_second"),
+    ("gpu_nvlink_transmit_bytes_total", "computewatch_gpu_nvlink_transmit_bytes_total"),
+    ("gpu_nvlink_receive_bytes_total", "computewatch_gpu_nvlink_receive_bytes_total"),
 )
+# GPM's ratios (Hopper and later), exported with method="gpm".
+_GPM_GAUGES = (
+    ("gpu_sm_active_ratio", "computewatch_gpu_sm_active_ratio"),
+    ("gpu_sm_occupancy_ratio", "computewatch_gpu_sm_occupancy_ratio"),
+    ("gpu_tensor_active_ratio", "computewatch_gpu_tensor_active_ratio"),
+    ("gpu_dram_active_ratio", "computewatch_gpu_dram_active_ratio"),
+)
+_ECC_TYPES = ("corrected", "uncorrected")
+_ALL_REASONS = tuple(name for _, name in CLOCK_EVENT_REASONS)
+
+
+def gpu_value_key(name: str, labels: Mapping[str, str]) -> str:
+    """The key of one GPU reading in the per-GPU ``values`` that :func:`gpu_samples` takes:
+    the reading's name, with the ECC error type appended (``gpu_ecc_errors_total:corrected``)
+    so that the two ECC counters of a GPU do not overwrite each other."""
+    if name == "gpu_ecc_errors_total":
+        return f"{name}:{labels.get('type', '')}"
+    return name
+
+
+class GpuCounters:
+    """Counters the exporter derives from polled gauges, kept between ticks: seconds each
+    clock-event reason was active, per GPU (the mask is polled; a reason active at a tick is
+    counted for the interval before it, the way DCGM's violation counters sample)."""
+
+    def __init__(self) -> None:
+        self._throttle: dict[MetricLabels, dict[str, float]] = {}
+
+    def throttle(self, lbl: MetricLabels, mask: float, dt: float) -> dict[str, float]:
+        """Add ``dt`` seconds to every reason set in ``mask``; the GPU's totals by reason."""
+        acc = self._throttle.get(lbl)
+        if acc is None:
+            acc = self._throttle[lbl] = dict.fromkeys(_ALL_REASONS, 0.0)
+        for reason in decode_clock_events(mask):
+            acc[reason] = acc.get(reason, 0.0) + max(dt, 0.0)
+        return acc
 
 
 def gpu_samples(
-    out: list[MetricSample], lbl: MetricLabels, values: Mapping[str, float], *, allocated: bool
+    out: list[MetricSample],
+    lbl: MetricLabels,
+    values: Mapping[str, float],
+    *,
+    allocated: bool,
+    process_sm: float | None = None,
+    dt: float = 0.0,
+    counters: GpuCounters | None = None,
 ) -> None:
-    """Append one GPU's samples of a tick to ``out``: the gauges and energy counter it was
-    read for (``values``: reading name to value), a throttled flag per reason (from the
-    clock-event mask) and whether some job holds it."""
+    """Append one GPU's samples of a tick to ``out``: the gauges and counters it was read for
+    (``values``: :func:`gpu_value_key` to value), a throttled flag per reason (from the
+    clock-event mask) and whether some job holds it.
+
+    SM activity and DRAM activity say how they were measured (label ``method``): GPM where the
+    GPU has it; else the sum of NVML's per-process SM samples (``process_sm``, when known) and
+    NVML's memory utilization rate. With ``counters``, the seconds of each clock-event reason
+    accrue over ``dt``."""
     for src, name in _GPU_GAUGES:
         v = values.get(src)
         if v is not None:
             out.append(MetricSample(name, lbl, v))
+    gpm = False
+    for src, name in _GPM_GAUGES:
+        v = values.get(src)
+        if v is not None:
+            gpm = True
+            out.append(MetricSample(name, _with(lbl, method="gpm"), v))
+    if not gpm:
+        if process_sm is not None:
+            out.append(
+                MetricSample(
+                    "computewatch_gpu_sm_active_ratio",
+                    _with(lbl, method="nvml_process_samples"),
+                    min(max(process_sm, 0.0), 1.0),
+                )
+            )
+        mem_util = values.get("gpu_memory_utilization_ratio")
+        if mem_util is not None:
+            out.append(
+                MetricSample(
+                    "computewatch_gpu_dram_active_ratio",
+                    _with(lbl, method="nvml_sampled"),
+                    mem_util,
+                )
+            )
+    for kind in _ECC_TYPES:
+        v = values.get(f"gpu_ecc_errors_total:{kind}")
+        if v is not None:
+            out.append(MetricSample("computewatch_gpu_ecc_errors_total", _with(lbl, type=kind), v))
     mask = values.get("gpu_clock_event_reasons")
     if mask is not None:
         reasons = set(decode_clock_events(mask))
         for reason, kinds in (("thermal", THERMAL_REASONS), ("power", POWER_REASONS)):
-            tl = tuple(sorted((*lbl, ("reason", reason))))
+            tl = _with(lbl, reason=reason)
             out.append(MetricSample("computewatch_gpu_throttled", tl, float(bool(reasons & kinds))))
+        if counters is not None:
+            for reason, seconds in counters.throttle(lbl, mask, dt).items():
+                out.append(
+                    MetricSample(
+                        "computewatch_gpu_throttle_seconds_total",
+                        _with(lbl, reason=reason),
+                        seconds,
+                    )
+                )
     out.append(MetricSample("computewatch_gpu_allocated", lbl, 1.0 if allocated else 0.0))
+
+
+def _with(lbl: MetricLabels, **more: str) -> MetricLabels:
+    return tuple(sorted((*lbl, *more.items())))
 
 
 def counter_delta(last: dict[str, float], key: str, value: float | None) -> float:

@@ -1,0 +1,193 @@
+"""The DCGM exporter's fields in the agent's export: GPM ratios on Hopper, NVML's sampled values
+elsewhere (labelled by method), clocks, throttle seconds, XID, ECC, PCIe and NVLink, per GPU
+and per job; over a recorded procfs tree and the package's fake NVML."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from computewatch.fleet.attribution import Attributor, TeamMap
+from computewatch.fleet.node import NodeOptions, NodeSampler
+from computewatch.metrics.exposition import render
+from computewatch.metrics.families import FAMILIES
+from computewatch.metrics.model import MetricSample
+from computewatch.sources.nvidia import NvidiaSource
+from computewatch.testing import FakeDevice, FakeNVML, ManualClock, from_preset
+
+SLURM = "0::/system.slice/n1_slurmstepd.scope/job_7/step_0/user/task_0\n"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _proc(root: Path, pid: int, name: str) -> None:
+    d = root / str(pid)
+    d.mkdir(parents=True)
+    fields = ["S", "1", str(pid), str(pid), "0", "-1", "0", *["0"] * 4, "10", "0", "0", "0"]
+    fields += ["20", "0", "1", "0", "100", "1000000", "256"] + ["0"] * 30
+    (d / "stat").write_text(f"{pid} ({name}) " + " ".join(fields) + "\n")
+    (d / "status").write_text(f"Name:\t{name}\nUid:\t1000\t1000\t1000\t1000\n")
+    (d / "cgroup").write_text(SLURM)
+    (d / "cmdline").write_bytes(name.encode() + b"\0")
+    (d / "environ").write_bytes(b"")
+
+
+def _node(tmp: Path, fake: FakeNVML, clock: ManualClock) -> NodeSampler:
+    root = tmp / "proc"
+    root.mkdir()
+    (root / "loadavg").write_text("0.00 0.00 0.00 1/100 100\n")
+    _proc(root, 100, "train")
+    opts = NodeOptions(node="n1", procfs_root=str(root), filesystems=())
+    att = Attributor(str(root), TeamMap(), user_name=lambda u: "alice")
+    node = NodeSampler(opts, att, clock=clock)
+    node.gpus = [NvidiaSource(fake, pids=node.pids_view, all_gpus=True, procfs_root=str(root))]
+    return node
+
+
+def find(samples: list[MetricSample], name: str, **labels: str) -> list[MetricSample]:
+    return [
+        s for s in samples if s.name == name and all(s.label(k) == v for k, v in labels.items())
+    ]
+
+
+def one(samples: list[MetricSample], name: str, **labels: str) -> float:
+    hits = find(samples, name, **labels)
+    assert len(hits) == 1, (name, labels, hits)
+    return hits[0].value
+
+
+def test_hopper_exports_gpm_clocks_throttle_xid_ecc_pcie_nvlink(tmp_path: Path) -> None:
+    clock = ManualClock(0.0)
+    fake = from_preset("H100-SXM", clock=clock)
+    dev = fake.devices[0]
+    dev.script("gpm_sm_active_percent", 30.0)
+    dev.script("gpm_tensor_active_percent", 12.0)
+    dev.script("gpm_sm_occupancy_percent", 20.0)
+    dev.script("gpm_dram_active_percent", 40.0)
+    dev.script("sm_clock_mhz", 1755)
+    dev.script("mem_clock_mhz", 2619)
+    dev.script("clock_events", 0x4 | 0x20)  # sw power cap + sw thermal slowdown
+    dev.script("ecc_corrected", 3)
+    dev.script("ecc_uncorrected", 1)
+    dev.script("pcie_tx_kbps", 1000)
+    dev.script("pcie_rx_kbps", 2000)
+    dev.add_process(100, 8 << 30, sm_util=70)
+    node = _node(tmp_path, fake, clock)
+    try:
+        node.sample()
+        clock.advance(2.0)
+        dev.xid(79)
+        s = node.sample()
+        clock.advance(3.0)
+        s = node.sample()
+    finally:
+        node.close()
+    g = {"gpu": dev.uuid}
+    assert one(s, "computewatch_gpu_sm_active_ratio", method="gpm", **g) == pytest.approx(0.30)
+    assert one(s, "computewatch_gpu_tensor_active_ratio", method="gpm", **g) == pytest.approx(0.12)
+    assert one(s, "computewatch_gpu_sm_occupancy_ratio", **g) == pytest.approx(0.20)
+    assert one(s, "computewatch_gpu_dram_active_ratio", method="gpm", **g) == pytest.approx(0.40)
+    assert one(s, "computewatch_gpu_sm_clock_hertz", **g) == 1755e6
+    assert one(s, "computewatch_gpu_memory_clock_hertz", **g) == 2619e6
+    assert one(s, "computewatch_gpu_throttle_seconds_total", reason="sw_power_cap", **g) == 5.0
+    assert one(s, "computewatch_gpu_throttle_seconds_total", reason="sw_thermal_slowdown", **g) == 5
+    assert one(s, "computewatch_gpu_throttle_seconds_total", reason="hw_slowdown", **g) == 0.0
+    assert one(s, "computewatch_gpu_ecc_errors_total", type="corrected", **g) == 3
+    assert one(s, "computewatch_gpu_ecc_errors_total", type="uncorrected", **g) == 1
+    assert one(s, "computewatch_gpu_xid_errors_total", **g) == 1
+    assert one(s, "computewatch_gpu_pcie_transmit_bytes_per_second", **g) == 1000 * 1024
+    assert one(s, "computewatch_gpu_pcie_receive_bytes_per_second", **g) == 2000 * 1024
+    assert one(s, "computewatch_gpu_nvlink_transmit_bytes_total", **g) > 0
+    assert one(s, "computewatch_gpu_power_limit_watts", **g) > 0
+    job = {"job": "7", "node": "n1"}
+    assert one(s, "computewatch_job_gpu_xid_errors_total", **job) == 1
+    assert one(s, "computewatch_job_gpu_sm_active_ratio", **job, **g) == pytest.approx(0.70)
+
+
+def test_without_gpm_sm_and_dram_activity_come_from_nvml_samples(tmp_path: Path) -> None:
+    clock = ManualClock(0.0)
+    dev = FakeDevice("NVIDIA A100-SXM4-80GB")
+    dev.script("gpu_util_percent", 95)
+    dev.script("mem_util_percent", 35)
+    dev.add_process(100, 4 << 30, sm_util=15)
+    fake = FakeNVML([dev], clock)
+    node = _node(tmp_path, fake, clock)
+    try:
+        node.sample()
+        clock.advance(1.0)
+        s = node.sample()
+    finally:
+        node.close()
+    g = {"gpu": dev.uuid}
+    assert not find(s, "computewatch_gpu_sm_active_ratio", method="gpm")
+    assert not find(s, "computewatch_gpu_tensor_active_ratio")  # no GPM: not made up
+    sm = one(s, "computewatch_gpu_sm_active_ratio", method="nvml_process_samples", **g)
+    assert sm == pytest.approx(0.15)
+    dram = one(s, "computewatch_gpu_dram_active_ratio", method="nvml_sampled", **g)
+    assert dram == pytest.approx(0.35)
+
+
+def test_every_family_is_documented_and_promtool_accepts_the_exposition(tmp_path: Path) -> None:
+    clock = ManualClock(0.0)
+    fake = from_preset("2xH100-SXM", clock=clock)
+    fake.devices[0].add_process(100, 1 << 30)
+    node = _node(tmp_path, fake, clock)
+    try:
+        node.sample()
+        clock.advance(1.0)
+        s = node.sample()
+    finally:
+        node.close()
+    body, _ = render(s)
+    r = subprocess.run(
+        ["promtool", "check", "metrics"], input=body, capture_output=True, timeout=60, check=False
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    mapping = (DOCS / "observability.md").read_text()
+    metrics_md = (DOCS / "metrics.md").read_text()
+    for f in FAMILIES:
+        if f.name.startswith(("computewatch_gpu_", "computewatch_job_gpu_")):
+            base = f.name
+            assert f"`{base}`" in metrics_md or base in metrics_md, base
+    for name in (
+        "computewatch_gpu_sm_active_ratio",
+        "computewatch_gpu_tensor_active_ratio",
+        "computewatch_gpu_xid_errors_total",
+        "computewatch_gpu_throttle_seconds_total",
+    ):
+        assert name in mapping
+    for dcgm in (
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "DCGM_FI_DEV_XID_ERRORS",
+    ):
+        assert dcgm in mapping
+
+
+def test_busy_but_idle_alert_fires_on_low_sm_activity_under_high_utilization() -> None:
+    from computewatch.alerts import FIRING, Engine, builtin_rules
+
+    gpu = {"gpu": "GPU-0", "gpu_index": "0", "gpu_model": "H100", "node": "n1"}
+
+    def tick(sm: float) -> list[MetricSample]:
+        lbl = tuple(sorted(gpu.items()))
+        return [
+            MetricSample("computewatch_gpu_utilization_ratio", lbl, 0.97),
+            MetricSample("computewatch_gpu_allocated", lbl, 1.0),
+            MetricSample(
+                "computewatch_gpu_sm_active_ratio",
+                tuple(sorted({**gpu, "method": "gpm"}.items())),
+                sm,
+            ),
+        ]
+
+    for sm, fires in ((0.1, True), (0.6, False)):
+        engine = Engine(builtin_rules())
+        events = [
+            e
+            for t in range(0, 17 * 60, 30)
+            for e in engine.evaluate(1_700_000_000 + t, tick(sm))
+            if e.status == FIRING
+        ]
+        assert ("GpuBusyButIdle" in {e.rule for e in events}) is fires
