@@ -1,0 +1,161 @@
+"""MLflow: system series as ``system/...`` metrics (MLflow's own naming), the run's figures
+as ``computewatch/...`` metrics, how each was obtained as ``computewatch.*`` tags, and the
+training compute and cost on registered model versions (the model registry).
+
+The run logged is the user's active run (``mlflow.active_run()`` on the thread that started
+the tracking, else ``MLFLOW_RUN_ID``), else a new run named ``computewatch-<name>`` in
+``MLFLOW_EXPERIMENT_NAME`` (default: MLflow's default experiment). The tracking URI is MLflow's
+own (``MLFLOW_TRACKING_URI``, ``mlflow.set_tracking_uri``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+from typing import Any
+
+from computewatch.analysis.summary_types import stored_summary
+from computewatch.paths import resolve_db_path
+from computewatch.store import Store
+from computewatch.trackers.base import FinalRecord, MetricPoint, TrackerError, TrackerRun
+from computewatch.trackers.final import final_record
+
+__all__ = ["MLflow", "model_version_tags", "tag_model_version"]
+
+_BATCH = 1000  # MLflow's log_batch limit on metrics per call
+_TAG_CHARS = 5000  # MLflow's limit on a tag value (8000 in recent versions; the lower one)
+
+
+def _mlflow() -> Any:
+    # heavy optional dependency (seconds to import): loaded on the logger thread only
+    return importlib.import_module("mlflow")
+
+
+class MLflow:
+    """The MLflow backend. ``run_id``/``tracking_uri``/``experiment`` pick the run explicitly;
+    by default the caller's active run is found when this object is made."""
+
+    name = "mlflow"
+
+    def __init__(
+        self,
+        run_id: str | None = None,
+        *,
+        tracking_uri: str | None = None,
+        experiment: str | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.tracking_uri = tracking_uri
+        self.experiment = experiment
+        self.own = False
+        """True when this backend started the MLflow run (and ends it)."""
+        self._client: Any = None
+        if run_id is None:
+            # Only if the program already uses MLflow: its active run is thread-local, so it is
+            # looked for here, on the caller's thread. Never imports mlflow.
+            mod = sys.modules.get("mlflow")
+            if mod is not None:
+                active = mod.active_run()
+                if active is not None:
+                    self.run_id = active.info.run_id
+                    self.tracking_uri = tracking_uri or mod.get_tracking_uri()
+
+    def open(self, run: TrackerRun) -> None:
+        mlflow = _mlflow()
+        client = mlflow.MlflowClient(tracking_uri=self.tracking_uri)
+        self._client = client
+        if self.run_id is None and os.environ.get("MLFLOW_RUN_ID"):
+            self.run_id = os.environ["MLFLOW_RUN_ID"]
+        tags = {"computewatch.run_id": run.run_id, **_clip(run.tags, "computewatch.tag.")}
+        if self.run_id is None:
+            name = self.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME")
+            exp_id = os.environ.get("MLFLOW_EXPERIMENT_ID") or "0"
+            if name:
+                exp = client.get_experiment_by_name(name)
+                exp_id = exp.experiment_id if exp is not None else client.create_experiment(name)
+            created = client.create_run(exp_id, tags=tags, run_name=run.display_name)
+            self.run_id = created.info.run_id
+            self.own = True
+            params = _clip({k: str(v) for k, v in run.config.items()}, "")
+            if params:
+                entities = importlib.import_module("mlflow.entities")
+                items = [entities.Param(k[:250], v[:6000]) for k, v in params.items()]
+                for i in range(0, len(items), 100):
+                    client.log_batch(self.run_id, params=items[i : i + 100])
+        else:
+            for k, v in tags.items():
+                client.set_tag(self.run_id, k, v)
+
+    def log(self, points: list[MetricPoint]) -> None:
+        entities = importlib.import_module("mlflow.entities")
+        metrics = [entities.Metric(p.name, p.value, int(p.wall * 1000), p.step) for p in points]
+        for i in range(0, len(metrics), _BATCH):
+            self._client.log_batch(self.run_id, metrics=metrics[i : i + _BATCH])
+
+    def finish(self, record: FinalRecord) -> None:
+        entities = importlib.import_module("mlflow.entities")
+        client = self._client
+        tags = dict(record.tags)
+        if record.findings:
+            tags["computewatch.findings"] = "\n".join(record.findings)
+        client.log_batch(
+            self.run_id,
+            metrics=[entities.Metric(k, v, _now_ms(), 0) for k, v in record.metrics.items()],
+            tags=[entities.RunTag(k, v[:_TAG_CHARS]) for k, v in tags.items()],
+        )
+        # The model registry: versions registered from this MLflow run carry its compute.
+        versions = client.search_model_versions(f"run_id='{self.run_id}'")
+        for mv in versions:
+            for k, v in model_version_tags(record).items():
+                client.set_model_version_tag(mv.name, mv.version, k, v)
+
+    def close(self) -> None:
+        if self.own and self._client is not None:
+            self._client.set_terminated(self.run_id, status="FINISHED")
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _clip(values: dict[str, str], prefix: str) -> dict[str, str]:
+    return {f"{prefix}{k}"[:250]: str(v)[:_TAG_CHARS] for k, v in values.items()}
+
+
+def model_version_tags(record: FinalRecord) -> dict[str, str]:
+    """The tags a registered model version gets from the run that trained it: the training
+    compute and cost, each with how it was obtained (``computewatch.energy_kwh`` = ``0.52``,
+    ``computewatch.energy_kwh.method`` = ``measured`` ...)."""
+    out: dict[str, str] = {}
+    for key, value in record.metrics.items():
+        short = key.removeprefix("computewatch/")
+        out[f"computewatch.{short}"] = f"{value:.6g}"
+    for key, text in record.tags.items():
+        if not key.startswith("computewatch.finding"):
+            out[key] = text[:_TAG_CHARS]
+    return out
+
+
+def tag_model_version(
+    name: str,
+    version: str | int,
+    run: str,
+    *,
+    db: str | os.PathLike[str] | None = None,
+    tracking_uri: str | None = None,
+) -> dict[str, str]:
+    """Tag version ``version`` of the registered model ``name`` with the training compute and
+    cost of the computewatch run ``run`` (an id, id prefix, name or ``last``; several runs:
+    call once per run, the last one's tags win). Returns the tags set."""
+    with Store.open_readonly(resolve_db_path(db)) as store:
+        row = store.find_run(run)
+        if row.summary is None:
+            raise TrackerError(f"run {row.id} has no summary yet (still running?)")
+        record = final_record(stored_summary(row.summary), row.status)
+    tags = model_version_tags(record)
+    client = _mlflow().MlflowClient(tracking_uri=tracking_uri)
+    for k, v in tags.items():
+        client.set_model_version_tag(name, str(version), k, v)
+    return tags
