@@ -26,6 +26,8 @@ from computewatch.cli.args import (
 from computewatch.cli.diagnose import add_diagnose_parser
 from computewatch.cli.fleet import add_fleet_parser
 from computewatch.cli.flops import add_flops_parser
+from computewatch.cli.push import add_push_parser
+from computewatch.cli.traces import add_traces_parser
 from computewatch.errors import PROG, ComputewatchError
 from computewatch.escape import clean_text
 
@@ -298,6 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_alerts_parser(sub)
     add_diagnose_parser(sub)
     add_flops_parser(sub)
+    add_push_parser(sub)
+    add_traces_parser(sub)
     return p
 
 
@@ -317,6 +321,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alerts": ("computewatch.cli.alerts", "cmd_alerts"),
     "diagnose": ("computewatch.cli.diagnose", "cmd_diagnose"),
     "flops": ("computewatch.cli.flops_run", "cmd_flops"),
+    "push": ("computewatch.cli.push", "cmd_push"),
+    "import": ("computewatch.cli.traces_run", "cmd_import"),
 }
 """Each command's function, as (module, name): a module is imported only when its command runs,
 so ``computewatch --version`` and ``--help`` load none of the library."""

@@ -1,0 +1,148 @@
+"""Read the long CSV/Parquet trace format: one row per (job, time, GPU).
+
+Columns: ``timestamp`` (Unix seconds, ISO 8601 or nvidia-smi's format; naive times are UTC
+here), ``gpu`` (any identity: index, uuid), optional ``job`` and ``name`` (the GPU model), and
+any subset of the metric columns of :data:`computewatch.traces.records.METRICS`, in SI units
+(ratios 0-1, bytes, watts, degrees C, hertz, bytes per second). Any other column is an error:
+a column whose unit is unknown would be read wrong.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from computewatch.traces._build import Builder, parse_time, read_lines
+from computewatch.traces.records import METRICS, Trace, TraceError
+
+__all__ = ["read_long_csv", "read_long_parquet"]
+
+_IDS = ("job", "timestamp", "gpu", "name")
+
+
+def _columns(
+    path: Path, header: Sequence[str], where: str
+) -> tuple[dict[str, int], dict[str, int]]:
+    ids: dict[str, int] = {}
+    mets: dict[str, int] = {}
+    for i, raw in enumerate(header):
+        h = str(raw).strip()
+        if h in _IDS:
+            ids[h] = i
+        elif h in METRICS:
+            mets[h] = i
+        else:
+            raise TraceError(
+                f"{where}: unknown column {h[:60]!r}: the long format has job, timestamp, gpu, "
+                f"name and the metric columns {', '.join(METRICS)} (SI units)"
+            )
+    for need in ("timestamp", "gpu"):
+        if need not in ids:
+            raise TraceError(f"{where}: missing column {need!r} (see docs/import.md)")
+    if not mets:
+        raise TraceError(f"{where}: no metric column ({', '.join(METRICS)})")
+    return ids, mets
+
+
+def _number(text: object, col: str, where: str) -> float | None:
+    if text is None:
+        return None
+    if isinstance(text, int | float) and not isinstance(text, bool):
+        v = float(text)
+        if math.isnan(v):
+            return None
+    else:
+        s = str(text).strip()
+        if s.lower() in ("", "n/a", "[n/a]", "nan", "[not supported]"):
+            return None
+        try:
+            v = float(s)
+        except ValueError:
+            raise TraceError(f"{where}: column {col!r}: {s[:40]!r} is not a number") from None
+    if not math.isfinite(v):
+        raise TraceError(f"{where}: column {col!r}: {v} is not a finite number")
+    return v
+
+
+def _fill(
+    b: Builder,
+    rows: Iterator[tuple[int, Sequence[object]]],
+    ids: dict[str, int],
+    mets: dict[str, int],
+    path: Path,
+    fmt: str,
+    width: int,
+    *,
+    utc: bool,
+) -> None:
+    for line, r in rows:
+        where = f"{path}: row {line}" if fmt == "parquet" else f"{path}:{line}"
+        if len(r) < width:
+            raise TraceError(f"{where}: {len(r)} fields where the header has {width}")
+        tv = r[ids["timestamp"]]
+        if tv is None:
+            raise TraceError(f"{where}: no timestamp")
+        if isinstance(tv, int | float) and not isinstance(tv, bool):
+            t = parse_time(repr(float(tv)), utc=True, where=where)
+        elif hasattr(tv, "timestamp"):  # a datetime from Parquet
+            t = float(tv.timestamp())
+        else:
+            t = parse_time(str(tv), utc=utc, where=where)
+        gpu = str(r[ids["gpu"]]).strip()
+        if not gpu or gpu == "None":
+            raise TraceError(f"{where}: no gpu")
+        index = int(gpu) if gpu.isdigit() and len(gpu) < 6 else None
+        job = str(r[ids["job"]]).strip() if "job" in ids and r[ids["job"]] is not None else ""
+        name = str(r[ids["name"]]).strip() if "name" in ids and r[ids["name"]] else None
+        values = {m: _number(r[i], m, where) for m, i in mets.items()}
+        b.add(job, gpu if index is None else f"index:{index}", index, name, t, values, line, where)
+
+
+def read_long_csv(
+    path: str | Path, *, job: str | None = None, utc: bool = True, allow_gaps: bool = False
+) -> Trace:
+    """Read a long CSV trace (header line first)."""
+    p = Path(path)
+    lines = read_lines(p)
+    try:
+        rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    except csv.Error as e:
+        raise TraceError(f"{p}: not CSV: {e}") from None
+    if not rows or not any(rows[0]):
+        raise TraceError(f"{p}: empty file")
+    ids, mets = _columns(p, rows[0], f"{p}:1")
+    b = Builder(p, "csv", list(mets))
+    width = max([*ids.values(), *mets.values()]) + 1
+    numbered = ((n + 1, r) for n, r in enumerate(rows) if n > 0 and any(x.strip() for x in r))
+    _fill(b, numbered, ids, mets, p, "csv", width, utc=utc)
+    return b.trace(job or p.stem, allow_gaps=allow_gaps)
+
+
+def read_long_parquet(
+    path: str | Path, *, job: str | None = None, utc: bool = True, allow_gaps: bool = False
+) -> Trace:
+    """Read a long Parquet trace (needs the ``parquet`` extra: pyarrow)."""
+    p = Path(path)
+    try:
+        import pyarrow.parquet as pq  # optional extra, heavy: imported only to read Parquet
+    except ImportError:
+        raise TraceError(
+            f"{p}: reading Parquet needs pyarrow: pip install 'computewatch[parquet]'"
+        ) from None
+    try:
+        table = pq.read_table(p)
+    except OSError as e:
+        raise TraceError(f"{p}: cannot read: {e.strerror or 'not a readable file'}") from None
+    except Exception as e:  # pyarrow raises its own ArrowInvalid & co. for a bad file
+        raise TraceError(f"{p}: not a Parquet file ({type(e).__name__}: {str(e)[:120]})") from None
+    names = table.column_names
+    ids, mets = _columns(p, names, f"{p}: header")
+    b = Builder(p, "parquet", list(mets))
+    cols = [table.column(n).to_pylist() for n in names]
+    width = len(names)
+    rows = ((i + 1, [c[i] for c in cols]) for i in range(table.num_rows))
+    _fill(b, rows, ids, mets, p, "parquet", width, utc=utc)
+    return b.trace(job or p.stem, allow_gaps=allow_gaps)

@@ -1,0 +1,247 @@
+"""Read the CSV that ``nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits] -l N``
+writes: any subset of columns, units in the header and/or in the values, ``[N/A]`` and
+``[Not Supported]`` values, several GPUs interleaved.
+
+The header names are those nvidia-smi prints (``timestamp, index, name, utilization.gpu [%],
+memory.used [MiB], power.draw [W], ...``). Without a header (``noheader``) the columns must be
+given, as they were to ``--query-gpu`` (``columns=``). A ``job`` column, which nvidia-smi does
+not write but a wrapper script may add, files rows under jobs.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+from computewatch.traces._build import Builder, parse_time, read_lines
+from computewatch.traces.records import Trace, TraceError
+
+__all__ = ["FIELDS", "read_nvidia_smi"]
+
+_MIB = float(2**20)
+_PCT = {"%": 0.01}
+_CLOCK = {"MHz": 1e6}
+
+FIELDS: dict[str, tuple[str, dict[str, float]]] = {
+    "utilization.gpu": ("gpu_utilization_ratio", _PCT),
+    "utilization.memory": ("gpu_memory_utilization_ratio", _PCT),
+    "memory.used": ("gpu_memory_used_bytes", {"MiB": _MIB}),
+    "memory.total": ("gpu_memory_total_bytes", {"MiB": _MIB}),
+    "memory.free": ("memory_free_bytes", {"MiB": _MIB}),
+    "power.draw": ("gpu_power_watts", {"W": 1.0}),
+    "power.draw.instant": ("gpu_power_watts", {"W": 1.0}),
+    "power.draw.average": ("gpu_power_watts", {"W": 1.0}),
+    "power.limit": ("gpu_power_limit_watts", {"W": 1.0}),
+    "enforced.power.limit": ("gpu_power_limit_watts", {"W": 1.0}),
+    "temperature.gpu": ("gpu_temperature_celsius", {"C": 1.0}),
+    "clocks.current.sm": ("gpu_sm_clock_hertz", _CLOCK),
+    "clocks.sm": ("gpu_sm_clock_hertz", _CLOCK),
+    "clocks.current.memory": ("gpu_memory_clock_hertz", _CLOCK),
+    "clocks.mem": ("gpu_memory_clock_hertz", _CLOCK),
+    "fan.speed": ("gpu_fan_ratio", _PCT),
+}
+"""nvidia-smi query fields read, the series each becomes, and its units with their scale to SI
+(a header without a unit means the first unit listed, nvidia-smi's own)."""
+
+_IDENTITY = {
+    "timestamp": "timestamp",
+    "index": "index",
+    "name": "name",
+    "gpu_name": "name",
+    "uuid": "uuid",
+    "gpu_uuid": "uuid",
+    "pci.bus_id": "bus",
+    "gpu_bus_id": "bus",
+    "job": "job",
+}
+_HEADER_TOKEN = re.compile(r"^([A-Za-z_][A-Za-z0-9_.]*)\s*(?:\[([^\]]*)\])?$")
+NOT_GIVEN = frozenset(
+    {
+        "",
+        "n/a",
+        "[n/a]",
+        "[not supported]",
+        "[unknown error]",
+        "[gpu is lost]",
+        "not supported",
+        "[insufficient permissions]",
+        "[requires root]",
+    }
+)
+
+
+class _Column:
+    __slots__ = ("field", "index", "metric", "scale", "unit", "units")
+
+    def __init__(self, index: int, field: str, metric: str, unit: str, units: dict[str, float]):
+        self.index, self.field, self.metric, self.unit, self.units = (
+            index,
+            field,
+            metric,
+            unit,
+            units,
+        )
+        self.scale = units[unit]
+
+
+def _parse_header(
+    path: Path, tokens: Sequence[str], line: int
+) -> tuple[dict[str, int], list[_Column], list[str]]:
+    ids: dict[str, int] = {}
+    cols: list[_Column] = []
+    ignored: list[str] = []
+    for i, raw in enumerate(tokens):
+        tok = raw.strip()
+        m = _HEADER_TOKEN.match(tok)
+        if m is None:
+            if tok:
+                ignored.append(tok)
+            continue
+        field, unit = m.group(1), m.group(2)
+        if field in _IDENTITY:
+            ids.setdefault(_IDENTITY[field], i)
+            continue
+        known = FIELDS.get(field)
+        if known is None:
+            ignored.append(tok)
+            continue
+        metric, units = known
+        u = next(iter(units)) if unit is None or unit.strip() in ("", "°C") else unit.strip()
+        if u not in units:
+            raise TraceError(
+                f"{path}:{line}: column {tok!r}: unknown unit {unit!r} "
+                f"(nvidia-smi writes {', '.join(units)})"
+            )
+        cols.append(_Column(i, tok, metric, u, units))
+    return ids, cols, ignored
+
+
+def _looks_like_header(tokens: Sequence[str]) -> bool:
+    for raw in tokens:
+        m = _HEADER_TOKEN.match(raw.strip())
+        if m and (m.group(1) in FIELDS or m.group(1) in _IDENTITY):
+            return True
+    return False
+
+
+def _value(col: _Column, text: str, where: str) -> float | None:
+    s = text.strip()
+    if s.lower() in NOT_GIVEN or s.startswith("["):
+        return None
+    num, _, unit = s.partition(" ")
+    unit = unit.strip()
+    try:
+        v = float(num)
+    except ValueError:
+        raise TraceError(f"{where}: column {col.field!r}: {s[:40]!r} is not a number") from None
+    if not math.isfinite(v):
+        raise TraceError(f"{where}: column {col.field!r}: {s[:40]!r} is not a finite number")
+    if not unit:
+        return v * col.scale
+    scale = col.units.get(unit)
+    if scale is None:
+        raise TraceError(
+            f"{where}: column {col.field!r}: unknown unit {unit[:20]!r} "
+            f"(nvidia-smi writes {', '.join(col.units)})"
+        )
+    return v * scale
+
+
+def read_nvidia_smi(
+    path: str | Path,
+    *,
+    columns: Sequence[str] | None = None,
+    job: str | None = None,
+    utc: bool = False,
+    allow_gaps: bool = False,
+) -> Trace:
+    """Read an nvidia-smi CSV log. ``columns``: the ``--query-gpu`` fields, for a file written
+    with ``noheader`` (ignored when the file has a header). ``job``: the job's name when the
+    file has no ``job`` column (default: the file's stem). Timestamps are local time, as
+    nvidia-smi writes them, unless ``utc``."""
+    p = Path(path)
+    lines = read_lines(p)
+    first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
+    if first is None:
+        raise TraceError(f"{p}: empty file")
+    tokens = lines[first].split(",")
+    if _looks_like_header(tokens):
+        ids, cols, ignored = _parse_header(p, tokens, first + 1)
+        start = first + 1
+    elif columns:
+        ids, cols, ignored = _parse_header(p, columns, 0)
+        start = first
+    else:
+        raise TraceError(
+            f"{p}:{first + 1}: no header line (nvidia-smi's 'noheader'); give the columns as "
+            "they were given to --query-gpu, e.g. --columns timestamp,index,utilization.gpu"
+        )
+    if "timestamp" not in ids:
+        raise TraceError(
+            f"{p}:{first + 1}: no 'timestamp' column; log with --query-gpu=timestamp,..."
+        )
+    if not cols:
+        raise TraceError(
+            f"{p}:{first + 1}: none of the columns is a metric computewatch reads "
+            f"({', '.join(sorted({f for f in FIELDS if '.' in f}))})"
+        )
+    metrics = sorted({c.metric for c in cols})
+    b = Builder(p, "nvidia-smi", metrics)
+    width = max([*ids.values(), *(c.index for c in cols)]) + 1
+    i_t = ids["timestamp"]
+    i_idx, i_name, i_uuid, i_bus, i_job = (
+        ids.get(k) for k in ("index", "name", "uuid", "bus", "job")
+    )
+    for n in range(start, len(lines)):
+        text = lines[n]
+        if not text.strip():
+            continue
+        where = f"{p}:{n + 1}"
+        f = text.split(",")
+        if len(f) < width:
+            if _looks_like_header(f):  # a header repeated (logs appended to)
+                continue
+            raise TraceError(f"{where}: {len(f)} fields where the header has {width}")
+        t = parse_time(f[i_t], utc=utc, where=where)
+        index: int | None = None
+        if i_idx is not None:
+            try:
+                index = int(f[i_idx].strip())
+            except ValueError:
+                raise TraceError(
+                    f"{where}: index {f[i_idx].strip()[:20]!r} is not a number"
+                ) from None
+        if i_uuid is not None and f[i_uuid].strip():
+            gpu = f[i_uuid].strip()
+        elif i_bus is not None and f[i_bus].strip():
+            gpu = f[i_bus].strip()
+        else:
+            gpu = f"index:{index if index is not None else 0}"
+        values: dict[str, float | None] = {}
+        for c in cols:
+            v = _value(c, f[c.index], where)
+            if v is not None or c.metric not in values:
+                values[c.metric] = v
+        name = f[i_name].strip() if i_name is not None else None
+        jb = f[i_job].strip() if i_job is not None else ""
+        b.add(jb, gpu, index, name, t, values, n + 1, where)
+    trace = b.trace(job or p.stem, allow_gaps=allow_gaps)
+    _derive_total(trace)
+    if ignored:
+        trace.notes.insert(0, f"columns not read: {', '.join(ignored)}")
+    return trace
+
+
+def _derive_total(trace: Trace) -> None:
+    """memory.total from used + free where only those were logged; free is not kept."""
+    for j in trace.jobs:
+        for g in j.gpus:
+            free = g.metrics.pop("memory_free_bytes", None)
+            used = g.metrics.get("gpu_memory_used_bytes")
+            if free is None or used is None or "gpu_memory_total_bytes" in g.metrics:
+                continue
+            g.metrics["gpu_memory_total_bytes"] = [
+                None if a is None or b is None else a + b for a, b in zip(used, free, strict=True)
+            ]
