@@ -1,0 +1,254 @@
+"""What a model's training used: each run's compute by method, summed per model across
+restarts, resumptions and stages, with a fine-tune's base added for the rules that count it.
+
+Three estimates are kept side by side, never mixed (docs/governance.md):
+
+- ``counted``: the FLOPs the program reported per step (``flops.method == "counted"``);
+- ``hardware``: GPU time × peak FLOP/s × utilization (Epoch AI's method, the accounting's
+  ``flops`` estimate), with its low-high range;
+- ``architecture``: 6 × parameters × training tokens (the declared parameter count and the
+  tokens the run's steps reported), ±0 % by construction but only as good as the declaration.
+
+A threshold is judged on the highest upper bound among the methods available (the cautious
+reading); the status says which method that was.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from computewatch.errors import ComputewatchError
+
+STAGES: Final = (
+    "pretrain", "finetune", "rl", "synthetic-data", "distillation", "eval", "inference",
+)  # fmt: skip
+TRAINING_STAGES: Final = frozenset({"pretrain", "finetune", "rl", "distillation"})
+"""Stages whose compute counts as training compute (SB 53 counts fine-tuning and RL; synthetic
+data generation, evaluation and inference are recorded but not counted)."""
+
+METHODS: Final = ("counted", "hardware", "architecture")
+ARCHITECTURE_FACTOR: Final = 6.0  # FLOP per parameter per training token (forward + backward)
+
+
+class GovernanceError(ComputewatchError):
+    """A governance declaration or request that cannot be honoured."""
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """What a run says it trains (``run --model/--base-model/--stage/--parameters``)."""
+
+    model: str
+    base_model: str | None = None
+    stage: str = "pretrain"
+    parameters: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "base_model": self.base_model,
+            "stage": self.stage,
+            "parameters": self.parameters,
+        }
+
+
+def declaration(
+    model: str | None,
+    base_model: str | None = None,
+    stage: str | None = None,
+    parameters: float | None = None,
+) -> Declaration | None:
+    """A checked declaration, or None when no model is named."""
+    if model is None or not model.strip():
+        if base_model or stage or parameters:
+            raise GovernanceError("--base-model, --stage and --parameters need --model")
+        return None
+    stage = stage or ("finetune" if base_model else "pretrain")
+    if stage not in STAGES:
+        raise GovernanceError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+    if base_model is not None and base_model.strip() == model.strip():
+        raise GovernanceError("a model cannot be its own base model")
+    if parameters is not None and not (parameters > 0 and parameters < 1e16):
+        raise GovernanceError(f"parameters must be a positive count, not {parameters!r}")
+    return Declaration(model.strip(), (base_model or "").strip() or None, stage, parameters)
+
+
+def declaration_from_json(doc: object) -> Declaration | None:
+    if not isinstance(doc, Mapping) or not isinstance(doc.get("model"), str):
+        return None
+    params = doc.get("parameters")
+    try:
+        return declaration(
+            doc["model"], doc.get("base_model"), doc.get("stage"),
+            float(params) if isinstance(params, int | float) else None,
+        )  # fmt: skip
+    except GovernanceError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class Estimate:
+    """A FLOP figure with its range; ``low <= value <= high``."""
+
+    value: float
+    low: float
+    high: float
+
+    def __add__(self, other: Estimate) -> Estimate:
+        return Estimate(self.value + other.value, self.low + other.low, self.high + other.high)
+
+
+ZERO: Final = Estimate(0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True, slots=True)
+class RunCompute:
+    """One run's part in a model's training."""
+
+    run_id: str
+    declaration: Declaration
+    status: str
+    started_at: float
+    duration_seconds: float
+    gpu_hours: float
+    energy_kwh: float | None
+    flops: Mapping[str, Estimate]
+    """By method (``counted``, ``hardware``, ``architecture``): the ones that are known."""
+    forecast_high: float | None = None
+    """Upper bound of the run's FLOPs at completion, while it runs with a step target."""
+    hardware: tuple[str, ...] = ()
+
+
+def _estimate(fig: object) -> Estimate | None:
+    if not isinstance(fig, Mapping):
+        return None
+    v, lo, hi = fig.get("value"), fig.get("low"), fig.get("high")
+    if not isinstance(v, int | float):
+        return None
+    lo = lo if isinstance(lo, int | float) else v
+    hi = hi if isinstance(hi, int | float) else v
+    return Estimate(float(v), float(min(lo, v)), float(max(hi, v)))
+
+
+def run_compute(
+    run_id: str,
+    summary: Mapping[str, Any],
+    decl: Declaration,
+    *,
+    status: str,
+    started_at: float,
+) -> RunCompute:
+    """A run's compute from its summary (what ``show --json`` prints) and its declaration."""
+    flops: dict[str, Estimate] = {}
+    section = summary.get("flops")
+    if isinstance(section, Mapping):
+        if section.get("method") == "counted":
+            counted = _estimate(section)
+            if counted is not None:
+                flops["counted"] = counted
+            hw = _estimate(section.get("hardware_estimate"))
+        else:
+            hw = _estimate(section)
+        if hw is not None:
+            flops["hardware"] = hw
+    steps = summary.get("steps")
+    tokens = steps.get("tokens_total") if isinstance(steps, Mapping) else None
+    if decl.parameters is not None and isinstance(tokens, int | float) and tokens > 0:
+        arch = ARCHITECTURE_FACTOR * decl.parameters * float(tokens)
+        flops["architecture"] = Estimate(arch, arch, arch)
+    duration = summary.get("duration_seconds")
+    duration = float(duration) if isinstance(duration, int | float) else 0.0
+    gpus = [g for g in summary.get("gpus") or [] if isinstance(g, Mapping)]
+    energy = summary.get("energy")
+    kwh = _estimate(energy.get("facility")) if isinstance(energy, Mapping) else None
+    forecast = summary.get("forecast")
+    fc = _estimate(forecast.get("flops")) if isinstance(forecast, Mapping) else None
+    kinds = Counter(str(g.get("model") or g.get("name") or "unknown") for g in gpus)
+    return RunCompute(
+        run_id=run_id,
+        declaration=decl,
+        status=status,
+        started_at=started_at,
+        duration_seconds=duration,
+        gpu_hours=len(gpus) * duration / 3600.0,
+        energy_kwh=None if kwh is None else kwh.value,
+        flops=flops,
+        forecast_high=None if fc is None else fc.high,
+        hardware=tuple(f"{n}x {m}" for m, n in sorted(kinds.items())),
+    )
+
+
+@dataclass(slots=True)
+class ModelCompute:
+    """A model's own training compute (its runs, all stages that count), and with its base."""
+
+    model: str
+    base_model: str | None
+    runs: list[RunCompute] = field(default_factory=list)
+    own: dict[str, Estimate] = field(default_factory=dict)
+    """By method: the model's own training runs only (the EU modification rule's figure)."""
+    cumulative: dict[str, Estimate] = field(default_factory=dict)
+    """By method: own plus the base model's cumulative, recursively (SB 53's figure)."""
+    base_known: bool = True
+    """False when the base model has no runs here (its compute unknown)."""
+    gpu_hours: float = 0.0
+    energy_kwh: float = 0.0
+    training_seconds: float = 0.0
+    forecast_high: float | None = None
+    """Upper bound of own compute at the completion of the running runs with a step target."""
+
+    def judged(self, which: str = "cumulative") -> tuple[float, str] | None:
+        """The highest upper bound among methods, and its method; None when nothing is known."""
+        figures = self.cumulative if which == "cumulative" else self.own
+        best = max(((e.high, m) for m, e in figures.items()), default=None)
+        return best
+
+
+def per_model(runs: Iterable[RunCompute]) -> dict[str, ModelCompute]:
+    """Sum runs per model, then add each model's base (a chain of fine-tunes; a cycle in the
+    declarations is an error naming it)."""
+    models: dict[str, ModelCompute] = {}
+    for r in runs:
+        d = r.declaration
+        m = models.get(d.model)
+        if m is None:
+            m = models[d.model] = ModelCompute(d.model, d.base_model)
+        elif m.base_model is None and d.base_model is not None:
+            m.base_model = d.base_model
+        m.runs.append(r)
+        if d.stage not in TRAINING_STAGES:
+            continue
+        for method, e in r.flops.items():
+            m.own[method] = m.own.get(method, ZERO) + e
+        m.gpu_hours += r.gpu_hours
+        m.energy_kwh += r.energy_kwh or 0.0
+        m.training_seconds += r.duration_seconds
+        if r.status == "running" and r.forecast_high is not None:
+            done = max((e.high for e in r.flops.values()), default=0.0)
+            m.forecast_high = (m.forecast_high or 0.0) + max(0.0, r.forecast_high - done)
+    for name in models:
+        _cumulate(name, models, ())
+    return models
+
+
+def _cumulate(
+    name: str, models: dict[str, ModelCompute], path: Sequence[str]
+) -> dict[str, Estimate]:
+    m = models[name]
+    if m.cumulative:
+        return m.cumulative
+    if name in path:
+        cycle = " -> ".join([*path[path.index(name) :], name])
+        raise GovernanceError(f"base models form a cycle: {cycle}")
+    total = dict(m.own)
+    if m.base_model is not None:
+        if m.base_model in models:
+            for method, e in _cumulate(m.base_model, models, (*path, name)).items():
+                total[method] = total.get(method, ZERO) + e
+        else:
+            m.base_known = False
+    m.cumulative = total
+    return total
