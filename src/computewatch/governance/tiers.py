@@ -144,13 +144,13 @@ def cluster_capacity(
     """Peak FLOP/s of a node set (each node's accelerators by catalog or NVML name, dense peak at
     ``precision``), and the accelerator names the catalog lacks (counted as 0)."""
     catalog = dict(load_accelerators())
-    for acc in list(catalog.values()):
-        catalog.update((name, acc) for name in acc.nvml_names)  # NVML's names find it too
+    for a in list(catalog.values()):
+        catalog.update((name, a) for name in a.nvml_names)  # NVML's names find it too
     total, unknown = 0.0, set()
     for models in nodes.values():
         for name in models:
-            acc = catalog.get(name)
-            peak = None if acc is None else acc.peak_tflops(precision)
+            found = catalog.get(name)
+            peak = None if found is None else found.peak_tflops(precision)
             if peak is None:
                 unknown.add(name)
             total += (peak or 0.0) * 1e12
