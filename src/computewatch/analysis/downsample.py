@@ -61,12 +61,18 @@ def counter_rates(times: Sequence[float], values: Sequence[float]) -> list[float
         raise ValueError("times and values differ in length")
     out: list[float | None] = [None] * len(values)
     for i in range(1, len(values)):
-        dt = times[i] - times[i - 1]
-        if dt <= 0:
-            continue
-        v, prev = values[i], values[i - 1]
-        out[i] = (v - prev if v >= prev else v) / dt
+        out[i] = counter_rate(times[i - 1], values[i - 1], times[i], values[i])
     return out
+
+
+def counter_rate(t0: float, v0: float, t1: float, v1: float) -> float | None:
+    """Per-second rate of a cumulative counter from ``(t0, v0)`` to ``(t1, v1)``; None when
+    ``t1`` is not later. A lower value means the counter restarted from zero (see
+    :func:`counter_rates`)."""
+    dt = t1 - t0
+    if dt <= 0:
+        return None
+    return (v1 - v0 if v1 >= v0 else v1) / dt
 
 
 def grid_band(n_grid: int, per_bucket: int, points: Iterable[tuple[int, float]]) -> Band:

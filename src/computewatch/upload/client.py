@@ -1,0 +1,227 @@
+"""The HTTP client of the upload protocol: ``POST /api/v1/runs`` with the standard library alone
+(``urllib.request``), a timeout on every request, and one exception per way it can fail.
+
+No message, exception or ``repr`` ever holds the token: it travels only in the
+``Authorization`` header, and anything the server says back is scrubbed of it before it is
+shown (a misbehaving server could echo it).
+"""
+
+from __future__ import annotations
+
+import gzip
+import http.client
+import json
+import urllib.error
+import urllib.request
+from typing import cast
+
+from computewatch import jsonout
+from computewatch._version import __version__
+from computewatch.errors import ComputewatchError
+from computewatch.redact import MARKER, redact_urls
+from computewatch.upload.protocol import (
+    MAX_BODY_BYTES,
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
+    IngestBatch,
+    IngestResponse,
+)
+
+__all__ = [
+    "BadToken",
+    "BodyTooLarge",
+    "Client",
+    "ProtocolMismatch",
+    "ServerFailed",
+    "ServerUnreachable",
+    "UploadError",
+    "WrongScope",
+    "encode_batch",
+]
+
+INGEST_PATH = "/api/v1/runs"
+DEFAULT_TIMEOUT = 10.0
+_REASON_CHARS = 300
+
+
+class UploadError(ComputewatchError):
+    """An upload that did not go through; the runs stay in the local store for a later push.
+    ``retryable``: worth trying again later as it is (the server down or overloaded)."""
+
+    retryable = False
+
+
+class ServerUnreachable(UploadError):
+    """No answer: connection refused, name unknown, timeout, TLS failure."""
+
+    retryable = True
+
+
+class BadToken(UploadError):
+    """401: the server does not know the token (or none was given)."""
+
+
+class WrongScope(UploadError):
+    """403: the token is valid but may not do this (an ingest token is needed to push)."""
+
+
+class ProtocolMismatch(UploadError):
+    """A 4xx the client cannot fix by retrying: the server refused the document (another
+    protocol version, a field it does not accept); the message carries the server's reason."""
+
+
+class BodyTooLarge(UploadError):
+    """413: one request held more than the server takes."""
+
+
+class ServerFailed(UploadError):
+    """5xx (or 429): the server failed or is overloaded; try again later."""
+
+    retryable = True
+
+
+def encode_batch(batch: IngestBatch) -> bytes:
+    """The request body of a batch: compact, standard JSON (non-finite numbers as null)."""
+    return jsonout.dumps(batch, separators=(",", ":")).encode()
+
+
+def _reason(body: bytes, token: str | None) -> str:
+    """What the server said about a refusal, in one short line, without the token."""
+    text = body.decode("utf-8", "replace").strip()
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        detail = doc.get("detail", doc.get("error", doc.get("message")))
+        if detail is not None:
+            text = detail if isinstance(detail, str) else json.dumps(detail)
+    if token:
+        text = text.replace(token, MARKER)
+    text = " ".join(text.split())
+    return text[:_REASON_CHARS] + ("..." if len(text) > _REASON_CHARS else "")
+
+
+class Client:
+    """One server: ``url`` is its base URL (``https://cw.example.org``), ``token`` its bearer
+    token. ``gzip``: compress request bodies (``Content-Encoding: gzip``)."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        gzip: bool = False,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self._token = token
+        self.timeout = timeout
+        self.gzip = gzip
+
+    def __repr__(self) -> str:
+        return f"Client({redact_urls(self.url)!r})"
+
+    @property
+    def shown_url(self) -> str:
+        return redact_urls(self.url)
+
+    def ingest(self, batch: IngestBatch, *, timeout: float | None = None) -> IngestResponse:
+        """Send one batch; the server's answer, one result per run. Raises an
+        :class:`UploadError` subclass for every failure."""
+        return self.ingest_body(encode_batch(batch), timeout=timeout)
+
+    def ingest_body(self, body: bytes, *, timeout: float | None = None) -> IngestResponse:
+        """Send an encoded batch (:func:`encode_batch`)."""
+        if len(body) > MAX_BODY_BYTES:
+            raise BodyTooLarge(
+                f"an upload of {len(body):,} bytes is over the protocol's {MAX_BODY_BYTES:,}"
+            )
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json",
+            PROTOCOL_HEADER: str(PROTOCOL_VERSION),
+            "User-Agent": f"computewatch/{__version__}",
+        }
+        if self.gzip:
+            body = gzip.compress(body, compresslevel=6)
+            headers["Content-Encoding"] = "gzip"
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        status, answer = self._post(INGEST_PATH, body, headers, timeout)
+        return self._response(status, answer)
+
+    def _post(
+        self, path: str, body: bytes, headers: dict[str, str], timeout: float | None
+    ) -> tuple[int, bytes]:
+        req = urllib.request.Request(self.url + path, data=body, headers=headers, method="POST")
+        where = self.shown_url
+        try:
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
+                return int(resp.status), resp.read()
+        except urllib.error.HTTPError as e:
+            try:
+                answer = e.read()
+            except (OSError, http.client.HTTPException):
+                answer = b""
+            finally:
+                e.close()
+            return int(e.code), answer
+        except urllib.error.URLError as e:
+            why = e.reason
+            text = why.strerror if isinstance(why, OSError) and why.strerror else str(why)
+            raise ServerUnreachable(f"cannot reach the server at {where}: {text}") from None
+        except TimeoutError:
+            raise ServerUnreachable(
+                f"the server at {where} did not answer within {timeout or self.timeout:g} s"
+            ) from None
+        except (OSError, http.client.HTTPException) as e:
+            text = e.strerror if isinstance(e, OSError) and e.strerror else type(e).__name__
+            raise ServerUnreachable(
+                f"the connection to the server at {where} failed: {text}"
+            ) from None
+
+    def _response(self, status: int, answer: bytes) -> IngestResponse:
+        where = self.shown_url
+        reason = _reason(answer, self._token)
+        said = f": {reason}" if reason else ""
+        if status == 401:
+            if not self._token:
+                raise BadToken(
+                    f"the server at {where} wants a token: give --token, COMPUTEWATCH_TOKEN or "
+                    "[server] token_file"
+                )
+            raise BadToken(f"the server at {where} refused the token (401){said}")
+        if status == 403:
+            raise WrongScope(
+                f"the token may not upload to {where} (403: an ingest token is needed){said}"
+            )
+        if status == 413:
+            raise BodyTooLarge(f"the server at {where} refused an upload as too large (413)")
+        if status == 429 or status >= 500:
+            raise ServerFailed(f"the server at {where} failed ({status}){said}")
+        if not 200 <= status < 300:
+            raise ProtocolMismatch(
+                f"the server at {where} refused the upload ({status}){said} "
+                f"(this client speaks upload protocol {PROTOCOL_VERSION})"
+            )
+        try:
+            doc = json.loads(answer)
+        except ValueError:
+            doc = None
+        if (
+            not isinstance(doc, dict)
+            or not isinstance(doc.get("results"), list)
+            or not all(
+                isinstance(r, dict)
+                and isinstance(r.get("id"), str)
+                and isinstance(r.get("seq"), int)
+                and isinstance(r.get("stored"), bool)
+                for r in doc["results"]
+            )
+        ):
+            raise ProtocolMismatch(
+                f"the server at {where} answered {status} without an ingest response "
+                f"(is {where} a computewatch server speaking protocol {PROTOCOL_VERSION}?)"
+            )
+        return cast(IngestResponse, doc)
