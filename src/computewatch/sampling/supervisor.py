@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from computewatch.accounting.engine import AccountingOptions
-from computewatch.errors import ComputewatchError
+from computewatch.errors import PROG, ComputewatchError
 from computewatch.sampling.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader
 from computewatch.sampling.lifecycle import (
     RUN_BUSY_TIMEOUT,
@@ -90,6 +90,9 @@ class RunOptions:
     """Builds the live view on stderr (the CLI passes the terminal views); None: notes only."""
     cgroup_root: str | None = field(default_factory=_default_cgroup_root)
     """The cgroup-v2 mount for the run's own cgroup; None: the process tree counts the CPU."""
+    meta: dict[str, object] = field(default_factory=dict)
+    """Documents recorded with the run when it is created (``Store.set_meta``), by kind: the
+    governance declaration, configuration, environment, ..."""
 
 
 def run_command(
@@ -329,6 +332,11 @@ def _monitor(
         store = target.fall_back(run_id, problem_of(e))
         main.close()
         run_key = store.create_run(**run_fields)
+    for kind, doc in opts.meta.items():
+        try:
+            store.set_meta(run_key, kind, doc)
+        except sqlite3.Error as e:  # the run goes on without this document
+            print(f"{PROG}: the run's {kind} could not be stored ({e})", file=stderr)
     reader = SpoolReader(spool)
     sampler = Sampler(
         store,
