@@ -13,6 +13,7 @@ def test_the_parser_constants_match_the_library() -> None:
     from computewatch.analysis.export import FORMATS
     from computewatch.catalog import PRECISIONS
     from computewatch.fleet import agent_config
+    from computewatch.governance.compute import STAGES
     from computewatch.metrics.model import DEFAULT_LISTEN, GROUPINGS
     from computewatch.sampling import supervisor
     from computewatch.sources.gpus import BACKEND_CHOICES
@@ -22,6 +23,7 @@ def test_the_parser_constants_match_the_library() -> None:
     assert cli_args.EXPORT_FORMATS == FORMATS
     assert cli_args.GROUPINGS == GROUPINGS
     assert cli_args.DEFAULT_LISTEN == DEFAULT_LISTEN
+    assert cli_args.GOVERNANCE_STAGES == STAGES
     for mod in (supervisor, agent_config):
         assert (cli_args.MIN_INTERVAL, cli_args.MAX_INTERVAL) == (
             mod.MIN_INTERVAL,

@@ -19,10 +19,12 @@ __all__ = [
     "BACKEND_CHOICES",
     "DEFAULT_LISTEN",
     "EXPORT_FORMATS",
+    "GOVERNANCE_STAGES",
     "GROUPINGS",
     "MAX_INTERVAL",
     "MIN_INTERVAL",
     "PRECISIONS",
+    "count",
     "duration_seconds",
     "gpu_backend",
     "interval",
@@ -38,6 +40,27 @@ PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")  # catalog
 EXPORT_FORMATS = ("csv", "jsonl", "parquet")  # analysis.export
 GROUPINGS = ("job", "user", "team", "gpu-model")  # metrics.model
 DEFAULT_LISTEN = "127.0.0.1:9464"  # metrics.model
+GOVERNANCE_STAGES = (
+    "pretrain", "finetune", "rl", "synthetic-data", "distillation", "eval", "inference",
+)  # governance.compute  # fmt: skip
+
+_SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+def count(text: str) -> float:
+    """A positive count such as ``7e9``, ``7B``, ``70b``, ``1.5T`` or ``125M``."""
+    t = text.strip().lower()
+    scale = _SUFFIXES.get(t[-1:], 1.0) if t else 1.0
+    if scale != 1.0:
+        t = t[:-1]
+    try:
+        v = float(t) * scale
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a count: {text!r} (e.g. 7e9 or 7B)") from None
+    if not (math.isfinite(v) and 0 < v < 1e16):
+        raise argparse.ArgumentTypeError(f"must be a positive count below 1e16, not {text!r}")
+    return v
+
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}

@@ -22,8 +22,9 @@ from computewatch.analysis.retention import collect, expired_runs
 from computewatch.analysis.summary import current_summary, iso
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.cli.alerts import alerts_enabled, alerts_sink
-from computewatch.config import ConfigError, load_config
+from computewatch.config import Config, ConfigError, load_config
 from computewatch.errors import PROG, ComputewatchError, UsageError
+from computewatch.governance.compute import Declaration, GovernanceError, declaration
 from computewatch.paths import resolve_db_path
 from computewatch.redact import use_names as use_redact_names
 from computewatch.sampling.lifecycle import open_run_store
@@ -108,6 +109,21 @@ def _emit_json(obj: Any, out: TextIO) -> None:
     out.write("\n")
 
 
+def _governance(args: argparse.Namespace, config: Config) -> Declaration | None:
+    """What the run trains: the flags, else the configuration's ``[governance]`` defaults."""
+    model = args.model or config.governance_model
+    from_flags = args.model is not None
+    try:
+        return declaration(
+            model,
+            args.base_model if from_flags or args.base_model else config.governance_base_model,
+            args.stage or (None if from_flags else config.governance_stage),
+            args.parameters or (None if from_flags else config.governance_parameters),
+        )
+    except GovernanceError as e:
+        raise UsageError(str(e)) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
@@ -120,11 +136,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             raise UsageError(f"--json: directory {parent} does not exist")
     accounting = _accounting_options(args)
     use_redact_names(accounting.config.redact_names)  # --config's [privacy] redact, for the store
+    governance = _governance(args, accounting.config)
     # Before any thread starts (metrics server, alert delivery): threads inherit the mask, and
     # a kill(2) to the process goes to any thread not blocking the signal, whose default action
     # would end the supervisor and orphan the command (signal(7)). The supervisor receives them.
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-    observers = _run_observers(args, accounting)
+    observers = _run_observers(args, accounting) + _upload_observers(args, accounting)
     # Never raises: a store that cannot take the run leaves it to the spool (said once).
     store = open_run_store(resolve_db_path(args.db))
     opts = RunOptions(
@@ -139,6 +156,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         observers=observers,
         view=make_live_view,
     )
+    if governance is not None:
+        opts.meta["governance"] = governance.to_json()
     try:
         outcome = run_command(opts, store)
     except CommandNotStarted:  # main says why; the status is the shell's (127 or 126)
@@ -221,6 +240,25 @@ def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> l
             sink.close()
         raise
     return [run_observer(sinks)] if sinks else []
+
+
+def _upload_observers(args: argparse.Namespace, accounting: AccountingOptions) -> list[RunObserver]:
+    """With a server configured (``[server] url`` or ``COMPUTEWATCH_SERVER``), the live
+    uploader (docs/upload.md); without one nothing of the upload code is loaded."""
+    if not (accounting.config.server_url or os.environ.get("COMPUTEWATCH_SERVER")):
+        return []
+    # only with a server configured: the upload client and its thread
+    from computewatch.upload.settings import SettingsError, server_settings
+    from computewatch.upload.stream import LiveUploader
+
+    try:
+        settings = server_settings(accounting.config)
+    except SettingsError as e:  # the run goes on; `push` says the same when it is tried
+        print(f"{PROG} run: warning: not uploading: {e}", file=sys.stderr)
+        return []
+    if settings is None:
+        return []
+    return [LiveUploader(settings, resolve_db_path(args.db))]
 
 
 def cmd_devices(args: argparse.Namespace) -> int:

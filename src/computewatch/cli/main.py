@@ -19,6 +19,7 @@ from computewatch.cli.alerts import add_alert_arguments, add_alerts_parser
 from computewatch.cli.args import (
     BACKEND_CHOICES,
     EXPORT_FORMATS,
+    GOVERNANCE_STAGES,
     MAX_INTERVAL,
     MIN_INTERVAL,
     PRECISIONS,
@@ -26,6 +27,7 @@ from computewatch.cli.args import (
 from computewatch.cli.diagnose import add_diagnose_parser
 from computewatch.cli.fleet import add_fleet_parser
 from computewatch.cli.flops import add_flops_parser
+from computewatch.cli.server import add_server_parser
 from computewatch.cli.push import add_push_parser
 from computewatch.cli.traces import add_traces_parser
 from computewatch.errors import PROG, ComputewatchError
@@ -208,6 +210,25 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--prometheus-tls-key", metavar="FILE", help="... and this private key (PEM)")
     add_alert_arguments(r)
+    gv = r.add_argument_group(
+        "governance (what the run trains; the server sums each model's compute: docs/governance.md)"
+    )
+    gv.add_argument("--model", type=_text, metavar="NAME", help="the model this run trains")
+    gv.add_argument(
+        "--base-model", type=_text, metavar="NAME", help="the model it fine-tunes or modifies"
+    )
+    gv.add_argument(
+        "--stage",
+        choices=GOVERNANCE_STAGES,
+        help="pretrain (default), or finetune (default with --base-model), rl, synthetic-data, "
+        "distillation, eval, inference",
+    )
+    gv.add_argument(
+        "--parameters",
+        type=cli_args.count,
+        metavar="N",
+        help="the model's parameter count, for the 6 x parameters x tokens estimate (7e9 or 7B)",
+    )
     r.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
 
     dv = with_gpu(
@@ -321,6 +342,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alerts": ("computewatch.cli.alerts", "cmd_alerts"),
     "diagnose": ("computewatch.cli.diagnose", "cmd_diagnose"),
     "flops": ("computewatch.cli.flops_run", "cmd_flops"),
+    "server": ("computewatch.cli.server_run", "cmd_server"),
     "push": ("computewatch.cli.push", "cmd_push"),
     "import": ("computewatch.cli.traces_run", "cmd_import"),
 }

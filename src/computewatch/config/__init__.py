@@ -90,6 +90,15 @@ class Config:
     """``[diagnosis]`` threshold overrides, checked by computewatch.config.thresholds."""
     redact_names: tuple[str, ...] = ()
     """``[privacy] redact``: more names whose values are secrets (computewatch.redact)."""
+    governance_model: str | None = None
+    governance_base_model: str | None = None
+    governance_stage: str | None = None
+    governance_parameters: float | None = None
+    """``[governance]``: the default declaration of what runs train (``run --model`` ...)."""
+    governance_ledger_key: Path | None = None
+    governance_retention_years: float | None = None
+    governance_tiers: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    """``[governance] tiers``: overrides and additions, checked by computewatch.governance."""
     server_url: str | None = None
     """``[server] url``: where runs are uploaded (computewatch.upload)."""
     server_token: str | None = None
@@ -161,6 +170,8 @@ NUMBERS: dict[str, Range] = {
     "cost.usd_per_hour": _USD,
     "cost.usd_per_kwh": Range(0, 1e3, why="dollars"),
     "server.stream_interval": Range(1, 3600, why="seconds"),
+    "governance.parameters": Range(0, 1e16, low_open=True, why="the model's parameter count"),
+    "governance.retention_years": Range(0, 100, low_open=True, why="years"),
 }
 """The range of every numeric key of the configuration, by ``section.key``."""
 
@@ -191,6 +202,15 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "cloud_instances": ("catalog_cloud_instances", "path"),
     },
     "privacy": {"redact": ("redact_names", "names")},
+    "governance": {
+        "model": ("governance_model", "str"),
+        "base_model": ("governance_base_model", "str"),
+        "stage": ("governance_stage", "str"),
+        "parameters": ("governance_parameters", "number"),
+        "ledger_key": ("governance_ledger_key", "path"),
+        "retention_years": ("governance_retention_years", "number"),
+        "tiers": ("governance_tiers", "table"),
+    },
     "server": {
         "url": ("server_url", "url"),
         "token": ("server_token", "secret"),
@@ -309,6 +329,10 @@ def _check(where: str, key: str, value: Any, kind: str, path: Path | None) -> An
         if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
             raise ConfigError(f"{bad} must be a list of non-empty strings")
         return tuple(v.strip() for v in value)
+    if kind == "table":  # its entries are checked by the feature that reads them
+        if not isinstance(value, dict):
+            raise ConfigError(f"{bad} must be a table")
+        return value
     if kind == "secret":
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{where}: {key} must be a non-empty string (value not shown)")
