@@ -15,16 +15,22 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from computewatch.accounting.engine import AccountingOptions
 from computewatch.config import ConfigError, load_config
 from computewatch.sampling.channel import SpoolReader
 from computewatch.sampling.lifecycle import finish_run, spool_dir
 from computewatch.sampling.live import QuietView
+from computewatch.sampling.repro import record_repro
 from computewatch.sampling.sampler import Sampler
 from computewatch.sampling.sources_for_run import build_monitor
+from computewatch.sources.environment import Capture
 from computewatch.sources.gpus import GpuBackendError
 from computewatch.store import INTERRUPTED, Store, StoreError
+
+if TYPE_CHECKING:
+    from computewatch.upload.stream import LiveUploader
 
 
 def _read_control(stop: threading.Event, result: list[str]) -> None:
@@ -86,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         interval_seconds=a.interval,
         host=facts,
     )
+    capture = Capture(json.loads(a.command), os.getcwd())  # the reproducibility record
     reader = SpoolReader(spool_dir(Path(a.db), a.run_id))
     sampler = Sampler(
         store, run_key, sources, interval=a.interval, spool=reader, live=live,
@@ -94,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     sampler.gpu_names = mon.gpu_names()
     for n in notes:
         sampler.note(n, show=False)
+    uploader = _live_uploader(Path(a.db), a.run_id)
     stop = threading.Event()
     result: list[str] = []
     threading.Thread(target=_read_control, args=(stop, result), daemon=True).start()
@@ -114,12 +122,42 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         sampler.note(f"configuration ignored: {e}")
         accounting = AccountingOptions()
+    repro_note = record_repro(store, run_key, capture, mon.final_facts(), reader.dir)
+    if repro_note is not None:
+        sampler.note(repro_note, show=False)
     finish_run(
         store, sampler, run_key, status, None, [], reader,
         ended_at=ended_at, facts=mon.final_facts(), accounting=accounting,
     )  # fmt: skip
     store.close()
+    if uploader is not None:
+        uploader.close()  # the final upload, 2 s at most; else one line: it waits for `push`
     return 0
+
+
+def _live_uploader(db: Path, run_id: str) -> LiveUploader | None:
+    """With a server configured (``[server] url`` or ``COMPUTEWATCH_SERVER``), the run's live
+    uploader, started (docs/upload.md); without one nothing of the upload code is loaded."""
+    if not os.environ.get("COMPUTEWATCH_SERVER"):
+        try:
+            if not load_config().server_url:
+                return None
+        except ConfigError:
+            return None  # said when the run ends (its accounting reads the same file)
+    # only with a server configured: the upload client and its thread
+    from computewatch.upload.settings import SettingsError, server_settings
+    from computewatch.upload.stream import LiveUploader
+
+    try:
+        settings = server_settings(load_config())
+    except (ConfigError, SettingsError) as e:
+        print(f"computewatch: not uploading: {e}", file=sys.stderr)
+        return None
+    if settings is None:
+        return None
+    uploader = LiveUploader(settings, db)
+    uploader.begin(run_id)
+    return uploader
 
 
 if __name__ == "__main__":
