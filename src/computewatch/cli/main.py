@@ -24,11 +24,14 @@ from computewatch.cli.args import (
     MIN_INTERVAL,
     PRECISIONS,
 )
+from computewatch.cli.bench import add_bench_parser
+from computewatch.cli.check import add_check_parser
 from computewatch.cli.diagnose import add_diagnose_parser
+from computewatch.cli.exporters import add_export_arguments
 from computewatch.cli.fleet import add_fleet_parser
 from computewatch.cli.flops import add_flops_parser
-from computewatch.cli.server import add_server_parser
 from computewatch.cli.push import add_push_parser
+from computewatch.cli.server import add_server_parser
 from computewatch.cli.traces import add_traces_parser
 from computewatch.errors import PROG, ComputewatchError
 from computewatch.escape import clean_text
@@ -210,6 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--prometheus-tls-key", metavar="FILE", help="... and this private key (PEM)")
     add_alert_arguments(r)
+    add_export_arguments(r)  # --otlp, --emf
     gv = r.add_argument_group(
         "governance (what the run trains; the server sums each model's compute: docs/governance.md)"
     )
@@ -321,6 +325,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_alerts_parser(sub)
     add_diagnose_parser(sub)
     add_flops_parser(sub)
+    add_bench_parser(sub)
+    add_check_parser(sub)
+    add_server_parser(sub)
     add_push_parser(sub)
     add_traces_parser(sub)
     return p
@@ -342,6 +349,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alerts": ("computewatch.cli.alerts", "cmd_alerts"),
     "diagnose": ("computewatch.cli.diagnose", "cmd_diagnose"),
     "flops": ("computewatch.cli.flops_run", "cmd_flops"),
+    "bench": ("computewatch.cli.bench_run", "cmd_bench"),
+    "check": ("computewatch.cli.check_run", "cmd_check"),
     "server": ("computewatch.cli.server_run", "cmd_server"),
     "push": ("computewatch.cli.push", "cmd_push"),
     "import": ("computewatch.cli.traces_run", "cmd_import"),
