@@ -34,6 +34,9 @@ cloud_instances = "~/prices.csv"
 [privacy]                      # more names whose values are redacted (docs/security.md)
 redact = ["wandb_key", "hf"]
 
+[log_to]                       # experiment trackers every run logs into (docs/trackers.md)
+trackers = ["mlflow", "tensorboard"]
+
 [server]                       # upload runs to `computewatch server` (docs/upload.md)
 url = "https://computewatch.example.org"
 token_file = "~/.config/computewatch/token"   # or token = "..." (an ingest token)
@@ -90,6 +93,8 @@ class Config:
     """``[diagnosis]`` threshold overrides, checked by computewatch.config.thresholds."""
     redact_names: tuple[str, ...] = ()
     """``[privacy] redact``: more names whose values are secrets (computewatch.redact)."""
+    log_to: tuple[str, ...] = ()
+    """``[log_to] trackers``: the experiment trackers every run logs into (docs/trackers.md)."""
     governance_model: str | None = None
     governance_base_model: str | None = None
     governance_stage: str | None = None
@@ -105,6 +110,11 @@ class Config:
     server_token_file: Path | None = None
     server_project: str | None = None
     server_stream_interval: float | None = None
+    server_prometheus_url: str | None = None
+    """``[server] prometheus_url``: the dashboard's fleet page reads it (docs/dashboard.md)."""
+    server_budget_notify: tuple[str, ...] = ()
+    """``[server] budget_notify``: where budget alerts go (webhook:URL, slack:URL, ...)."""
+    server_budget_interval: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -170,6 +180,7 @@ NUMBERS: dict[str, Range] = {
     "cost.usd_per_hour": _USD,
     "cost.usd_per_kwh": Range(0, 1e3, why="dollars"),
     "server.stream_interval": Range(1, 3600, why="seconds"),
+    "server.budget_interval": Range(1, 86400, why="seconds"),
     "governance.parameters": Range(0, 1e16, low_open=True, why="the model's parameter count"),
     "governance.retention_years": Range(0, 100, low_open=True, why="years"),
 }
@@ -202,6 +213,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "cloud_instances": ("catalog_cloud_instances", "path"),
     },
     "privacy": {"redact": ("redact_names", "names")},
+    "log_to": {"trackers": ("log_to", "trackers")},
     "governance": {
         "model": ("governance_model", "str"),
         "base_model": ("governance_base_model", "str"),
@@ -217,6 +229,9 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "token_file": ("server_token_file", "path"),
         "project": ("server_project", "str"),
         "stream_interval": ("server_stream_interval", "number"),
+        "prometheus_url": ("server_prometheus_url", "url"),
+        "budget_notify": ("server_budget_notify", "names"),
+        "budget_interval": ("server_budget_interval", "number"),
     },
 }
 
@@ -323,8 +338,18 @@ def _load_prices(where: str, path: Path) -> Mapping[str, Any]:
         raise ConfigError(f"{where}: catalog.cloud_instances: {e}") from None
 
 
+TRACKERS = ("mlflow", "wandb", "tensorboard", "neptune")
+"""The experiment trackers ``[log_to] trackers`` (and ``--log-to``) accept."""
+
+
 def _check(where: str, key: str, value: Any, kind: str, path: Path | None) -> Any:
     bad = f"{where}: {key} = {value!r}"
+    if kind == "trackers":
+        if not isinstance(value, list) or not all(
+            isinstance(v, str) and v.strip().lower() in TRACKERS for v in value
+        ):
+            raise ConfigError(f"{bad} must be a list of tracker names: {', '.join(TRACKERS)}")
+        return tuple(dict.fromkeys(v.strip().lower() for v in value))
     if kind == "names":
         if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
             raise ConfigError(f"{bad} must be a list of non-empty strings")

@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import math
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol, TextIO
+
+from sqlalchemy.orm import Session
 
 from computewatch.alerts.event import FIRING, AlertEvent, fingerprint
 from computewatch.alerts.notify import (
@@ -41,6 +45,9 @@ from computewatch.alerts.notify import (
     write_lines,
 )
 from computewatch.errors import UsageError
+from computewatch.serverdb.budgets import BudgetInfo, list_budgets
+from computewatch.serverdb.engine import Database
+from computewatch.serverdb.queries import usage
 from computewatch.units import format_kwh, format_number, format_usd
 
 __all__ = [
@@ -50,16 +57,19 @@ __all__ = [
     "PERIODS",
     "SCOPES",
     "BudgetAlert",
+    "BudgetEvaluator",
     "BudgetNotifier",
     "BudgetSpec",
     "BudgetStatus",
     "MemorySentLog",
     "SentLog",
     "alert_event",
-    "check_budget",
+    "budget_statuses",
     "crossed",
+    "due_alerts",
     "format_amount",
     "period_bounds",
+    "spec_of",
     "status",
 ]
 
@@ -77,7 +87,7 @@ METHOD: Final = (
     "usage so far x period length / time elapsed"
 )
 
-_UNIT = {"gpu_hours": "GPU-h", "kwh": "kWh", "cost": "USD"}
+log = logging.getLogger("computewatch.server")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,27 +103,11 @@ class BudgetSpec:
     thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
 
 
-def check_budget(
-    scope_kind: str, scope_name: str, metric: str, amount: float, period: str,
-    thresholds: Iterable[float],
-) -> tuple[float, ...]:  # fmt: skip
-    """Check a budget's fields before it is stored; returns the thresholds sorted, without
-    duplicates. Raises :class:`UsageError` naming the bad field."""
-    if scope_kind not in SCOPES:
-        raise UsageError(f"budget scope must be one of {', '.join(SCOPES)}, not {scope_kind!r}")
-    if not scope_name.strip():
-        raise UsageError("budget needs the name of its team or project")
-    if metric not in METRICS:
-        raise UsageError(f"budget metric must be one of {', '.join(METRICS)}, not {metric!r}")
-    if not (math.isfinite(amount) and amount > 0):
-        raise UsageError(f"budget amount must be a positive number, not {amount!r}")
-    if period not in PERIODS:
-        raise UsageError(f"budget period must be one of {', '.join(PERIODS)}, not {period!r}")
-    out = sorted(set(thresholds))
-    for t in out:
-        if not (math.isfinite(t) and 0 < t <= 10):
-            raise UsageError(f"budget threshold must be a fraction above 0 (0.8 = 80%), not {t}")
-    return tuple(out)
+def spec_of(b: BudgetInfo) -> BudgetSpec:
+    """The stored budget (``serverdb.budgets``) as this module reads it."""
+    return BudgetSpec(
+        b.id, b.scope_kind, b.scope_name, b.metric, b.amount, b.period, tuple(b.thresholds)
+    )
 
 
 def period_bounds(period: str, at: float) -> tuple[float, float]:
@@ -204,6 +198,8 @@ def format_amount(metric: str, v: float | None) -> str:
         return format_kwh(v)
     if metric == "cost":
         return format_usd(v)
+    if abs(v) < 10:
+        return f"{v:.3g} GPU-h"
     return f"{format_number(v)} GPU-h"
 
 
@@ -381,3 +377,94 @@ class BudgetNotifier:
     def close(self, timeout: float = 5.0) -> None:
         for _, d in self.deliveries:
             d.close(timeout)
+
+
+# -- evaluation in the server ------------------------------------------------------------------
+
+
+def budget_statuses(
+    session: Session, budgets: Iterable[BudgetSpec], at: float
+) -> list[BudgetStatus]:
+    """The state of each budget at ``at``: its period's usage read by
+    :func:`computewatch.serverdb.queries.usage` over the runs of its team or project (every
+    team's runs: a budget is the organisation's, whoever reads it)."""
+    out: list[BudgetStatus] = []
+    cache: dict[tuple[str, float, float], dict[str | None, tuple[float, float, float]]] = {}
+    for b in budgets:
+        start, end = period_bounds(b.period, at)
+        key = (b.scope_kind, start, end)
+        if key not in cache:
+            rows = usage(session, by=b.scope_kind, teams=None, since=start, until=end)
+            cache[key] = {
+                r.key: (
+                    r.gpu_hours.value or 0.0,
+                    r.kwh.value or 0.0,
+                    r.cost_usd.value or 0.0,
+                )
+                for r in rows
+            }
+        gpu_h, kwh, usd = cache[key].get(b.scope_name, (0.0, 0.0, 0.0))
+        used = {"gpu_hours": gpu_h, "kwh": kwh, "cost": usd}.get(b.metric, 0.0)
+        out.append(status(b, used, at))
+    return out
+
+
+class BudgetEvaluator:
+    """Checks every budget each ``interval`` seconds on a thread of the server process and
+    hands the alerts due to a :class:`BudgetNotifier`. Never raises: a failed evaluation is
+    logged and tried again at the next interval."""
+
+    def __init__(
+        self,
+        db: Database,
+        notifier: BudgetNotifier,
+        *,
+        interval: float = 60.0,
+        sent: SentLog | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.db = db
+        self.notifier = notifier
+        self.interval = interval
+        self.sent: SentLog = sent if sent is not None else MemorySentLog()
+        self.clock = clock
+        self.evaluations = 0
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def evaluate(self) -> list[BudgetAlert]:
+        """One evaluation now: the alerts it queued."""
+        with self.db.session() as session:
+            specs = [spec_of(b) for b in list_budgets(session)]
+            statuses = budget_statuses(session, specs, self.clock())
+        alerts = due_alerts(statuses, self.sent)
+        self.notifier.notify(alerts)
+        self.evaluations += 1
+        return alerts
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="computewatch-budgets", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self.evaluate()
+            except Exception as e:  # the database is away, a bad row: try again later
+                log.warning("budgets: evaluation failed: %s: %s", type(e).__name__, e)
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+
+    def wake(self) -> None:
+        """Evaluate now rather than at the next interval (a budget was created)."""
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.notifier.close()

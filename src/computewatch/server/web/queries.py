@@ -1,0 +1,61 @@
+"""What the pages read beyond :mod:`computewatch.serverdb.queries`: the latest uploaded bucket
+of a few series of many runs at once (the Now page's utilization and power), and the series of
+several runs (a comparison), each in one query."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import cast
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from computewatch.serverdb.models import RunSeries
+from computewatch.serverdb.queries import SeriesRow
+
+__all__ = ["Latest", "latest_values", "series_of"]
+
+
+@dataclass(frozen=True, slots=True)
+class Latest:
+    """The mean of the last bucket of each series of one name of a run (one per label set)."""
+
+    t: float
+    values: tuple[float, ...]
+
+
+def latest_values(
+    session: Session, run_ids: Sequence[str], names: Iterable[str]
+) -> dict[tuple[str, str], Latest]:
+    """(run id, series name) → its series' last buckets, for ``run_ids`` (callers pass only
+    runs the principal may see)."""
+    if not run_ids:
+        return {}
+    q = select(RunSeries.run_id, RunSeries.name, RunSeries.points).where(
+        RunSeries.run_id.in_(list(run_ids)), RunSeries.name.in_(list(names))
+    )
+    found: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for run_id, name, points in session.execute(q):
+        pts = cast(list[list[float]], points)
+        if pts and len(pts[-1]) == 4 and math.isfinite(pts[-1][2]):
+            found.setdefault((run_id, name), []).append((pts[-1][0], pts[-1][2]))
+    return {k: Latest(max(t for t, _ in v), tuple(x for _, x in v)) for k, v in found.items()}
+
+
+def series_of(session: Session, run_ids: Sequence[str]) -> dict[str, list[SeriesRow]]:
+    """The uploaded series of ``run_ids`` (callers pass only runs the principal may see)."""
+    out: dict[str, list[SeriesRow]] = {r: [] for r in run_ids}
+    if not run_ids:
+        return out
+    q = (
+        select(RunSeries)
+        .where(RunSeries.run_id.in_(list(run_ids)))
+        .order_by(RunSeries.run_id, RunSeries.id)
+    )
+    for s in session.scalars(q):
+        out[s.run_id].append(
+            SeriesRow(s.name, cast(dict[str, str], s.labels), s.bucket_seconds, s.points)
+        )
+    return out
