@@ -1,0 +1,126 @@
+"""The live uploader: uploads a running run on its own thread, backs off, and makes one final
+attempt within its deadline, leaving the rest to `push` with one line."""
+
+from __future__ import annotations
+
+import io
+import random
+import socket
+from pathlib import Path
+
+from tests.upload.conftest import FakeIngest, stored_run, wait_until
+
+from computewatch.store import COMPLETED, Store
+from computewatch.upload.settings import ServerSettings
+from computewatch.upload.stream import LiveUploader, backoff_delay
+
+TOKEN = "cwt_stream-token"
+
+
+def test_backoff_grows_is_capped_and_jittered() -> None:
+    rng = random.Random(1)
+    for failures, top in [(1, 10.0), (2, 20.0), (3, 40.0), (10, 120.0), (50, 120.0)]:
+        delays = [backoff_delay(failures, 10.0, 120.0, rng) for _ in range(50)]
+        assert all(top / 2 <= d <= top for d in delays)
+        assert len(set(delays)) > 1
+
+
+def _finish(store: Store, key: int) -> None:
+    store.update_run(key, status=COMPLETED, exit_code=0, ended_at=2e9)
+
+
+def test_streams_while_running_then_the_final_state(tmp_path: Path, ingest: FakeIngest) -> None:
+    db = tmp_path / "cw.db"
+    with Store.open(db) as store:
+        run = stored_run(store, status="running")
+    err = io.StringIO()
+    up = LiveUploader(ServerSettings(ingest.url, TOKEN, "proj", 0.05), db, stderr=err)
+    up.begin(run.id)
+    wait_until(lambda: len(ingest.runs_seen()) >= 3)
+    seen = ingest.runs_seen()
+    assert all(not r["final"] and r["status"] == "running" for r in seen)
+    seqs = [r["seq"] for r in seen]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
+    assert seen[0]["project"] == "proj"
+    with Store.open(db) as store:
+        _finish(store, run.key)
+    assert up.close() is True
+    last = ingest.held[run.id]
+    assert last["final"] and last["status"] == "completed"
+    assert last["seq"] > max(seqs[:3])
+    with Store.open(db) as store:
+        assert store.uploaded(ingest.url)[run.key] == (last["seq"], True)
+    assert err.getvalue() == ""
+    assert all(r.headers["Authorization"] == f"Bearer {TOKEN}" for r in ingest.requests)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+def test_an_unreachable_server_leaves_the_run_for_push(tmp_path: Path) -> None:
+    db = tmp_path / "cw.db"
+    with Store.open(db) as store:
+        run = stored_run(store, status="running")
+    err = io.StringIO()
+    url = f"http://127.0.0.1:{_closed_port()}"
+    up = LiveUploader(ServerSettings(url, TOKEN, None, 0.05), db, stderr=err, max_backoff=0.1)
+    up.begin(run.id)
+    wait_until(lambda: up.failures >= 2)
+    with Store.open(db) as store:
+        _finish(store, run.key)
+        assert up.close() is False
+        assert store.uploaded(url) == {}
+    lines = err.getvalue().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"computewatch: run {run.id} not uploaded (cannot reach")
+    assert lines[0].endswith("it waits in the local store for `computewatch push`")
+    assert TOKEN not in err.getvalue()
+
+
+def test_a_server_that_hangs_costs_the_deadline_only(tmp_path: Path, ingest: FakeIngest) -> None:
+    db = tmp_path / "cw.db"
+    with Store.open(db) as store:
+        run = stored_run(store)
+    ingest.hang = 60.0
+    err = io.StringIO()
+    up = LiveUploader(ServerSettings(ingest.url, TOKEN), db, stderr=err, final_deadline=0.3)
+    up.run_id = run.id  # finished already: only the final attempt
+    assert up.close() is False
+    assert "did not answer in time" in err.getvalue()
+    with Store.open(db) as store:
+        assert store.uploaded(ingest.url) == {}
+
+
+def test_a_refused_token_stops_the_stream(tmp_path: Path, ingest: FakeIngest) -> None:
+    db = tmp_path / "cw.db"
+    with Store.open(db) as store:
+        run = stored_run(store, status="running")
+    ingest.status = 401
+    ingest.reply = b'{"detail": "unknown token"}'
+    err = io.StringIO()
+    up = LiveUploader(ServerSettings(ingest.url, TOKEN, None, 0.05), db, stderr=err)
+    up.begin(run.id)
+    assert up._thread is not None
+    up._thread.join(20)
+    assert not up._thread.is_alive()
+    assert len(ingest.requests) == 1  # no retry can help a bad token
+    assert up.close() is False
+    assert "refused the token (401): unknown token" in err.getvalue()
+    assert len(ingest.requests) == 1 and TOKEN not in err.getvalue()
+
+
+def test_a_run_not_in_the_store_waits_for_push(tmp_path: Path, ingest: FakeIngest) -> None:
+    """The store could not take the run (it went to the spool): nothing to stream; one line."""
+    db = tmp_path / "cw.db"
+    Store.open(db).close()
+    err = io.StringIO()
+    up = LiveUploader(ServerSettings(ingest.url, TOKEN, None, 0.05), db, stderr=err)
+    up.begin("notthere")
+    wait_until(lambda: up.failures >= 1)
+    assert up.close() is False
+    assert "no run matches 'notthere'" in err.getvalue()
+    assert ingest.requests == []
