@@ -14,6 +14,7 @@ from typing import Any
 from computewatch.cli import args as cli_args
 from computewatch.cli.alerts import add_alert_arguments
 from computewatch.cli.args import BACKEND_CHOICES, DEFAULT_LISTEN, MAX_INTERVAL, MIN_INTERVAL
+from computewatch.cli.exporters import add_export_arguments
 
 __all__ = ["add_agent_parser"]
 
@@ -90,3 +91,4 @@ def add_agent_parser(sub: Any) -> None:
         "tests; repeatable)",
     )
     add_alert_arguments(a)
+    add_export_arguments(a)

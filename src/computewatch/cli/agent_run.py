@@ -11,6 +11,7 @@ import threading
 import time
 
 from computewatch.cli.alerts import alerts_sink
+from computewatch.cli.exporters import export_sinks
 from computewatch.config import ENV_CONFIG, default_config_path
 from computewatch.errors import PROG, UsageError
 from computewatch.fleet.agent import Agent
@@ -91,6 +92,9 @@ def run_agent(args: argparse.Namespace) -> int:
     sinks.append(latest)
     if alert_sink is not None:
         sinks.append(alert_sink)  # hook: alert rules see every tick's samples
+    sinks.extend(
+        export_sinks(args, node=options.node, interval=interval, prefix=f"{PROG} agent")
+    )  # --otlp, --emf
     try:
         node, gpu_backend = open_node(options, attributor, backend, fake_pids=args.fake_gpu_pid)
     except GpuBackendError as e:

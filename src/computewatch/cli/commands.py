@@ -22,9 +22,11 @@ from computewatch.analysis.retention import collect, expired_runs
 from computewatch.analysis.summary import current_summary, iso
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.cli.alerts import alerts_enabled, alerts_sink
+from computewatch.cli.exporters import export_sinks, exports_enabled
+from computewatch.cli.log_to import tracker_observers
 from computewatch.config import Config, ConfigError, load_config
 from computewatch.errors import PROG, ComputewatchError, UsageError
-from computewatch.governance.compute import Declaration, GovernanceError, declaration
+from computewatch.lineage.compute import Declaration, GovernanceError, declaration
 from computewatch.paths import resolve_db_path
 from computewatch.redact import use_names as use_redact_names
 from computewatch.sampling.lifecycle import open_run_store
@@ -142,6 +144,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # would end the supervisor and orphan the command (signal(7)). The supervisor receives them.
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
     observers = _run_observers(args, accounting) + _upload_observers(args, accounting)
+    observers += tracker_observers(args, accounting.config)  # --log-to (cli/log_to.py)
     # Never raises: a store that cannot take the run leaves it to the spool (said once).
     store = open_run_store(resolve_db_path(args.db))
     opts = RunOptions(
@@ -199,8 +202,8 @@ def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> l
         args.prometheus_tls_cert,
         args.prometheus_tls_key,
     )
-    if not any(prometheus_flags) and not alerts_enabled(args):
-        return []  # neither: the metrics server and the rules engine are not loaded
+    if not any(prometheus_flags) and not alerts_enabled(args) and not exports_enabled(args):
+        return []  # none: the metrics server and the rules engine are not loaded
     # only with --prometheus or alert flags: the metrics server and the rules engine
     from computewatch.alerts import AlertsError
     from computewatch.fleet.run_export import prometheus_sink, run_observer
@@ -235,6 +238,7 @@ def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> l
             raise UsageError(f"--alerts: {e}") from None
         if alerts is not None:
             sinks.append(alerts)
+        sinks.extend(export_sinks(args, node=None, interval=args.interval, prefix=f"{PROG} run"))
     except BaseException:
         for sink in sinks:
             sink.close()

@@ -30,6 +30,7 @@ from computewatch.cli.diagnose import add_diagnose_parser
 from computewatch.cli.exporters import add_export_arguments
 from computewatch.cli.fleet import add_fleet_parser
 from computewatch.cli.flops import add_flops_parser
+from computewatch.cli.log_to import add_log_to_argument
 from computewatch.cli.push import add_push_parser
 from computewatch.cli.server import add_server_parser
 from computewatch.cli.traces import add_traces_parser
@@ -114,11 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
     def with_gpu(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument(
             "--gpu-backend",
+            "--accelerator-backend",
+            dest="gpu_backend",
             type=_gpu_backend,
             default="auto",
             metavar="BACKEND",
-            help=f"{BACKEND_CHOICES} (default auto: NVIDIA, then AMD; fake and replayed "
-            "devices are labelled simulated)",
+            help=f"{BACKEND_CHOICES} (default auto: NVIDIA, then AMD, then TPU; fake "
+            "(fake:8xH100-SXM, fake:4xTPU-v5e) and replayed devices are labelled simulated)",
         )
         return sp
 
@@ -213,6 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--prometheus-tls-key", metavar="FILE", help="... and this private key (PEM)")
     add_alert_arguments(r)
+    add_log_to_argument(r)
     add_export_arguments(r)  # --otlp, --emf
     gv = r.add_argument_group(
         "governance (what the run trains; the server sums each model's compute: docs/governance.md)"
