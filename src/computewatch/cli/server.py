@@ -1,0 +1,90 @@
+"""``computewatch server``: the parser (the command is :mod:`computewatch.cli.server_run`; the
+library side is computewatch.server and computewatch.serverdb).
+
+``server`` runs the server; ``server token create|list|revoke`` manages its tokens on the same
+``--db``. Problems found before the server starts are one line on standard error and exit
+status 2 (a bad flag or URL) or 1 (a database that cannot be used).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+__all__ = ["DEFAULT_SERVER_LISTEN", "add_server_parser"]
+
+DEFAULT_SERVER_LISTEN = "127.0.0.1:8765"  # computewatch.server.serve.DEFAULT_LISTEN
+SCOPES = ("ingest", "read", "admin")  # computewatch.serverdb.tokens.SCOPES
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+_DB_HELP = (
+    "database URL: sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/NAME "
+    "(default sqlite:///$COMPUTEWATCH_HOME/server.db)"
+)
+
+
+def _token_id(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a token id (see 'token list'), not {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"a token id (see 'token list'), not {text!r}")
+    return v
+
+
+def add_server_parser(sub: Any) -> None:
+    """Add ``server`` to the CLI's subcommands (``sub``: argparse's subparsers action)."""
+    s = sub.add_parser(
+        "server",
+        help="the organisation's server: runs uploaded from every machine, API and dashboard",
+        description="Serve the runs pushed by every machine (computewatch push) over HTTP: "
+        "the REST API under /api/v1, live events and the dashboard, on SQLite (one machine) "
+        "or PostgreSQL (several server processes may share one). Stops on SIGTERM or SIGINT. "
+        "'server token ...' manages its tokens.",
+    )
+    s.add_argument("--db", metavar="URL", help=_DB_HELP)
+    s.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default=DEFAULT_SERVER_LISTEN,
+        help=f"address to serve on (default {DEFAULT_SERVER_LISTEN}; a non-loopback address "
+        "needs --tls-cert/--tls-key or --allow-insecure-listen)",
+    )
+    s.add_argument("--tls-cert", metavar="FILE", help="serve HTTPS with this certificate (PEM)")
+    s.add_argument("--tls-key", metavar="FILE", help="... and this private key (PEM)")
+    s.add_argument(
+        "--allow-insecure-listen",
+        action="store_true",
+        help="serve plain HTTP on a non-loopback address (behind a TLS proxy on another "
+        "host, or a network you trust): tokens then cross it in clear",
+    )
+    s.add_argument(
+        "--log-level", choices=LOG_LEVELS, default="info", help="default info (access log)"
+    )
+    ssub = s.add_subparsers(dest="server_cmd", metavar="SUBCOMMAND")
+    t = ssub.add_parser("token", help="create, list or revoke API tokens")
+    tsub = t.add_subparsers(dest="token_cmd", metavar="ACTION", required=True)
+
+    def with_db(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        # SUPPRESS: 'server --db URL token ...' keeps its URL when this one is not given.
+        p.add_argument("--db", metavar="URL", default=argparse.SUPPRESS, help=_DB_HELP)
+        return p
+
+    c = with_db(
+        tsub.add_parser(
+            "create",
+            help="make a token and print it (only the token, on standard output)",
+            description="Make a token for TEAM with SCOPE: ingest (upload and read the "
+            "team's runs), read (read the team's runs) or admin (every team). Only its hash is "
+            "kept: the token is printed once.",
+        )
+    )
+    c.add_argument("--team", required=True, metavar="TEAM")
+    c.add_argument("--scope", required=True, choices=SCOPES)
+    c.add_argument("--name", metavar="N", help="a note: whose or what for")
+    ls = with_db(tsub.add_parser("list", help="list tokens (never the tokens themselves)"))
+    ls.add_argument("--json", action="store_true", help="JSON output")
+    ls.add_argument("--team", metavar="TEAM", help="only this team's")
+    rv = with_db(tsub.add_parser("revoke", help="revoke a token (and its browser sessions)"))
+    rv.add_argument("token_id", type=_token_id, metavar="ID", help="the id 'token list' shows")

@@ -1,0 +1,501 @@
+"""The REST API under ``/api/v1`` (docs/server.md lists every field; the OpenAPI description
+is served at ``/api/v1/openapi.json``).
+
+``POST /runs`` ingests an upload batch (computewatch.upload.protocol); ``GET /runs`` lists runs
+with filters, sorts and cursor pages; ``GET /runs/{id}`` is one run in full; ``GET /usage`` sums
+usage by team, user, project or GPU model; ``GET /running`` lists runs in progress; ``GET /me``
+says who the token is; ``GET /events`` streams run changes (Server-Sent Events).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import re
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass
+from typing import Annotated, Any, Final
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, StreamingResponse
+from sqlalchemy.exc import DataError, IntegrityError
+from sqlalchemy.orm import Session
+
+from computewatch.jsonout import dumps as json_dumps
+from computewatch.jsonout import finite
+from computewatch.server.auth import (
+    Principal,
+    db_session,
+    get_database,
+    require_ingest,
+    require_read,
+)
+from computewatch.server.events import EventHub
+from computewatch.serverdb.changes import Change, changes_after
+from computewatch.serverdb.engine import Database
+from computewatch.serverdb.errors import IngestConflict, InvalidUpload
+from computewatch.serverdb.ingest import (
+    SUPPORTED_PROTOCOLS,
+    parse_batch,
+    protocol_mismatch,
+    store_batch,
+)
+from computewatch.serverdb.queries import (
+    MAX_LIMIT,
+    BadQuery,
+    RunFilter,
+    RunPage,
+    RunRow,
+    SeriesRow,
+    UsageRow,
+    get_run,
+    list_runs,
+    running_now,
+    usage,
+)
+from computewatch.upload.protocol import (
+    MAX_BODY_BYTES,
+    MAX_POINTS,
+    MAX_RUNS_PER_BATCH,
+    PROTOCOL_HEADER,
+    PROTOCOL_VERSION,
+    IngestResponse,
+)
+
+__all__ = ["HEARTBEAT_SECONDS", "api_error", "parse_time", "router"]
+
+router = APIRouter(prefix="/api/v1")
+
+HEARTBEAT_SECONDS: Final = 15.0
+INGEST_RETRIES: Final = 3
+
+
+def api_error(status: int, code: str, detail: str, **extra: Any) -> JSONResponse:
+    """The API's error document: ``{"error": CODE, "detail": MESSAGE, ...}``."""
+    return JSONResponse({"error": code, "detail": detail, **extra}, status_code=status)
+
+
+_RELATIVE = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_time(text: str | None, name: str) -> float | None:
+    """A time parameter: Unix seconds, ISO 8601 (``2026-11-01``, ``2026-11-01T12:00:00Z``; UTC
+    when no offset) or an age (``30d``, ``12h``, ``2w``: that long before now)."""
+    if text is None or text == "":
+        return None
+    t = text.strip()
+    m = _RELATIVE.match(t)
+    if m:
+        return time.time() - float(m.group(1)) * _UNIT[m.group(2)]
+    try:
+        v = float(t)
+    except ValueError:
+        pass
+    else:
+        if not 0 <= v < 1e11:
+            raise HTTPException(400, f"{name}: not a plausible Unix time")
+        return v
+    try:
+        d = datetime.datetime.fromisoformat(t.replace("Z", "+00:00"))
+    except ValueError:
+        raise HTTPException(
+            400, f"{name}: expected Unix seconds, an ISO 8601 date or time, or an age like 30d"
+        ) from None
+    if d.tzinfo is None:
+        d = d.replace(tzinfo=datetime.UTC)
+    return d.timestamp()
+
+
+# -- ingest ----------------------------------------------------------------------------------------
+
+_FIGURE = {"type": ["number", "null"]}
+_INGEST_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "required": ["protocol", "runs"],
+    "properties": {
+        "protocol": {"type": "integer", "enum": list(SUPPORTED_PROTOCOLS)},
+        "runs": {
+            "type": "array",
+            "maxItems": MAX_RUNS_PER_BATCH,
+            "items": {
+                "type": "object",
+                "required": [
+                    "id",
+                    "seq",
+                    "final",
+                    "name",
+                    "status",
+                    "exit_code",
+                    "started_at",
+                    "ended_at",
+                    "host",
+                    "user",
+                    "project",
+                    "tags",
+                    "command",
+                    "summary",
+                    "meta",
+                    "series",
+                ],
+                "properties": {
+                    "id": {"type": "string", "maxLength": 64},
+                    "seq": {"type": "integer", "minimum": 1},
+                    "final": {"type": "boolean"},
+                    "name": {"type": ["string", "null"]},
+                    "status": {"type": "string"},
+                    "exit_code": {"type": ["integer", "null"]},
+                    "started_at": {"type": "number"},
+                    "ended_at": _FIGURE,
+                    "host": {"type": "string"},
+                    "user": {"type": "string"},
+                    "project": {"type": ["string", "null"]},
+                    "tags": {"type": "object", "additionalProperties": {"type": "string"}},
+                    "command": {"type": "array", "items": {"type": "string"}},
+                    "summary": {"type": ["object", "null"]},
+                    "meta": {"type": "object"},
+                    "series": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "labels", "bucket_seconds", "points"],
+                            "properties": {
+                                "name": {"type": "string"},
+                                "labels": {
+                                    "type": "object",
+                                    "additionalProperties": {"type": "string"},
+                                },
+                                "bucket_seconds": {"type": "number", "minimum": 0},
+                                "points": {
+                                    "type": "array",
+                                    "maxItems": MAX_POINTS,
+                                    "items": {
+                                        "type": "array",
+                                        "items": {"type": "number"},
+                                        "minItems": 4,
+                                        "maxItems": 4,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+async def _read_body(request: Request) -> bytes | None:
+    """The body, or None when it is larger than MAX_BODY_BYTES (read no further)."""
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        try:
+            if int(declared) > MAX_BODY_BYTES:
+                return None
+        except ValueError:
+            pass
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _mismatch_response(version: object) -> JSONResponse | None:
+    m = protocol_mismatch(version)
+    if m is None:
+        return None
+    return api_error(
+        400,
+        "protocol",
+        m.message,
+        client_protocol=m.client if isinstance(m.client, int | str | None) else None,
+        supported_protocols=list(m.supported),
+        upgrade=m.upgrade,
+    )
+
+
+@router.post(
+    "/runs",
+    summary="Upload runs (a batch; idempotent by run id and seq)",
+    response_model=None,
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _INGEST_SCHEMA}},
+        }
+    },
+    responses={
+        200: {"description": "IngestResponse: {protocol, results: [{id, seq, stored}]}"},
+        400: {"description": "a protocol version the server does not speak"},
+        401: {"description": "no valid token"},
+        403: {"description": "the token's scope cannot upload"},
+        409: {"description": "a run id another team holds"},
+        413: {"description": "body larger than MAX_BODY_BYTES"},
+        422: {"description": "malformed batch; detail names the field"},
+        503: {"description": "database unavailable"},
+    },
+)
+async def ingest(
+    request: Request,
+    principal: Annotated[Principal, Depends(require_ingest)],
+    db: Annotated[Database, Depends(get_database)],
+) -> JSONResponse:
+    header = request.headers.get(PROTOCOL_HEADER)
+    if header is not None:
+        try:
+            version: object = int(header)
+        except ValueError:
+            version = header
+        bad = _mismatch_response(version)
+        if bad is not None:
+            return bad
+    body = await _read_body(request)
+    if body is None:
+        return api_error(
+            413,
+            "too_large",
+            f"request body larger than {MAX_BODY_BYTES} bytes: send fewer runs per batch",
+            max_bytes=MAX_BODY_BYTES,
+        )
+
+    def work() -> JSONResponse:
+        try:
+            batch = parse_batch(body)
+        except InvalidUpload as e:
+            return api_error(422, "invalid", str(e))
+        bad = _mismatch_response(batch["protocol"])
+        if bad is not None:
+            return bad
+        for attempt in range(INGEST_RETRIES):
+            with db.session() as session:
+                try:
+                    results = store_batch(session, principal.team, batch)
+                except IngestConflict as e:
+                    return api_error(409, "conflict", str(e))
+                except IntegrityError:
+                    # Another process inserted one of these runs meanwhile: store again, now
+                    # as an update (or a stored: false).
+                    if attempt + 1 == INGEST_RETRIES:
+                        raise
+                    continue
+                except DataError as e:
+                    return api_error(422, "invalid", f"the database refused a value: {e.orig}")
+            doc: IngestResponse = {"protocol": PROTOCOL_VERSION, "results": results}
+            return JSONResponse(doc, headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
+        raise AssertionError("unreachable")
+
+    return await run_in_threadpool(work)
+
+
+# -- reading ---------------------------------------------------------------------------------------
+
+
+def _tag(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise HTTPException(400, f"tag: expected KEY=VALUE, not {text!r}")
+    return key, value
+
+
+def _bad_query(e: BadQuery) -> HTTPException:
+    return HTTPException(400, str(e))
+
+
+@router.get("/runs", response_model=RunPage, summary="List runs (filters, sort, cursor pages)")
+def runs(
+    principal: Annotated[Principal, Depends(require_read)],
+    session: Annotated[Session, Depends(db_session)],
+    team: str | None = None,
+    user: str | None = None,
+    project: str | None = None,
+    tag: Annotated[list[str] | None, Query(description="KEY=VALUE, repeatable")] = None,
+    status: str | None = None,
+    since: Annotated[str | None, Query(description="started at or after")] = None,
+    until: Annotated[str | None, Query(description="started before")] = None,
+    q: Annotated[str | None, Query(description="text in the run's name")] = None,
+    sort: str = "started_at",
+    order: str = "desc",
+    limit: Annotated[int, Query(ge=1, le=MAX_LIMIT)] = 50,
+    cursor: str | None = None,
+) -> RunPage:
+    flt = RunFilter(
+        teams=principal.teams,
+        team=team,
+        user=user,
+        project=project,
+        tags=tuple(_tag(t) for t in tag or ()),
+        status=status,
+        since=parse_time(since, "since"),
+        until=parse_time(until, "until"),
+        text=q or None,
+    )
+    try:
+        return list_runs(session, flt, sort=sort, order=order, limit=limit, cursor=cursor)
+    except BadQuery as e:
+        raise _bad_query(e) from None
+
+
+@dataclass(frozen=True)
+class RunOut:
+    """``GET /runs/{id}``: the run's row, its summary, and the summary's sections by name."""
+
+    run: RunRow
+    command: list[str]
+    summary: dict[str, Any] | None
+    accounting: dict[str, Any] | None
+    """The summary's ``energy``, ``carbon``, ``cost``, ``flops``, ``forecast`` (those present)."""
+    diagnosis: dict[str, Any] | None
+    configuration: dict[str, Any] | None
+    """The run's ``config`` document (meta), when it has one."""
+    meta: dict[str, Any]
+    series: list[SeriesRow]
+
+
+@router.get("/runs/{run_id}", response_model=RunOut, summary="One run in full")
+def run_detail(
+    run_id: str,
+    principal: Annotated[Principal, Depends(require_read)],
+    session: Annotated[Session, Depends(db_session)],
+) -> RunOut:
+    d = get_run(session, run_id, principal.teams)
+    if d is None:
+        raise HTTPException(404, f"no run {run_id!r} visible to this token")
+    s = d.summary or {}
+    acc = {k: s[k] for k in ("energy", "carbon", "cost", "flops", "forecast") if k in s}
+    diag = s.get("diagnosis")
+    conf = d.meta.get("config")
+    return RunOut(
+        run=d.run,
+        command=d.command,
+        summary=finite(d.summary),
+        accounting=finite(acc) if acc else None,
+        diagnosis=finite(diag) if isinstance(diag, dict) else None,
+        configuration=conf if isinstance(conf, dict) else None,
+        meta=d.meta,
+        series=d.series,
+    )
+
+
+@dataclass(frozen=True)
+class UsageOut:
+    by: str
+    since: float | None
+    until: float | None
+    bucket: str | None
+    rows: list[UsageRow]
+
+
+@router.get("/usage", response_model=UsageOut, summary="Usage by team, user, project or GPU")
+def usage_route(
+    principal: Annotated[Principal, Depends(require_read)],
+    session: Annotated[Session, Depends(db_session)],
+    by: str = "team",
+    since: str | None = None,
+    until: str | None = None,
+    bucket: Annotated[str | None, Query(description="day, week or month")] = None,
+) -> UsageOut:
+    s, u = parse_time(since, "since"), parse_time(until, "until")
+    try:
+        rows = usage(session, by=by, teams=principal.teams, since=s, until=u, bucket=bucket)
+    except BadQuery as e:
+        raise _bad_query(e) from None
+    return UsageOut(by, s, u, bucket, rows)
+
+
+@dataclass(frozen=True)
+class RunningOut:
+    runs: list[RunRow]
+
+
+@router.get("/running", response_model=RunningOut, summary="Runs in progress now")
+def running(
+    principal: Annotated[Principal, Depends(require_read)],
+    session: Annotated[Session, Depends(db_session)],
+) -> RunningOut:
+    return RunningOut(running_now(session, principal.teams))
+
+
+@dataclass(frozen=True)
+class MeOut:
+    team: str
+    scope: str
+    token_id: int
+    teams: list[str] | None
+    """The teams whose runs this token sees; null for every team (admin)."""
+
+
+@router.get("/me", response_model=MeOut, summary="Who this token is")
+def me(principal: Annotated[Principal, Depends(require_read)]) -> MeOut:
+    teams = principal.teams
+    return MeOut(
+        principal.team,
+        principal.scope,
+        principal.token_id,
+        None if teams is None else sorted(teams),
+    )
+
+
+# -- live events -----------------------------------------------------------------------------------
+
+
+def _sse(change: Change) -> bytes:
+    data = json_dumps({k: v for k, v in asdict(change).items() if k != "change"})
+    return f"id: {change.change}\nevent: run\ndata: {data}\n\n".encode()
+
+
+@router.get(
+    "/events",
+    summary="Server-Sent Events: one 'run' event per stored upload",
+    response_class=StreamingResponse,
+)
+async def events(
+    request: Request,
+    principal: Annotated[Principal, Depends(require_read)],
+    db: Annotated[Database, Depends(get_database)],
+) -> StreamingResponse:
+    hub: EventHub = request.app.state.events
+    sub = hub.subscribe(principal.teams)
+    last_id = request.headers.get("last-event-id")
+    replay: list[Change] = []
+    if last_id and last_id.isdigit():
+
+        def read() -> list[Change]:
+            with db.session() as s:
+                return changes_after(s, int(last_id), principal.teams)
+
+        replay = await run_in_threadpool(read)
+
+    async def stream() -> AsyncIterator[bytes]:
+        try:
+            yield b": computewatch events\nretry: 2000\n\n"
+            sent = set()
+            for c in replay:
+                sent.add(c.change)
+                yield _sse(c)
+            while True:
+                try:
+                    change = await asyncio.wait_for(sub.queue.get(), HEARTBEAT_SECONDS)
+                except TimeoutError:
+                    if await request.is_disconnected():
+                        return
+                    yield b": ping\n\n"
+                    continue
+                if change is None or sub.overflowed:
+                    return  # the server is stopping, or this reader fell behind: reconnect
+                if change.change not in sent:
+                    yield _sse(change)
+        finally:
+            hub.unsubscribe(sub)
+
+    return StreamingResponse(
+        stream(),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

@@ -1,0 +1,226 @@
+"""The FastAPI application: ``create_app(db_url)``.
+
+Routes: ``/healthz``, ``/login`` (GET a form, POST the form field ``token``: sets the session
+cookie), ``/logout``, the API under ``/api/v1`` (computewatch.server.api; OpenAPI at
+``/api/v1/openapi.json``, browsable at ``/api/v1/docs``) and, once they exist, the web pages
+(computewatch.server.web, included where marked below). A database that cannot be reached
+makes a request answer 503, and the connection pool reconnects once it is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import html
+import logging
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Form, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.orm import Session
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from computewatch._version import __version__
+from computewatch.server import api
+from computewatch.server.auth import (
+    SESSION_COOKIE,
+    LoginRequired,
+    db_session,
+    login_redirect,
+    safe_next,
+)
+from computewatch.server.events import EventHub
+from computewatch.server.web import install_dashboard
+from computewatch.serverdb.changes import prune_changes
+from computewatch.serverdb.engine import Database, open_database, upgrade
+from computewatch.serverdb.tokens import (
+    SESSION_SECONDS,
+    authenticate,
+    create_session,
+    delete_session,
+)
+
+__all__ = ["create_app"]
+
+log = logging.getLogger("computewatch.server")
+
+PRUNE_SECONDS = 300.0
+
+
+def _unavailable(request: Request, exc: Exception) -> Response:
+    log.warning("database unavailable: %s", type(exc).__name__)
+    return JSONResponse(
+        {"error": "database_unavailable", "detail": "the database cannot be reached; retry"},
+        status_code=503,
+        headers={"Retry-After": "5"},
+    )
+
+
+async def _db_error(request: Request, exc: Exception) -> Response:
+    if isinstance(exc, OperationalError | InterfaceError | PoolTimeout) or (
+        isinstance(exc, DBAPIError) and exc.connection_invalidated
+    ):
+        return _unavailable(request, exc)
+    raise exc
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    codes = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found"}
+    return JSONResponse(
+        {"error": codes.get(exc.status_code, "error"), "detail": exc.detail},
+        status_code=exc.status_code,
+        headers=exc.headers,
+    )
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    parts = []
+    for e in exc.errors():
+        where = ".".join(str(x) for x in e.get("loc", ()) if x not in ("query", "path", "body"))
+        parts.append(f"{where}: {e.get('msg', 'invalid')}")
+    return JSONResponse(
+        {"error": "invalid", "detail": "; ".join(parts) or "invalid request"}, status_code=422
+    )
+
+
+async def _login_required(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, LoginRequired)
+    return login_redirect(exc.next_path)
+
+
+_LOGIN_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>computewatch: log in</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{{font-family:system-ui,sans-serif;max-width:28rem;margin:4rem auto;padding:0 1rem}}
+input{{width:100%;padding:.5rem;margin:.5rem 0;box-sizing:border-box}}.error{{color:#b00}}</style>
+</head><body><h1>computewatch</h1>
+<form method="post" action="/login">
+<label for="token">Token</label>
+<input id="token" name="token" type="password" autocomplete="off" required autofocus>
+<input type="hidden" name="next" value="{next}">
+{error}<button type="submit">Log in</button></form>
+<p>Make a token with <code>computewatch server token create --team TEAM --scope read</code>.</p>
+</body></html>
+"""
+
+
+def _login_page(next_path: str, error: str = "", status: int = 200) -> HTMLResponse:
+    err = f'<p class="error">{html.escape(error)}</p>' if error else ""
+    return HTMLResponse(
+        _LOGIN_PAGE.format(next=html.escape(safe_next(next_path)), error=err),
+        status_code=status,
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+def create_app(
+    db_url: str | None = None,
+    *,
+    database: Database | None = None,
+    migrate: bool = True,
+    secure_cookies: bool = False,
+) -> FastAPI:
+    """The server on ``db_url`` (see computewatch.serverdb.engine.parse_url; the default SQLite
+    file when None), or on an open ``database``. Migrates the schema to the newest revision
+    unless ``migrate`` is False. ``secure_cookies``: mark the session cookie Secure (under TLS;
+    also set when a request arrives over HTTPS)."""
+    db = database if database is not None else open_database(db_url)
+    if migrate:
+        upgrade(db)
+    hub = EventHub(db)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async def prune() -> None:
+            while True:
+                with contextlib.suppress(Exception):  # the database away: next time
+                    await asyncio.to_thread(_prune, db)
+                await asyncio.sleep(PRUNE_SECONDS)
+
+        task = asyncio.create_task(prune())
+        try:
+            yield
+        finally:
+            task.cancel()
+            hub.close()
+            db.dispose()
+
+    app = FastAPI(
+        title="computewatch server",
+        version=__version__,
+        description="Runs uploaded from every machine: ingest, lists, usage, live events. "
+        "Authenticate with Authorization: Bearer TOKEN. Field names: docs/server.md.",
+        openapi_url="/api/v1/openapi.json",
+        docs_url="/api/v1/docs",
+        redoc_url=None,
+        lifespan=lifespan,
+    )
+    app.state.db = db
+    app.state.events = hub
+    app.state.secure_cookies = secure_cookies
+    for exc_type in (OperationalError, InterfaceError, PoolTimeout, DBAPIError):
+        app.add_exception_handler(exc_type, _db_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(LoginRequired, _login_required)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz(session: Annotated[Session, Depends(db_session)]) -> dict[str, Any]:
+        session.execute(text("SELECT 1"))
+        return {"status": "ok", "database": db.dialect, "version": __version__}
+
+    app.include_router(api.router)
+
+    # The web pages (computewatch.server.web) are included here, before the fallback /login
+    # form below, so that theirs wins when they define one.
+    install_dashboard(app)
+
+    @app.get("/login", include_in_schema=False)
+    def login_form(next: str = "/") -> HTMLResponse:
+        return _login_page(next)
+
+    @app.post("/login", include_in_schema=False)
+    def login(
+        request: Request,
+        session: Annotated[Session, Depends(db_session)],
+        token: Annotated[str, Form()] = "",
+        next: Annotated[str, Form()] = "/",
+    ) -> Response:
+        info = authenticate(session, token.strip())
+        if info is None:
+            return _login_page(next, "Unknown or revoked token.", status=401)
+        cookie = create_session(session, info)
+        response = RedirectResponse(safe_next(next), status_code=303)
+        response.set_cookie(
+            SESSION_COOKIE,
+            cookie,
+            max_age=int(SESSION_SECONDS),
+            httponly=True,
+            samesite="strict",
+            secure=bool(app.state.secure_cookies) or request.url.scheme == "https",
+            path="/",
+        )
+        return response
+
+    @app.api_route("/logout", methods=["GET", "POST"], include_in_schema=False)
+    def logout(request: Request, session: Annotated[Session, Depends(db_session)]) -> Response:
+        cookie = request.cookies.get(SESSION_COOKIE)
+        if cookie:
+            delete_session(session, cookie)
+        response = RedirectResponse("/login", status_code=303)
+        response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
+        return response
+
+    return app
+
+
+def _prune(db: Database) -> None:
+    with db.session() as s:
+        prune_changes(s)

@@ -1,0 +1,152 @@
+"""Running the server: the listen-address policy, TLS, logging without secrets, Uvicorn.
+
+A loopback address (127.0.0.0/8, ::1, localhost) is served as asked. Any other address is
+refused unless the server has TLS (``tls_cert`` and ``tls_key``) or the caller says it is
+deliberate (``allow_insecure``: a reverse proxy on another host terminates TLS, or a trusted
+network). Uvicorn's access log prints the method, path and status, never headers; no route
+takes a token in its query string, and a log filter masks anything that looks like a token or
+an ``Authorization`` value anyway.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import Final
+
+from computewatch.errors import UsageError
+from computewatch.serverdb.engine import display_url, parse_url
+
+__all__ = [
+    "DEFAULT_LISTEN",
+    "Listen",
+    "RedactingFilter",
+    "check_listen",
+    "parse_listen",
+    "serve",
+]
+
+DEFAULT_LISTEN: Final = "127.0.0.1:8765"
+
+_TOKENISH = re.compile(r"(cw_[A-Za-z0-9_-]{16,}|(?i:bearer)\s+\S+)")
+
+
+class RedactingFilter(logging.Filter):
+    """Masks tokens (``cw_...``) and ``Bearer ...`` values in every log record it sees."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:
+            return True
+        if _TOKENISH.search(message):
+            record.msg = _TOKENISH.sub("***", message)
+            record.args = ()
+        return True
+
+
+@dataclass(frozen=True)
+class Listen:
+    host: str
+    port: int
+
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+def parse_listen(text: str) -> Listen:
+    """``HOST:PORT`` (``[::1]:8765`` for IPv6)."""
+    m = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d+)|([^:\[\]]+):(\d+)", text.strip())
+    if not m:
+        raise UsageError(f"--listen: expected HOST:PORT (or [IPv6]:PORT), not {text!r}")
+    host = m.group(1) or m.group(3)
+    port = int(m.group(2) or m.group(4))
+    if not 0 < port < 65536:
+        raise UsageError(f"--listen: port {port} out of range")
+    return Listen(host, port)
+
+
+def check_listen(listen: Listen, *, tls: bool, allow_insecure: bool) -> None:
+    """Refuse a non-loopback address without TLS unless ``allow_insecure``."""
+    if listen.loopback or tls or allow_insecure:
+        return
+    raise UsageError(
+        f"--listen {listen.host}:{listen.port}: not a loopback address, and tokens would cross "
+        "the network in clear: give --tls-cert and --tls-key, put a TLS reverse proxy in front "
+        "on 127.0.0.1 (docs/server.md), or pass --allow-insecure-listen"
+    )
+
+
+def _check_file(path: str, flag: str) -> None:
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise UsageError(f"{flag}: cannot read {path}")
+
+
+def serve(
+    *,
+    db: str | None,
+    listen: str = DEFAULT_LISTEN,
+    tls_cert: str | None = None,
+    tls_key: str | None = None,
+    allow_insecure_listen: bool = False,
+    log_level: str = "info",
+) -> int:
+    """Run the server until SIGTERM or SIGINT; the exit status."""
+    where = parse_listen(listen)
+    if bool(tls_cert) != bool(tls_key):
+        raise UsageError("--tls-cert and --tls-key go together")
+    if tls_cert and tls_key:
+        _check_file(tls_cert, "--tls-cert")
+        _check_file(tls_key, "--tls-key")
+    tls = bool(tls_cert)
+    check_listen(where, tls=tls, allow_insecure=allow_insecure_listen)
+    url = parse_url(db)
+    # The server's third-party stack is imported when it runs, not by the CLI's parser.
+    import uvicorn
+    from sqlalchemy.exc import DBAPIError
+
+    from computewatch.server.app import create_app
+    from computewatch.serverdb.errors import ServerDbError
+
+    try:
+        app = create_app(url.render_as_string(hide_password=False), secure_cookies=tls)
+    except DBAPIError as e:
+        raise ServerDbError(
+            f"database {display_url(url)} cannot be used: {type(e.orig).__name__}: "
+            f"{str(e.orig).strip().splitlines()[0] if str(e.orig).strip() else ''}"
+        ) from None
+    redact = RedactingFilter()
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "computewatch.server"):
+        logging.getLogger(name).addFilter(redact)
+    scheme = "https" if tls else "http"
+    host = f"[{where.host}]" if ":" in where.host else where.host
+    print(
+        f"computewatch server: {scheme}://{host}:{where.port} on {display_url(url)}",
+        file=sys.stderr,
+        flush=True,
+    )
+    config = uvicorn.Config(
+        app,
+        host=where.host,
+        port=where.port,
+        log_level=log_level,
+        access_log=True,
+        ssl_certfile=tls_cert,
+        ssl_keyfile=tls_key,
+        proxy_headers=True,
+        server_header=False,
+        timeout_graceful_shutdown=3,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    return 0 if server.started else 1

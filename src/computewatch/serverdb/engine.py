@@ -1,0 +1,160 @@
+"""The server database's URL, engine and migrations.
+
+``sqlite:///$COMPUTEWATCH_HOME/server.db`` by default (WAL, a busy timeout, foreign keys on);
+``postgresql+psycopg://user:pw@host:port/db`` for an organisation (``postgresql://`` and
+``postgres://`` mean the same, with psycopg 3). Any other URL is refused with a clear message.
+The schema is migrated with Alembic (``migrations/``) by :func:`upgrade`, which the server runs
+at start and ``server token create`` before it writes.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from computewatch.jsonout import dumps as json_dumps
+from computewatch.paths import data_home, make_private_dirs
+from computewatch.serverdb.errors import BadDatabaseURL
+
+__all__ = [
+    "SERVER_DB_FILENAME",
+    "Database",
+    "default_url",
+    "display_url",
+    "open_database",
+    "parse_url",
+    "upgrade",
+]
+
+SERVER_DB_FILENAME = "server.db"
+SQLITE_BUSY_MS = 10_000
+MIGRATIONS = Path(__file__).with_name("migrations")
+
+
+def default_url() -> str:
+    """``sqlite:///$COMPUTEWATCH_HOME/server.db`` (the XDG data dir when the variable is unset)."""
+    return f"sqlite:///{data_home() / SERVER_DB_FILENAME}"
+
+
+def display_url(url: URL | str) -> str:
+    """The URL with its password hidden, fit for a message or a log."""
+    try:
+        u = url if isinstance(url, URL) else make_url(url)
+    except ArgumentError:
+        return "<unparsable URL>"
+    return u.render_as_string(hide_password=True)
+
+
+def parse_url(text: str | None) -> URL:
+    """``--db`` as a SQLAlchemy URL on a driver the server supports; ``None`` is the default."""
+    raw = text or default_url()
+    try:
+        url = make_url(raw)
+    except ArgumentError:
+        raise BadDatabaseURL(
+            "--db: not a database URL (expected sqlite:///PATH or "
+            "postgresql+psycopg://USER:PASSWORD@HOST:PORT/NAME)"
+        ) from None
+    backend, _, driver = url.drivername.partition("+")
+    if backend in ("postgresql", "postgres"):
+        if driver not in ("", "psycopg"):
+            raise BadDatabaseURL(
+                f"--db: PostgreSQL through {driver!r} is not supported; use postgresql+psycopg://"
+            )
+        url = url.set(drivername="postgresql+psycopg")
+        if not url.database:
+            raise BadDatabaseURL(f"--db: no database name in {display_url(url)}")
+    elif backend == "sqlite":
+        if driver not in ("", "pysqlite"):
+            raise BadDatabaseURL(f"--db: SQLite through {driver!r} is not supported")
+        if not url.database or url.database == ":memory:":
+            raise BadDatabaseURL(
+                "--db: a SQLite server database must be a file (sqlite:///PATH): several "
+                "connections share it"
+            )
+    else:
+        raise BadDatabaseURL(
+            f"--db: unsupported database {backend!r}: use sqlite:///PATH or "
+            "postgresql+psycopg://USER:PASSWORD@HOST:PORT/NAME"
+        )
+    return url
+
+
+def _sqlite_pragmas(dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+    cur = dbapi_conn.cursor()
+    try:
+        cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_MS}")
+        cur.execute("PRAGMA journal_mode = WAL")
+        cur.execute("PRAGMA synchronous = NORMAL")
+        cur.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cur.close()
+
+
+@dataclass
+class Database:
+    """An engine and its session factory; ``dialect`` is ``sqlite`` or ``postgresql``."""
+
+    engine: Engine
+    sessions: sessionmaker[Session]
+    url: URL
+
+    @property
+    def dialect(self) -> str:
+        return self.engine.dialect.name
+
+    def session(self) -> Session:
+        return self.sessions()
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+def open_database(url: URL | str | None = None, *, pool_size: int = 10) -> Database:
+    """An engine on ``url`` (see :func:`parse_url`); a SQLite file's directory is created
+    private. Connections are checked before use, so a database that comes back is used again."""
+    u = url if isinstance(url, URL) else parse_url(url)
+    kwargs: dict[str, Any] = {"pool_pre_ping": True, "json_serializer": json_dumps}
+    if u.get_backend_name() == "sqlite":
+        path = Path(u.database or "").expanduser()
+        make_private_dirs(path.parent)
+        kwargs["connect_args"] = {"check_same_thread": False, "timeout": SQLITE_BUSY_MS / 1000}
+    else:
+        kwargs["pool_size"] = pool_size
+        kwargs["max_overflow"] = pool_size
+        kwargs["pool_timeout"] = 10
+        kwargs["connect_args"] = {"connect_timeout": 5}
+    engine = create_engine(u, **kwargs)
+    if u.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return Database(engine, sessionmaker(engine, expire_on_commit=False), u)
+
+
+_upgrade_lock = threading.Lock()
+
+
+def upgrade(db: Database) -> None:
+    """Bring the schema to the newest revision (Alembic ``upgrade head``)."""
+    # Alembic is only needed here, at start-up: imported at the call.
+    from alembic import command
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with _upgrade_lock, db.engine.connect() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "head")
+        conn.commit()
+
+
+def current_tables(db: Database) -> list[str]:
+    """The tables the database holds now (for tests and diagnostics)."""
+    return sorted(inspect(db.engine).get_table_names())

@@ -1,0 +1,170 @@
+"""API tokens and browser sessions.
+
+A token is 32 random bytes, URL-safe base64, prefixed ``cw_`` so that secret scanners and
+people can tell one; only its SHA-256 is stored. A token belongs to one team and has one scope:
+``ingest`` (upload runs, read the team's runs), ``read`` (read the team's runs) or ``admin``
+(everything, every team). A browser session is a random cookie value, stored hashed, tied to the
+token it logged in with: revoking the token ends its sessions.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from sqlalchemy import delete, select, update
+from sqlalchemy.orm import Session
+
+from computewatch.errors import UsageError
+from computewatch.serverdb.models import Token, WebSession
+
+__all__ = [
+    "SCOPES",
+    "SESSION_SECONDS",
+    "Scope",
+    "TokenInfo",
+    "authenticate",
+    "create_session",
+    "create_token",
+    "delete_session",
+    "hash_secret",
+    "list_tokens",
+    "revoke_token",
+    "session_token",
+    "validate_team",
+]
+
+Scope = Literal["ingest", "read", "admin"]
+SCOPES: Final[tuple[Scope, ...]] = ("ingest", "read", "admin")
+TOKEN_PREFIX: Final = "cw_"
+SESSION_SECONDS: Final = 12 * 3600.0
+LAST_USED_RESOLUTION: Final = 60.0
+"""``last_used_at`` is written at most this often per token (a read is not a write each time)."""
+
+_TEAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """What is known of a token (never the token itself)."""
+
+    id: int
+    name: str | None
+    team: str
+    scope: Scope
+    created_at: float
+    last_used_at: float | None
+    revoked_at: float | None
+
+
+def hash_secret(secret: str) -> str:
+    return hashlib.sha256(secret.encode("utf-8", "surrogateescape")).hexdigest()
+
+
+def validate_team(team: str) -> str:
+    """A team name: letters, digits, ``.``, ``_``, ``-``, starting with a letter or digit."""
+    if not _TEAM.match(team):
+        raise UsageError(
+            f"team name {team!r}: use letters, digits, '.', '_' and '-' (200 at most), "
+            "starting with a letter or digit"
+        )
+    return team
+
+
+def _info(t: Token) -> TokenInfo:
+    scope: Scope = t.scope if t.scope in SCOPES else "read"
+    return TokenInfo(t.id, t.name, t.team, scope, t.created_at, t.last_used_at, t.revoked_at)
+
+
+def create_token(
+    session: Session, *, team: str, scope: str, name: str | None = None
+) -> tuple[str, TokenInfo]:
+    """A new token for ``team`` with ``scope``: (the token, its record). Commits."""
+    validate_team(team)
+    if scope not in SCOPES:
+        raise UsageError(f"scope {scope!r}: use one of {', '.join(SCOPES)}")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = Token(
+        token_hash=hash_secret(token),
+        name=name,
+        team=team,
+        scope=scope,
+        created_at=time.time(),
+        last_used_at=None,
+        revoked_at=None,
+    )
+    session.add(row)
+    session.commit()
+    return token, _info(row)
+
+
+def list_tokens(session: Session, *, team: str | None = None) -> list[TokenInfo]:
+    q = select(Token).order_by(Token.id)
+    if team is not None:
+        q = q.where(Token.team == team)
+    return [_info(t) for t in session.scalars(q)]
+
+
+def revoke_token(session: Session, token_id: int) -> TokenInfo | None:
+    """Revoke token ``token_id`` (and end its browser sessions); None when there is none.
+    Revoking twice keeps the first time. Commits."""
+    row = session.get(Token, token_id)
+    if row is None:
+        return None
+    if row.revoked_at is None:
+        row.revoked_at = time.time()
+    session.execute(delete(WebSession).where(WebSession.token_id == token_id))
+    session.commit()
+    return _info(row)
+
+
+def authenticate(session: Session, token: str) -> TokenInfo | None:
+    """The live token ``token`` is, or None (unknown or revoked). Notes its use. Commits."""
+    if not token or len(token) > 200:
+        return None
+    row = session.scalars(select(Token).where(Token.token_hash == hash_secret(token))).first()
+    if row is None or row.revoked_at is not None:
+        return None
+    now = time.time()
+    if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
+        session.execute(update(Token).where(Token.id == row.id).values(last_used_at=now))
+        session.commit()
+        row.last_used_at = now
+    return _info(row)
+
+
+def create_session(session: Session, token: TokenInfo, *, seconds: float = SESSION_SECONDS) -> str:
+    """A new browser session for ``token``: the cookie value to set. Commits."""
+    value = secrets.token_urlsafe(32)
+    now = time.time()
+    session.execute(delete(WebSession).where(WebSession.expires_at < now))
+    session.add(
+        WebSession(
+            id_hash=hash_secret(value), token_id=token.id, created_at=now, expires_at=now + seconds
+        )
+    )
+    session.commit()
+    return value
+
+
+def session_token(session: Session, cookie: str) -> TokenInfo | None:
+    """The live token behind the session cookie ``cookie``, or None (unknown, expired,
+    revoked)."""
+    if not cookie or len(cookie) > 200:
+        return None
+    ws = session.get(WebSession, hash_secret(cookie))
+    if ws is None or ws.expires_at < time.time():
+        return None
+    row = session.get(Token, ws.token_id)
+    if row is None or row.revoked_at is not None:
+        return None
+    return _info(row)
+
+
+def delete_session(session: Session, cookie: str) -> None:
+    session.execute(delete(WebSession).where(WebSession.id_hash == hash_secret(cookie)))
+    session.commit()
