@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
@@ -37,6 +37,8 @@ from computewatch.sampling.channel import (
 
 if TYPE_CHECKING:  # the summary's types, for annotations only (track() imports stay light)
     from computewatch.analysis.summary_types import RunSummary
+    from computewatch.sampling.tracker_feed import StoreFeed
+    from computewatch.trackers import TrackerBackend, TrackerLogger
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -206,6 +208,9 @@ class Run:
         self._closed = False
         self.summary: RunSummary | None = None
         self.status: str | None = None
+        self.spool: Path | None = None
+        self._config: dict[str, Any] = {}
+        self._trackers: tuple[StoreFeed, TrackerLogger] | None = None
 
     @property
     def sampler_pid(self) -> int | None:
@@ -317,6 +322,24 @@ class Run:
         if peak_flops is not None:
             self._setting("peak_flops", float(peak_flops))
 
+    def config(self, values: Mapping[str, Any] | None = None, /, **more: Any) -> dict[str, Any]:
+        """Record the run's hyperparameters (merged with those given before; secrets in keys
+        such as ``api_key`` and in values are redacted before anything is written). Stored
+        with the run as its ``config`` (``show``, ``compare``, the report). Returns them all.
+        Never raises for a write that fails: one warning line."""
+        if values is not None and not isinstance(values, Mapping):
+            raise TypeError(f"config takes a mapping, not {type(values).__name__}")
+        self._config.update({str(k): v for k, v in (values or {}).items()})
+        self._config.update(more)
+        if self.spool is not None:
+            from computewatch.sampling.repro import write_config  # on use: `import` stays light
+
+            try:
+                write_config(self.spool, self._config)
+            except (OSError, TypeError, ValueError) as e:
+                warn_once("config", f"the run's configuration could not be recorded ({e})")
+        return dict(self._config)
+
     def _setting(self, key: str, value: float) -> None:
         self._append((SETTING, self._writer.name_id(key), value, None, None, None, None))
 
@@ -336,6 +359,13 @@ class Run:
             warn_once(
                 "close", f"run {self.id} could not be closed cleanly ({type(e).__name__}: {e})"
             )
+        if self._trackers is not None:
+            feed, logger = self._trackers
+            try:  # the last points, then the accounting (None when attached: the run goes on)
+                feed.stop()
+                logger.finish(self.summary, status)
+            except Exception as e:
+                warn_once("trackers", f"trackers not finished ({type(e).__name__}: {e})")
 
     def _close(self, status: str) -> None:
         self._writer.close()
@@ -392,11 +422,17 @@ class track:
         flops_per_token: float | None = None,
         recompute: float | str | None = None,
         peak_flops: float | None = None,
+        log_to: Iterable[str | TrackerBackend] | None = None,
+        config: Mapping[str, Any] | None = None,
     ) -> None:
         """``gpu_backend``: auto, nvidia, amd, none, fake:PRESET or replay:FILE (as the CLI's
         ``--gpu-backend``); unused when attached to ``computewatch run``. ``total_steps``: the
         planned steps, for a forecast at completion (also when attached). The FLOPs arguments
-        are :meth:`Run.set_flops`'s."""
+        are :meth:`Run.set_flops`'s. ``log_to``: trackers to log the run into (``"mlflow"``,
+        ``"wandb"``, ``"tensorboard"``, ``"neptune"`` or a backend object such as
+        ``computewatch.trackers.MLflow(run_id=...)``; default: the configuration's
+        ``[log_to] trackers``); docs/trackers.md. ``config``: the run's hyperparameters
+        (:meth:`Run.config`)."""
         # GPU backends load when a standalone run starts (`import computewatch` stays cheap)
         from computewatch.sources.gpus import check_spec
 
@@ -417,6 +453,14 @@ class track:
         self.flops_per_token = flops_per_token
         self.recompute = recompute
         self.peak_flops = peak_flops
+        self.log_to = None if log_to is None else list(log_to)
+        if self.log_to is not None:  # a wrong name is an error here, at the call
+            from computewatch.trackers.base import check_names  # only with trackers
+
+            check_names([t for t in self.log_to if isinstance(t, str)], "log_to")
+        if config is not None and not isinstance(config, Mapping):
+            raise TypeError(f"config takes a mapping, not {type(config).__name__}")
+        self.config = None if config is None else dict(config)
         if flops_per_step is not None and flops_per_token is not None:
             raise ValueError("give flops per step or per token, not both")
         self._run: Run | None = None
@@ -434,11 +478,15 @@ class track:
         spool = os.environ.get(ENV_SPOOL)
         if run_id and spool and not self.db:
             run = Run(run_id, StepWriter(spool, meta), attached=True, db_path=None)
+            run.spool = Path(spool)
         else:
             run = _start_standalone(self, meta)
         flops = (self.flops_per_step, self.flops_per_token, self.recompute, self.peak_flops)
         if any(v is not None for v in flops):
             run.set_flops(*flops)
+        if self.config:
+            run.config(self.config)
+        _start_trackers(self, run)
         _active.append(run)
         return run
 
@@ -463,11 +511,50 @@ class track:
                 self.name, self.tags, interval=self.interval, db=self.db,
                 gpu_backend=self.gpu_backend, total_steps=self.total_steps,
                 flops_per_step=self.flops_per_step, flops_per_token=self.flops_per_token,
-                recompute=self.recompute, peak_flops=self.peak_flops,
+                recompute=self.recompute, peak_flops=self.peak_flops, log_to=self.log_to,
+                config=self.config,
             ):  # fmt: skip
                 return fn(*args, **kwargs)
 
         return wrapper
+
+
+def _start_trackers(cfg: track, run: Run) -> None:
+    """``log_to`` (else the configuration's ``[log_to] trackers``): a store feed and the
+    trackers' logger, both on threads of their own. Never raises past a warning line."""
+    specs = cfg.log_to
+    try:
+        if specs is None:
+            if not os.environ.get("COMPUTEWATCH_CONFIG") and not _default_config_exists():
+                return
+            from computewatch.config import load_config  # only when a configuration exists
+
+            specs = list(load_config().log_to)
+        if not specs:
+            return
+        # only with trackers: their modules (the tools themselves load on the logger thread)
+        from computewatch.sampling.tracker_feed import ENV_RUN_DB, StoreFeed
+        from computewatch.trackers import TrackerLogger, TrackerRun, backends_for
+
+        backends = backends_for(specs, "log_to")  # finds the tools' current runs: this thread
+        db = run.db_path or (Path(os.environ[ENV_RUN_DB]) if os.environ.get(ENV_RUN_DB) else None)
+        if db is None:
+            warn_once("trackers", "log_to: the run's store is unknown; not logging to trackers")
+            return
+        logger = TrackerLogger(backends, TrackerRun(run.id, cfg.name, cfg.tags, run._config))
+        feed = StoreFeed(
+            db, run.id, logger, interval=max(cfg.interval, 1.0), peak_flops=cfg.peak_flops
+        )
+        run._trackers = (feed, logger.start())
+        feed.start()
+    except Exception as e:  # a bad configuration or tracker: the program goes on
+        warn_once("trackers", f"not logging to trackers: {e}")
+
+
+def _default_config_exists() -> bool:
+    from computewatch.config import default_config_path  # cheap: paths only
+
+    return default_config_path().exists()
 
 
 def current_run() -> Run | None:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
+from computewatch.analysis.repro import RecordChange, record_changes
 from computewatch.analysis.summary_types import RunSummary
 
 COMPARED: tuple[tuple[str, str], ...] = (
@@ -58,6 +59,8 @@ class Comparison(TypedDict):
     a: RunRef
     b: RunRef
     fields: list[ComparedField]
+    config: NotRequired[list[RecordChange]]  # hyperparameters that differ (analysis/repro.py)
+    environment: NotRequired[list[RecordChange]]  # code, software, hardware that differ
 
 
 def lookup(summary: Mapping[str, Any], path: str) -> Any:
@@ -86,9 +89,17 @@ def compare(a: RunSummary, b: RunSummary) -> Comparison:
         rows.append(
             {"field": path, "unit": unit, "a": va, "b": vb, "difference": diff, "ratio": ratio}
         )
-    return {
+    out: Comparison = {
         "schema_version": 1,
         "a": {"id": a.get("id"), "name": a.get("name")},
         "b": {"id": b.get("id"), "name": b.get("name")},
         "fields": rows,
     }
+    # the reproducibility records, where recorded (analysis/repro.py)
+    if "config" in a or "config" in b:
+        out["config"] = record_changes(a.get("config") or {}, b.get("config") or {}, "config")
+    if "environment" in a or "environment" in b:
+        ea: Mapping[str, Any] = a.get("environment") or {}
+        eb: Mapping[str, Any] = b.get("environment") or {}
+        out["environment"] = record_changes(ea, eb, "environment")
+    return out

@@ -10,9 +10,12 @@ a run); ``X | None`` keys are always there and null when unknown.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict, cast, final
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast, final
 
 from computewatch.records import Figure
+
+if TYPE_CHECKING:  # the record's type only: the environment module loads git and metadata
+    from computewatch.sources.environment import Environment
 
 __all__ = [
     "Accounting",
@@ -441,6 +444,9 @@ class RunSummary(TypedDict):
     forecast: NotRequired[Forecast]
     # diagnosis/engine.py's report (``DiagnosisReport.as_dict``): typed there, above this layer
     diagnosis: NotRequired[dict[str, Any]]
+    # the reproducibility record (analysis/repro.py adds them when reading a stored run)
+    environment: NotRequired[Environment]
+    config: NotRequired[dict[str, Any]]
 
 
 def energy_components(energy: EnergySection) -> list[tuple[str, Figure]]:

@@ -39,6 +39,7 @@ from computewatch.sampling.lifecycle import (
 )
 from computewatch.sampling.live import LiveView, QuietView, ViewFactory
 from computewatch.sampling.observers import RunInfo, RunObserver
+from computewatch.sampling.repro import ENV_RUN_DB, record_repro
 from computewatch.sampling.sampler import Sampler
 from computewatch.sampling.sources_for_run import build_monitor
 from computewatch.sources.base import Source, SourceUnavailable
@@ -48,6 +49,7 @@ from computewatch.sources.cgroup import (
     RunCgroup,
     open_run_cgroup,
 )
+from computewatch.sources.environment import Capture
 from computewatch.store import COMPLETED, FAILED, INTERRUPTED, Store
 from computewatch.store.spooled import problem_of
 
@@ -113,6 +115,7 @@ def run_command(
     env = dict(os.environ)
     env[ENV_RUN_ID] = run_id
     env[ENV_SPOOL] = str(spool)
+    env[ENV_RUN_DB] = str(target.db_path)  # track(log_to=...) inside reads the run there
 
     cg: RunCgroup | None = None
     cg_notes: list[str] = []
@@ -322,6 +325,7 @@ def _monitor(
         interval_seconds=opts.interval,
         host=facts,
     )
+    capture = Capture(opts.command, run_fields["cwd"])  # the reproducibility record (repro.py)
     store = target.store
     if store is None:
         store = target.fall_back(run_id, target.reason or "the store cannot be opened")
@@ -407,6 +411,9 @@ def _monitor(
         sampler.note(
             f"received {names} during the run (forwarded to the command when sent by kill)"
         )
+    repro_note = record_repro(store, run_key, capture, mon.final_facts(), spool)
+    if repro_note is not None:
+        sampler.note(repro_note, show=False)
     outcome, said = end_run(
         target, sampler, run_key, run_fields, status, exit_code, app_meta, reader,
         ended_at=state.ended_at, facts=mon.final_facts(), accounting=opts.accounting,

@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from computewatch.config import TRACKERS
 from computewatch.errors import UsageError
 
-TRACKER_NAMES = ("mlflow", "wandb", "tensorboard", "neptune")
+TRACKER_NAMES = TRACKERS
 """The tools ``--log-to``, ``track(log_to=...)`` and ``[log_to] trackers`` accept."""
 
 

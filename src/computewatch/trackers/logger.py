@@ -65,7 +65,7 @@ class TrackerLogger:
         """Points handed to the backends."""
         self.disabled: dict[str, str] = {}
         """Backend name → why it was disabled."""
-        self._warn = warn
+        self.warn = warn
         self._q: deque[_Tick | list[MetricPoint]] = deque(maxlen=maxlen)
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -104,7 +104,7 @@ class TrackerLogger:
         try:
             self._final = final_record(summary, status)
         except Exception as e:  # a summary of an older shape: the series are still logged
-            self._warn(f"trackers: the run's accounting could not be read ({e})")
+            self.warn(f"trackers: the run's accounting could not be read ({e})")
             self._final = FinalRecord({}, {"computewatch.status": status}, [], status)
         self._stop.set()
         self._wake.set()
@@ -121,7 +121,7 @@ class TrackerLogger:
         except Exception as e:
             why = f"{type(e).__name__}: {e}".splitlines()[0][:300]
             self.disabled[backend.name] = why
-            self._warn(f"tracker {backend.name} disabled ({what} failed: {why}); the run goes on")
+            self.warn(f"tracker {backend.name} disabled ({what} failed: {why}); the run goes on")
 
     def _loop(self) -> None:
         try:
@@ -136,7 +136,7 @@ class TrackerLogger:
                     break
             final = self._final
             if self.dropped:
-                self._warn(f"trackers fell behind: {self.dropped} tick(s) dropped (oldest first)")
+                self.warn(f"trackers fell behind: {self.dropped} tick(s) dropped (oldest first)")
             for b in self.backends:
                 if final is not None:
                     self._call(b, "finish", lambda b=b: b.finish(final))  # type: ignore[misc]
@@ -160,7 +160,7 @@ class TrackerLogger:
                 try:
                     batch.extend(maker.points(seq, mono, wall, readings, steps))
                 except Exception as e:  # a reading of an unexpected shape: skip the tick
-                    self._warn(f"trackers: a tick could not be converted ({e})")
+                    self.warn(f"trackers: a tick could not be converted ({e})")
         if not batch:
             return
         for b in self.backends:

@@ -29,6 +29,7 @@ from computewatch.units import (
     format_usd,
 )
 from computewatch.views.diagnosis import diagnosis_rows
+from computewatch.views.repro import repro_lines
 from computewatch.views.steps_text import steps_lines
 
 RowKind = Literal["plain", "code", "tags", "note"]
@@ -190,6 +191,7 @@ def summary_rows(s: RunSummary) -> list[Row]:
     rows += [Row(f"gpu {g.get('index')}", gpu_text(g)) for g in s.get("gpus") or []]
     for label, text in [*steps_lines(s), *accounting_lines(s), *diagnosis_rows(s)]:
         rows.append(Row(label, text))  # phases, ranks, requests; energy ... forecast; findings
+    rows += [Row(label, text) for label, text in repro_lines(s)]  # environment, config
     rows.append(samples_row(s))
     rows += [Row("note", n, kind="note") for n in s.get("notes") or []]
     return rows

@@ -24,6 +24,7 @@ from computewatch.units import (
     format_seconds,
     format_usd,
 )
+from computewatch.views.repro import change_lines
 from computewatch.views.summary_rows import format_value, summary_rows
 
 
@@ -103,6 +104,8 @@ def print_compare(result: Comparison, out: TextIO) -> None:
             dtext = f"{diff:+,.4g}"
         ratio = "" if row["ratio"] is None else f"{row['ratio']:.3f}×"
         add_row(t, row["field"], fmt(row["a"]), fmt(row["b"]), dtext, ratio)
+    for key, va, vb in change_lines(result):  # configuration and environment differences
+        add_row(t, key, va, vb, "", "")
     con.print(t)
 
 

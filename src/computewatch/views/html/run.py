@@ -20,6 +20,7 @@ from typing import Any
 
 from computewatch import jsonout
 from computewatch._version import __version__
+from computewatch.analysis.repro import with_repro
 from computewatch.analysis.summary import build_summary, iso
 from computewatch.analysis.summary_types import GpuStats, RunSummary, stored_summary
 from computewatch.store import RUNNING, RunRow, SeriesRow, StepRow, Store
@@ -52,6 +53,7 @@ from computewatch.views.html.page import (
     write_page,
 )
 from computewatch.views.html.steps import steps_section
+from computewatch.views.repro import repro_lines
 from computewatch.views.summary_rows import (
     Row,
     command_text,
@@ -820,6 +822,14 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
     for name, section in _accounting(summary):
         parts.append(accounting_section(name, section))
     parts.append(diagnosis_html(summary))  # findings, when the run was diagnosed
+    repro = repro_lines(with_repro(summary, store.meta(run.key)))  # views/repro.py
+    if repro:
+        rows = ((k, escape(v)) for k, v in repro)
+        parts += [
+            '<section id="section-repro"><h2>Reproducibility</h2>',
+            kv_table(rows),
+            "</section>",
+        ]
     parts += [
         '<section id="section-host"><h2>Host</h2>',
         _host_table(dict(summary.get("host") or run.host)),

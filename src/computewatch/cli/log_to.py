@@ -1,0 +1,47 @@
+"""``computewatch run --log-to mlflow|wandb|tensorboard|neptune``: the run logged into the
+experiment trackers the user already has (docs/trackers.md).
+
+The flag lives here (argparse only: ``--help`` loads nothing else); :func:`tracker_observers`
+makes the sampler's observer when the run starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the sampling side loads when a run starts
+    from computewatch.config import Config
+    from computewatch.sampling.observers import RunObserver
+
+__all__ = ["CHOICES", "add_log_to_argument", "tracker_observers"]
+
+CHOICES = ("mlflow", "wandb", "tensorboard", "neptune")
+"""computewatch.config.TRACKERS, spelled out so that the parser imports nothing
+(tests/trackers check that they agree)."""
+
+
+def add_log_to_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--log-to",
+        action="append",
+        choices=CHOICES,
+        default=[],
+        metavar="TRACKER",
+        help="also log the run's system series, steps, accounting and findings into this "
+        f"experiment tracker ({', '.join(CHOICES)}; repeatable; default: the configuration's "
+        "[log_to] trackers; docs/trackers.md)",
+    )
+
+
+def tracker_observers(args: argparse.Namespace, config: Config) -> list[RunObserver]:
+    """The trackers' observer for ``run``: ``--log-to`` else ``[log_to] trackers``; none
+    without either (the trackers' modules are not loaded)."""
+    names = list(getattr(args, "log_to", None) or []) or list(config.log_to)
+    if not names:
+        return []
+    # only with trackers: the backends' modules (each tool loads on the logger's thread)
+    from computewatch.sampling.tracker_feed import TrackerObserver
+    from computewatch.trackers import backends_for
+
+    return [TrackerObserver(backends_for(names, "--log-to"))]

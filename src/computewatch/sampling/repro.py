@@ -1,0 +1,83 @@
+"""The reproducibility record at a run's end: the environment captured when it started and
+the hyperparameters user code declared (``track(config=...)``, ``run.config(...)``, the
+framework callbacks), stored as the run's ``environment`` and ``config`` documents.
+
+User code writes its configuration to ``config-<pid>.json`` in the run's spool directory (one
+file per process, replaced whole on each change); the supervisor (or ``track()``'s sampler)
+reads them before the spool is removed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from computewatch.sources.environment import Capture, redact_config
+from computewatch.store import Store
+
+__all__ = ["CONFIG_PREFIX", "ENV_RUN_DB", "read_configs", "record_repro", "write_config"]
+
+CONFIG_PREFIX = "config-"
+ENV_RUN_DB = "COMPUTEWATCH_RUN_DB"
+"""The store of the supervising ``computewatch run``, for ``track(log_to=...)`` inside it."""
+
+
+def write_config(spool: str | os.PathLike[str], values: Mapping[str, Any]) -> None:
+    """This process's configuration, redacted, into the run's spool (atomic replace). Raises
+    OSError; the caller decides what a failure means."""
+    d = Path(spool)
+    pid = os.getpid()
+    tmp = d / f".{CONFIG_PREFIX}{pid}.json"
+    tmp.write_text(json.dumps(redact_config(values), sort_keys=True, default=str))
+    tmp.replace(d / f"{CONFIG_PREFIX}{pid}.json")
+
+
+def read_configs(spool: str | os.PathLike[str]) -> dict[str, Any]:
+    """Every process's configuration merged (the lowest pid's value wins a clash: rank 0 starts
+    first, as a rule); an unreadable file is skipped."""
+    merged: dict[str, Any] = {}
+    try:
+        names = sorted(
+            (n for n in os.listdir(spool) if n.startswith(CONFIG_PREFIX) and n.endswith(".json")),
+            key=lambda n: int(n[len(CONFIG_PREFIX) : -5]) if n[len(CONFIG_PREFIX) : -5].isdigit()
+            else 1 << 62,
+        )  # fmt: skip
+    except OSError:
+        return merged
+    for name in names:
+        try:
+            values = json.loads((Path(spool) / name).read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(values, dict):
+            for k, v in values.items():
+                merged.setdefault(k, v)
+    return merged
+
+
+def record_repro(
+    store: Store,
+    run_key: int,
+    capture: Capture | None,
+    facts: Mapping[str, Any] | None,
+    spool: str | os.PathLike[str],
+) -> str | None:
+    """Store the run's ``environment`` and ``config``; a note when something is missing. Never
+    raises: the record must not cost the run its end."""
+    notes: list[str] = []
+    try:
+        env = capture.result(facts) if capture is not None else None
+        if env is not None:
+            store.set_meta(run_key, "environment", env)
+        elif capture is not None:
+            notes.append(f"environment not recorded: {capture.error}")
+        config = read_configs(spool)
+        if config:
+            store.set_meta(run_key, "config", config)
+    except (sqlite3.Error, OSError, ValueError, TypeError) as e:
+        notes.append(f"reproducibility record not stored: {type(e).__name__}: {e}")
+    return "; ".join(notes) or None

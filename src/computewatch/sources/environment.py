@@ -1,0 +1,294 @@
+"""The reproducibility record of a run: what ran, where, from which code, on what software and
+hardware. Captured once when a run starts (on a thread of its own: ``git`` and the package
+list take tens of milliseconds) and stored with the run (``Store.set_meta(key,
+"environment", ...)``).
+
+Nothing here imports a framework: PyTorch's CUDA/ROCm build is read from its installed
+``torch/version.py`` as text (importing torch costs the supervisor a second or more), the
+NVIDIA driver from ``/proc/driver/nvidia/version``, ROCm from ``/opt/rocm/.info/version``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import math
+import os
+import platform
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+from computewatch.redact import MARKER, is_secret_name, redact_argv, redact_text
+
+__all__ = [
+    "FRAMEWORKS",
+    "GIT_TIMEOUT",
+    "Capture",
+    "Environment",
+    "GitState",
+    "capture_environment",
+    "git_state",
+    "redact_config",
+]
+
+GIT_TIMEOUT = 5.0
+"""Seconds each ``git`` call may take (a huge repository, a hung network filesystem)."""
+
+FRAMEWORKS = (
+    "torch", "lightning", "pytorch-lightning", "transformers", "accelerate", "deepspeed",
+    "tensorflow", "keras", "jax", "jaxlib", "flax", "numpy", "vllm", "triton",
+)  # fmt: skip
+"""Distributions whose versions are listed apart (the whole list is in ``packages``)."""
+
+
+class GitState(TypedDict):
+    """The code's version: commit, branch (None when detached), whether the tree had changes
+    against HEAD (tracked files, and untracked files not ignored), and a SHA-256 of
+    ``git diff HEAD`` (so two runs from the same dirty tree can be told apart)."""
+
+    root: str
+    commit: str | None
+    branch: str | None
+    dirty: bool
+    diff_sha256: str | None
+    untracked: int
+
+
+class Accelerators(TypedDict):
+    cuda: str | None  # the CUDA version PyTorch was built with
+    rocm: str | None  # HIP/ROCm version PyTorch was built with, else /opt/rocm's
+    nvidia_driver: str | None
+    cudnn: str | None
+
+
+class Environment(TypedDict):
+    argv: list[str]
+    cwd: str
+    git: GitState | None
+    git_why: str | None
+    python: str
+    python_executable: str
+    platform: str
+    packages: dict[str, str]
+    frameworks: dict[str, str]
+    accelerators: Accelerators
+    hardware: dict[str, Any]
+
+
+def _git(cwd: str, *args: str) -> str | None:
+    try:
+        out = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            capture_output=True,
+            timeout=GIT_TIMEOUT,
+            check=False,
+            env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.decode("utf-8", "backslashreplace")
+
+
+def git_state(cwd: str) -> GitState | str:
+    """The git state of the tree holding ``cwd``, or why there is none."""
+    root = _git(cwd, "rev-parse", "--show-toplevel")
+    if root is None:
+        return "not a git work tree (or git is not installed)"
+    commit = _git(cwd, "rev-parse", "HEAD")
+    branch = _git(cwd, "symbolic-ref", "--short", "-q", "HEAD")
+    diff = None
+    if commit is not None:
+        try:
+            proc = subprocess.run(
+                ["git", "diff", "HEAD", "--no-color", "--no-ext-diff"],
+                cwd=cwd, capture_output=True, timeout=GIT_TIMEOUT, check=False,
+                env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
+            )  # fmt: skip
+            diff = proc.stdout if proc.returncode == 0 else None
+        except (OSError, subprocess.SubprocessError):
+            diff = None
+    status = _git(cwd, "status", "--porcelain", "--untracked-files=normal") or ""
+    lines = [ln for ln in status.splitlines() if ln.strip()]
+    untracked = sum(1 for ln in lines if ln.startswith("??"))
+    return GitState(
+        root=root.strip(),
+        commit=commit.strip() if commit else None,
+        branch=branch.strip() or None if branch else None,
+        dirty=bool(lines),
+        diff_sha256=hashlib.sha256(diff).hexdigest() if diff else None,
+        untracked=untracked,
+    )
+
+
+def _packages() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for dist in importlib.metadata.distributions():
+        try:
+            name = dist.metadata["Name"]
+        except (KeyError, AttributeError):
+            continue
+        if name:
+            out.setdefault(str(name).lower(), str(dist.version))
+    return dict(sorted(out.items()))
+
+
+_VERSION_LINE = re.compile(r"^(cuda|hip|cudnn)\s*(?::[^=]*)?=\s*['\"]?([^'\"\n]*)['\"]?", re.M)
+
+
+def _torch_build() -> dict[str, str]:
+    """``cuda``/``hip`` of the installed PyTorch, read from its version.py (not imported)."""
+    try:
+        files = importlib.metadata.files("torch") or []
+    except importlib.metadata.PackageNotFoundError:
+        return {}
+    for f in files:
+        if str(f).replace("\\", "/") == "torch/version.py":
+            try:
+                text = f.read_text()
+            except OSError:
+                return {}
+            return {k: v for k, v in _VERSION_LINE.findall(text) if v and v != "None"}
+    return {}
+
+
+def _read_first(path: str) -> str | None:
+    try:
+        with open(path) as f:
+            return f.readline().strip() or None
+    except OSError:
+        return None
+
+
+def _accelerators() -> Accelerators:
+    build = _torch_build()
+    driver = _read_first("/proc/driver/nvidia/version")
+    if driver is not None:
+        m = re.search(r"Kernel Module\s+(?:for\s+\S+\s+)?([0-9.]+)", driver)
+        driver = m.group(1) if m else driver
+    rocm = build.get("hip") or _read_first("/opt/rocm/.info/version")
+    return Accelerators(
+        cuda=build.get("cuda"), rocm=rocm, nvidia_driver=driver, cudnn=build.get("cudnn")
+    )
+
+
+_HARDWARE_KEYS = ("hostname", "cpu_model", "logical_cpus", "allowed_cpus", "memory_bytes", "os")
+
+
+def hardware_of(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """The hardware inventory from the run's host facts: CPU, memory and each GPU."""
+    out: dict[str, Any] = {k: facts[k] for k in _HARDWARE_KEYS if k in facts}
+    gpus = facts.get("gpus")
+    if isinstance(gpus, list):
+        out["gpus"] = [
+            {
+                k: g.get(k)
+                for k in (
+                    "index",
+                    "name",
+                    "model",
+                    "memory_total_bytes",
+                    "power_limit_watts",
+                    "simulated",
+                )
+            }
+            for g in gpus
+            if isinstance(g, dict)
+        ]
+    return out
+
+
+def capture_environment(
+    argv: Sequence[str], cwd: str, facts: Mapping[str, Any] | None = None
+) -> Environment:
+    """The reproducibility record. ``argv`` is redacted (computewatch.redact: ``--password=``,
+    ``--token X``, ``*_KEY=`` ...) before it is kept."""
+    git = git_state(cwd)
+    packages = _packages()
+    frameworks = {n: packages[n] for n in FRAMEWORKS if n in packages}
+    return Environment(
+        argv=redact_argv(list(argv)),
+        cwd=cwd,
+        git=git if not isinstance(git, str) else None,
+        git_why=git if isinstance(git, str) else None,
+        python=platform.python_version(),
+        python_executable=sys.executable,
+        platform=platform.platform(),
+        packages=packages,
+        frameworks=frameworks,
+        accelerators=_accelerators(),
+        hardware=hardware_of(facts or {}),
+    )
+
+
+class Capture:
+    """:func:`capture_environment` on a thread of its own, started at once; :meth:`result`
+    waits for it (bounded). Never raises: a failure is the record's ``None`` and a reason."""
+
+    def __init__(self, argv: Sequence[str], cwd: str) -> None:
+        self._argv = list(argv)
+        self._cwd = cwd
+        self._result: Environment | None = None
+        self.error: str | None = None
+        self._thread = threading.Thread(target=self._run, name="computewatch-env", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = capture_environment(self._argv, self._cwd)
+        except Exception as e:  # the record is best-effort: the run never depends on it
+            self.error = f"{type(e).__name__}: {e}"
+
+    def result(
+        self, facts: Mapping[str, Any] | None = None, timeout: float = 10.0
+    ) -> Environment | None:
+        """The record, with the hardware inventory from ``facts``; None if it failed or did not
+        finish within ``timeout``."""
+        self._thread.join(timeout)
+        if self._result is None:
+            if self.error is None and self._thread.is_alive():
+                self.error = f"not captured within {timeout:g} s"
+            return None
+        if facts:
+            self._result["hardware"] = hardware_of(facts)
+        return self._result
+
+
+_JSON_SCALARS = (str, int, float, bool, type(None))
+MAX_CONFIG_DEPTH = 6
+
+
+def redact_config(values: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
+    """Hyperparameters made safe to store: a key that names a secret (``api_key``,
+    ``WANDB_API_KEY``, ``password`` ...; computewatch.redact's rule) has its value replaced by
+    ``***``, string values have URL passwords and ``KEY=secret`` pairs redacted, and values
+    that are not JSON (a tensor, a class) become their ``repr`` (at most 200 characters)."""
+
+    out: dict[str, Any] = {}
+    for k, v in values.items():
+        key = str(k)
+        if is_secret_name(key):
+            out[key] = MARKER
+        elif isinstance(v, Mapping) and depth < MAX_CONFIG_DEPTH:
+            out[key] = redact_config(v, depth + 1)
+        elif isinstance(v, list | tuple) and depth < MAX_CONFIG_DEPTH:
+            out[key] = [
+                redact_text(x) if isinstance(x, str) else x if isinstance(x, _JSON_SCALARS)
+                else repr(x)[:200]
+                for x in v
+            ]  # fmt: skip
+        elif isinstance(v, str):
+            out[key] = redact_text(v)
+        elif isinstance(v, float) and not math.isfinite(v):  # NaN, inf: not JSON
+            out[key] = repr(v)
+        elif isinstance(v, _JSON_SCALARS):
+            out[key] = v
+        else:
+            out[key] = repr(v)[:200]
+    return out
