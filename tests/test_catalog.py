@@ -18,6 +18,7 @@ MODELS = {
     "H100-SXM", "H100-PCIe", "H100-NVL", "H200-SXM", "A100-40GB", "A100-80GB", "A100-80GB-PCIe",
     "V100-SXM2", "B200", "L4", "L40S", "A10", "T4", "MI250X", "MI300X", "TPU-v4", "TPU-v5e",
     "TPU-v5p",
+    "TPU-v6e",
 }  # fmt: skip
 
 HEADER = (

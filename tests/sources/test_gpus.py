@@ -166,7 +166,7 @@ def test_auto_opens_the_gpus_here_or_says_why_for_nvidia_and_amd() -> None:
             assert [n for n, _ in b.skipped] == ["nvidia"]
         else:
             assert b.sources == []
-            assert [n for n, _ in b.skipped] == ["nvidia", "amd"]
+            assert [n for n, _ in b.skipped] == ["nvidia", "amd", "tpu"]
         assert all(why for _, why in b.skipped)
     finally:
         b.close()

@@ -33,11 +33,11 @@ __all__ = [
     "seconds",
 ]
 
-BACKEND_CHOICES = "auto|nvidia|amd|none|fake:PRESET|replay:FILE"  # sources.gpus
+BACKEND_CHOICES = "auto|nvidia|amd|tpu|none|fake:PRESET|replay:FILE"  # sources.gpus
 MIN_INTERVAL = 0.05  # sampling.supervisor and fleet.agent_config
 MAX_INTERVAL = 3600.0
 PRECISIONS = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")  # catalog
-EXPORT_FORMATS = ("csv", "jsonl", "parquet")  # analysis.export
+EXPORT_FORMATS = ("csv", "jsonl", "parquet", "chrome-trace")  # analysis.export
 GROUPINGS = ("job", "user", "team", "gpu-model")  # metrics.model
 DEFAULT_LISTEN = "127.0.0.1:9464"  # metrics.model
 GOVERNANCE_STAGES = (

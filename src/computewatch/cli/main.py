@@ -26,9 +26,11 @@ from computewatch.cli.args import (
 )
 from computewatch.cli.bench import add_bench_parser
 from computewatch.cli.check import add_check_parser
+from computewatch.cli.detect import add_detect_parser
 from computewatch.cli.diagnose import add_diagnose_parser
 from computewatch.cli.exporters import add_export_arguments
 from computewatch.cli.fleet import add_fleet_parser
+from computewatch.cli.governance import add_governance_parsers
 from computewatch.cli.flops import add_flops_parser
 from computewatch.cli.log_to import add_log_to_argument
 from computewatch.cli.push import add_push_parser
@@ -332,13 +334,17 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_parser(sub)
     add_check_parser(sub)
     add_server_parser(sub)
+    add_governance_parsers(sub)
     add_push_parser(sub)
     add_traces_parser(sub)
+    add_detect_parser(sub)
     return p
 
 
 _CORE = "computewatch.cli.commands"
 COMMANDS: dict[str, tuple[str, str]] = {
+    "ledger": ("computewatch.cli.governance_run", "cmd_ledger"),
+    "governance": ("computewatch.cli.governance_run", "cmd_governance"),
     "run": (_CORE, "cmd_run"),
     "devices": (_CORE, "cmd_devices"),
     "runs": (_CORE, "cmd_runs"),
@@ -358,6 +364,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "server": ("computewatch.cli.server_run", "cmd_server"),
     "push": ("computewatch.cli.push", "cmd_push"),
     "import": ("computewatch.cli.traces_run", "cmd_import"),
+    "detect": ("computewatch.cli.detect_run", "cmd_detect"),
 }
 """Each command's function, as (module, name): a module is imported only when its command runs,
 so ``computewatch --version`` and ``--help`` load none of the library."""

@@ -1,8 +1,10 @@
-"""Choosing the GPU backend: ``auto``, ``nvidia``, ``amd``, ``none``, ``fake:PRESET`` or
-``replay:FILE`` (the ``--gpu-backend`` option of every command that reads devices).
+"""Choosing the accelerator backend: ``auto``, ``nvidia``, ``amd``, ``tpu``, ``none``,
+``fake:PRESET`` or ``replay:FILE`` (the ``--gpu-backend`` option, alias ``--accelerator-backend``,
+of every command that reads devices).
 
-``auto`` tries NVIDIA (NVML), then AMD (amdsmi), and keeps the reason each one was skipped, so
-``computewatch devices`` can say why. Fake and replayed devices are marked simulated.
+``auto`` tries NVIDIA (NVML), then AMD (amdsmi), then Google TPUs (PCI discovery and libtpu's
+metric service), and keeps the reason each one was skipped, so ``computewatch devices`` can say
+why. Fake and replayed devices are marked simulated; ``fake:4xTPU-v5e`` runs a fake TPU VM.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from computewatch.readings import Reading
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.nvidia import GpuDevice
 
-BACKEND_CHOICES = "auto|nvidia|amd|none|fake:PRESET|replay:FILE"
+BACKEND_CHOICES = "auto|nvidia|amd|tpu|none|fake:PRESET|replay:FILE"
 
 
 class GpuBackendError(ComputewatchError, ValueError):
@@ -69,11 +71,14 @@ class GpuBackend:
 
 def check_spec(spec: str) -> str:
     """Validate a ``--gpu-backend`` value without opening anything; returns it."""
-    if spec in ("auto", "nvidia", "amd", "none"):
+    if spec in ("auto", "nvidia", "amd", "tpu", "none"):
         return spec
     kind, sep, arg = spec.partition(":")
     if sep and kind == "fake" and arg:
-        _fake_module(arg)  # raises for an unknown preset
+        if _is_tpu_preset(arg):
+            _check_tpu_preset(arg)
+        else:
+            _fake_module(arg)  # raises for an unknown preset
         return spec
     if sep and kind == "replay" and arg:
         return spec
@@ -104,6 +109,9 @@ def open_backend(
         except SourceUnavailable as e:
             backend.skipped.append((name, str(e)))
 
+    if kind == "fake" and _is_tpu_preset(arg):
+        try_open(f"fake:{arg}", lambda: _tpu_source(arg, pids, all_gpus, procfs_root, fake_pids))
+        return backend
     if kind == "fake":
         module = _fake_module(arg)
         for pid in fake_pids:
@@ -125,6 +133,8 @@ def open_backend(
         try_open("nvidia", lambda: _nvidia_source(None, pids, all_gpus, procfs_root))
     if kind in ("auto", "amd") and not backend.sources:
         try_open("amd", lambda: _amd_source(None, pids, all_gpus, procfs_root))
+    if kind in ("auto", "tpu") and not backend.sources:
+        try_open("tpu", lambda: _tpu_source(None, pids, all_gpus, procfs_root, ()))
     return backend
 
 
@@ -150,6 +160,27 @@ def _amd_source(
     return src
 
 
+def _tpu_source(
+    preset: str | None,
+    pids: Callable[[], Collection[int]] | None,
+    all_gpus: bool,
+    procfs_root: str,
+    fake_pids: Collection[int],
+) -> GpuSource:
+    # the TPU source (and gRPC behind it) loads only when a TPU backend is tried
+    from computewatch.sources.tpu import TpuSource, open_fake
+
+    if preset is not None:
+        return open_fake(preset, pids=pids, fake_pids=fake_pids)
+    return TpuSource(pids=pids, all_gpus=all_gpus, procfs_root=procfs_root)
+
+
+def _is_tpu_preset(preset: str) -> bool:
+    count, sep, rest = preset.partition("x")
+    model = rest if sep and count.isdigit() else preset
+    return model.lower().startswith("tpu-")
+
+
 def _fake_module(preset: str) -> Any:
     """A fake vendor library for ``COUNTxMODEL``: NVML for NVIDIA models, amdsmi for AMD."""
     # the catalog and the fakes load only for fake: backends
@@ -166,6 +197,19 @@ def _fake_module(preset: str) -> Any:
         from computewatch.testing.fake_nvml import from_preset  # fakes: on use
 
         return from_preset(preset)
+    except ValueError as e:
+        raise GpuBackendError(f"fake:{preset}: {e}") from None
+
+
+def _check_tpu_preset(preset: str) -> None:
+    # the catalog and the preset parser load only for fake: backends
+    from computewatch.catalog import load_accelerators
+    from computewatch.catalog.tpu import tpu_rows
+    from computewatch.testing._script import parse_preset
+
+    rows = tpu_rows()
+    try:
+        parse_preset(preset, {k: a for k, a in load_accelerators().items() if k in rows}, "TPU ")
     except ValueError as e:
         raise GpuBackendError(f"fake:{preset}: {e}") from None
 
