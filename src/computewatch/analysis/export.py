@@ -16,7 +16,7 @@ from computewatch import jsonout
 from computewatch.readings import Kind, unit_of
 from computewatch.store import RunRow, Store, StoreError
 
-FORMATS = ("csv", "jsonl", "parquet")
+FORMATS = ("csv", "jsonl", "parquet", "chrome-trace")  # chrome-trace: analysis.chrome_trace
 COLUMNS = (
     "run_id",
     "time_unix_seconds",

@@ -18,6 +18,7 @@ from computewatch.accounting.engine import AccountingOptions, accounted, with_ac
 from computewatch.accounting.region import RegionError, resolve_location
 from computewatch.analysis.compare import compare
 from computewatch.analysis.export import iter_rows, write_csv, write_jsonl, write_parquet
+from computewatch.analysis.repro import with_repro
 from computewatch.analysis.retention import collect, expired_runs
 from computewatch.analysis.summary import current_summary, iso
 from computewatch.analysis.summary_types import RunSummary
@@ -326,7 +327,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def _summary_of(store: Store, ref: str) -> RunSummary:
-    return current_summary(store, store.find_run(ref))
+    run = store.find_run(ref)
+    # with the run's environment and config (analysis/repro.py)
+    return with_repro(current_summary(store, run), store.meta(run.key))
 
 
 _ACCOUNTING_FLAGS = (
@@ -366,6 +369,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     with _open_store(args) as store:
         run = store.find_run(args.run)
+        if args.format == "chrome-trace":  # steps and phases of every rank, one timeline
+            from computewatch.analysis.chrome_trace import chrome_trace, write_chrome_trace
+
+            doc = chrome_trace(store, run)
+            if args.output:
+                with _open_output(args.output, binary=False) as ft:
+                    write_chrome_trace(doc, ft)
+            else:
+                write_chrome_trace(doc, sys.stdout)
+            return 0
         rows = iter_rows(store, run)
         try:
             _write_export(args, rows)
