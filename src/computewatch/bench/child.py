@@ -24,7 +24,7 @@ from computewatch.bench.inference import (
     store_bench_meta,
 )
 from computewatch.bench.records import BenchError, TargetError, as_dict
-from computewatch.bench.targets import load_target
+from computewatch.bench.targets import describe, load_target
 from computewatch.tracking import track
 
 __all__ = ["is_out_of_memory", "main", "model_bytes", "run_inference_spec", "run_sweep_spec"]
@@ -86,7 +86,7 @@ def run_inference_spec(spec: dict[str, Any]) -> dict[str, Any]:
             value = evaluate(fn)
         except Exception as e:
             raise TargetError(
-                f"accuracy function {spec['accuracy']!r} raised {type(e).__name__}: {e}"
+                f"accuracy function {spec['accuracy']!r} raised {describe(e)}"
             ) from None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise TargetError(
@@ -120,7 +120,7 @@ def run_sweep_spec(spec: dict[str, Any]) -> dict[str, Any]:
         try:
             step = factory(**params)
         except Exception as e:
-            raise _PointError(e, f"target {target!r} raised {type(e).__name__}: {e}") from None
+            raise _PointError(e, f"target {target!r} raised {describe(e)}") from None
         if not callable(step):
             raise TargetError(
                 f"target {target!r} returned {type(step).__name__}, not a step function"
@@ -135,7 +135,7 @@ def run_sweep_spec(spec: dict[str, Any]) -> dict[str, Any]:
                 times.append(time.perf_counter() - t0)
                 run.step(samples=samples)
         except Exception as e:
-            raise _PointError(e, f"target {target!r} step raised {type(e).__name__}: {e}") from None
+            raise _PointError(e, f"target {target!r} step raised {describe(e)}") from None
     res = resources_from_summary(run.summary, run.id, int(samples * steps), sum(times))
     energy = res.energy_joules
     doc = {
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:
         doc = {
             "status": "oom" if is_out_of_memory(e) else "failed",
-            "error": f"{type(e).__name__}: {e}",
+            "error": f"{describe(e)}",
         }
     with open(args[1], "w", encoding="utf-8") as f:
         f.write(jsonout.dumps(doc))

@@ -23,6 +23,7 @@ from computewatch.bench.records import (
     TargetError,
     as_dict,
 )
+from computewatch.bench.targets import describe
 from computewatch.store import Store, StoreError
 from computewatch.tracking import track
 
@@ -189,7 +190,7 @@ def _queries(make_queries: Callable[[], Sequence[Any]] | Sequence[Any] | None) -
         try:
             made = make_queries()
         except Exception as e:
-            raise TargetError(f"the query maker raised {type(e).__name__}: {e}") from None
+            raise TargetError(f"the query maker raised {describe(e)}") from None
     else:
         made = make_queries
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from computewatch.bench.records import SCENARIOS, BenchError, LoadGenResult, TargetError
-from computewatch.bench.targets import check_batch_result
+from computewatch.bench.targets import check_batch_result, describe
 
 __all__ = [
     "DETAIL_LOG",
@@ -196,7 +196,7 @@ def _call(fn: Callable[[list[Any]], object], target: str, batch: list[Any]) -> N
     try:
         result = fn(batch)
     except Exception as e:
-        raise TargetError(f"target {target!r} raised {type(e).__name__}: {e}") from None
+        raise TargetError(f"target {target!r} raised {describe(e)}") from None
     check_batch_result(target, batch, result)
 
 
@@ -207,9 +207,10 @@ def calibrate(
     batch: int,
     calls: int = 5,
 ) -> float:
-    """Median seconds of one call on ``batch`` samples, after one warm-up call (which also
-    checks the function answers each query)."""
+    """Median seconds of one call on ``batch`` samples, after warm-up calls on 2 and on
+    ``batch`` samples (which also check the function answers each query of a batch)."""
     items = [samples[i % len(samples)] for i in range(batch)]
+    _call(fn, target, [samples[i % len(samples)] for i in range(2)])
     _call(fn, target, items)
     times = []
     for _ in range(calls):
@@ -359,9 +360,7 @@ def run_scenario(
         if sut.error is not None:
             if isinstance(sut.error, TargetError):
                 raise sut.error
-            raise TargetError(
-                f"target {target!r} raised {type(sut.error).__name__}: {sut.error}"
-            ) from None
+            raise TargetError(f"target {target!r} raised {describe(sut.error)}") from None
         kept = str(out) if keep else None
         result = result_from_log(read_detail_log(out), settings.scenario, kept)
     finally:

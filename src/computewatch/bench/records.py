@@ -8,11 +8,12 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from computewatch.errors import ComputewatchError
+from computewatch.errors import ComputewatchError, UsageError
 
 __all__ = [
     "SCENARIOS",
     "BenchError",
+    "BenchUsageError",
     "CompareResult",
     "InferenceResult",
     "LoadGenResult",
@@ -33,6 +34,10 @@ Offline)."""
 
 class BenchError(ComputewatchError):
     """A benchmark that cannot run as asked (bad settings, LoadGen missing or failing)."""
+
+
+class BenchUsageError(UsageError, BenchError):
+    """A benchmark flag that cannot be read (a parameter list, a setting): exit status 2."""
 
 
 class TargetError(BenchError):

@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from computewatch.bench.inference import DEFAULT_INTERVAL
-from computewatch.bench.records import BenchError, SweepPoint, SweepResult
+from computewatch.bench.records import BenchError, BenchUsageError, SweepPoint, SweepResult
 from computewatch.bench.spawn import run_child
 from computewatch.bench.targets import parse_target
 
@@ -37,7 +37,7 @@ def parse_param(text: str) -> tuple[str, list[ParamValue]]:
     name = name.strip()
     items = [v.strip() for v in values.split(",")]
     if not sep or not name.isidentifier() or not values.strip() or any(not v for v in items):
-        raise BenchError(f"--param {text!r}: expected NAME=V1,V2,... such as batch_size=1,2,4")
+        raise BenchUsageError(f"--param {text!r}: expected NAME=V1,V2,... such as batch_size=1,2,4")
     return name, [_value(v) for v in items]
 
 

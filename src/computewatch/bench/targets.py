@@ -11,7 +11,13 @@ from typing import Any
 
 from computewatch.bench.records import TargetError
 
-__all__ = ["check_batch_result", "load_target", "parse_target"]
+__all__ = ["check_batch_result", "describe", "load_target", "parse_target"]
+
+
+def describe(e: BaseException) -> str:
+    """``ValueError: message``, or the type alone when the message is empty."""
+    text = str(e)
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
 def parse_target(text: str) -> tuple[str, str]:
@@ -37,7 +43,7 @@ def load_target(text: str) -> Callable[..., Any]:
         if isinstance(e, KeyboardInterrupt):
             raise
         raise TargetError(
-            f"target {text!r}: cannot import {module_name!r}: {type(e).__name__}: {e}"
+            f"target {text!r}: cannot import {module_name!r}: {describe(e)}"
         ) from None
     for part in attr.split("."):
         try:

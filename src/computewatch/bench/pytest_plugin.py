@@ -1,0 +1,196 @@
+"""A pytest plugin for a model repository's CI: ``pytest --computewatch`` records what each test
+that uses the ``computewatch`` fixture spends (a tracked run: step times, peak memory, energy)
+and compares it with a committed baseline file; a regression fails the test.
+
+Without ``--computewatch`` the plugin does nothing: the fixture's ``step()`` is a no-op.
+
+    def test_train_step(computewatch):
+        for batch in batches:
+            train_step(batch)
+            computewatch.step(samples=len(batch))
+
+``--computewatch-update`` writes the measured figures into the baseline file instead
+(``--computewatch-baseline``, default ``computewatch-baseline.json`` in the root directory).
+Limits: ``--computewatch-max METRIC=+N%`` (repeatable; default: step_time_p50, peak_memory and
+energy_per_step +10%), or ``@pytest.mark.computewatch(max=["step_time_p50=+20%"])`` per test.
+Step times are compared noise-aware (their distributions, Mann-Whitney U) when both sides have
+at least 5."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from computewatch.bench.gate import (
+    DEFAULT_LIMITS,
+    BaselineError,
+    Limit,
+    Measurements,
+    baseline_document,
+    check,
+    dumps_baseline,
+    measurements_from_summary,
+    parse_baseline,
+    parse_limit,
+)
+
+__all__ = ["Recorder", "computewatch"]
+
+_DEFAULT_FILE = "computewatch-baseline.json"
+_MEASURED = pytest.StashKey[dict[str, Measurements]]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    g = parser.getgroup("computewatch", "resource gates (computewatch)")
+    g.addoption(
+        "--computewatch",
+        action="store_true",
+        default=False,
+        help="record the resources of tests that use the computewatch fixture and "
+        "compare them with the baseline file",
+    )
+    g.addoption(
+        "--computewatch-baseline",
+        metavar="FILE",
+        default=None,
+        help=f"the baseline file (default: {_DEFAULT_FILE} in the root directory)",
+    )
+    g.addoption(
+        "--computewatch-update",
+        action="store_true",
+        default=False,
+        help="write the measured figures into the baseline file; check nothing",
+    )
+    g.addoption(
+        "--computewatch-max",
+        action="append",
+        default=[],
+        metavar="METRIC=+N%",
+        help="a limit for every test (repeatable)",
+    )
+    g.addoption(
+        "--computewatch-db",
+        metavar="PATH",
+        default=None,
+        help="where the tests' runs are stored (default: computewatch's database)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "computewatch(max=[...]): resource limits for this test (METRIC=+N%)"
+    )
+    config.stash[_MEASURED] = {}
+
+
+def _baseline_path(config: pytest.Config) -> Path:
+    given = config.getoption("--computewatch-baseline")
+    return Path(given) if given else Path(config.rootpath) / _DEFAULT_FILE
+
+
+class Recorder:
+    """What the ``computewatch`` fixture gives a test: ``step(samples=, tokens=)`` closes one
+    step (an append; a no-op without ``--computewatch``). ``measurements`` once the test ends."""
+
+    def __init__(self, run: Any | None) -> None:
+        self._run = run
+        self.measurements: Measurements | None = None
+        self._last = time.perf_counter()
+        self._times: list[float] = []
+
+    @property
+    def enabled(self) -> bool:
+        return self._run is not None
+
+    def step(self, samples: float | None = None, tokens: float | None = None) -> None:
+        if self._run is None:
+            return
+        now = time.perf_counter()
+        self._times.append(now - self._last)
+        self._last = now
+        self._run.step(samples=samples, tokens=tokens)
+
+
+def _limits(request: pytest.FixtureRequest) -> list[Limit]:
+    texts = list(request.config.getoption("--computewatch-max"))
+    marker = request.node.get_closest_marker("computewatch")
+    if marker is not None:
+        given = marker.kwargs.get("max", [])
+        texts += [given] if isinstance(given, str) else list(given)
+    return [parse_limit(t) for t in texts] or list(DEFAULT_LIMITS)
+
+
+@pytest.fixture
+def computewatch(request: pytest.FixtureRequest) -> Iterator[Recorder]:
+    """Record this test's resources as a run and check them against the baseline file."""
+    config = request.config
+    if not config.getoption("--computewatch"):
+        yield Recorder(None)
+        return
+    # the tracked run's machinery loads only when the plugin is switched on
+    from computewatch.tracking import track
+
+    nodeid = request.node.nodeid
+    limits = _limits(request)
+    tracker = track(
+        name=f"pytest {nodeid}",
+        tags={"bench": "pytest", "test": nodeid},
+        interval=0.2,
+        db=config.getoption("--computewatch-db"),
+    )
+    with tracker as run:
+        rec = Recorder(run)
+        yield rec
+    if run.summary is None:
+        pytest.fail(f"computewatch: no summary for {nodeid}: the run was not stored")
+    measured = measurements_from_summary(run.summary, rec._times, None, f"test {nodeid}")
+    rec.measurements = measured
+    config.stash[_MEASURED][nodeid] = measured
+    if config.getoption("--computewatch-update"):
+        return
+    path = _baseline_path(config)
+    if not path.is_file():
+        pytest.fail(
+            f"computewatch: no baseline file {path}: run once with --computewatch-update "
+            "and commit it"
+        )
+    try:
+        _run, tests = parse_baseline(path.read_text("utf-8"), str(path))
+    except (BaselineError, OSError, UnicodeDecodeError) as e:
+        pytest.fail(f"computewatch: {e}")
+    base = tests.get(nodeid)
+    if base is None:
+        pytest.fail(f"computewatch: {path} has no figures for {nodeid}: run --computewatch-update")
+    result = check(measured, base, limits, noise_aware=True)
+    if result.regressed or result.missing:
+        # the text view lives above this layer: a short table of what moved, made here
+        lines = [
+            f"  {r.metric}: {r.baseline:.4g} -> {r.current:.4g} ({r.limit}; {r.status})"
+            if r.baseline is not None and r.current is not None
+            else f"  {r.metric}: {r.status}"
+            for r in result.rows
+            if r.status != "ok"
+        ]
+        pytest.fail(f"computewatch: resources regressed in {nodeid}:\n" + "\n".join(lines))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    if not (config.getoption("--computewatch") and config.getoption("--computewatch-update")):
+        return
+    measured = config.stash.get(_MEASURED, {})
+    if not measured:
+        return
+    path = _baseline_path(config)
+    tests: dict[str, Measurements] = {}
+    if path.is_file():
+        try:
+            _run, tests = parse_baseline(path.read_text("utf-8"), str(path))
+        except (BaselineError, OSError, UnicodeDecodeError):
+            tests = {}
+    tests.update(measured)
+    path.write_text(dumps_baseline(baseline_document(tests=tests)), "utf-8")

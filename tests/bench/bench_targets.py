@@ -1,0 +1,77 @@
+"""Small functions with known costs, for the benchmark tests (copied next to each test's CLI
+run, which imports them as ``bench_targets:NAME``)."""
+
+from __future__ import annotations
+
+import time
+
+PER_BATCH = 0.005  # seconds per call, whatever the batch
+
+
+def fixed(batch: list[object]) -> list[object]:
+    """Takes PER_BATCH seconds per batch and answers each query."""
+    time.sleep(PER_BATCH)
+    return list(batch)
+
+
+def fast(batch: list[object]) -> list[object]:
+    time.sleep(0.001)
+    return list(batch)
+
+
+def slow(batch: list[object]) -> list[object]:
+    time.sleep(0.004)
+    return list(batch)
+
+
+def raises(batch: list[object]) -> list[object]:
+    raise ValueError("model exploded")
+
+
+def wrong_shape(batch: list[object]) -> list[object]:
+    return [0]  # one answer, whatever the batch
+
+
+def not_a_sequence(batch: list[object]) -> int:
+    return 42
+
+
+def queries() -> list[int]:
+    return list(range(64))
+
+
+def accuracy(fn: object) -> float:
+    return 0.9 if fn is fast else 0.95
+
+
+def alloc_factory(batch_size: int, **_params: object):  # type: ignore[no-untyped-def]
+    """A step that holds batch_size x 32 MiB: a memory limit stops the large batches."""
+
+    def step() -> None:
+        block = bytearray(batch_size * 32 * 1024 * 1024)
+        block[::4096] = b"\1" * len(block[::4096])
+        time.sleep(0.001)
+
+    return step
+
+
+def crash_factory(batch_size: int, **_params: object):  # type: ignore[no-untyped-def]
+    import os
+    import signal
+
+    def step() -> None:
+        if batch_size >= 4:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        time.sleep(0.001)
+
+    return step
+
+
+def saturating_factory(batch_size: int, **_params: object):  # type: ignore[no-untyped-def]
+    """Throughput grows with the batch up to 4 (20 ms a step), then stays at 200 samples/s
+    (5 ms a sample)."""
+
+    def step() -> None:
+        time.sleep(0.02 if batch_size <= 4 else 0.005 * batch_size)
+
+    return step
