@@ -15,6 +15,7 @@ from computewatch.accounting.cpu_power import CPU_IDLE_FRACTION, CpuPowerModel
 from computewatch.accounting.flops import run_flops
 from computewatch.accounting.forecast import forecast
 from computewatch.accounting.region import CloudHost, Location, detect_cloud, resolve_location
+from computewatch.accounting.timed import hourly_carbon, run_sci
 from computewatch.analysis.steps import request_accounting
 from computewatch.analysis.summary_types import (
     Accounting,
@@ -26,10 +27,13 @@ from computewatch.analysis.summary_types import (
     EnergyComponents,
     EnergySection,
     GpuStats,
+    HourlyCarbon,
     RunSummary,
 )
 from computewatch.catalog import reference
+from computewatch.catalog.tpu import tpu_rows
 from computewatch.config import Config
+from computewatch.errors import ComputewatchError
 from computewatch.records import (
     MEASURED,
     MODELED,
@@ -66,6 +70,8 @@ class AccountingOptions:
     environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
     dmi_root: str = "/sys/class/dmi/id"
     live_client: Callable[[str, str | None], Any] | None = None  # (token, url) -> client
+    sci_unit: str | None = None  # --sci-unit; else [carbon] sci_unit
+    carbon_provider: Callable[[str, Any], Any] | None = None  # (name, settings) -> provider
 
 
 def account(store: Store, run: RunRow, summary: RunSummary, opts: AccountingOptions) -> Accounting:
@@ -78,7 +84,7 @@ def account(store: Store, run: RunRow, summary: RunSummary, opts: AccountingOpti
     host_cloud = detect_cloud(opts.dmi_root)
     duration = float(summary.get("duration_seconds") or 0.0)
     energy = _energy(store, run, summary, opts, location, duration)
-    carbon = _carbon(energy, summary, opts, location, duration)
+    carbon = _carbon(energy, summary, opts, location, duration, store, run)
     cost = _cost(energy, summary, opts, host_cloud, duration)
     flops = run_flops(store, run, summary, opts.precision or cfg.precision)
     out: Accounting = {"energy": energy, "carbon": carbon, "cost": cost, "flops": flops}
@@ -180,13 +186,21 @@ def _energy(
         assumptions=[f"PUE {pue_value:g} ({pue_src})"],
         source=pue_src,
     )
-    return {
+    out: EnergySection = {
         "components": components,
         "device": it,
         "facility": facility,
         "pue": {"value": pue_value, "low": pue_low, "high": pue_high, "source": pue_src},
         "attribution": rules,
     }
+    if gpus:  # GPU-hours and TPU-hours: each device's share of the run's hours
+        hours = {"gpu": 0.0, "tpu": 0.0}
+        for g in gpus:
+            kind = "tpu" if (g.get("model") or "").startswith("TPU-") else "gpu"
+            share = 1.0 if opts.whole_machine else float(g.get("share", 1.0))
+            hours[kind] += share * duration / 3600
+        out["device_hours"] = {"gpu_hours": hours["gpu"], "tpu_hours": hours["tpu"]}
+    return out
 
 
 def _rapl_figure(joules: float, share: float, domain: str) -> Figure:
@@ -215,6 +229,18 @@ def _gpu_energy(gpus: list[GpuStats], whole: bool = False) -> Figure:
         method = g.get("energy_method") or "counter"
         methods.add(method)
         rel = GPU_COUNTER_UNCERTAINTY if method == "counter" else GPU_POLLED_UNCERTAINTY
+        if method == "modeled":  # a TPU: power modelled from duty cycle (data/tpu.csv)
+            row = tpu_rows().get(g.get("model") or "")
+            rel = row.power_relative_uncertainty if row else 0.5
+            notes.append(
+                f"GPU {g.get('index')} ({g.get('model')}): no power counter; "
+                + (
+                    f"{row.idle_watts:g} W idle to {row.busy_watts:g} W busy by TensorCore duty "
+                    f"cycle, +/-{rel:.0%} ({row.source}, {row.year})"
+                    if row
+                    else "power model unknown, +/-50%"
+                )
+            )
         share = 1.0 if whole else float(g.get("share", 1.0))
         j = float(j) * share
         lo, hi = relative_range(j, rel)
@@ -222,6 +248,8 @@ def _gpu_energy(gpus: list[GpuStats], whole: bool = False) -> Figure:
         sim = " (simulated device)" if g.get("simulated") else ""
         notes.append(f"GPU {g.get('index')}: {method}{sim}, share {share:.1%}")
     method = MEASURED if methods <= {"counter"} else POLLED
+    if "modeled" in methods:
+        method = MODELED
     return figure(
         total / J_PER_KWH,
         "kWh",
@@ -229,7 +257,8 @@ def _gpu_energy(gpus: list[GpuStats], whole: bool = False) -> Figure:
         low=low / J_PER_KWH,
         high=high / J_PER_KWH,
         assumptions=notes,
-        source="NVML/amdsmi energy counter, or polled power integrated",
+        source="NVML/amdsmi energy counter, or polled power integrated"
+        + ("; TPU power modelled from data/tpu.csv" if "modeled" in methods else ""),
     )
 
 
@@ -396,6 +425,8 @@ def _carbon(
     opts: AccountingOptions,
     location: Location,
     duration: float,
+    store: Store,
+    run: RunRow,
 ) -> CarbonSection:
     cfg = opts.config
     row = location.row
@@ -437,6 +468,14 @@ def _carbon(
         ],
         source=src,
     )
+    hourly = None
+    intensity_method = f"{'live' if method == MEASURED else 'yearly average'}: {src}"
+    if cfg.carbon_provider:
+        hourly, op, g_per_kwh, src, intensity_method = _hourly(
+            store, run, opts, location, energy, g_per_kwh, op, notes
+        )
+        if hourly is not None:
+            method = MEASURED if hourly["kind"] == "history" else MODELED
     out: CarbonSection = {
         "operational": op,
         "intensity": {
@@ -450,11 +489,80 @@ def _carbon(
         },
         "total": op,
     }
+    emb: Figure | None = None
     if cfg.embodied:
         emb = _embodied(summary, duration)
         out["embodied"] = emb
         out["total"] = _sum([op, emb], unit="gCO2e")
+    if hourly is not None:
+        out["hourly"] = hourly
+    unit = opts.sci_unit or cfg.sci_unit or "run"
+    out["sci"] = run_sci(summary, unit, facility, op, emb, intensity_method)
     return out
+
+
+def _hourly(
+    store: Store,
+    run: RunRow,
+    opts: AccountingOptions,
+    location: Location,
+    energy: EnergySection,
+    yearly: float,
+    op: Figure,
+    notes: list[str],
+) -> tuple[HourlyCarbon | None, Figure, float, str, str]:
+    """The operational carbon summed over the run's hours, or (None, the yearly figure...)
+    with a note saying why when the provider cannot give it (it never fails the run)."""
+    cfg = opts.config
+    facility = energy["facility"]
+    kwh = _num(facility["value"])
+    gpu = energy["components"].get("gpu")
+    pue = _num(energy["pue"]["value"]) or 1.0
+    accel = _num(gpu["value"]) * pue if gpu is not None else 0.0
+    src = op["source"] or ""
+    try:
+        res = hourly_carbon(
+            store,
+            run,
+            cfg,
+            location.code,
+            kwh,
+            accel,
+            yearly,
+            environ=opts.environ,
+            factory=opts.carbon_provider,
+        )
+    except ComputewatchError as e:  # a provider down, rate-limiting, a bad file: yearly
+        note = f"hourly intensity unavailable ({e}); the yearly figure is used"
+        op = {**op, "assumptions": [*op["assumptions"], note]}
+        return None, op, yearly, src, f"yearly average: {src} ({note})"
+    tc = res.carbon
+    rel = GRID_UNCERTAINTY if tc.provider.startswith("file:") else 0.10
+    lo_ratio = _num(facility["low"]) / kwh if kwh > 0 else 1.0
+    hi_ratio = _num(facility["high"]) / kwh if kwh > 0 else 1.0
+    eff = tc.effective_g_per_kwh
+    hsec = res.section
+    what = (
+        f"{hsec['provider']} {hsec['kind']}, {hsec['region']}, every "
+        f"{hsec['resolution_seconds'] or 0:g} s"
+    )
+    figure_ = figure(
+        tc.grams,
+        "gCO2e",
+        MODELED,
+        low=tc.grams * lo_ratio * (1 - rel),
+        high=tc.grams * hi_ratio * (1 + rel),
+        assumptions=[
+            f"summed over the run's hours: energy in each interval x that interval's intensity "
+            f"({what}); {len(hsec['hours'])} hour(s), mean {eff:.1f} gCO2e/kWh",
+            f"energy spread: {hsec['profile']}",
+            f"intensity uncertainty +/-{rel:.0%}",
+            *res.notes,
+            *notes,
+        ],
+        source=what,
+    )
+    return hsec, figure_, eff, what, f"hourly: {what}"
 
 
 def _embodied(summary: RunSummary, duration: float) -> Figure:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast, final
 
+from computewatch.carbon.sci import SciScore
 from computewatch.records import Figure
 
 if TYPE_CHECKING:  # the record's type only: the environment module loads git and metadata
@@ -302,12 +303,20 @@ class Pue(TypedDict):
     source: str
 
 
+class DeviceHours(TypedDict):
+    """Accelerator time charged to the run: devices x hours x the run's share of each."""
+
+    gpu_hours: float
+    tpu_hours: float
+
+
 class EnergySection(TypedDict):
     components: EnergyComponents
     device: Figure  # the components' sum, kWh
     facility: Figure  # device x PUE, kWh
     pue: Pue
     attribution: list[str]
+    device_hours: NotRequired[DeviceHours]  # with accelerators
 
 
 class CarbonIntensity(TypedDict):
@@ -320,11 +329,32 @@ class CarbonIntensity(TypedDict):
     year: int | None
 
 
+class HourlyCarbonRow(TypedDict):
+    hour: str  # ISO 8601 UTC start of the clock hour
+    kwh: float  # facility energy in that hour
+    g_per_kwh: float  # mean intensity applied
+    g: float
+
+
+class HourlyCarbon(TypedDict):
+    """How the operational carbon was summed over time (docs/carbon.md)."""
+
+    provider: str
+    region: str
+    resolution_seconds: int | None
+    kind: str  # "history" | "forecast"
+    covered_ratio: float  # share of the run's energy that hourly data covered
+    profile: str  # how the energy was spread over time
+    hours: list[HourlyCarbonRow]
+
+
 class CarbonSection(TypedDict):
     operational: Figure
     intensity: CarbonIntensity
     embodied: NotRequired[Figure]
     total: Figure
+    hourly: NotRequired[HourlyCarbon]  # with a [carbon] provider that answered
+    sci: NotRequired[SciScore]  # ISO/IEC 21031 Software Carbon Intensity
 
 
 class CostPerUnit(TypedDict, total=False):

@@ -33,7 +33,7 @@ import difflib
 import math
 import os
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
@@ -52,6 +52,7 @@ from computewatch.carbon.records import (
     utc_iso,
 )
 from computewatch.catalog.reference import grid_rows, normalize_code
+from computewatch.config import Config
 
 __all__ = [
     "ELECTRICITYMAPS",
@@ -67,6 +68,7 @@ __all__ = [
     "UkCarbonIntensityProvider",
     "WattTimeProvider",
     "make_provider",
+    "settings_from_config",
 ]
 
 ELECTRICITYMAPS = "electricitymaps"
@@ -439,4 +441,26 @@ def make_provider(
     )
 
 
-Clock = Callable[[], dt.datetime]
+
+def settings_from_config(
+    cfg: Config, *, intensity_file: Path | None = None, environ: Mapping[str, str] = os.environ
+) -> ProviderSettings:
+    """The providers' settings from the configuration; the WattTime password from
+    ``[carbon] watttime_password_file`` (its first line), else ``WATTTIME_PASSWORD``."""
+    password = environ.get("WATTTIME_PASSWORD") or None
+    if cfg.watttime_password_file is not None:
+        try:
+            password = cfg.watttime_password_file.read_text(encoding="utf-8").splitlines()[0]
+        except (OSError, UnicodeDecodeError, IndexError) as e:
+            raise ProviderError(
+                f"cannot read the WattTime password file {cfg.watttime_password_file}: {e}"
+            ) from None
+    return ProviderSettings(
+        electricitymaps_token=cfg.electricitymaps_token or environ.get("ELECTRICITYMAPS_TOKEN"),
+        electricitymaps_url=cfg.electricitymaps_url or EM_DEFAULT_URL,
+        watttime_username=cfg.watttime_username or environ.get("WATTTIME_USERNAME"),
+        watttime_password=password,
+        watttime_url=cfg.watttime_url or WATTTIME_DEFAULT_URL,
+        uk_url=cfg.uk_carbon_intensity_url or UK_DEFAULT_URL,
+        intensity_file=intensity_file or cfg.intensity_file,
+    )

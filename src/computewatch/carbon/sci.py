@@ -22,6 +22,7 @@ __all__ = [
     "SciScore",
     "SciUnit",
     "UnitCount",
+    "canonical_unit",
     "sci_score",
 ]
 
@@ -59,6 +60,15 @@ class UnitCount:
     source: str
 
 
+def canonical_unit(text: str) -> SciUnit:
+    """A functional unit named in any case (``1m-tokens``) as its canonical name; IntensityError
+    for another name."""
+    for u in SCI_UNITS:
+        if u.lower() == text.strip().lower():
+            return u
+    raise IntensityError(f"unknown SCI unit {text!r}; expected one of {', '.join(SCI_UNITS)}")
+
+
 def sci_score(
     *,
     energy_kwh: float,
@@ -74,8 +84,7 @@ def sci_score(
 ) -> SciScore:
     """SCI from the run's operational emissions (E x I, with its range), embodied share M
     (with its range) and the number of functional units."""
-    if unit not in _SCALE:
-        raise IntensityError(f"unknown SCI unit {unit!r}; expected one of {', '.join(SCI_UNITS)}")
+    unit = canonical_unit(unit)
     notes: list[str] = []
     r: float | None = units.count
     if r is not None:

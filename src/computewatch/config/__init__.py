@@ -17,6 +17,11 @@ cpu_tdp_watts = 280            # when the CPU is not in the catalog
 embodied = true                # add embodied carbon of the hardware, per device-hour
 electricitymaps_token = "..."  # live grid intensity (no call is made without a token)
 electricitymaps_url = "https://api.electricitymap.org/v3"
+provider = "uk-carbon-intensity"  # hourly intensity; electricitymaps, watttime, file
+provider_region = "CAISO_NORTH"  # the provider's own region code, when not the [location] one
+intensity_file = "~/grid.csv"  # with provider = "file": time,g_per_kwh (CSV or Parquet)
+watttime_username = "me"       # password: watttime_password_file, or WATTTIME_PASSWORD
+sci_unit = "step"              # SCI per: run, step, 1M-tokens, 1k-inferences
 
 [cost]
 instance_type = "aws:p5.48xlarge"   # default: from DMI where the provider exposes it
@@ -80,6 +85,14 @@ class Config:
     embodied: bool = False
     electricitymaps_token: str | None = None
     electricitymaps_url: str | None = None
+    carbon_provider: str | None = None  # hourly intensity: docs/carbon.md
+    carbon_provider_region: str | None = None
+    intensity_file: Path | None = None
+    watttime_username: str | None = None
+    watttime_password_file: Path | None = None
+    watttime_url: str | None = None
+    uk_carbon_intensity_url: str | None = None
+    sci_unit: str = "run"
     instance_type: str | None = None
     discount: float = 0.0
     usd_per_gpu_hour: float | None = None
@@ -200,6 +213,14 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "embodied": ("embodied", "bool"),
         "electricitymaps_token": ("electricitymaps_token", "str"),
         "electricitymaps_url": ("electricitymaps_url", "url"),
+        "provider": ("carbon_provider", "carbon_provider"),
+        "provider_region": ("carbon_provider_region", "str"),
+        "intensity_file": ("intensity_file", "path"),
+        "watttime_username": ("watttime_username", "str"),
+        "watttime_password_file": ("watttime_password_file", "path"),
+        "watttime_url": ("watttime_url", "url"),
+        "uk_carbon_intensity_url": ("uk_carbon_intensity_url", "url"),
+        "sci_unit": ("sci_unit", "sci_unit"),
     },
     "cost": {
         "instance_type": ("instance_type", "str"),
@@ -338,6 +359,12 @@ def _load_prices(where: str, path: Path) -> Mapping[str, Any]:
         raise ConfigError(f"{where}: catalog.cloud_instances: {e}") from None
 
 
+# Copies of computewatch.carbon's names (a higher layer); tests/carbon checks them.
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "carbon_provider": ("electricitymaps", "watttime", "uk-carbon-intensity", "file"),
+    "sci_unit": ("run", "step", "1m-tokens", "1k-inferences"),
+}
+
 TRACKERS = ("mlflow", "wandb", "tensorboard", "neptune")
 """The experiment trackers ``[log_to] trackers`` (and ``--log-to``) accept."""
 
@@ -362,6 +389,11 @@ def _check(where: str, key: str, value: Any, kind: str, path: Path | None) -> An
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{where}: {key} must be a non-empty string (value not shown)")
         return value.strip()
+    if kind in _CHOICES:
+        choices = _CHOICES[kind]
+        if not isinstance(value, str) or value.strip().lower() not in choices:
+            raise ConfigError(f"{bad} must be one of {', '.join(choices)}")
+        return value.strip().lower()
     if kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"{bad} must be true or false")

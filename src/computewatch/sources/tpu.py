@@ -240,7 +240,7 @@ class TpuSource:
         self._chips: list[_Chip] = []
         for c in chips:
             acc = accs.get(c.row.model)
-            name = f"Google {c.row.model.replace('-', ' ')}" + (" (simulated)" if simulated else "")
+            name = f"Google {c.row.model.replace('-', ' ')}"
             info = GpuDevice(
                 index=c.index,
                 uuid=f"TPU-{c.pci_address}",

@@ -300,6 +300,11 @@ def accounting_lines(summary: RunSummary) -> list[tuple[str, str]]:
                 f" · {', '.join(parts)}",
             )
         )
+        if (dh := energy.get("device_hours")) is not None:
+            pairs = ((dh["gpu_hours"], "GPU-hours"), (dh["tpu_hours"], "TPU-hours"))
+            hours = [f"{h:.4g} {n}" for h, n in pairs if h]
+            if hours:
+                out.append(("device time", " · ".join(hours)))
     carbon = summary.get("carbon")
     if carbon:
         tot, inten = carbon["total"], carbon["intensity"]
@@ -311,6 +316,22 @@ def accounting_lines(summary: RunSummary) -> list[tuple[str, str]]:
                 f"({inten['source']})",
             )
         )
+        if (sci := carbon.get("sci")) is not None:  # ISO/IEC 21031 (docs/carbon.md)
+            i = sci["inputs"]
+            score = (
+                f"{format_grams(sci['value'])} per {i['R_unit']}"
+                f" ({format_grams(sci['low'])}–{format_grams(sci['high'])})"
+                if sci["value"] is not None
+                else "; ".join(sci["notes"]) or "n/a"
+            )
+            out.append(
+                (
+                    "sci",
+                    f"{score} · E {format_kwh(i['E_kwh'])}, I {i['I_g_per_kwh']:.4g} g/kWh "
+                    f"({i['I_method'].split(':')[0]}), M {format_grams(i['M_g'])}, "
+                    f"R {i['R']:g} {i['R_unit']} ({i['R_source']})",
+                )
+            )
     cost = summary.get("cost")
     if cost:
         tot = cost["total"]
