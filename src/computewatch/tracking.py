@@ -329,10 +329,13 @@ class Run:
         Never raises for a write that fails: one warning line."""
         if values is not None and not isinstance(values, Mapping):
             raise TypeError(f"config takes a mapping, not {type(values).__name__}")
-        self._config.update({str(k): v for k, v in (values or {}).items()})
-        self._config.update(more)
+        # on use: `import computewatch` stays light
+        from computewatch.sampling.repro import write_config
+        from computewatch.sources.environment import redact_config
+
+        self._config.update(redact_config({str(k): v for k, v in (values or {}).items()}))
+        self._config.update(redact_config(more))
         if self.spool is not None:
-            from computewatch.sampling.repro import write_config  # on use: `import` stays light
 
             try:
                 write_config(self.spool, self._config)

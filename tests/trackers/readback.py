@@ -56,7 +56,10 @@ def wandb_history(run_dir: str | Path) -> list[dict[str, Any]]:
     for rec in wandb_records(run_dir):
         if rec.WhichOneof("record_type") == "history":
             rows.append(
-                {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in rec.history.item}
+                {
+                    i.key or "/".join(i.nested_key): json.loads(i.value_json)
+                    for i in rec.history.item
+                }
             )
     return rows
 

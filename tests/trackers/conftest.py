@@ -1,0 +1,45 @@
+"""The real trackers, offline: W&B in offline mode, Neptune in offline mode, MLflow on a SQLite
+file, TensorBoard event files, all under the test's tmp_path. No network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def tracker_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every tool pointed at tmp_path, offline, quiet; returns tmp_path."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.setenv("WANDB_CONSOLE", "off")
+    monkeypatch.setenv("WANDB_DISABLE_GIT", "true")
+    monkeypatch.setenv("NEPTUNE_MODE", "offline")
+    monkeypatch.setenv("NEPTUNE_DATA_DIRECTORY", str(tmp_path / "neptune"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("COMPUTEWATCH_TENSORBOARD_DIR", str(tmp_path / "tb"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # no user configuration
+    monkeypatch.delenv("COMPUTEWATCH_CONFIG", raising=False)
+    monkeypatch.delenv("COMPUTEWATCH_RUN_DB", raising=False)
+    monkeypatch.delenv("MLFLOW_RUN_ID", raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+TRAIN = """
+import sys, time
+import computewatch
+
+log_to = sys.argv[1].split(",") if len(sys.argv) > 1 and sys.argv[1] else None
+config = {"lr": 0.01, "batch": 32, "api_key": "s3cret"}
+with computewatch.track(name="train", interval=0.2, gpu_backend="fake:1xH100-SXM",
+                        log_to=log_to, config=config) as run:
+    nxt = time.monotonic()
+    for _ in range(25):
+        nxt += 0.04
+        time.sleep(max(0.0, nxt - time.monotonic()))
+        run.step(samples=32, tokens=1024)
+"""
+"""A small training loop: 25 steps of 40 ms, 32 samples each, on a simulated H100."""
