@@ -29,6 +29,7 @@ from computewatch.config import Config, ConfigError, load_config
 from computewatch.errors import PROG, ComputewatchError, UsageError
 from computewatch.lineage.compute import Declaration, GovernanceError, declaration
 from computewatch.paths import resolve_db_path
+from computewatch.profiling.artifacts import artifacts_of
 from computewatch.redact import use_names as use_redact_names
 from computewatch.sampling.lifecycle import open_run_store
 from computewatch.sampling.observers import RunObserver
@@ -74,6 +75,7 @@ def _accounting_options(args: argparse.Namespace) -> AccountingOptions:
         whole_machine=args.whole_machine,
         total_steps=args.total_steps,
         instance_type=args.instance_type,
+        sci_unit=getattr(args, "sci_unit", None),
     )
 
 
@@ -140,6 +142,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     accounting = _accounting_options(args)
     use_redact_names(accounting.config.redact_names)  # --config's [privacy] redact, for the store
     governance = _governance(args, accounting.config)
+    if getattr(args, "start_when_green", False):  # before anything starts: Ctrl-C ends the wait
+        from computewatch.cli.carbon_run import wait_for_green  # only with the flag
+
+        wait_for_green(args, accounting.config)
     # Before any thread starts (metrics server, alert delivery): threads inherit the mask, and
     # a kill(2) to the process goes to any thread not blocking the signal, whose default action
     # would end the supervisor and orphan the command (signal(7)). The supervisor receives them.
@@ -351,9 +357,14 @@ def cmd_show(args: argparse.Namespace) -> int:
                     "be shown as stored (drop the accounting flags)"
                 )
             summary = with_accounting(summary, accounted(store, run, summary, accounting))
-    from computewatch.views.text import print_summary  # loads rich (start-up of `run`)
+        artifacts = artifacts_of(store, store.find_run(summary["id"]).key)  # profiles, traces
+    from computewatch.views.text import print_artifacts, print_summary  # loads rich
 
-    _emit(summary, print_summary, as_json=args.json)
+    if args.json:
+        _emit_json({**summary, "artifacts": artifacts} if artifacts else summary, sys.stdout)
+    else:
+        print_summary(summary, sys.stdout)
+        print_artifacts(artifacts, sys.stdout)
     return 0
 
 

@@ -25,14 +25,16 @@ from computewatch.cli.args import (
     PRECISIONS,
 )
 from computewatch.cli.bench import add_bench_parser
+from computewatch.cli.carbon import add_carbon_parser, add_green_start_arguments, add_sci_argument
 from computewatch.cli.check import add_check_parser
 from computewatch.cli.detect import add_detect_parser
 from computewatch.cli.diagnose import add_diagnose_parser
 from computewatch.cli.exporters import add_export_arguments
 from computewatch.cli.fleet import add_fleet_parser
-from computewatch.cli.governance import add_governance_parsers
 from computewatch.cli.flops import add_flops_parser
+from computewatch.cli.governance import add_governance_parsers
 from computewatch.cli.log_to import add_log_to_argument
+from computewatch.cli.profile import add_profile_parser, add_profile_run_arguments
 from computewatch.cli.push import add_push_parser
 from computewatch.cli.server import add_server_parser
 from computewatch.cli.traces import add_traces_parser
@@ -158,6 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="N",
             help="the run's planned steps: forecast time, energy, carbon, cost at completion",
         )
+        add_sci_argument(g)
         g.add_argument(
             "--config",
             metavar="FILE",
@@ -218,8 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     r.add_argument("--prometheus-tls-key", metavar="FILE", help="... and this private key (PEM)")
     add_alert_arguments(r)
+    add_green_start_arguments(r)  # --start-when-green, --max-delay, --threshold
     add_log_to_argument(r)
     add_export_arguments(r)  # --otlp, --emf
+    add_profile_run_arguments(r)  # --profile-steps, --cprofile, --nsys
     gv = r.add_argument_group(
         "governance (what the run trains; the server sums each model's compute: docs/governance.md)"
     )
@@ -331,6 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_alerts_parser(sub)
     add_diagnose_parser(sub)
     add_flops_parser(sub)
+    add_carbon_parser(sub)
+    add_profile_parser(sub)
     add_bench_parser(sub)
     add_check_parser(sub)
     add_server_parser(sub)
@@ -359,6 +366,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alerts": ("computewatch.cli.alerts", "cmd_alerts"),
     "diagnose": ("computewatch.cli.diagnose", "cmd_diagnose"),
     "flops": ("computewatch.cli.flops_run", "cmd_flops"),
+    "when": ("computewatch.cli.carbon_run", "cmd_when"),
+    "where": ("computewatch.cli.carbon_run", "cmd_where"),
+    "profile": ("computewatch.cli.profile_run", "cmd_profile"),
     "bench": ("computewatch.cli.bench_run", "cmd_bench"),
     "check": ("computewatch.cli.check_run", "cmd_check"),
     "server": ("computewatch.cli.server_run", "cmd_server"),
