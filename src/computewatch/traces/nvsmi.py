@@ -200,9 +200,9 @@ def read_nvidia_smi(
             continue
         where = f"{p}:{n + 1}"
         f = text.split(",")
+        if len(f) > i_t and f[i_t].strip() == "timestamp":  # a header repeated (logs appended)
+            continue
         if len(f) < width:
-            if _looks_like_header(f):  # a header repeated (logs appended to)
-                continue
             raise TraceError(f"{where}: {len(f)} fields where the header has {width}")
         t = parse_time(f[i_t], utc=utc, where=where)
         index: int | None = None

@@ -1,0 +1,107 @@
+"""Fault cases for GPU logs from other tools: every malformed trace gets one clear line naming
+the file and the line at fault, and a non-zero exit, from ``import`` and ``detect`` alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+HEAD = "timestamp, index, utilization.gpu [%], memory.used [MiB], power.draw [W]\n"
+OK = "2024/01/31 12:00:0{s}.000, 0, 50 %, 100 MiB, 100.00 W\n"
+
+CASES: dict[str, tuple[bytes, str]] = {
+    "missing_timestamp": (
+        b"index, utilization.gpu [%]\n0, 5 %\n",
+        r"bad\.csv:1: no 'timestamp' column",
+    ),
+    "no_metric_column": (
+        b"timestamp, index, pstate\n2024/01/31 12:00:00, 0, P0\n",
+        r"bad\.csv:1: none",
+    ),
+    "unknown_unit_header": (
+        b"timestamp, memory.used [KiB]\n2024/01/31 12:00:00, 5\n",
+        r"bad\.csv:1: column 'memory.used \[KiB\]': unknown unit 'KiB'",
+    ),
+    "unknown_unit_value": (
+        (HEAD + OK.format(s=0) + "2024/01/31 12:00:01.000, 0, 50 %, 100 GB, 100.00 W\n").encode(),
+        r"bad\.csv:3: column 'memory.used \[MiB\]': unknown unit 'GB'",
+    ),
+    "gap": (
+        (
+            HEAD
+            + "".join(OK.format(s=s) for s in range(8))
+            + OK.replace("12:00", "18:00").format(s=0)
+        ).encode(),
+        r"bad\.csv:10: a gap of 21593 s",
+    ),
+    "time_backwards": (
+        (HEAD + OK.format(s=5) + OK.format(s=6) + OK.format(s=2)).encode(),
+        r"bad\.csv:4: time goes backwards for GPU index:0 \(after .*bad\.csv:3\)",
+    ),
+    "binary": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", r"bad\.csv:3: binary data"),
+    "not_utf8": (
+        (HEAD + OK.format(s=0)).encode() + b"2024/01/31 12:00:01.000, 0, 5\xff %\n",
+        r"bad\.csv:3: not UTF-8 text \(byte 0xff\)",
+    ),
+    "bad_number": (
+        (HEAD + "2024/01/31 12:00:00.000, 0, lots, 1, 1\n").encode(),
+        r"bad\.csv:2: column 'utilization.gpu \[%\]': 'lots' is not a number",
+    ),
+    "bad_time": ((HEAD + "yesterday, 0, 1, 1, 1\n").encode(), r"bad\.csv:2: timestamp 'yesterday'"),
+    "short_row": ((HEAD + "2024/01/31 12:00:00.000, 0\n").encode(), r"bad\.csv:2: 2 fields"),
+    "empty": (b"", r"bad\.csv: empty file"),
+    "header_only": (HEAD.encode(), r"bad\.csv: no data rows"),
+    "noheader": (b"2024/01/31 12:00:00.000, 0, 5\n", r"bad\.csv:1: no header line"),
+}
+
+
+def _one_clear_line(r: Any, pattern: str) -> None:
+    import re
+
+    assert r.returncode != 0
+    assert "Traceback" not in r.stderr
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, r.stderr
+    assert lines[0].startswith("computewatch: "), lines[0]
+    assert re.search(pattern, lines[0]), lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_import_names_file_and_line(cw: Any, tmp_path: Path, case: str) -> None:
+    data, pattern = CASES[case]
+    p = tmp_path / "bad.csv"
+    p.write_bytes(data)
+    _one_clear_line(cw("import", p, "--format", "nvidia-smi"), pattern)
+
+
+@pytest.mark.parametrize(
+    "case", ["gap", "time_backwards", "not_utf8", "binary", "missing_timestamp"]
+)
+def test_detect_names_file_and_line(cw: Any, tmp_path: Path, case: str) -> None:
+    data, pattern = CASES[case]
+    p = tmp_path / "bad.csv"
+    p.write_bytes(data)
+    _one_clear_line(cw("detect", p, "--format", "nvidia-smi"), pattern)
+
+
+def test_long_csv_missing_gpu_column(cw: Any, tmp_path: Path) -> None:
+    p = tmp_path / "bad.csv"
+    p.write_text("job,timestamp,gpu_power_watts\na,1,5\n")
+    _one_clear_line(cw("import", p, "--format", "csv"), r"bad\.csv:1: missing column 'gpu'")
+
+
+def test_garbage_parquet(cw: Any, tmp_path: Path) -> None:
+    p = tmp_path / "bad.parquet"
+    p.write_bytes(b"PAR1" + b"\x00garbage" * 10)
+    _one_clear_line(cw("import", p), r"bad\.parquet: not a Parquet file")
+
+
+def test_missing_file(cw: Any, tmp_path: Path) -> None:
+    _one_clear_line(cw("import", tmp_path / "nope.csv"), r"nope\.csv: cannot read")
+
+
+def test_detect_without_input_is_a_usage_error(cw: Any) -> None:
+    r = cw("detect")
+    assert r.returncode == 2 and "give telemetry files" in r.stderr
