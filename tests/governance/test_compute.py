@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from computewatch.governance.compute import (
+from computewatch.lineage.compute import (
     Declaration,
     GovernanceError,
     RunCompute,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from computewatch.catalog import load_accelerators
-from computewatch.governance.compute import GovernanceError, ModelCompute
+from computewatch.lineage.compute import GovernanceError, ModelCompute
 
 CUMULATIVE: Final = "cumulative"  # the model's compute with its base's (SB 53, EU tiers)
 MODIFICATION: Final = "modification"  # a fine-tune's own compute against its original's third

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from computewatch._version import __version__
-from computewatch.server import api
+from computewatch.server import api, governance_api
 from computewatch.server.auth import (
     SESSION_COOKIE,
     LoginRequired,
@@ -177,6 +177,7 @@ def create_app(
         return {"status": "ok", "database": db.dialect, "version": __version__}
 
     app.include_router(api.router)
+    app.include_router(governance_api.router)
 
     # The web pages (computewatch.server.web) are included here, before the fallback /login
     # form below, so that theirs wins when they define one.

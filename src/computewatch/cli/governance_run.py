@@ -1,0 +1,197 @@
+"""``computewatch ledger ...`` and ``computewatch governance ...``: thin commands over
+computewatch.governance (parsers in :mod:`computewatch.cli.governance`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from computewatch import jsonout
+from computewatch.config import load_config
+from computewatch.errors import PROG, ComputewatchError, UsageError
+from computewatch.governance import remote
+from computewatch.governance.ledger_ops import (
+    export,
+    key_path,
+    server_key,
+    verify_database,
+    write_export,
+)
+from computewatch.governance.report import render_report
+from computewatch.governance.status import (
+    find_model,
+    mark_done,
+    refresh,
+    report_doc,
+    status_json,
+)
+from computewatch.governance.tiers import DEFAULT_TIERS, Tier, parse_tiers
+from computewatch.ledger.keys import encode_public, read_public_key
+from computewatch.ledger.verify import Verdict, read_export, verify
+from computewatch.serverdb.engine import Database, open_database, upgrade
+from computewatch.units import format_bytes, format_flop
+
+__all__ = ["cmd_governance", "cmd_ledger"]
+
+
+def _db(url: str | None) -> Database:
+    db = open_database(url)
+    upgrade(db)
+    return db
+
+
+def _tiers(args: argparse.Namespace) -> tuple[Tier, ...]:
+    config = load_config(getattr(args, "config", None))
+    if not config.governance_tiers:
+        return DEFAULT_TIERS
+    return parse_tiers(config.governance_tiers, str(config.path or "configuration"))
+
+
+def _remote(args: argparse.Namespace) -> remote.Remote | None:
+    """The server to ask, when ``--server`` (or its variable or configuration) names one and
+    ``--db`` does not say otherwise."""
+    if getattr(args, "db", None):
+        return None
+    return remote.from_settings(load_config(getattr(args, "config", None)), args.server,
+                                args.token)  # fmt: skip
+
+
+def _emit(doc: object) -> None:
+    jsonout.dump(doc, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    if args.ledger_cmd == "public-key":
+        key = server_key(Path(args.key).expanduser() if args.key else None)
+        print(encode_public(key.public_key()))
+        return 0
+    if args.ledger_cmd == "export":
+        out = Path(args.output).expanduser()
+        server = _remote(args)
+        if server is not None:
+            size = write_export(server.ledger_export(), out)
+        else:
+            key = server_key(Path(args.key).expanduser() if args.key else None)
+            size = write_export(export(_db(args.db), key), out)
+        print(f"{PROG}: ledger written to {out} ({format_bytes(size)})", file=sys.stderr)
+        return 0
+    return _verify(args)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    if bool(args.file) == bool(args.db):
+        raise UsageError("ledger verify: give an export FILE or --db URL (one of them)")
+    trusted = None
+    if args.public_key:
+        trusted = read_public_key(Path(args.public_key).expanduser())
+    if args.file:
+        header, entries = read_export(Path(args.file).expanduser())
+        verdict = verify(entries, header, trusted)
+        where = args.file
+    else:
+        if trusted is None:  # the server's own key: a file outside the database
+            path = key_path(Path(args.key).expanduser() if args.key else None)
+            if path.exists():
+                trusted = server_key(path).public_key()
+        verdict = verify_database(_db(args.db), trusted)
+        where = "the database"
+    _print_verdict(verdict, where, args.json)
+    return 0 if verdict.ok else 1
+
+
+def _print_verdict(v: Verdict, where: str, as_json: bool) -> None:
+    if as_json:
+        _emit(
+            {
+                "ok": v.ok,
+                "entries": v.entries,
+                "checkpoints": v.checkpoints,
+                "last_signed_seq": v.last_signed_seq,
+                "problem": None
+                if v.problem is None
+                else {"seq": v.problem.seq, "what": v.problem.what, "message": v.problem.message},
+                "notes": v.notes,
+            }
+        )
+        return
+    for note in v.notes:
+        print(f"{PROG}: note: {note}", file=sys.stderr)
+    if v.problem is None:
+        signed = "none" if v.last_signed_seq is None else f"up to entry {v.last_signed_seq}"
+        print(f"intact: {v.entries} entries, {v.checkpoints} signed checkpoints (signed {signed})")
+    else:
+        print(f"TAMPERED ({v.problem.what}) in {where}: {v.problem.message}")
+
+
+def cmd_governance(args: argparse.Namespace) -> int:
+    server = _remote(args)
+    now = time.time()
+    if args.governance_cmd == "done":
+        if server is not None:
+            server.obligation_done(args.obligation, args.reference)
+        else:
+            db = _db(args.db)
+            with db.session() as session:
+                view = mark_done(session, args.obligation, args.reference)
+                session.commit()
+            print(f"obligation {view.id} ({view.model}, {view.tier}) done: {view.reference}")
+        return 0
+    if args.governance_cmd == "status":
+        if server is not None:
+            doc = server.governance_status()
+        else:
+            db = _db(args.db)
+            with db.session() as session:
+                doc = status_json(refresh(session, _tiers(args), now=now), now)
+                session.commit()
+        if args.json:
+            _emit(doc)
+        else:
+            _print_status(doc)
+        return 0
+    out = Path(args.output).expanduser()
+    if out.suffix.lower() not in (".html", ".json"):
+        raise UsageError(f"governance report: -o must end in .html or .json, not {out.name!r}")
+    if server is not None:
+        report = server.model_report(args.model)
+    else:
+        db = _db(args.db)
+        with db.session() as session:
+            statuses = {s.compute.model: s for s in refresh(session, _tiers(args), now=now)}
+            session.commit()
+        report = report_doc(statuses[find_model(statuses, args.model)], now)
+    try:
+        if out.suffix.lower() == ".json":
+            with open(out, "w", encoding="utf-8") as f:
+                jsonout.dump(report, f, indent=2)
+                f.write("\n")
+        else:
+            out.write_text(render_report(report), encoding="utf-8")
+    except OSError as e:
+        raise ComputewatchError(f"cannot write {out}: {e.strerror or e}") from None
+    print(f"{PROG}: report written to {out}", file=sys.stderr)
+    return 0
+
+
+def _print_status(doc: list[Any]) -> None:
+    if not doc:
+        print("no model declared yet (run --model NAME declares what a run trains)")
+        return
+    for m in doc:
+        judged = m["judged_flop"]
+        line = f"{m['model']}: {m['runs']} runs, {m['gpu_hours']:.1f} GPU-hours"
+        if judged is not None:
+            line += f", up to {format_flop(judged)} ({m['judged_method']}, upper bound)"
+        if m["base_model"]:
+            line += f", base {m['base_model']}" + ("" if m["base_known"] else " (unknown here)")
+        print(line)
+        for t in m["tiers"]:
+            if t["state"] in ("crossed", "forecast", "approaching"):
+                print(f"  {t['tier']}: {t['state']} (threshold {format_flop(t['threshold'])})")
+        for o in m["obligations"]:
+            left = "" if o["days_left"] is None else f", {o['days_left']:.1f} days left"
+            print(f"  obligation {o['id']} {o['tier']}: {o['state']}{left}")

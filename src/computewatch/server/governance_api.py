@@ -1,0 +1,106 @@
+"""Governance and ledger endpoints under ``/api/v1`` (docs/governance.md, docs/ledger.md):
+
+- ``GET /governance/status``: every model's compute, tiers and obligations (a team's token sees
+  its own runs' share and opens nothing; an admin sees whole models and opens obligations);
+- ``GET /governance/models/{model}/report``: one model's notification pack (JSON);
+- ``POST /governance/obligations/{id}/done`` (admin): ``{"reference": "..."}``;
+- ``GET /ledger/export`` (admin): the ledger as JSON Lines, its head signed first.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, HTTPException
+from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session
+
+from computewatch.config import ConfigError, load_config
+from computewatch.governance.ledger_ops import export, server_key
+from computewatch.governance.status import (
+    find_model,
+    mark_done,
+    refresh,
+    report_doc,
+    status_json,
+)
+from computewatch.governance.tiers import DEFAULT_TIERS, Tier, parse_tiers
+from computewatch.lineage.compute import GovernanceError
+from computewatch.server.auth import (
+    Principal,
+    db_session,
+    get_database,
+    require_admin,
+    require_read,
+)
+from computewatch.serverdb.engine import Database
+
+router = APIRouter(prefix="/api/v1", tags=["governance"])
+
+
+@functools.cache
+def _tiers() -> tuple[Tier, ...]:
+    """The server's tiers: its configuration's ``[governance] tiers`` over the defaults."""
+    try:
+        config = load_config()
+    except ConfigError:
+        return DEFAULT_TIERS
+    if not config.governance_tiers:
+        return DEFAULT_TIERS
+    return parse_tiers(config.governance_tiers, str(config.path))
+
+
+@router.get("/governance/status")
+def governance_status(
+    principal: Annotated[Principal, Depends(require_read)],
+    session: Annotated[Session, Depends(db_session)],
+) -> list[dict[str, Any]]:
+    now = time.time()
+    statuses = refresh(session, _tiers(), now=now, teams=principal.teams)
+    session.commit()
+    return status_json(statuses, now)
+
+
+@router.get("/governance/models/{model}/report")
+def governance_report(
+    model: str,
+    principal: Annotated[Principal, Depends(require_read)],
+    session: Annotated[Session, Depends(db_session)],
+) -> dict[str, Any]:
+    now = time.time()
+    statuses = {s.compute.model: s for s in refresh(session, _tiers(), now=now,
+                                                      teams=principal.teams)}  # fmt: skip
+    session.commit()
+    try:
+        name = find_model(statuses, model)
+    except GovernanceError as e:
+        raise HTTPException(status_code=404, detail=str(e)) from None
+    return report_doc(statuses[name], now)
+
+
+@router.post("/governance/obligations/{obligation}/done")
+def obligation_done(
+    obligation: int,
+    reference: Annotated[str, Body(embed=True, min_length=1, max_length=2000)],
+    principal: Annotated[Principal, Depends(require_admin)],
+    session: Annotated[Session, Depends(db_session)],
+) -> dict[str, Any]:
+    try:
+        view = mark_done(session, obligation, reference)
+    except GovernanceError as e:
+        raise HTTPException(status_code=409 if "already" in str(e) else 404,
+                            detail=str(e)) from None  # fmt: skip
+    session.commit()
+    return {"id": view.id, "model": view.model, "tier": view.tier, "state": view.state,
+            "reference": view.reference}  # fmt: skip
+
+
+@router.get("/ledger/export")
+def ledger_export(
+    principal: Annotated[Principal, Depends(require_admin)],
+    db: Annotated[Database, Depends(get_database)],
+) -> StreamingResponse:
+    lines = list(export(db, server_key()))  # read whole: one snapshot, then streamed
+    return StreamingResponse(iter(lines), media_type="application/x-ndjson")

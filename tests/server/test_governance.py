@@ -1,0 +1,188 @@
+"""Governance against a real server: resumed runs and a fine-tune summed per model, a forecast
+opening an obligation before the crossing, marking it done, team isolation, the notification
+pack, and the ledger exported and verified, with every kind of tampering named (in an export and
+in the database itself)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import CW, TIMEOUT
+from tests.server.conftest import ServerProcess, batch
+
+from computewatch.governance.ledger_ops import verify_database
+from computewatch.ledger.keys import load_or_create_private_key
+from computewatch.serverdb.engine import open_database, upgrade
+from computewatch.serverdb.ingest import store_batch
+from computewatch.upload.protocol import RunUpload
+
+
+def _flops(value: float, spread: float = 0.15) -> dict[str, Any]:
+    return {"value": value, "low": value * (1 - spread), "high": value * (1 + spread),
+            "unit": "FLOP", "method": "estimated", "assumptions": [], "source": "test"}  # fmt: skip
+
+
+def _governed(make_upload: Callable[..., RunUpload], model: str, flop: float, *,
+              base: str | None = None, stage: str = "pretrain", forecast: float | None = None,
+              **fields: Any) -> RunUpload:  # fmt: skip
+    up = make_upload(gpus=8, gpu_model="H100-SXM", **fields)
+    summary = up["summary"]
+    assert summary is not None
+    summary["flops"] = _flops(flop)
+    if forecast is not None:
+        summary["forecast"] = {"flops": _flops(forecast, 0.1)}
+    up["meta"]["governance"] = {"model": model, "base_model": base, "stage": stage,
+                                "parameters": None}  # fmt: skip
+    return up
+
+
+def _cli(srv: ServerProcess, *args: str, env: dict[str, str] | None = None,
+         ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    e = srv.env()
+    e.pop("COMPUTEWATCH_SERVER", None)
+    e.pop("COMPUTEWATCH_TOKEN", None)
+    e.update(env or {})
+    return subprocess.run([*CW, *args], capture_output=True, text=True, env=e, timeout=TIMEOUT,
+                          check=False, cwd=srv.home)  # fmt: skip
+
+
+@pytest.mark.slow
+def test_models_tiers_obligations_and_the_ledger(
+    server: Callable[..., ServerProcess], make_upload: Callable[..., RunUpload], tmp_path: Path
+) -> None:
+    srv = server()
+    ingest, admin = srv.token("lab", "ingest"), srv.token("lab", "admin")
+    other = srv.token("other-team", "read")
+    runs = [
+        _governed(make_upload, "acme-7b", 2e24),
+        _governed(make_upload, "acme-7b", 3e24),  # resumed after a failure
+        _governed(make_upload, "acme-7b", 1e24),  # and again
+        _governed(make_upload, "acme-7b-chat", 1e23, base="acme-7b", stage="finetune"),
+        _governed(make_upload, "acme-70b", 2e24, forecast=1.2e25, final=False, status="running"),
+    ]
+    r = srv.client(ingest).post("/api/v1/runs", json=batch(*runs))
+    assert r.status_code == 200, r.text
+
+    st = _cli(srv, "governance", "status", "--json", "--server", srv.url, "--token", admin)
+    assert st.returncode == 0, st.stderr
+    models = {m["model"]: m for m in json.loads(st.stdout)}
+    base, chat, big = models["acme-7b"], models["acme-7b-chat"], models["acme-70b"]
+    assert base["runs"] == 3
+    assert base["cumulative_flop"]["hardware"]["value"] == pytest.approx(6e24)
+    assert base["judged_flop"] == pytest.approx(6e24 * 1.15)
+    assert base["gpu_hours"] == pytest.approx(3 * 8 * 1.0)
+    tiers = {t["tier"]: t["state"] for t in base["tiers"]}
+    assert tiers["eu-systemic-risk"] == "approaching" and tiers["eu-gpai"] == "crossed"
+    assert chat["cumulative_flop"]["hardware"]["value"] == pytest.approx(6.1e24)  # SB 53
+    assert chat["own_flop"]["hardware"]["value"] == pytest.approx(1e23)  # EU one-third rule
+    chat_tiers = {t["tier"]: t["state"] for t in chat["tiers"]}
+    assert chat_tiers["eu-modification"] == "below"
+    big_tiers = {t["tier"]: t["state"] for t in big["tiers"]}
+    assert big_tiers["eu-systemic-risk"] == "forecast"  # opened before the crossing
+    [obligation] = [o for o in big["obligations"] if o["tier"] == "eu-systemic-risk"]
+    assert obligation["state"] == "open" and obligation["trigger"] == "forecast"
+    assert 13.9 < obligation["days_left"] <= 14.0
+
+    mine = _cli(srv, "governance", "status", "--json", "--server", srv.url, "--token", other)
+    assert mine.returncode == 0 and json.loads(mine.stdout) == []  # another team's models
+
+    done = _cli(srv, "governance", "done", str(obligation["id"]), "--reference", "EU-2026-17",
+                "--server", srv.url, "--token", admin)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    again = _cli(srv, "governance", "done", str(obligation["id"]), "--reference", "x",
+                 "--server", srv.url, "--token", admin)  # fmt: skip
+    assert again.returncode == 1 and "already" in again.stderr
+
+    report = tmp_path / "acme.html"
+    rp = _cli(srv, "governance", "report", "acme-7b", "-o", str(report), "--server", srv.url,
+              "--token", admin)  # fmt: skip
+    assert rp.returncode == 0, rp.stderr
+    page = report.read_text()
+    assert "Training compute of acme-7b" in page and "<svg" in page and "train.py" not in page
+    unknown = _cli(srv, "governance", "report", "acme-7", "-o", str(tmp_path / "x.json"),
+                   "--server", srv.url, "--token", admin)  # fmt: skip
+    assert unknown.returncode == 1
+    assert "did you mean" in unknown.stderr and "acme-7b" in unknown.stderr
+    assert len(unknown.stderr.strip().splitlines()) == 1
+
+    export = tmp_path / "ledger.jsonl"
+    ex = _cli(srv, "ledger", "export", "-o", str(export), "--server", srv.url, "--token", admin)
+    assert ex.returncode == 0, ex.stderr
+    key = _cli(srv, "ledger", "public-key")  # the server's own home holds its key
+    assert key.returncode == 0, key.stderr
+    pub = tmp_path / "server.pub"
+    pub.write_text(key.stdout)
+    ok = _cli(srv, "ledger", "verify", str(export), "--public-key", str(pub), "--json")
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    verdict = json.loads(ok.stdout)
+    kinds = [json.loads(line)["kind"] for line in export.read_text().splitlines()[1:]]
+    assert kinds.count("run") == 4  # the four finished runs; the running one not yet
+    assert "obligation-opened" in kinds and "obligation-done" in kinds
+    assert kinds[-1] == "checkpoint" and verdict["last_signed_seq"] == len(kinds) - 1
+    assert "train.py" not in export.read_text()  # totals and hashes, no command lines
+
+    lines = export.read_text().splitlines(keepends=True)
+    tampered = tmp_path / "tampered.jsonl"
+    tampered.write_text("".join([*lines[:2], lines[2].replace('"lab"', '"lab2"'), *lines[3:]]))
+    bad = _cli(srv, "ledger", "verify", str(tampered), "--public-key", str(pub))
+    assert bad.returncode == 1 and "TAMPERED (altered)" in bad.stdout and "entry 2" in bad.stdout
+    tampered.write_text("".join([*lines[:3], *lines[4:]]))
+    bad = _cli(srv, "ledger", "verify", str(tampered), "--public-key", str(pub))
+    assert bad.returncode == 1 and "TAMPERED (removed)" in bad.stdout and "entry 3" in bad.stdout
+    assert _cli(srv, "ledger", "verify", str(export), "--public-key", str(tmp_path)).returncode
+
+
+@pytest.mark.parametrize(
+    ("tamper", "what"),
+    [
+        ("UPDATE ledger_entries SET body = replace(body, '\"lab\"', '\"x\"') WHERE seq = 2",
+         "altered"),
+        ("DELETE FROM ledger_entries WHERE seq = 2", "removed"),
+        ("UPDATE ledger_entries SET seq = -seq WHERE seq IN (1, 2); "
+         "UPDATE ledger_entries SET seq = 3 - (-seq) WHERE seq < 0", "altered"),
+    ],
+    ids=["update", "delete", "reorder"],
+)  # fmt: skip
+def test_tampering_with_the_database_is_named(
+    make_upload: Callable[..., RunUpload], tmp_path: Path, tamper: str, what: str
+) -> None:
+    db = open_database(f"sqlite:///{tmp_path / 'server.db'}")
+    upgrade(db)
+    with db.session() as session:
+        store_batch(session, "lab", batch(*[_governed(make_upload, "m", 1e22) for _ in range(3)]))
+    key = load_or_create_private_key(tmp_path / "key.pem")
+    assert verify_database(db, key.public_key()).ok
+    with sqlite3.connect(tmp_path / "server.db") as c:
+        c.executescript(tamper)
+    verdict = verify_database(db, key.public_key())
+    assert verdict.problem is not None
+    assert verdict.problem.what == what and verdict.problem.seq in (1, 2), verdict.problem
+    db.engine.dispose()
+
+
+def test_ledger_verify_of_a_database_exits_1_naming_the_entry(
+    make_upload: Callable[..., RunUpload], tmp_path: Path, cw: Any
+) -> None:
+    url = f"sqlite:///{tmp_path / 'server.db'}"
+    db = open_database(url)
+    upgrade(db)
+    with db.session() as session:
+        store_batch(session, "lab", batch(_governed(make_upload, "m", 1e22)))
+        store_batch(session, "lab", batch(_governed(make_upload, "m", 1e22)))
+    db.engine.dispose()
+    assert cw("ledger", "verify", "--db", url).returncode == 0
+    with sqlite3.connect(tmp_path / "server.db") as c:
+        c.execute("DELETE FROM ledger_entries WHERE seq = 1")
+    r = cw("ledger", "verify", "--db", url)
+    assert r.returncode == 1
+    assert r.stdout.strip() == (
+        "TAMPERED (removed) in the database: entry 1 was removed (seq jumps to 2)"
+    )
+    usage = cw("ledger", "verify")
+    assert usage.returncode == 2 and "give an export FILE or --db URL" in usage.stderr
