@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import datetime as dt
 import io
+import math
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -88,7 +89,9 @@ __all__ = [
     "DashboardOptions",
     "install_dashboard",
     "options_from_config",
+    "parse_thresholds",
     "router",
+    "summary_sections",
 ]
 
 HTMX_VERSION: Final = "2.0.11"
@@ -555,48 +558,26 @@ def _safe_html(build: Any, *args: Any) -> Markup:
 
 
 def _num(v: object) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
-
-
-def _run_view(session: Session, principal: Principal, run_id: str) -> dict[str, Any] | None:
-    detail = get_run(session, run_id, principal.teams)
-    if detail is None:
+    """A finite number of an uploaded document, else None."""
+    if not isinstance(v, int | float) or isinstance(v, bool):
         return None
-    r = detail.run
-    s: Mapping[str, Any] = detail.summary or {}
-    end = r.ended_at if r.ended_at is not None else time.time()
-    running = r.status == "running" and not r.final
-    eff = efficiency(r, s)
-    cards = [
-        ("status", r.status, "exit " + (str(r.exit_code) if r.exit_code is not None else "n/a")),
-        ("duration", format_duration(r.duration_seconds or (end - r.started_at)),
-         "so far" if running else "wall time"),
-        ("GPUs", gpus_text(r), gpu_hours_text(r.gpu_hours)),
-        ("GPU utilization", format_percent(r.gpu_utilization), "mean over its GPUs"),
-        ("MFU", format_percent(r.mfu), "model FLOPs / peak"),
-        ("energy", format_kwh(r.kwh), "facility" + (" so far" if running else "")),
-        ("cost", format_usd(r.cost_usd), "so far" if running else "total"),
-        ("CO2e", format_grams(r.co2e_kg * 1000 if r.co2e_kg is not None else None), "operational"),
-        ("steps", eff.cells()[0], f"{eff.cells()[2]} tokens"),
-    ]  # fmt: skip
-    charts = run_charts(_series_data(detail.series))
-    table = [
-        ("id", r.id),
-        ("name", r.name or ""),
-        ("team", r.team),
-        ("user", r.user),
-        ("project", r.project or ""),
-        ("host", r.host),
-        ("status", r.status),
-        ("started", iso_minute(r.started_at) + " UTC"),
-        ("ended", iso_minute(r.ended_at) + (" UTC" if r.ended_at else "")),
-        ("GPU-hours", gpu_hours_text(r.gpu_hours)),
-        ("idle GPU-hours", gpu_hours_text(r.idle_gpu_hours)),
-        ("CPU-hours", format_number(r.cpu_hours, 3)),
-        ("upload", f"seq {r.seq}" + (", final" if r.final else ", running")),
-    ]
+    try:
+        f = float(v)
+    except OverflowError:  # an integer beyond a float
+        return None
+    return f if math.isfinite(f) else None
+
+
+def _list(v: object) -> list[Any]:
+    return v if isinstance(v, list) else []
+
+
+def summary_sections(s: Mapping[str, Any]) -> dict[str, Any]:
+    """The parts of a run's page read from its uploaded summary (any shape: what cannot be read
+    is left out): GPU rows, phase rows, the accounting sections and the diagnosis as the
+    report writes them, and the notes."""
     gpus = []
-    for g in s.get("gpus") or []:
+    for g in _list(s.get("gpus")):
         if not isinstance(g, dict):
             continue
         power = _num(g.get("power_mean_watts"))
@@ -638,22 +619,65 @@ def _run_view(session: Session, principal: Principal, run_id: str) -> dict[str, 
         for name in ACCOUNTING_SECTIONS
         if s.get(name) is not None
     ]
-    notes = [str(n) for n in s.get("notes") or [] if isinstance(n, str)]
+    notes = [n for n in _list(s.get("notes")) if isinstance(n, str)]
+    return {
+        "gpus": gpus,
+        "phases": phases,
+        "accounting": accounting,
+        "diagnosis": _safe_html(diagnosis_html, s),
+        "notes": notes,
+    }
+
+
+def _run_view(session: Session, principal: Principal, run_id: str) -> dict[str, Any] | None:
+    detail = get_run(session, run_id, principal.teams)
+    if detail is None:
+        return None
+    r = detail.run
+    s: Mapping[str, Any] = detail.summary or {}
+    end = r.ended_at if r.ended_at is not None else time.time()
+    running = r.status == "running" and not r.final
+    eff = efficiency(r, s)
+    cards = [
+        ("status", r.status, "exit " + (str(r.exit_code) if r.exit_code is not None else "n/a")),
+        ("duration", format_duration(r.duration_seconds or (end - r.started_at)),
+         "so far" if running else "wall time"),
+        ("GPUs", gpus_text(r), gpu_hours_text(r.gpu_hours)),
+        ("GPU utilization", format_percent(r.gpu_utilization), "mean over its GPUs"),
+        ("MFU", format_percent(r.mfu), "model FLOPs / peak"),
+        ("energy", format_kwh(r.kwh), "facility" + (" so far" if running else "")),
+        ("cost", format_usd(r.cost_usd), "so far" if running else "total"),
+        ("CO2e", format_grams(r.co2e_kg * 1000 if r.co2e_kg is not None else None), "operational"),
+        ("steps", eff.cells()[0], f"{eff.cells()[2]} tokens"),
+    ]  # fmt: skip
+    charts = run_charts(_series_data(detail.series))
+    table = [
+        ("id", r.id),
+        ("name", r.name or ""),
+        ("team", r.team),
+        ("user", r.user),
+        ("project", r.project or ""),
+        ("host", r.host),
+        ("status", r.status),
+        ("started", iso_minute(r.started_at) + " UTC"),
+        ("ended", iso_minute(r.ended_at) + (" UTC" if r.ended_at else "")),
+        ("GPU-hours", gpu_hours_text(r.gpu_hours)),
+        ("idle GPU-hours", gpu_hours_text(r.idle_gpu_hours)),
+        ("CPU-hours", format_number(r.cpu_hours, 3)),
+        ("upload", f"seq {r.seq}" + (", final" if r.final else ", running")),
+    ]
+    parts = summary_sections(s)
     return {
         "id": r.id,
         "title": run_label(r),
         "command": " ".join(detail.command),
         "live": running,
         "cards": cards,
-        "notes": notes,
         "charts": charts,
         "charts_json": Markup(json_for_script(charts)),
         "table": table,
         "tags": sorted(r.tags.items()),
-        "gpus": gpus,
-        "phases": phases,
-        "accounting": accounting,
-        "diagnosis": _safe_html(diagnosis_html, s),
+        **parts,
     }
 
 
@@ -885,6 +909,7 @@ def _budgets_view(session: Session, principal: Principal, request: Request) -> d
     infos = list_budgets(session)
     if not principal.is_admin:  # a team sees its own budgets; project budgets span teams
         infos = [b for b in infos if b.scope_kind == "team" and b.scope_name == principal.team]
+    evaluator = getattr(request.app.state, "budget_evaluator", None)
     now = time.time()
     statuses = budget_statuses(session, [spec_of(b) for b in infos], now)
     rows = []
@@ -922,8 +947,9 @@ def _budgets_view(session: Session, principal: Principal, request: Request) -> d
         "rows": rows,
         "admin": principal.is_admin,
         "method": METHOD[0].upper() + METHOD[1:],
-        "targets": ", ".join(opts.budget_notify),
+        "targets": ", ".join(t.kind for t in opts.targets),  # a webhook URL may be a secret
         "interval": f"{opts.budget_interval:g} s",
+        "evaluations": evaluator.evaluations if isinstance(evaluator, BudgetEvaluator) else 0,
         "error": "",
     }
 
@@ -962,7 +988,9 @@ def _admin(principal: Principal) -> None:
         raise HTTPException(403, f"this token's scope ({principal.scope}) is not admin")
 
 
-def _thresholds(text: str) -> list[float]:
+def parse_thresholds(text: str) -> list[float]:
+    """The budget form's alert thresholds, percentages separated by commas (``80, 100``), as
+    fractions; :class:`ComputewatchError` for anything else."""
     out = []
     for raw in text.replace(";", ",").split(","):
         part = raw.strip().rstrip("%").strip()
@@ -1004,7 +1032,7 @@ def create_budget_form(
             metric=metric,
             amount=value,
             period=period,
-            thresholds=_thresholds(thresholds) or None,
+            thresholds=parse_thresholds(thresholds) or None,
         )
     except ComputewatchError as e:
         return RedirectResponse(prefix + "/budgets?" + urlencode({"error": str(e)}), 303)
