@@ -14,6 +14,7 @@ from rich.text import Text
 from computewatch.analysis.common import iso
 from computewatch.analysis.compare import Comparison, lookup
 from computewatch.analysis.summary_types import RunSummary
+from computewatch.profiling.artifacts import Artifact
 from computewatch.store import RunRow
 from computewatch.units import (
     format_bytes,
@@ -56,6 +57,25 @@ def print_summary(summary: RunSummary, out: TextIO) -> None:
     for row in summary_rows(summary):
         if not row.missing:
             add_row(t, row.label, Text(row.text, style="yellow" if row.kind == "note" else ""))
+    con.print(t)
+
+
+def print_artifacts(artifacts: list[Artifact], out: TextIO) -> None:
+    """The run's profiles and traces (``computewatch profile``, ``run --profile-steps`` ...),
+    one line per file; nothing when there are none."""
+    if not artifacts:
+        return
+    con = make_console(out)
+    t = Table(title=Text("profiles"), show_header=False, box=None, pad_edge=False,
+              title_justify="left")  # fmt: skip
+    t.add_column("field", style="bold")
+    t.add_column("value", overflow="fold")  # paths are shown whole
+    for a in artifacts:
+        when = (iso(a["created_at"]) or "")[:19].replace("T", " ")
+        head = f"{a['tool']} ({a['trigger']}, {when})"
+        for kind, path in sorted(a["files"].items()):
+            add_row(t, head, Text(f"{kind}: {path}"))
+            head = ""
     con.print(t)
 
 

@@ -1,0 +1,124 @@
+"""``computewatch profile RUN|PID``: sample a running run's Python stacks with py-spy and link
+the profile to the run (the parser is :mod:`computewatch.cli.profile`)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import time
+from pathlib import Path
+
+from computewatch.errors import PROG, ComputewatchError, UsageError
+from computewatch.paths import resolve_db_path
+from computewatch.profiling.artifacts import Artifact, add_artifact, artifact_dir
+from computewatch.profiling.pyspy import record
+from computewatch.store import RunRow, Store, StoreError
+
+__all__ = ["cmd_profile"]
+
+
+def _run_id_of(pid: int) -> str | None:
+    """The computewatch run a process belongs to (``COMPUTEWATCH_RUN_ID`` in its environment,
+    readable by its owner and root)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read()
+    except OSError:
+        return None
+    for item in env.split(b"\0"):
+        if item.startswith(b"COMPUTEWATCH_RUN_ID="):
+            return item.split(b"=", 1)[1].decode("utf-8", "replace") or None
+    return None
+
+
+def _alive(pid: int) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _root_pid(store: Store, run: RunRow) -> int:
+    """The run's command: its earliest live process whose parent is not one of the run's."""
+    if run.status != "running":
+        raise ComputewatchError(f"run {run.id} is not running ({run.status}): nothing to sample")
+    if run.supervisor_host and run.supervisor_host != socket.gethostname():
+        raise ComputewatchError(f"run {run.id} runs on {run.supervisor_host}: profile it there")
+    procs = store.processes(run.key)
+    pids = {int(p["pid"]) for p in procs}
+    for p in procs:
+        pid = int(p["pid"])
+        if pid == run.supervisor_pid or not _alive(pid):
+            continue
+        if int(p["ppid"]) not in pids:
+            return pid
+    raise ComputewatchError(
+        f"no live process of run {run.id} is recorded yet: try again in a second, or give its PID"
+    )
+
+
+def _open(db: Path) -> Store | None:
+    if not db.exists():
+        return None
+    try:
+        return Store.open(db)
+    except (StoreError, OSError):
+        return None
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    if not 1 <= args.rate <= 1000:
+        raise UsageError(f"--rate must be between 1 and 1000 samples per second, not {args.rate}")
+    db = resolve_db_path(args.db)
+    target: str = args.target
+    store = _open(db)
+    try:
+        run: RunRow | None = None
+        if target.isdigit() and _alive(int(target)):
+            pid = int(target)
+            rid = _run_id_of(pid)
+            if rid is not None and store is not None:
+                try:
+                    run = store.find_run(rid)
+                except (StoreError, ComputewatchError):
+                    run = None
+        else:
+            if store is None:
+                if target.isdigit():
+                    raise ComputewatchError(f"no process {target}")
+                raise ComputewatchError(f"no runs recorded yet ({db} does not exist)")
+            run = store.find_run(target)
+            pid = _root_pid(store, run)
+        stamp = time.strftime("%Y%m%dT%H%M%S")
+        if args.output:
+            speedscope = Path(args.output).expanduser()
+            svg = speedscope.with_suffix(".svg")
+        elif run is not None:
+            d = artifact_dir(db, run.id)
+            speedscope = d / f"pyspy-{stamp}-{pid}.speedscope.json"
+            svg = d / f"pyspy-{stamp}-{pid}.svg"
+        else:
+            speedscope = Path(f"pyspy-{pid}-{stamp}.speedscope.json").resolve()
+            svg = speedscope.with_name(f"pyspy-{pid}-{stamp}.svg")
+        cap = record(
+            pid, args.seconds, speedscope, svg, rate=args.rate, nonblocking=args.nonblocking
+        )
+        print(f"sampled process {pid} for {args.seconds:g} s: {cap.samples} samples")
+        print(f"speedscope   {cap.speedscope}")
+        print(f"flame graph  {cap.svg}")
+        if run is not None and store is not None:
+            entry: Artifact = {
+                "tool": "py-spy",
+                "trigger": "manual",
+                "files": {"speedscope": str(cap.speedscope), "svg": str(cap.svg)},
+                "created_at": time.time(),
+                "pid": pid,
+                "note": f"{args.seconds:g} s at {args.rate}/s",
+            }
+            try:
+                add_artifact(store, run.key, entry)
+                print(f"linked to run {run.id} (computewatch show {run.id})")
+            except Exception as e:  # a read-only or locked store: the files are written
+                print(f"{PROG}: the profile is not linked to run {run.id}: {e}")
+    finally:
+        if store is not None:
+            store.close()
+    return 0

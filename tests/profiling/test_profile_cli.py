@@ -1,0 +1,137 @@
+"""``computewatch profile RUN|PID``: py-spy samples a real running run, writes a speedscope
+profile and an SVG flame graph, and links them to the run; a refused ptrace is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from computewatch.profiling.stacks import SPEEDSCOPE_SCHEMA
+
+BUSY = """
+import time, computewatch
+def crunch():
+    s = 0
+    for i in range(20000):
+        s += i * i
+    return s
+def train():
+    with computewatch.track() as run:
+        while True:
+            crunch()
+            run.step()
+            time.sleep(0.001)
+train()
+"""
+
+READY = "print('ready', flush=True)\n"  # the interpreter is up: py-spy can find it
+
+
+def check_speedscope(path: Path, must_have: str) -> None:
+    doc = json.loads(path.read_text())
+    assert doc["$schema"] == SPEEDSCOPE_SCHEMA
+    frames = doc["shared"]["frames"]
+    assert all(isinstance(f["name"], str) for f in frames)
+    (prof,) = doc["profiles"]
+    assert prof["type"] == "sampled" and prof["unit"] == "seconds"
+    assert len(prof["samples"]) == len(prof["weights"]) > 0
+    for stack in prof["samples"]:
+        assert all(0 <= i < len(frames) for i in stack)
+    assert prof["endValue"] == pytest.approx(sum(prof["weights"]))
+    assert must_have in {f["name"] for f in frames}
+
+
+def check_svg(path: Path, must_have: str) -> None:
+    root = ET.fromstring(path.read_text())
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    titles = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}title")]
+    assert any(t.startswith(must_have) for t in titles)
+
+
+def test_profile_a_running_run_links_the_files(cw: Any, make_script: Any) -> None:
+    job = make_script("busy.py", BUSY)
+    p = cw.popen("run", "--quiet", "--name", "busy", "--interval", "0.2", "--", "python", str(job))
+    cw.wait_for(
+        lambda: cw("runs", "--json").returncode == 0 and cw.json("runs")[0]["status"] == "running",
+        what="the run to start",
+    )
+
+    def profiled() -> Any:
+        r = cw("profile", "busy", "--seconds", "1")
+        return r if r.returncode == 0 else None
+
+    r = cw.wait_for(profiled, what="a profile (the run's processes recorded)")
+    p.terminate()
+    p.communicate(timeout=60)
+    lines = dict(line.split(None, 1) for line in r.stdout.splitlines()[1:3])
+    speedscope, svg = Path(lines["speedscope"]), Path(lines["flame"].split(None, 1)[1])
+    run_id = cw.show("busy")["id"]
+    assert speedscope.parent == cw.home / "artifacts" / run_id
+    check_speedscope(speedscope, "crunch")
+    check_svg(svg, "crunch")
+    shown = cw.json("show", "busy")
+    (art,) = shown["artifacts"]
+    assert art["tool"] == "py-spy" and art["trigger"] == "manual"
+    assert art["files"] == {"speedscope": str(speedscope), "svg": str(svg)}
+    text = cw.ok("show", "busy").stdout
+    assert str(svg) in "".join(text.split())  # the path, folded at the terminal's width
+
+
+def test_profile_by_pid_to_a_file(cw: Any, make_script: Any, tmp_path: Path) -> None:
+    job = make_script(
+        "plain.py", READY + BUSY.partition("def train")[0] + "while True:\n    crunch()\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(job)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        out = tmp_path / "prof.speedscope.json"
+        cw.ok("profile", str(proc.pid), "--seconds", "1", "-o", str(out))
+        check_speedscope(out, "crunch")
+        check_svg(out.with_suffix(".svg"), "crunch")
+    finally:
+        proc.kill()
+        proc.communicate()
+
+
+def test_bad_targets_are_one_line(cw: Any) -> None:
+    r = cw("profile", "nosuchrun")
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
+    r = cw("profile", "123", "--seconds", "0")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
+def test_refused_ptrace_is_one_clear_line(cw: Any) -> None:
+    """A user who may not trace a root process: the real refusal, said in one line."""
+    target = subprocess.Popen(
+        [sys.executable, "-c", READY + "import time; time.sleep(60)"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert target.stdout is not None and target.stdout.readline() == "ready\n"
+    home = Path(tempfile.mkdtemp(prefix="cw-nobody-"))
+    try:
+        os.chmod(home, 0o777)
+        env = cw.env(COMPUTEWATCH_HOME=str(home / "h"), HOME=str(home))
+        r = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+             sys.executable, "-m", "computewatch", "profile", str(target.pid), "--seconds", "1",
+             "-o", str(home / "p.json")],
+            capture_output=True, text=True, env=env, timeout=120, check=False, cwd=home,
+        )  # fmt: skip
+    finally:
+        target.kill()
+        target.communicate()
+        shutil.rmtree(home, ignore_errors=True)
+    assert r.returncode == 1, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert "permission denied" in line and "CAP_SYS_PTRACE" in line and "ptrace_scope" in line
