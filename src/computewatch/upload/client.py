@@ -37,6 +37,7 @@ __all__ = [
     "UploadError",
     "WrongScope",
     "encode_batch",
+    "parse_answer",
 ]
 
 INGEST_PATH = "/api/v1/runs"
@@ -90,7 +91,7 @@ def _reason(body: bytes, token: str | None) -> str:
     text = body.decode("utf-8", "replace").strip()
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
         doc = None
     if isinstance(doc, dict):
         detail = doc.get("detail", doc.get("error", doc.get("message")))
@@ -182,46 +183,52 @@ class Client:
             ) from None
 
     def _response(self, status: int, answer: bytes) -> IngestResponse:
-        where = self.shown_url
-        reason = _reason(answer, self._token)
-        said = f": {reason}" if reason else ""
-        if status == 401:
-            if not self._token:
-                raise BadToken(
-                    f"the server at {where} wants a token: give --token, COMPUTEWATCH_TOKEN or "
-                    "[server] token_file"
-                )
-            raise BadToken(f"the server at {where} refused the token (401){said}")
-        if status == 403:
-            raise WrongScope(
-                f"the token may not upload to {where} (403: an ingest token is needed){said}"
+        return parse_answer(status, answer, where=self.shown_url, token=self._token)
+
+
+def parse_answer(status: int, answer: bytes, *, where: str, token: str | None) -> IngestResponse:
+    """The server's answer to an ingest request (HTTP ``status``, body ``answer``) as an
+    :class:`IngestResponse`, or the :class:`UploadError` it means; ``where`` names the server
+    in messages, from which ``token`` is removed."""
+    reason = _reason(answer, token)
+    said = f": {reason}" if reason else ""
+    if status == 401:
+        if not token:
+            raise BadToken(
+                f"the server at {where} wants a token: give --token, COMPUTEWATCH_TOKEN or "
+                "[server] token_file"
             )
-        if status == 413:
-            raise BodyTooLarge(f"the server at {where} refused an upload as too large (413)")
-        if status == 429 or status >= 500:
-            raise ServerFailed(f"the server at {where} failed ({status}){said}")
-        if not 200 <= status < 300:
-            raise ProtocolMismatch(
-                f"the server at {where} refused the upload ({status}){said} "
-                f"(this client speaks upload protocol {PROTOCOL_VERSION})"
-            )
-        try:
-            doc = json.loads(answer)
-        except ValueError:
-            doc = None
-        if (
-            not isinstance(doc, dict)
-            or not isinstance(doc.get("results"), list)
-            or not all(
-                isinstance(r, dict)
-                and isinstance(r.get("id"), str)
-                and isinstance(r.get("seq"), int)
-                and isinstance(r.get("stored"), bool)
-                for r in doc["results"]
-            )
-        ):
-            raise ProtocolMismatch(
-                f"the server at {where} answered {status} without an ingest response "
-                f"(is {where} a computewatch server speaking protocol {PROTOCOL_VERSION}?)"
-            )
-        return cast(IngestResponse, doc)
+        raise BadToken(f"the server at {where} refused the token (401){said}")
+    if status == 403:
+        raise WrongScope(
+            f"the token may not upload to {where} (403: an ingest token is needed){said}"
+        )
+    if status == 413:
+        raise BodyTooLarge(f"the server at {where} refused an upload as too large (413)")
+    if status == 429 or status >= 500:
+        raise ServerFailed(f"the server at {where} failed ({status}){said}")
+    if not 200 <= status < 300:
+        raise ProtocolMismatch(
+            f"the server at {where} refused the upload ({status}){said} "
+            f"(this client speaks upload protocol {PROTOCOL_VERSION})"
+        )
+    try:
+        doc = json.loads(answer)
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+        doc = None
+    if (
+        not isinstance(doc, dict)
+        or not isinstance(doc.get("results"), list)
+        or not all(
+            isinstance(r, dict)
+            and isinstance(r.get("id"), str)
+            and isinstance(r.get("seq"), int)
+            and isinstance(r.get("stored"), bool)
+            for r in doc["results"]
+        )
+    ):
+        raise ProtocolMismatch(
+            f"the server at {where} answered {status} without an ingest response "
+            f"(is {where} a computewatch server speaking protocol {PROTOCOL_VERSION}?)"
+        )
+    return cast(IngestResponse, doc)
