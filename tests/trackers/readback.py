@@ -5,6 +5,7 @@ from __future__ import annotations
 import glob
 import json
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,10 @@ def wandb_records(run_dir: str | Path) -> list[Any]:
     a 7-byte W&B header, then LevelDB log records (full, or first/middle/last chunks)."""
     from wandb.proto import wandb_internal_pb2 as pb  # the real library's own protobufs
 
-    (path,) = glob.glob(str(Path(run_dir) / "run-*.wandb"))
+    paths = glob.glob(str(Path(run_dir) / "run-*.wandb"))
+    if len(paths) != 1:
+        raise ValueError(f"no .wandb file in {run_dir}")
+    path = paths[0]
     data = Path(path).read_bytes()
     assert data[:4] == b":W&B"
     pos = 7
@@ -49,6 +53,21 @@ def wandb_records(run_dir: str | Path) -> list[Any]:
         out.append(rec)
         pending = b""
     return out
+
+
+def wandb_finished(run_dir: str | Path, timeout: float = 60.0) -> None:
+    """Wait until W&B's service has written the run's ``exit`` record (it writes the file
+    after ``finish()`` returns)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if any(r.WhichOneof("record_type") == "exit" for r in wandb_records(run_dir)):
+                return
+        except (ValueError, OSError):  # not there yet
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"W&B never finished writing {run_dir}")
+        time.sleep(0.1)
 
 
 def wandb_history(run_dir: str | Path) -> list[dict[str, Any]]:

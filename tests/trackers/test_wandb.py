@@ -1,0 +1,78 @@
+"""Weights & Biases, for real, offline: runs read back from their ``.wandb`` transaction logs."""
+
+from __future__ import annotations
+
+import glob
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import computewatch
+
+from .conftest import TRAIN
+from .readback import wandb_config, wandb_finished, wandb_history, wandb_summary
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::DeprecationWarning", "ignore::PendingDeprecationWarning"
+)
+
+
+def _runs(tmp: Path) -> list[str]:
+    return sorted(glob.glob(str(tmp / "wandb" / "offline-run-*")))
+
+
+def test_track_logs_into_the_users_wandb_run(tracker_env: Path) -> None:
+    import wandb
+
+    user_run = wandb.init(project="mine", name="users-run", config={"epochs": 2})
+    try:
+        with computewatch.track(
+            name="ft", interval=0.2, gpu_backend="fake:1xH100-SXM", log_to=["wandb"],
+            db=tracker_env / "cw.db",
+        ) as run:  # fmt: skip
+            for i in range(15):
+                time.sleep(0.04)
+                run.step(samples=32)
+                if i % 5 == 4:
+                    user_run.log({"loss": 1.0 / (i + 1)})  # the user's own steps go on
+        user_run.log({"loss": 0.01})
+    finally:
+        user_run.finish()
+    (run_dir,) = _runs(tracker_env)  # no second W&B run was made
+    wandb_finished(run_dir)
+    history = wandb_history(run_dir)
+    assert [h["loss"] for h in history if "loss" in h][-1] == 0.01
+    steps = [h["_step"] for h in history]
+    assert steps == sorted(steps) and len(steps) == len(set(steps))  # the user's step counter
+    ours = [h for h in history if "system/gpu_0_utilization_percentage" in h]
+    assert ours, history  # our points joined the user's steps
+    summary = wandb_summary(run_dir)
+    assert run.summary is not None
+    assert summary["computewatch/energy_kwh"] == pytest.approx(
+        run.summary["energy"]["facility"]["value"]
+    )
+    assert summary["computewatch.energy_kwh.method"] == run.summary["energy"]["facility"]["method"]
+    assert summary["computewatch.co2e_grams.method"] == "modeled"
+    assert wandb_config(run_dir)["computewatch_run_id"] == run.id
+
+
+@pytest.mark.slow
+def test_run_log_to_wandb_from_the_cli(cw: Any, tracker_env: Path) -> None:
+    script = tracker_env / "train.py"
+    script.write_text(TRAIN)
+    r = cw.ok("run", "--quiet", "--name", "cli-train", "--log-to", "wandb", "--interval", "0.2",
+              "--gpu-backend", "fake:1xH100-SXM", "--", sys.executable, script, "")  # fmt: skip
+    assert "Traceback" not in r.stderr
+    summary = cw.show()
+    (run_dir,) = _runs(tracker_env)
+    wandb_finished(run_dir)
+    history = wandb_history(run_dir)
+    assert len([h for h in history if "system/gpu_0_power_usage_watts" in h]) >= 2
+    assert any(h.get("computewatch/steps_per_second", 0) > 0 for h in history)
+    got = wandb_summary(run_dir)
+    assert got["computewatch/energy_kwh"] == pytest.approx(summary["energy"]["facility"]["value"])
+    assert got["computewatch.run_id"] == summary["id"]
+    assert wandb_config(run_dir)["computewatch_run_id"] == summary["id"]
