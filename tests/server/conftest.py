@@ -79,7 +79,10 @@ class PostgresCluster:
     """A throw-away cluster in a temporary directory, listening on 127.0.0.1:``port``."""
 
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="cw-pg-"))
+        # /dev/shm when there is one: a cluster's files are many and short-lived
+        shm = Path("/dev/shm")
+        base = str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
+        self.dir = Path(tempfile.mkdtemp(prefix="cw-pg-", dir=base))
         os.chmod(self.dir, 0o755)
         self.data = self.dir / "data"
         self.sock = self.dir / "sock"
@@ -161,8 +164,25 @@ class PostgresCluster:
         with psycopg.connect(
             f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
         ) as conn:
-            conn.execute(f'CREATE DATABASE "{name}"')
+            # FILE_COPY: copying the template's files is much quicker than PostgreSQL 15's
+            # default (WAL_LOG) for a throw-away cluster with fsync off
+            conn.execute(f'CREATE DATABASE "{name}" STRATEGY = FILE_COPY')
         return self.url(name)
+
+    def drop_database(self, url: str) -> None:
+        """Drop a database made by :meth:`create_database` (its connections are ended)."""
+        import psycopg
+
+        name = url.rsplit("/", 1)[1]
+        try:
+            with psycopg.connect(
+                f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres",
+                autocommit=True,
+                connect_timeout=5,
+            ) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        except psycopg.Error:
+            pass  # the cluster is stopped: it goes with its directory
 
     def destroy(self) -> None:
         self.stop("immediate")
@@ -200,11 +220,14 @@ def db(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def db_url(db: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+def db_url(db: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[str]:
     if db == "sqlite":
-        return f"sqlite:///{tmp_path / 'server.db'}"
+        yield f"sqlite:///{tmp_path / 'server.db'}"
+        return
     cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
-    return cluster.create_database()
+    url = cluster.create_database()
+    yield url
+    cluster.drop_database(url)
 
 
 # -- servers --------------------------------------------------------------------------------------

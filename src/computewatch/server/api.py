@@ -13,6 +13,7 @@ import asyncio
 import datetime
 import re
 import time
+import zlib
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from typing import Annotated, Any, Final
@@ -23,6 +24,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 
+from computewatch.errors import ComputewatchError
 from computewatch.jsonout import dumps as json_dumps
 from computewatch.jsonout import finite
 from computewatch.server.auth import (
@@ -204,7 +206,27 @@ async def _read_body(request: Request) -> bytes | None:
         if size > MAX_BODY_BYTES:
             return None
         chunks.append(chunk)
-    return b"".join(chunks)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity"):
+        return body
+    if encoding != "gzip":
+        raise _BadEncoding(f"Content-Encoding {encoding!r}: send gzip or no encoding")
+    # The limit holds for the decompressed body too (a small bomb must not fill memory).
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = inflate.decompress(body, MAX_BODY_BYTES + 1)
+    except zlib.error as e:
+        raise _BadEncoding(f"body: not valid gzip ({e})") from None
+    if len(out) > MAX_BODY_BYTES or inflate.unconsumed_tail:
+        return None
+    if not inflate.eof:
+        raise _BadEncoding("body: gzip stream ends early")
+    return out
+
+
+class _BadEncoding(ComputewatchError):
+    """A request body the server cannot decode (answered 415 or 422)."""
 
 
 def _mismatch_response(version: object) -> JSONResponse | None:
@@ -237,7 +259,8 @@ def _mismatch_response(version: object) -> JSONResponse | None:
         401: {"description": "no valid token"},
         403: {"description": "the token's scope cannot upload"},
         409: {"description": "a run id another team holds"},
-        413: {"description": "body larger than MAX_BODY_BYTES"},
+        413: {"description": "body larger than MAX_BODY_BYTES (decompressed too)"},
+        415: {"description": "a Content-Encoding other than gzip"},
         422: {"description": "malformed batch; detail names the field"},
         503: {"description": "database unavailable"},
     },
@@ -256,7 +279,11 @@ async def ingest(
         bad = _mismatch_response(version)
         if bad is not None:
             return bad
-    body = await _read_body(request)
+    try:
+        body = await _read_body(request)
+    except _BadEncoding as e:
+        code = 415 if str(e).startswith("Content-Encoding") else 422
+        return api_error(code, "encoding" if code == 415 else "invalid", str(e))
     if body is None:
         return api_error(
             413,
