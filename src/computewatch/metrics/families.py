@@ -57,7 +57,13 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "computewatch_gpu_energy_joules_total",
         "counter",
-        "GPU energy since the exporter started, joules (driver counter, else polled power).",
+        "GPU energy since the exporter started, joules (driver counter, else polled power; "
+        "TPUs: modelled from the duty cycle, docs/tpu.md).",
+    ),
+    Family(
+        "computewatch_tpu_hbm_bandwidth_utilization_ratio",
+        "gauge",
+        "TPU chips only: HBM bandwidth in use over the chip's peak (0-1), from libtpu.",
     ),
     Family(
         "computewatch_gpu_throttled",
@@ -288,6 +294,7 @@ _GPU_GAUGES = (  # reading name, exported name
     ("gpu_pcie_receive_bytes_per_second", "computewatch_gpu_pcie_receive_bytes_per_second"),
     ("gpu_nvlink_transmit_bytes_total", "computewatch_gpu_nvlink_transmit_bytes_total"),
     ("gpu_nvlink_receive_bytes_total", "computewatch_gpu_nvlink_receive_bytes_total"),
+    ("tpu_hbm_bandwidth_utilization_ratio", "computewatch_tpu_hbm_bandwidth_utilization_ratio"),
 )
 # GPM's ratios (Hopper and later), exported with method="gpm".
 _GPM_GAUGES = (
