@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ DAY = [400, 380, 360, 350, 340, 330, 300, 280, 250, 200, 150, 120, 100, 50, 40, 
        350, 400, 420, 430, 440, 450]  # fmt: skip
 
 
-def write_csv(path: Path, start: dt.datetime, values: list[float], step_s: int = 3600) -> Path:
+def write_csv(path: Path, start: dt.datetime, values: Sequence[float], step_s: int = 3600) -> Path:
     lines = ["time,g_per_kwh"]
     lines += [
         f"{(start + dt.timedelta(seconds=i * step_s)).isoformat()},{v}"
