@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -186,3 +187,31 @@ def test_ledger_verify_of_a_database_exits_1_naming_the_entry(
     )
     usage = cw("ledger", "verify")
     assert usage.returncode == 2 and "give an export FILE or --db URL" in usage.stderr
+
+
+def test_upkeep_signs_prunes_and_opens_obligations(
+    make_upload: Callable[..., RunUpload], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from computewatch.server.governance_api import maintain_once
+
+    monkeypatch.setenv("COMPUTEWATCH_LEDGER_KEY", str(tmp_path / "key.pem"))
+    monkeypatch.setenv("COMPUTEWATCH_CONFIG", str(tmp_path / "none.toml"))
+    db = open_database(f"sqlite:///{tmp_path / 'server.db'}")
+    upgrade(db)
+    with db.session() as session:
+        store_batch(session, "lab", batch(*[_governed(make_upload, "m", 1e22) for _ in range(4)]))
+        store_batch(session, "lab", batch(_governed(make_upload, "big", 2e24, forecast=1.2e25,
+                                                    final=False, status="running")))  # fmt: skip
+    with sqlite3.connect(tmp_path / "server.db") as c:  # two entries from long ago
+        c.execute("UPDATE ledger_entries SET time = '2010-01-01T00:00:00.000000Z' WHERE seq <= 2")
+    maintain_once(db, now=time.time() + 7200)  # two hours on: the unsigned entries are due
+    key = load_or_create_private_key(tmp_path / "key.pem")
+    verdict = verify_database(db, key.public_key())
+    assert verdict.ok, verdict.problem
+    assert verdict.checkpoints == 1 and any("pruned" in n for n in verdict.notes)
+    with sqlite3.connect(tmp_path / "server.db") as c:
+        kinds = [k for (k,) in c.execute("SELECT kind FROM ledger_entries ORDER BY seq")]
+        opened = c.execute("SELECT model, tier, trigger FROM obligations").fetchall()
+    assert kinds == ["run", "run", "prune", "obligation-opened", "checkpoint"]
+    assert opened == [("big", "eu-systemic-risk", "forecast")]
+    db.engine.dispose()

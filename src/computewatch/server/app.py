@@ -145,10 +145,12 @@ def create_app(
                 await asyncio.sleep(PRUNE_SECONDS)
 
         task = asyncio.create_task(prune())
+        upkeep = asyncio.create_task(governance_api.maintain(db))  # the ledger's upkeep
         try:
             yield
         finally:
             task.cancel()
+            upkeep.cancel()
             hub.close()
             db.dispose()
 

@@ -9,6 +9,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import datetime as dt
 import functools
 import time
 from typing import Annotated, Any
@@ -27,6 +30,8 @@ from computewatch.governance.status import (
     status_json,
 )
 from computewatch.governance.tiers import DEFAULT_TIERS, Tier, parse_tiers
+from computewatch.ledger.chain import format_time
+from computewatch.ledger.keys import CHECKPOINT_KIND
 from computewatch.lineage.compute import GovernanceError
 from computewatch.server.auth import (
     Principal,
@@ -36,6 +41,13 @@ from computewatch.server.auth import (
     require_read,
 )
 from computewatch.serverdb.engine import Database
+from computewatch.serverdb.ledger_store import (
+    checkpoint,
+    due_for_checkpoint,
+    first_unsigned,
+    head,
+    prune_before,
+)
 
 router = APIRouter(prefix="/api/v1", tags=["governance"])
 
@@ -104,3 +116,50 @@ def ledger_export(
 ) -> StreamingResponse:
     lines = list(export(db, server_key()))  # read whole: one snapshot, then streamed
     return StreamingResponse(iter(lines), media_type="application/x-ndjson")
+
+
+MAINTAIN_SECONDS = 300.0
+"""How often a server signs the ledger's head, prunes it and re-judges the tiers."""
+SIGN_AFTER_SECONDS = 3600.0
+"""Unsigned entries older than this get a checkpoint even before CHECKPOINT_EVERY entries."""
+DEFAULT_RETENTION_YEARS = 10.0
+
+
+def maintain_once(db: Database, now: float | None = None) -> None:
+    """One round of the ledger's upkeep: a signed checkpoint when due, pruning past the
+    retention (``[governance] retention_years``, default 10), and the tiers re-judged so that
+    obligations open without anyone asking for the status."""
+    now = time.time() if now is None else now
+    try:
+        config = load_config()
+    except ConfigError:
+        config = None
+    key = server_key(None if config is None else config.governance_ledger_key)
+    years = (config.governance_retention_years if config else None) or DEFAULT_RETENTION_YEARS
+    cutoff = dt.datetime.fromtimestamp(now - years * 365.25 * 86_400, dt.UTC)
+    with db.session() as session:
+        prune_before(session, format_time(cutoff))
+        refresh(session, _tiers(), now=now)
+        if due_for_checkpoint(session) or _unsigned_since(session, now) > SIGN_AFTER_SECONDS:
+            checkpoint(session, key)
+        session.commit()
+
+
+def _unsigned_since(session: Session, now: float) -> float:
+    """Seconds since the oldest entry that no checkpoint covers (0 when all are signed)."""
+    last = head(session)
+    if last is None or last.kind == CHECKPOINT_KIND:
+        return 0.0
+    first = first_unsigned(session)
+    if first is None:
+        return 0.0
+    t = dt.datetime.strptime(first.time, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+    return now - t.timestamp()
+
+
+async def maintain(db: Database) -> None:
+    """:func:`maintain_once` every :data:`MAINTAIN_SECONDS` for the server's lifetime."""
+    while True:
+        with contextlib.suppress(Exception):  # the database away, a bad key file: next round
+            await asyncio.to_thread(maintain_once, db)
+        await asyncio.sleep(MAINTAIN_SECONDS)

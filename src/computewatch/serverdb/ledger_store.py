@@ -100,6 +100,20 @@ def due_for_checkpoint(session: Session) -> bool:
     return top is not None and top - (last_cp or 0) >= CHECKPOINT_EVERY
 
 
+def first_unsigned(session: Session) -> Entry | None:
+    """The oldest entry after the last checkpoint (None when there is none)."""
+    last_cp = session.scalar(
+        select(func.max(LedgerEntryRow.seq)).where(LedgerEntryRow.kind == CHECKPOINT_KIND)
+    )
+    row = session.scalars(
+        select(LedgerEntryRow)
+        .where(LedgerEntryRow.seq > (last_cp or 0))
+        .order_by(LedgerEntryRow.seq)
+        .limit(1)
+    ).first()
+    return None if row is None else _entry(row)
+
+
 def entries(session: Session, *, batch: int = 5000) -> Iterator[Entry]:
     """Every kept entry in chain order, read in batches."""
     after = -1
