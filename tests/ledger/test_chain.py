@@ -180,3 +180,18 @@ def test_non_json_bodies_are_refused() -> None:
         next_entry(None, "run", {"x": float("nan")})
     with pytest.raises(LedgerError, match="not plain JSON"):
         next_entry(None, "run", {"x": object()})
+
+
+def test_a_pruned_chain_verifies_only_with_its_prune_entry() -> None:
+    from computewatch.ledger.verify import PRUNE_KIND
+
+    entries = _chain(30)
+    kept = entries[10:]
+    start = Header({}, first_seq=kept[0].seq, first_prev=kept[0].prev)
+    v = verify(kept, start, KEY.public_key())
+    assert v.problem is not None and v.problem.what == "removed"  # no record of the pruning
+    body = {"first_seq": kept[0].seq, "first_prev": kept[0].prev, "before": "x", "deleted": 10}
+    kept.append(next_entry(kept[-1], PRUNE_KIND, body))
+    v = verify(kept, start, KEY.public_key())
+    assert v.ok, v.problem
+    assert any("pruned" in n for n in v.notes)

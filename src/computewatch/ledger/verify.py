@@ -29,6 +29,9 @@ from computewatch.ledger.keys import CHECKPOINT_KIND, checkpoint_valid, decode_p
 
 FORMAT: Final = "computewatch-ledger"
 VERSION: Final = 1
+PRUNE_KIND: Final = "prune"
+"""An entry recording that older entries were deleted under the retention policy: its body's
+``first_seq``/``first_prev`` must be where the kept chain starts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +202,15 @@ def verify(
             v.last_signed_seq = int(e.body["head_seq"])
         v.entries += 1
         expected, prev = e.seq + 1, e.hash
+    if header.first_seq != 1 and not any(
+        e.kind == PRUNE_KIND
+        and e.body.get("first_seq") == header.first_seq
+        and e.body.get("first_prev") == header.first_prev
+        for e in entries
+    ):
+        return _fail(v, header.first_seq, "removed",
+                     f"the chain starts at entry {header.first_seq} but no prune entry says "
+                     "the entries before it were deleted under the retention policy")  # fmt: skip
     if header.entries is not None and header.entries != len(entries):
         missing = header.entries - len(entries)
         what = "removed from the end" if missing > 0 else "appended"
@@ -237,6 +249,8 @@ def _checkpoint(
     if not checkpoint_valid(body, key):
         return f"checkpoint {e.seq}'s signature does not match what it vouches for"
     head_seq = body.get("head_seq")
+    if head_seq == e.seq - 1 and body.get("head_hash") == e.prev:
+        return None  # vouches for the entry just before it (kept or pruned), whose hash is prev
     index = head_seq - first_seq if isinstance(head_seq, int) else -1
     if not 0 <= index < len(entries) or entries[index].hash != body.get("head_hash"):
         return (
