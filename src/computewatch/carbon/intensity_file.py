@@ -113,7 +113,7 @@ def _parquet_rows(p: Path) -> list[tuple[int, dt.datetime, float]]:
         ) from None
     try:
         table = pq.read_table(p)
-    except OSError:
+    except (FileNotFoundError, IsADirectoryError, PermissionError):
         raise
     except Exception as e:  # pyarrow's own errors (ArrowInvalid ...) for a broken file
         raise IntensityError(f"{p}: not a readable Parquet file ({e})") from None
