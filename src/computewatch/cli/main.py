@@ -26,6 +26,7 @@ from computewatch.cli.args import (
 )
 from computewatch.cli.bench import add_bench_parser
 from computewatch.cli.carbon import add_carbon_parser, add_green_start_arguments, add_sci_argument
+from computewatch.cli.card import add_card_parser
 from computewatch.cli.check import add_check_parser
 from computewatch.cli.detect import add_detect_parser
 from computewatch.cli.diagnose import add_diagnose_parser
@@ -336,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_alerts_parser(sub)
     add_diagnose_parser(sub)
     add_flops_parser(sub)
+    add_card_parser(sub)
     add_carbon_parser(sub)
     add_profile_parser(sub)
     add_bench_parser(sub)
@@ -366,6 +368,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "alerts": ("computewatch.cli.alerts", "cmd_alerts"),
     "diagnose": ("computewatch.cli.diagnose", "cmd_diagnose"),
     "flops": ("computewatch.cli.flops_run", "cmd_flops"),
+    "card": ("computewatch.cli.card", "cmd_card"),
     "when": ("computewatch.cli.carbon_run", "cmd_when"),
     "where": ("computewatch.cli.carbon_run", "cmd_where"),
     "profile": ("computewatch.cli.profile_run", "cmd_profile"),
