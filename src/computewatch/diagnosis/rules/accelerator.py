@@ -18,6 +18,17 @@ SPEEDUPS = (
 )
 
 
+TPU_SPEEDUPS = (
+    "jit the whole training step (jax.jit, torch_xla), keep shapes fixed so XLA does not "
+    "recompile (pad batches), keep the input pipeline ahead of the chips (prefetch to device), "
+    "and avoid host round trips inside the step (printing or .item() on device values)"
+)
+
+
+def _all_tpus(gpus: list[dict[str, Any]]) -> bool:
+    return bool(gpus) and all(str(g.get("model") or "").startswith("TPU-") for g in gpus)
+
+
 def gpu_label(g: dict[str, Any]) -> str:
     """``GPU 0 NVIDIA H100 80GB HBM3``, marked ``(simulated)`` for a fake device."""
     sim = " (simulated)" if g.get("simulated") else ""
@@ -69,7 +80,11 @@ def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
         seconds=at_stake,
         evidence=Evidence(tuple(lines), numbers, tuple(ranges)),
         suggestion=(
-            "Give the GPU more work per launch: a larger batch (see memory headroom), "
+            "Give the TPU more work per step: a larger batch (see memory headroom), "
+            f"{TPU_SPEEDUPS}. TPU utilization is libtpu's TensorCore duty cycle: the share of "
+            "time a program ran, not how much of the matrix units it used."
+            if _all_tpus(gpus)
+            else "Give the GPU more work per launch: a larger batch (see memory headroom), "
             f"{SPEEDUPS}. If the data phase or one CPU core is the limit, fix that first."
         ),
     )
