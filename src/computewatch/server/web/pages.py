@@ -1010,11 +1010,11 @@ def create_budget_form(
     request: Request,
     principal: Me,
     session: Db,
-    scope_kind: Annotated[str, Form()],
-    scope_name: Annotated[str, Form()],
-    metric: Annotated[str, Form()],
-    amount: Annotated[str, Form()],
-    period: Annotated[str, Form()],
+    scope_kind: Annotated[str, Form()] = "",
+    scope_name: Annotated[str, Form()] = "",
+    metric: Annotated[str, Form()] = "",
+    amount: Annotated[str, Form()] = "",
+    period: Annotated[str, Form()] = "",
     thresholds: Annotated[str, Form()] = "80, 100",
 ) -> Response:
     _same_origin(request)
@@ -1091,13 +1091,13 @@ def fleet_page(
 
 
 def parse_targets(specs: Sequence[str]) -> tuple[Target, ...]:
-    """``--budget-notify`` values as targets; :class:`ComputewatchError` for a bad one."""
+    """``[server] budget_notify`` values as targets; :class:`ComputewatchError` for a bad one."""
     out: list[Target] = []
     for spec in specs:
         try:
             t = parse_target(spec)
         except ValueError as e:
-            raise ComputewatchError(f"--budget-notify: {e}") from None
+            raise ComputewatchError(f"[server] budget_notify: {e}") from None
         if t not in out:
             out.append(t)
     return tuple(out)
