@@ -37,8 +37,14 @@ from computewatch.sampling.channel import (
 
 if TYPE_CHECKING:  # the summary's types, for annotations only (track() imports stay light)
     from computewatch.analysis.summary_types import RunSummary
+    from computewatch.profiling.artifacts import Trigger
+    from computewatch.profiling.torch_window import ProfileWindow
     from computewatch.sampling.tracker_feed import StoreFeed
     from computewatch.trackers import TrackerBackend, TrackerLogger
+
+ENV_PROFILE_STEPS = "COMPUTEWATCH_PROFILE_STEPS"
+"""``A:B``: set by ``computewatch run --profile-steps``; ``track()`` arms the window."""
+ENV_RUN_DB_NAME = "COMPUTEWATCH_RUN_DB"  # sampling.tracker_feed.ENV_RUN_DB, without its import
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -211,6 +217,7 @@ class Run:
         self.spool: Path | None = None
         self._config: dict[str, Any] = {}
         self._trackers: tuple[StoreFeed, TrackerLogger] | None = None
+        self._window: ProfileWindow | None = None  # the PyTorch Profiler around some steps
 
     @property
     def sampler_pid(self) -> int | None:
@@ -239,6 +246,36 @@ class Run:
             self._append((_mono(), samples, tokens))
         else:
             self._append((STEP, 0, _mono(), samples, tokens, flops, None))
+        if self._window is not None and self._window.step_ended():
+            self._window = None
+
+    def profile(self, steps: int, *, first: int = 1) -> ProfileWindow | None:
+        """Run the PyTorch Profiler around the next ``steps`` steps (from the ``first``-th
+        step after this call): a Chrome trace and the operator table (time, memory, FLOPs)
+        go to the run's artifacts directory and are linked to the run when it ends
+        (docs/observability.md). Returns the window (its ``files`` once done), or None when
+        the run's store is unknown (said once). A window already open is closed first."""
+        if not isinstance(steps, int) or isinstance(steps, bool) or steps < 1:
+            raise ValueError(f"steps must be an int >= 1, not {steps!r}")
+        if not isinstance(first, int) or isinstance(first, bool) or first < 1:
+            raise ValueError(f"first must be an int >= 1, not {first!r}")
+        return self._profile_window(first, first + steps - 1, "steps")
+
+    def _profile_window(self, first: int, last: int, trigger: Trigger) -> ProfileWindow | None:
+        # the profiling helpers: only when a window is asked for
+        from computewatch.profiling.artifacts import artifact_dir
+        from computewatch.profiling.torch_window import ProfileWindow
+
+        db = self.db_path or (
+            Path(os.environ[ENV_RUN_DB_NAME]) if os.environ.get(ENV_RUN_DB_NAME) else None
+        )
+        if db is None:
+            warn_once("profile", "the run's store is unknown: no profile is taken")
+            return None
+        if self._window is not None:
+            self._window.close()
+        self._window = ProfileWindow(first, last, artifact_dir(db, self.id), trigger=trigger)
+        return self._window
 
     def phase(self, name: str) -> Phase:
         """A named part of each step, as a context manager or decorator:
@@ -336,7 +373,6 @@ class Run:
         self._config.update(redact_config({str(k): v for k, v in (values or {}).items()}))
         self._config.update(redact_config(more))
         if self.spool is not None:
-
             try:
                 write_config(self.spool, self._config)
             except (OSError, TypeError, ValueError) as e:
@@ -371,6 +407,9 @@ class Run:
                 warn_once("trackers", f"trackers not finished ({type(e).__name__}: {e})")
 
     def _close(self, status: str) -> None:
+        if self._window is not None:  # a window the run outlived: written as it is
+            self._window.close()
+            self._window = None
         self._writer.close()
         if self._sampler is None:
             return
@@ -489,6 +528,7 @@ class track:
             run.set_flops(*flops)
         if self.config:
             run.config(self.config)
+        _arm_profile_steps(run)
         _start_trackers(self, run)
         _active.append(run)
         return run
@@ -520,6 +560,18 @@ class track:
                 return fn(*args, **kwargs)
 
         return wrapper
+
+
+def _arm_profile_steps(run: Run) -> None:
+    """``computewatch run --profile-steps A:B`` (its environment): the window, armed here."""
+    spec = os.environ.get(ENV_PROFILE_STEPS)
+    if not spec:
+        return
+    try:
+        a, _, b = spec.partition(":")
+        run._profile_window(int(a), int(b), "steps")
+    except Exception as e:  # a bad value or a profiler that cannot start: the program goes on
+        warn_once("profile", f"--profile-steps {spec}: no profile ({type(e).__name__}: {e})")
 
 
 def _start_trackers(cfg: track, run: Run) -> None:
@@ -665,7 +717,9 @@ def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
     except OSError as e:
         print(f"computewatch: cannot start the sampler ({e}); not monitoring", file=sys.stderr)
         proc = None
-    return Run(run_id, writer, attached=False, db_path=db_path, sampler=proc)
+    run = Run(run_id, writer, attached=False, db_path=db_path, sampler=proc)
+    run.spool = spool  # Run.config() writes there; the sampler stores it (sampling/repro.py)
+    return run
 
 
 def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> RunSummary | None:

@@ -57,6 +57,7 @@ def check_svg(path: Path, must_have: str) -> None:
     assert any(t.startswith(must_have) for t in titles)
 
 
+@pytest.mark.slow
 def test_profile_a_running_run_links_the_files(cw: Any, make_script: Any) -> None:
     job = make_script("busy.py", BUSY)
     p = cw.popen("run", "--quiet", "--name", "busy", "--interval", "0.2", "--", "python", str(job))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import sys
 import time
@@ -30,6 +31,13 @@ from computewatch.errors import PROG, ComputewatchError, UsageError
 from computewatch.lineage.compute import Declaration, GovernanceError, declaration
 from computewatch.paths import resolve_db_path
 from computewatch.profiling.artifacts import artifacts_of
+from computewatch.profiling.pyspy import ProfilerError
+from computewatch.profiling.wrap import (
+    PendingProfiles,
+    cprofile_command,
+    nsys_command,
+    pending_profiles,
+)
 from computewatch.redact import use_names as use_redact_names
 from computewatch.sampling.lifecycle import open_run_store
 from computewatch.sampling.observers import RunObserver
@@ -40,8 +48,9 @@ from computewatch.sampling.supervisor import (
     run_command,
 )
 from computewatch.sources.gpus import GpuBackendError
-from computewatch.store import Store
+from computewatch.store import RunRow, Store
 from computewatch.store.spooled import open_store, waiting_line
+from computewatch.tracking import ENV_PROFILE_STEPS
 from computewatch.views.live import make_live_view
 
 __all__ = [
@@ -150,6 +159,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     # a kill(2) to the process goes to any thread not blocking the signal, whose default action
     # would end the supervisor and orphan the command (signal(7)). The supervisor receives them.
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    command, pending = _profilers(args, command)  # --profile-steps, --cprofile, --nsys
     observers = _run_observers(args, accounting) + _upload_observers(args, accounting)
     observers += tracker_observers(args, accounting.config)  # --log-to (cli/log_to.py)
     # Never raises: a store that cannot take the run leaves it to the spool (said once).
@@ -177,6 +187,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if store.store is not None:
             store.store.close()
+    if pending is not None and outcome.run is not None:
+        _link_profiles(args, pending, outcome.run)
     if outcome.summary is None:  # monitoring failed (already said): the status is the command's
         return outcome.exit_code
     if not args.quiet:
@@ -198,6 +210,39 @@ def cmd_run(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"{PROG}: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
     return outcome.exit_code
+
+
+def _profilers(
+    args: argparse.Namespace, command: list[str]
+) -> tuple[list[str], PendingProfiles | None]:
+    """``--profile-steps`` (the job's ``track()`` reads it), ``--cprofile`` and ``--nsys``
+    (the command is wrapped; their files are linked to the run when it ends)."""
+    if args.profile_steps:
+        os.environ[ENV_PROFILE_STEPS] = "{}:{}".format(*args.profile_steps)
+    if not (args.cprofile or args.nsys):
+        return command, None
+    pending = pending_profiles(resolve_db_path(args.db))
+    try:
+        if args.cprofile:
+            command = cprofile_command(command, pending)
+        if args.nsys:
+            command = nsys_command(command, pending)
+    except ProfilerError as e:
+        shutil.rmtree(pending.directory, ignore_errors=True)
+        raise UsageError(str(e)) from None
+    return command, pending
+
+
+def _link_profiles(args: argparse.Namespace, pending: PendingProfiles, run: RunRow) -> None:
+    db = resolve_db_path(args.db)
+    try:
+        with Store.open(db) as store:
+            lines = pending.link(db, run.id, store, run.key)
+    except Exception as e:  # the run is stored; its profiles stay where they are
+        lines = [f"the profiles are not linked to the run ({type(e).__name__}: {e})"]
+    if not args.quiet:
+        for line in lines:
+            print(f"{PROG}: {line}", file=sys.stderr)
 
 
 def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> list[RunObserver]:

@@ -15,6 +15,7 @@ from computewatch.accounting.engine import AccountingOptions, accounted, with_ac
 from computewatch.analysis.summary import build_summary, summary_of
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.diagnosis import diagnosed
+from computewatch.profiling.artifacts import link_pending
 from computewatch.sampling.channel import SpoolReader
 from computewatch.sampling.sampler import Sampler
 from computewatch.store import RunRow, Store, StoreError
@@ -146,6 +147,7 @@ def finish_run(
         **({"host": facts} if facts is not None else {}),
     )
     run = store.run_by_key(run_key)
+    link_pending(store, run_key, run.id)  # profiles the job wrote (PyTorch Profiler, py-spy)
     # The sampler's aggregates hold what the store accepted: no sample is read back. Without
     # them (an internal error, a source that repeated a series within a tick), the summary is
     # rebuilt from the store.
