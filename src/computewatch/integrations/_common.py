@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from computewatch.tracking import Run, current_run, track
@@ -59,3 +59,15 @@ def positive_int(value: Any) -> int | None:
     except (TypeError, ValueError, OverflowError):
         return None
     return n if n > 0 else None
+
+
+def record_config(run: Any, values: Callable[[], Mapping[str, Any]]) -> None:
+    """The framework's hyperparameters into the run's configuration (``Run.config``):
+    ``values`` is called here, and anything it or the recording raises is dropped, so a
+    framework object of an unexpected shape never stops the training."""
+    try:
+        got = values()
+        if got:
+            run.config(got)
+    except Exception:  # the record is best-effort: training goes on
+        pass

@@ -34,7 +34,7 @@ except ImportError as e:
         "pip install 'computewatch[huggingface]'"
     ) from e
 
-from computewatch.integrations._common import RunHolder, positive_int
+from computewatch.integrations._common import RunHolder, positive_int, record_config
 from computewatch.tracking import Run, _mono
 
 
@@ -81,6 +81,7 @@ class ComputewatchCallback(TrainerCallback):
         self._run = self._holder.acquire(
             "huggingface", total_steps=lambda: positive_int(state.max_steps)
         )
+        record_config(self._run, args.to_dict)  # TrainingArguments: the run's hyperparameters
         self._world = max(1, int(getattr(args, "world_size", 1) or 1))
         self._tokens_seen = float(state.num_input_tokens_seen or 0)
         self._total_flos = float(state.total_flos or 0)

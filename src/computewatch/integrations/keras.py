@@ -22,7 +22,7 @@ except ImportError as e:
         "computewatch.integrations.keras needs Keras 3: pip install 'computewatch[keras]'"
     ) from e
 
-from computewatch.integrations._common import RunHolder, positive_int
+from computewatch.integrations._common import RunHolder, positive_int, record_config
 from computewatch.tracking import Run, _mono
 
 
@@ -71,6 +71,15 @@ class ComputewatchCallback(keras.callbacks.Callback):  # type: ignore[misc]
             return positive_int(int(steps) * int(epochs)) if both else None
 
         self._run = self._holder.acquire("keras", total_steps=planned)
+        record_config(self._run, self._hyperparameters)
+
+    def _hyperparameters(self) -> dict[str, Any]:
+        """``fit``'s parameters (epochs, steps) and the optimizer's configuration."""
+        out: dict[str, Any] = dict(self.params or {})
+        optimizer = getattr(self.model, "optimizer", None)
+        if optimizer is not None:
+            out["optimizer"] = {**optimizer.get_config(), "class": type(optimizer).__name__}
+        return out
 
     def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         self._holder.release("completed")

@@ -28,7 +28,7 @@ except ImportError:  # the unified ``lightning`` package
             "pip install 'computewatch[lightning]'"
         ) from e
 
-from computewatch.integrations._common import RunHolder, positive_int
+from computewatch.integrations._common import RunHolder, positive_int, record_config
 from computewatch.torch.cuda import EventLike, GpuTimer, _cuda_events
 from computewatch.torch.loop import batch_size
 from computewatch.tracking import Run, _mono
@@ -84,6 +84,7 @@ class ComputewatchCallback(pl.Callback):
 
         run = self._holder.acquire("lightning", total_steps=planned)
         self._run = run
+        record_config(run, lambda: {**dict(pl_module.hparams), **_trainer_config(trainer)})
         events = None
         if self._gpu_timing and getattr(pl_module.device, "type", None) == "cuda":
             events = _cuda_events()
@@ -187,3 +188,14 @@ class ComputewatchCallback(pl.Callback):
             self._validation = None
             if self._data_start is not None:  # the wait for data starts after validation
                 self._data_start = _mono()
+
+
+def _trainer_config(trainer: pl.Trainer) -> dict[str, Any]:
+    """The Trainer's settings that change what a run computes."""
+    out: dict[str, Any] = {}
+    for key in ("max_epochs", "max_steps", "accumulate_grad_batches", "precision",
+                "gradient_clip_val", "num_devices", "num_nodes"):  # fmt: skip
+        v = getattr(trainer, key, None)
+        if v is not None:
+            out[f"trainer.{key}"] = v if isinstance(v, int | float | str | bool) else str(v)
+    return out
