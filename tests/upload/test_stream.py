@@ -42,6 +42,7 @@ def test_streams_while_running_then_the_final_state(tmp_path: Path, ingest: Fake
     seqs = [r["seq"] for r in seen]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     assert seen[0]["project"] == "proj"
+    assert up.bytes_sent > 0
     with Store.open(db) as store:
         _finish(store, run.key)
     assert up.close() is True

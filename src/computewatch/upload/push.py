@@ -201,12 +201,12 @@ def upload_run(
     seq: int,
     project: str | None = None,
     timeout: float | None = None,
-) -> bool:
-    """Send one run's current state as ``seq`` and mark it; True when the server answered for
-    it. Raises :class:`UploadError`."""
+) -> int:
+    """Send one run's current state as ``seq`` and mark it; the bytes sent (0 when the server
+    did not answer for it). Raises :class:`UploadError`."""
     report = push_runs(
         store, client, [Planned(run, seq)], server=server, project=project, timeout=timeout
     )
     if report.error is not None:
         raise report.error
-    return bool(report.stored or report.already)
+    return report.bytes_sent if report.stored or report.already else 0

@@ -8,7 +8,8 @@ ticking whatever the network does. The queue holds one item, the run's latest st
 not sent yet is replaced by the next one, so nothing piles up behind a slow server. Failures
 wait with exponential backoff and jitter, capped; a server that refuses the token stops the
 stream. Each upload's cost spaces the next: the thread waits at least ten times what the last
-upload took, so building a long run's payload never takes more than about a tenth of a core.
+upload took, so building a long run's payload never takes more than about a tenth of a core,
+and long enough to average :data:`STREAM_BYTES_PER_SECOND` on the wire.
 
 At the end, :meth:`LiveUploader.close` makes one final attempt with a short total deadline
 (2 s by default) and leaves whatever did not go to the next ``computewatch push``, saying so
@@ -32,12 +33,21 @@ from computewatch.upload.client import Client, UploadError
 from computewatch.upload.push import upload_run
 from computewatch.upload.settings import ServerSettings
 
-__all__ = ["FINAL_DEADLINE", "MAX_BACKOFF", "LiveUploader", "backoff_delay"]
+__all__ = [
+    "FINAL_DEADLINE",
+    "MAX_BACKOFF",
+    "STREAM_BYTES_PER_SECOND",
+    "LiveUploader",
+    "backoff_delay",
+]
 
 FINAL_DEADLINE = 2.0
 """Seconds the end of a run may wait for its final upload, all included."""
 MAX_BACKOFF = 120.0
 """Longest wait between two attempts while the server fails."""
+STREAM_BYTES_PER_SECOND = 16 * 1024
+"""What a live stream may average on the wire: a long run's state (about 4 MiB at 150 series)
+goes every four minutes or so, at most about 1.4 GB a day per run."""
 _COST_FACTOR = 10.0
 _REQUEST_TIMEOUT = 10.0
 
@@ -82,6 +92,7 @@ class LiveUploader:
         """Live uploads the server answered for."""
         self.failures = 0
         """Live uploads that failed (each retried later)."""
+        self.bytes_sent = 0
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._closed = False
@@ -112,12 +123,12 @@ class LiveUploader:
         self._seq = max(self._seq, held) + 1
         return self._seq
 
-    def _send(self, store: Store, run_key: int, timeout: float) -> bool:
-        """Build and send the run's state now; True when it went (or the run ended)."""
+    def _send(self, store: Store, run_key: int, timeout: float) -> int:
+        """Build and send the run's state now; the bytes sent."""
         run = store.run_by_key(run_key)
         with self._lock:
             if self._closed:
-                return True
+                return 0
             seq = self._next_seq(store, run_key)
         return upload_run(
             store,
@@ -146,7 +157,7 @@ class LiveUploader:
                         run_key = store.find_run(self.run_id).key
                     if store.run_by_key(run_key).status != RUNNING:
                         return  # ended: the final upload is close()'s
-                    self._send(store, run_key, min(_REQUEST_TIMEOUT, interval))
+                    sent = self._send(store, run_key, min(_REQUEST_TIMEOUT, interval))
                 except UploadError as e:
                     if not e.retryable:  # a bad token, another protocol: retrying cannot help
                         self._refused = e
@@ -163,7 +174,12 @@ class LiveUploader:
                     continue
                 failures = 0
                 self.uploads += 1
-                wait = max(interval, _COST_FACTOR * (time.monotonic() - began))
+                self.bytes_sent += sent
+                wait = max(
+                    interval,
+                    _COST_FACTOR * (time.monotonic() - began),
+                    sent / STREAM_BYTES_PER_SECOND,
+                )
         except Exception as e:  # never the job's problem: said at the end
             self._refused = UploadError(f"live upload stopped ({type(e).__name__}: {e})")
         finally:
@@ -217,6 +233,7 @@ class LiveUploader:
                         project=self.settings.project,
                         timeout=max(0.1, deadline - time.monotonic()),
                     )
+                    > 0
                 )
         except Exception as e:  # said in one line by close(); never raised into the job
             outcome.append(e)
