@@ -64,6 +64,7 @@ def test_token_is_not_in_the_repr(ingest: FakeIngest) -> None:
         (413, BodyTooLarge, False),
         (400, ProtocolMismatch, False),
         (422, ProtocolMismatch, False),
+        (409, ProtocolMismatch, False),
         (500, ServerFailed, True),
         (503, ServerFailed, True),
         (429, ServerFailed, True),

@@ -207,6 +207,8 @@ def parse_answer(status: int, answer: bytes, *, where: str, token: str | None) -
         raise BodyTooLarge(f"the server at {where} refused an upload as too large (413)")
     if status == 429 or status >= 500:
         raise ServerFailed(f"the server at {where} failed ({status}){said}")
+    if status == 409:  # a run id another team holds: the document is fine, its owner not
+        raise ProtocolMismatch(f"the server at {where} refused the upload (409){said}")
     if not 200 <= status < 300:
         raise ProtocolMismatch(
             f"the server at {where} refused the upload ({status}){said} "
