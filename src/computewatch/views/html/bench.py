@@ -85,7 +85,7 @@ def _scatter(
             y0, y1 = y0 - 1, y1 + 1
 
         def sx(v: float) -> float:
-            return pad + (w - pad - 30) * (v - x0) / ((x1 - x0) or 1.0)
+            return pad + (w - pad - 110) * (v - x0) / ((x1 - x0) or 1.0)
 
         def sy(v: float) -> float:
             return h - pad - (h - pad - 30) * (v - y0) / (y1 - y0)
@@ -195,16 +195,16 @@ def sweep_page(s: SweepResult) -> str:
     lines: dict[str, list[dict[str, object]]] = {}
     groups: dict[str, dict[object, dict[str, float | None]]] = {}
     for p in s.points:
-        label = ", ".join(f"{k}={p.params[k]}" for k in rest) or first
+        label = ", ".join(f"{k}={p.params[k]}" for k in rest) or "all points"
         g = groups.setdefault(label, {})
         g[p.params[first]] = {
             "throughput": p.samples_per_second,
             "latency": p.step_time_p50_seconds,
-            "memory": _float(p.peak_rss_bytes),
+            "memory": None if p.peak_rss_bytes is None else p.peak_rss_bytes / 2**20,
             "energy": p.energy_per_sample_joules,
         }
     specs = [("throughput", "samples/s"), ("latency", "step time p50 (s)"),
-             ("memory", "peak RSS (bytes)"), ("energy", "energy per sample (J)")]  # fmt: skip
+             ("memory", "peak RSS (MiB)"), ("energy", "energy per sample (J)")]  # fmt: skip
     for key, _unit in specs:
         lines[key] = [
             {"label": label, "ys": [g.get(x, {}).get(key) for x in s.params[first]]}
