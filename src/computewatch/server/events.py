@@ -35,7 +35,7 @@ CATCH_UP_MARGIN: Final = 1000
 """Catch-up rereads this many ids below the highest seen (ids commit out of order)."""
 
 
-@dataclass
+@dataclass(eq=False)  # hashed by identity: a set holds them
 class Subscription:
     queue: asyncio.Queue[Change | None]
     loop: asyncio.AbstractEventLoop

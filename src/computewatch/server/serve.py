@@ -14,6 +14,7 @@ import ipaddress
 import logging
 import os
 import re
+import signal
 import sys
 from dataclasses import dataclass
 from typing import Final
@@ -148,5 +149,13 @@ def serve(
         timeout_graceful_shutdown=3,
     )
     server = uvicorn.Server(config)
+    # Uvicorn stops gracefully on SIGTERM/SIGINT and then raises the signal again with the
+    # handler that was there before it: a no-op one here, so that a requested stop exits 0.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stopped)
     server.run()
     return 0 if server.started else 1
+
+
+def _stopped(signum: int, frame: object) -> None:
+    return None

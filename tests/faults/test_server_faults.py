@@ -1,0 +1,310 @@
+"""Faults of ``computewatch server``, with real processes and a real PostgreSQL:
+
+- the server SIGKILLed in the middle of an ingest transaction, then restarted: nothing of the
+  batch is stored half-way, and after the client pushes again every run is there exactly once;
+- the server SIGKILLed again and again during a stream of uploads (SQLite and PostgreSQL);
+- PostgreSQL stopped under a running server: 503 with a reason, then 200 once it is back;
+- tokens never appear in what the server prints (access log included);
+- a database that cannot be reached at start, a bad URL, a non-loopback address: one line
+  and an exit status, never a traceback, never a password.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from tests.server.conftest import PostgresCluster, ServerProcess, batch, synthetic_upload
+
+from computewatch.upload.protocol import RunUpload
+
+PY = sys.executable
+RUNS = "/api/v1/runs"
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[Callable[[str], ServerProcess]]:
+    started: list[ServerProcess] = []
+
+    def start(db_url: str) -> ServerProcess:
+        s = ServerProcess(db_url, tmp_path / f"home-{len(started)}")
+        started.append(s)
+        return s
+
+    yield start
+    for s in started:
+        s.close()
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[PostgresCluster]:
+    c = PostgresCluster()
+    yield c
+    c.destroy()
+
+
+def _count(db_url: str, table: str, run_ids: list[str] | None = None) -> int:
+    pg = db_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(pg) as conn:
+        if run_ids is None:
+            row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+        else:
+            col = "id" if table == "runs" else "run_id"
+            row = conn.execute(
+                f"SELECT count(*) FROM {table} WHERE {col} = ANY(%s)", (run_ids,)
+            ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _runs(n: int, series: int = 3) -> list[RunUpload]:
+    runs = []
+    for _ in range(n):
+        r = synthetic_upload()
+        r["series"] = [dict(r["series"][0], labels={"gpu_uuid": f"GPU-{k}"}) for k in range(series)]  # type: ignore[misc]
+        runs.append(r)
+    return runs
+
+
+def _all_ids(s: ServerProcess, token: str) -> list[str]:
+    seen: list[str] = []
+    cursor = None
+    with s.client(token) as c:
+        while True:
+            params: dict[str, Any] = {"limit": 500}
+            if cursor:
+                params["cursor"] = cursor
+            page = c.get(RUNS, params=params).json()
+            seen += [r["id"] for r in page["runs"]]
+            cursor = page["next_cursor"]
+            if not cursor:
+                return seen
+
+
+@pytest.mark.slow
+def test_killed_in_the_middle_of_an_ingest_transaction_stores_nothing_of_it(
+    cluster: PostgresCluster, servers: Callable[[str], ServerProcess]
+) -> None:
+    db_url = cluster.create_database()
+    s = servers(db_url)
+    token = s.token("ml", "ingest")
+    first = _runs(1)
+    assert s.client(token).post(RUNS, json=batch(*first)).status_code == 200
+    # Hold the stored run's row from another connection: an ingest of a batch whose last run is
+    # that one stores the new runs before it, then waits for the row, inside its transaction.
+    new = _runs(40)
+    blocked = [*new, synthetic_upload(id=first[0]["id"], seq=2)]
+    pg = db_url.replace("postgresql+psycopg://", "postgresql://")
+    holder = psycopg.connect(pg)
+    holder.execute("SELECT id FROM runs WHERE id = %s FOR UPDATE", (first[0]["id"],))
+    outcome: list[Any] = []
+
+    def post() -> None:
+        try:
+            outcome.append(httpx.post(
+                s.url + RUNS, json=batch(*blocked),
+                headers={"Authorization": f"Bearer {token}"}, timeout=120,
+            ).status_code)  # fmt: skip
+        except httpx.HTTPError as e:
+            outcome.append(e)
+
+    t = threading.Thread(target=post)
+    t.start()
+    deadline = time.monotonic() + 60
+    with psycopg.connect(pg, autocommit=True) as watch:
+        while True:
+            row = watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            ).fetchone()
+            if row and row[0]:
+                break
+            assert time.monotonic() < deadline, "the ingest never waited for the row"
+            time.sleep(0.05)
+    s.kill()
+    holder.rollback()
+    holder.close()
+    t.join(60)
+    assert outcome and isinstance(outcome[0], httpx.HTTPError)  # the client saw no answer
+    new_ids = [r["id"] for r in new]
+    deadline = time.monotonic() + 30
+    while _count(db_url, "runs", new_ids):  # PostgreSQL ends the dead backend's transaction
+        assert time.monotonic() < deadline, "the killed transaction's runs stayed"
+        time.sleep(0.1)
+    assert _count(db_url, "run_series", new_ids) == 0
+    assert _count(db_url, "run_tags", new_ids) == 0
+    s.start()
+    # the client pushes the same batch again: everything once
+    r = s.client(token).post(RUNS, json=batch(*blocked))
+    assert r.status_code == 200, r.text
+    assert all(x["stored"] for x in r.json()["results"])
+    ids = _all_ids(s, token)
+    assert sorted(ids) == sorted({first[0]["id"], *new_ids})
+    assert _count(db_url, "run_series") == 3 * len(new) + 1  # the held run's seq 2 has one
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_killed_during_a_stream_of_uploads_then_restarted_nothing_lost_or_doubled(
+    kind: str,
+    cluster: PostgresCluster,
+    servers: Callable[[str], ServerProcess],
+    tmp_path: Path,
+) -> None:
+    db_url = (
+        f"sqlite:///{tmp_path / 'server.db'}" if kind == "sqlite" else cluster.create_database()
+    )
+    s = servers(db_url)
+    token = s.token("ml", "ingest")
+    batches = [_runs(20, series=10) for _ in range(12)]
+    sent = threading.Event()
+
+    def push_all() -> None:
+        with httpx.Client(base_url=s.url, headers={"Authorization": f"Bearer {token}"}) as c:
+            for b in batches:
+                try:
+                    c.post(RUNS, json=batch(*b), timeout=60)
+                    sent.set()
+                except httpx.HTTPError:
+                    return
+
+    t = threading.Thread(target=push_all)
+    t.start()
+    assert sent.wait(60)
+    s.kill()  # while the next batches are in flight
+    t.join(60)
+    s.start()
+    # every run stored so far is whole
+    with s.client(token) as c:
+        for run_id in _all_ids(s, token):
+            d = c.get(f"{RUNS}/{run_id}").json()
+            assert len(d["series"]) == 10 and d["run"]["tags"] == {"env": "test"}
+    # the client pushes everything again (as `computewatch push` does for unacknowledged runs)
+    with s.client(token) as c:
+        for b in batches:
+            assert c.post(RUNS, json=batch(*b)).status_code == 200
+    ids = _all_ids(s, token)
+    assert len(ids) == len(set(ids)) == 240
+    assert sorted(ids) == sorted(r["id"] for b in batches for r in b)
+
+
+@pytest.mark.slow
+def test_postgresql_stopped_gives_503_and_the_server_recovers(
+    servers: Callable[[str], ServerProcess],
+) -> None:
+    own = PostgresCluster()  # stopped and started here: not the shared one
+    try:
+        s = servers(own.create_database())
+        token = s.token("ml", "ingest")
+        c = s.client(token, timeout=30)
+        assert c.get(RUNS).status_code == 200
+        own.stop()
+        for method, path, body in (
+            ("GET", RUNS, None),
+            ("POST", RUNS, batch(synthetic_upload())),
+            ("GET", "/healthz", None),
+        ):
+            r = c.request(method, path, json=body)
+            assert r.status_code == 503, (path, r.status_code, r.text)
+            assert r.json()["error"] == "database_unavailable"
+        own.start()
+        deadline = time.monotonic() + 60
+        while c.get(RUNS).status_code != 200:
+            assert time.monotonic() < deadline, "the server did not recover"
+            time.sleep(0.2)
+        r = c.post(RUNS, json=batch(synthetic_upload()))
+        assert r.status_code == 200
+        assert s.proc is not None and s.proc.poll() is None
+    finally:
+        own.destroy()
+
+
+@pytest.mark.slow
+def test_tokens_never_appear_in_the_server_output(
+    servers: Callable[[str], ServerProcess], tmp_path: Path
+) -> None:
+    s = servers(f"sqlite:///{tmp_path / 'server.db'}")
+    ingest, read = s.token("ml", "ingest"), s.token("ml", "read")
+    c = httpx.Client(base_url=s.url, timeout=30)
+    c.post(RUNS, json=batch(synthetic_upload()), headers={"Authorization": f"Bearer {ingest}"})
+    c.post(RUNS, json=batch(synthetic_upload()), headers={"Authorization": f"Bearer {read}"})
+    c.get(RUNS, headers={"Authorization": f"Bearer {read}x"})
+    # a token in the query string is not a way in, and is not echoed
+    assert c.get(f"{RUNS}?token={read}").status_code == 401
+    c.post("/login", data={"token": read})
+    c.post("/login", data={"token": ingest + "junk"})
+    c.close()
+    assert s.stop() == 0
+    out = s.output()
+    assert "GET /api/v1/runs" in out  # the access log is on
+    for secret in (ingest, read, ingest[3:], read[3:]):
+        assert secret not in out
+    # the query-string attempt is logged with the token masked
+    assert "token=***" in out
+
+
+def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    import os
+
+    env = dict(os.environ, COMPUTEWATCH_HOME=str(home))
+    return subprocess.run(
+        [PY, "-m", "computewatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("args", "status", "says"),
+    [
+        (["server", "--db", "mysql://u@h/d"], 2, "unsupported database 'mysql'"),
+        (["server", "--db", "not a url"], 2, "not a database URL"),
+        (["server", "--db", "sqlite://"], 2, "must be a file"),
+        (["server", "--db", "postgresql+asyncpg://u@h/d"], 2, "not supported"),
+        (["server", "--listen", "0.0.0.0:8765"], 2, "--allow-insecure-listen"),
+        (["server", "--listen", "nonsense"], 2, "expected HOST:PORT"),
+        (["server", "--tls-cert", "/nonexistent"], 2, "go together"),
+        (["server", "token", "create", "--team", "a b", "--scope", "read"], 2, "team name"),
+        (["server", "token", "revoke", "99"], 1, "no token 99"),
+    ],
+)
+def test_bad_flags_are_one_line(args: list[str], status: int, says: str, tmp_path: Path) -> None:
+    r = _cli(*args, home=tmp_path / "home")
+    assert r.returncode == status, r.stderr
+    assert says in r.stderr
+    assert "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize(
+    "command", [["server"], ["server", "token", "create", "--team", "a", "--scope", "read"]]
+)
+def test_unreachable_database_is_one_line_without_the_password(
+    command: list[str], tmp_path: Path
+) -> None:
+    url = f"postgresql+psycopg://cw:hunter2@127.0.0.1:{_free_port()}/cw"
+    r = _cli(*command, "--db", url, home=tmp_path / "home")
+    assert r.returncode == 1, r.stderr
+    assert "cannot be used" in r.stderr and "OperationalError" in r.stderr
+    assert "hunter2" not in r.stderr + r.stdout
+    assert "Traceback" not in r.stderr
+    assert r.stdout == ""
