@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
@@ -20,17 +22,22 @@ serve,1706702401.5,0,NVIDIA A100-SXM4-80GB,0.2,80,500
 """
 
 
+def v(values: Iterable[float]) -> list[float | None]:
+    """A series as a list, None where the reader stored NaN (a value not given)."""
+    return [None if math.isnan(x) else x for x in values]
+
+
 def _check(t: object) -> None:
     jobs = {j.job: j for j in t.jobs}  # type: ignore[attr-defined]
     assert set(jobs) == {"train", "serve"}
     tr = jobs["train"]
     assert [g.key for g in tr.gpus] == ["index:0", "index:1"]
-    assert tr.gpus[0].times == [1706702400.0, 1706702401.0]
-    assert tr.gpus[0].metrics["gpu_utilization_ratio"] == [0.9, 0.95]
+    assert v(tr.gpus[0].times) == [1706702400.0, 1706702401.0]
+    assert v(tr.gpus[0].metrics["gpu_utilization_ratio"]) == [0.9, 0.95]
     assert tr.gpus[1].name == "NVIDIA A100-SXM4-80GB"
     sv = jobs["serve"].gpus[0]
-    assert sv.times == [1706702400.0, 1706702401.5]
-    assert sv.metrics["gpu_power_watts"] == [None, 80.0]
+    assert v(sv.times) == [1706702400.0, 1706702401.5]
+    assert v(sv.metrics["gpu_power_watts"]) == [None, 80.0]
 
 
 def test_long_csv(tmp_path: Path) -> None:

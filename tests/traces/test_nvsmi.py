@@ -4,6 +4,8 @@ the values, nounits, noheader with the columns given, any subset, N/A values, se
 from __future__ import annotations
 
 import datetime as dt
+import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,11 @@ ROWS_UNITS = [
 ]
 
 
+def v(values: Iterable[float]) -> list[float | None]:
+    """A series as a list, None where the reader stored NaN (a value not given)."""
+    return [None if math.isnan(x) else x for x in values]
+
+
 def _nounits(row: str) -> str:
     for u in (" %", " MiB", " W", " MHz"):
         row = row.replace(u, "")
@@ -44,16 +51,16 @@ def _check(trace_path: Path, **kw: object) -> None:
     assert set(gpus) == {"GPU-aaa", "GPU-bbb"}
     a, b = gpus["GPU-aaa"], gpus["GPU-bbb"]
     assert a.index == 0 and a.name == "NVIDIA H100 80GB HBM3"
-    assert a.times == [_epoch("2024/01/31 12:34:56.789"), _epoch("2024/01/31 12:34:57.789")]
-    assert a.metrics["gpu_utilization_ratio"] == pytest.approx([0.45, 0.47])
-    assert a.metrics["gpu_memory_utilization_ratio"] == pytest.approx([0.10, 0.12])
-    assert a.metrics["gpu_memory_used_bytes"] == [1024 * 2**20] * 2
-    assert a.metrics["gpu_memory_total_bytes"] == [81559 * 2**20] * 2
-    assert a.metrics["gpu_power_watts"] == pytest.approx([250.3, 252.3])
-    assert a.metrics["gpu_temperature_celsius"] == [50.0, 51.0]
-    assert a.metrics["gpu_sm_clock_hertz"] == [1980e6, 1980e6]
-    assert b.metrics["gpu_utilization_ratio"] == [None, pytest.approx(0.05)]
-    assert b.metrics["gpu_power_watts"] == [None, 60.0]
+    assert v(a.times) == [_epoch("2024/01/31 12:34:56.789"), _epoch("2024/01/31 12:34:57.789")]
+    assert v(a.metrics["gpu_utilization_ratio"]) == pytest.approx([0.45, 0.47])
+    assert v(a.metrics["gpu_memory_utilization_ratio"]) == pytest.approx([0.10, 0.12])
+    assert v(a.metrics["gpu_memory_used_bytes"]) == [1024 * 2**20] * 2
+    assert v(a.metrics["gpu_memory_total_bytes"]) == [81559 * 2**20] * 2
+    assert v(a.metrics["gpu_power_watts"]) == pytest.approx([250.3, 252.3])
+    assert v(a.metrics["gpu_temperature_celsius"]) == [50.0, 51.0]
+    assert v(a.metrics["gpu_sm_clock_hertz"]) == [1980e6, 1980e6]
+    assert v(b.metrics["gpu_utilization_ratio"]) == [None, pytest.approx(0.05)]
+    assert v(b.metrics["gpu_power_watts"]) == [None, 60.0]
     assert t.rows == 4
     assert any("pstate" in n for n in t.notes)
     assert any(n.startswith("gpu_power_watts: 1 of 4") for n in t.notes)
@@ -98,7 +105,7 @@ def test_a_subset_of_columns_without_index_is_one_gpu(tmp_path: Path) -> None:
     (g,) = t.jobs[0].gpus
     assert g.key == "index:0"
     assert set(g.metrics) == {"gpu_utilization_ratio", "gpu_power_watts"}
-    assert g.metrics["gpu_power_watts"] == [100.0, 200.0, 300.0]
+    assert v(g.metrics["gpu_power_watts"]) == [100.0, 200.0, 300.0]
     assert t.metrics == ["gpu_utilization_ratio", "gpu_power_watts"]
 
 
@@ -110,7 +117,7 @@ def test_memory_total_from_used_and_free(tmp_path: Path) -> None:
         "2024/01/31 12:00:01.000, 200 MiB, 800 MiB\n"
     )
     (g,) = read_nvidia_smi(p).jobs[0].gpus
-    assert g.metrics["gpu_memory_total_bytes"] == [1000 * 2**20] * 2
+    assert v(g.metrics["gpu_memory_total_bytes"]) == [1000 * 2**20] * 2
     assert "memory_free_bytes" not in g.metrics
 
 
@@ -126,14 +133,14 @@ def test_job_column_and_repeated_header(tmp_path: Path) -> None:
     )
     t = read_nvidia_smi(p)
     assert [j.job for j in t.jobs] == ["a", "b"]
-    assert t.jobs[1].gpus[0].metrics["gpu_utilization_ratio"] == pytest.approx([0.9, 0.91])
+    assert v(t.jobs[1].gpus[0].metrics["gpu_utilization_ratio"]) == pytest.approx([0.9, 0.91])
 
 
 def test_local_time_by_default(tmp_path: Path) -> None:
     p = tmp_path / "t.csv"
     p.write_text("timestamp, utilization.gpu [%]\n2024/01/31 12:00:00.500, 1 %\n")
     local = dt.datetime(2024, 1, 31, 12, 0, 0, 500000).timestamp()
-    assert read_nvidia_smi(p).jobs[0].gpus[0].times == [local]
+    assert v(read_nvidia_smi(p).jobs[0].gpus[0].times) == [local]
 
 
 def test_repeated_timestamps_are_dropped_and_said(tmp_path: Path) -> None:
@@ -143,7 +150,7 @@ def test_repeated_timestamps_are_dropped_and_said(tmp_path: Path) -> None:
         "2024/01/31 12:00:01, 3 %\n"
     )
     t = read_nvidia_smi(p)
-    assert t.jobs[0].gpus[0].metrics["gpu_utilization_ratio"] == pytest.approx([0.01, 0.03])
+    assert v(t.jobs[0].gpus[0].metrics["gpu_utilization_ratio"]) == pytest.approx([0.01, 0.03])
     assert any("repeated" in n for n in t.notes)
 
 

@@ -109,7 +109,11 @@ def classify_series(
         names = list(gpu_names) if gpu_names is not None else [None] * len(gpus)
         utils = []
         for g in gpus:
-            u = [v for v in g.metrics.get("gpu_utilization_ratio", []) if v is not None]
+            u = [
+                v
+                for v in g.metrics.get("gpu_utilization_ratio", ())
+                if v is not None and not math.isnan(v)
+            ]
             utils.append(sum(u) / len(u) if u else None)
         flops = estimate_flops(list(zip(names, durations, utils, strict=False)), precision)
     return Verdict(

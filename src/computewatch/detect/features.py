@@ -98,7 +98,7 @@ def _array(values: Sequence[float | None] | None) -> npt.NDArray[Any] | None:
     if values is None:
         return None
     np = _np()
-    a = np.array([math.nan if v is None else float(v) for v in values], dtype=float)
+    a = np.asarray(values, dtype=float)  # None in a list becomes NaN
     a = a[np.isfinite(a)]
     return a if a.size else None
 
@@ -213,7 +213,7 @@ def _util_correlation(gpus: Sequence[GpuTelemetry]) -> float:
         u = g.metrics.get("gpu_utilization_ratio")
         if u is None:
             continue
-        series.append(np.array([math.nan if v is None else float(v) for v in u], dtype=float))
+        series.append(np.asarray(u, dtype=float))
     if len(series) < 2:
         return math.nan
     n = min(s.size for s in series)

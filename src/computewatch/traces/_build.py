@@ -4,9 +4,10 @@ builder that files rows under (job, GPU) and checks that time goes forward."""
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import math
 import statistics
+from array import array
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from computewatch.traces.records import GpuSeries, JobTrace, Trace, TraceError
@@ -14,32 +15,60 @@ from computewatch.traces.records import GpuSeries, JobTrace, Trace, TraceError
 _NVSMI_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
 
 
-def read_lines(path: Path) -> list[str]:
-    """The file's lines, decoded as UTF-8; binary or undecodable content is an error naming the
-    file and the line."""
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """The file's lines (numbered from 1, without their end of line), decoded as UTF-8 one at a
+    time, so that a long log is never held whole; binary or undecodable content is an error
+    naming the file and the line."""
     try:
-        data = path.read_bytes()
+        fh = path.open("rb")
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
-    nul = data.find(b"\x00")
-    if nul >= 0:
-        line = data.count(b"\n", 0, nul) + 1
-        raise TraceError(f"{path}:{line}: binary data (a NUL byte), not a CSV text file")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as e:
-        line = data.count(b"\n", 0, e.start) + 1
-        raise TraceError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x}); "
-            "re-encode the file as UTF-8"
-        ) from None
-    return text.splitlines()
+    with fh:
+        try:
+            head = fh.read(8192)  # a binary file is said to be one, not "not UTF-8 on line 1"
+            fh.seek(0)
+        except OSError as e:
+            raise TraceError(f"{path}: cannot read: {e.strerror or 'not a regular file'}") from None
+        nul = head.find(b"\x00")
+        if nul >= 0:
+            line = head.count(b"\n", 0, nul) + 1
+            raise TraceError(f"{path}:{line}: binary data (a NUL byte), not a CSV text file")
+        n = 0
+        while True:
+            try:
+                raw = fh.readline()
+            except OSError as e:
+                raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
+            if not raw:
+                return
+            n += 1
+            if b"\x00" in raw:
+                raise TraceError(f"{path}:{n}: binary data (a NUL byte), not a CSV text file")
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise TraceError(
+                    f"{path}:{n}: not UTF-8 text (byte 0x{raw[e.start]:02x}); "
+                    "re-encode the file as UTF-8"
+                ) from None
+            if n == 1 and text.startswith("\ufeff"):
+                text = text[1:]
+            yield n, text.rstrip("\r\n")
 
 
 def parse_time(text: str, *, utc: bool, where: str) -> float:
     """Unix seconds from nvidia-smi's ``2024/01/31 12:34:56.789`` (local time unless ``utc``),
     ISO 8601 (naive: local unless ``utc``), or a number of Unix seconds."""
     s = text.strip()
+    if len(s) >= 19 and s[4] == "/" and s[10] == " ":  # nvidia-smi's: the second is cached
+        base = _SECONDS.get((s[:19], utc))
+        if base is None:
+            base = _nvsmi_second(s[:19], utc, where)
+        frac = s[19:]
+        if not frac:
+            return base
+        if frac[0] == "." and frac[1:].isdigit():
+            return base + float("0" + frac)
     try:
         v = float(s)
     except ValueError:
@@ -71,6 +100,27 @@ def parse_time(text: str, *, utc: bool, where: str) -> float:
         raise TraceError(f"{where}: timestamp {s[:40]!r} is out of range") from None
 
 
+_SECONDS: dict[tuple[str, bool], float] = {}
+
+
+def _nvsmi_second(text: str, utc: bool, where: str) -> float:
+    """Unix seconds of ``YYYY/MM/DD HH:MM:SS`` (local time unless ``utc``), remembered: the
+    GPUs of one poll, and the polls of one second, share it."""
+    try:
+        t = dt.datetime.strptime(text, "%Y/%m/%d %H:%M:%S")
+        if utc:
+            t = t.replace(tzinfo=dt.UTC)
+        v = t.timestamp()
+    except (ValueError, OverflowError, OSError):
+        raise TraceError(
+            f"{where}: timestamp {text!r} is not nvidia-smi's 'YYYY/MM/DD HH:MM:SS.mmm'"
+        ) from None
+    if len(_SECONDS) > 4096:
+        _SECONDS.clear()
+    _SECONDS[(text, utc)] = v
+    return v
+
+
 class Builder:
     """Files rows under (job, GPU), in file order; a time that goes backwards for one GPU is an
     error naming both lines; a repeated time is dropped and counted."""
@@ -98,7 +148,9 @@ class Builder:
         gpus = self.jobs.setdefault(job, {})
         g = gpus.get(gpu)
         if g is None:
-            g = gpus[gpu] = GpuSeries(gpu, index, name, metrics={m: [] for m in self.metrics})
+            g = gpus[gpu] = GpuSeries(
+                gpu, index, name, metrics={m: array("d") for m in self.metrics}
+            )
         if g.times:
             last = g.times[-1]
             if t < last:
@@ -118,6 +170,7 @@ class Builder:
             v = values.get(m)
             if v is None:
                 self.na[m] = self.na.get(m, 0) + 1
+                v = math.nan
             g.metrics[m].append(v)
         if g.name is None and name:
             g.name = name
@@ -137,7 +190,7 @@ class Builder:
             notes.append(f"{m}: {n} of {self.rows} values not given (N/A or empty)")
         for j in jobs:
             for g in j.gpus:
-                for m in [m for m, v in g.metrics.items() if all(x is None for x in v)]:
+                for m in [m for m, v in g.metrics.items() if all(math.isnan(x) for x in v)]:
                     del g.metrics[m]
                 check_gaps(self.path, self.fmt, g, allow_gaps=allow_gaps, notes=notes)
         return Trace(str(self.path), self.fmt, jobs, self.rows, notes)
@@ -152,12 +205,24 @@ GAP_FACTOR = 10.0
 GAP_MIN_SECONDS = 60.0
 
 
-def gap_limit(times: list[float]) -> float:
+MEDIAN_SAMPLE = 100_000
+
+
+def median_interval(times: Sequence[float]) -> float:
+    """The median interval between samples (of at most 100,000 intervals spread evenly over
+    the series); NaN with fewer than two samples."""
+    n = len(times) - 1
+    if n < 1:
+        return math.nan
+    step = max(1, n // MEDIAN_SAMPLE)
+    return float(statistics.median(times[i + 1] - times[i] for i in range(0, n, step)))
+
+
+def gap_limit(times: Sequence[float]) -> float:
     """The longest interval that is not a gap: ten times the median interval, at least 60 s."""
     if len(times) < 2:
         return math.inf
-    med = statistics.median(b - a for a, b in itertools.pairwise(times))
-    return max(GAP_FACTOR * med, GAP_MIN_SECONDS)
+    return max(GAP_FACTOR * median_interval(times), GAP_MIN_SECONDS)
 
 
 def check_gaps(path: Path, fmt: str, g: GpuSeries, *, allow_gaps: bool, notes: list[str]) -> None:

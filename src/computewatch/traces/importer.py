@@ -11,19 +11,23 @@ accounting are computed by the caller (a higher layer), as for a finished run.
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import math
 import os
-import statistics
 import uuid
+from array import array
+from collections.abc import Iterator
 
 from computewatch.catalog import find_by_nvml_name
 from computewatch.readings import Kind, labels
 from computewatch.store import COMPLETED, Store
-from computewatch.traces._build import gap_limit
+from computewatch.traces._build import gap_limit, median_interval
 from computewatch.traces.records import METRICS, GpuSeries, JobTrace, Trace
 
 __all__ = ["ENERGY_NOTE", "ImportedRun", "import_trace"]
 
 MODE = "import"
+WRITE_TICKS = 5000  # ticks per transaction
 ENERGY_NOTE = (
     "imported trace: GPU energy is the trapezoid integral of polled power.draw "
     "(no energy counter), not integrated across gaps or N/A values"
@@ -47,40 +51,49 @@ def _uuid_of(g: GpuSeries, run_id: str) -> str:
     return f"imported-{run_id}-{g.key.replace(':', '')}"
 
 
-def _ticks(job: JobTrace) -> list[tuple[float, list[tuple[int, int]]]]:
-    """Rows grouped into ticks: a tick ends when a GPU comes round again (nvidia-smi prints every
-    GPU once per poll, each with its own millisecond timestamp). Per tick: its wall time and, per
-    GPU of the job, the position of that GPU's sample."""
-    events = sorted((t, gi, si) for gi, g in enumerate(job.gpus) for si, t in enumerate(g.times))
-    ticks: list[tuple[float, list[tuple[int, int]]]] = []
+def _events(gi: int, times: array[float]) -> Iterator[tuple[float, int, int]]:
+    for si, t in enumerate(times):
+        yield t, gi, si
+
+
+def _ticks(job: JobTrace) -> Iterator[tuple[float, list[tuple[int, int]]]]:
+    """Rows grouped into ticks, in time order: a tick ends when a GPU comes round again
+    (nvidia-smi prints every GPU once per poll, each with its own millisecond timestamp). Per
+    tick: its wall time and, per GPU present, the position of that GPU's sample. A merge of the
+    GPUs' series (each in time order): nothing the size of the trace is built."""
+    streams = [_events(gi, g.times) for gi, g in enumerate(job.gpus)]
+    tick: tuple[float, list[tuple[int, int]]] | None = None
     seen: set[int] = set()
-    for t, gi, si in events:
-        if not ticks or gi in seen:
-            ticks.append((t, []))
+    for t, gi, si in heapq.merge(*streams):
+        if tick is None or gi in seen:
+            if tick is not None:
+                yield tick
+            tick = (t, [])
             seen = set()
         seen.add(gi)
-        ticks[-1][1].append((gi, si))
-    return ticks
+        tick[1].append((gi, si))
+    if tick is not None:
+        yield tick
 
 
-def _energy(g: GpuSeries) -> list[float | None]:
-    """Cumulative joules at each sample (None before the first power value)."""
+def _energy(g: GpuSeries) -> array[float]:
+    """Cumulative joules at each sample (NaN before the first power value)."""
     power = g.metrics.get("gpu_power_watts")
-    out: list[float | None] = [None] * len(g.times)
+    out = array("d", bytes(8 * len(g.times)))
     if power is None:
-        return out
+        return array("d")
     limit = gap_limit(g.times)
-    total: float | None = None
-    prev: tuple[float, float] | None = None
+    total = math.nan
+    prev_t = prev_p = math.nan
     for i, (t, p) in enumerate(zip(g.times, power, strict=True)):
-        if p is None:
-            prev = None
+        if math.isnan(p):
+            prev_t = math.nan
         else:
-            if total is None:
+            if math.isnan(total):
                 total = 0.0
-            elif prev is not None and t - prev[0] <= limit:
-                total += (prev[1] + p) / 2.0 * (t - prev[0])
-            prev = (t, p)
+            elif not math.isnan(prev_t) and t - prev_t <= limit:
+                total += (prev_p + p) / 2.0 * (t - prev_t)
+            prev_t, prev_p = t, p
         out[i] = total
     return out
 
@@ -106,11 +119,7 @@ def _import_job(
     run_name = name if len(trace.jobs) == 1 or name is None else f"{name}/{job.job}"
     if run_name is None:
         run_name = job.job
-    intervals = [
-        statistics.median(b - a for a, b in zip(g.times, g.times[1:], strict=False))
-        for g in job.gpus
-        if len(g.times) > 1
-    ]
+    intervals = [median_interval(g.times) for g in job.gpus if len(g.times) > 1]
     interval = min(intervals) if intervals else 1.0
     devices: list[dict[str, object]] = []
     uuids: list[str] = []
@@ -118,7 +127,7 @@ def _import_job(
         u = _uuid_of(g, run_id)
         uuids.append(u)
         model = find_by_nvml_name(g.name) if g.name else None
-        total = next((v for v in g.metrics.get("gpu_memory_total_bytes", []) if v), None)
+        total = next((v for v in g.metrics.get("gpu_memory_total_bytes", ()) if v > 0), None)
         devices.append(
             {
                 "index": g.index if g.index is not None else len(devices),
@@ -158,7 +167,7 @@ def _import_job(
     )
     series: list[tuple[int, str, tuple[tuple[str, str], ...], Kind]] = []
     index: dict[tuple[int, str], int] = {}
-    energies: list[list[float | None]] = []
+    energies: list[array[float]] = []
     for gi, g in enumerate(job.gpus):
         for m in METRICS:
             if m in g.metrics:
@@ -166,7 +175,7 @@ def _import_job(
                 series.append((len(series), m, labels(gpu=uuids[gi]), Kind.GAUGE))
         e = _energy(g)
         energies.append(e)
-        if any(v is not None for v in e):
+        if any(not math.isnan(v) for v in e):
             index[(gi, "energy")] = len(series)
             series.append(
                 (
@@ -176,23 +185,31 @@ def _import_job(
                     Kind.COUNTER,
                 )
             )
-    ticks = _ticks(job)
-    tick_rows = [(seq, t - job.start, t) for seq, (t, _) in enumerate(ticks)]
+    store.write_batch(key, series=series)
+    metrics = [
+        [(m, vals, index[(gi, m)]) for m, vals in g.metrics.items()]
+        for gi, g in enumerate(job.gpus)
+    ]
+    tick_rows: list[tuple[int, float, float]] = []
     samples: list[tuple[int, int, int, float]] = []
-    for seq, (_, members) in enumerate(ticks):
+    seq = -1
+    for seq, (t, members) in enumerate(_ticks(job)):
+        tick_rows.append((seq, t - job.start, t))
         for gi, si in members:
-            g = job.gpus[gi]
-            for m, vals in g.metrics.items():
+            for _, vals, idx in metrics[gi]:
                 v = vals[si]
-                if v is not None and (gi, m) in index:
-                    samples.append((key, seq, index[(gi, m)], v))
-            ev = energies[gi][si]
-            if ev is not None:
-                samples.append((key, seq, index[(gi, "energy")], ev))
-    store.write_batch(key, series=series, ticks=tick_rows, samples=samples, data_until=job.end)
+                if not math.isnan(v):
+                    samples.append((key, seq, idx, v))
+            e = energies[gi]
+            if e and not math.isnan(e[si]):
+                samples.append((key, seq, index[(gi, "energy")], e[si]))
+        if len(tick_rows) >= WRITE_TICKS:
+            store.write_batch(key, ticks=tick_rows, samples=samples, data_until=t)
+            tick_rows, samples = [], []
+    store.write_batch(key, ticks=tick_rows, samples=samples, data_until=job.end)
     notes = [f"imported from {os.path.basename(trace.path)} ({trace.format})", ENERGY_NOTE]
     notes += trace.notes
     store.update_run(
         key, status=COMPLETED, exit_code=None, ended_at=job.end, notes=notes, heartbeat_at=job.end
     )
-    return ImportedRun(key, run_id, job.job, len(ticks), len(job.gpus))
+    return ImportedRun(key, run_id, job.job, seq + 1, len(job.gpus))

@@ -10,12 +10,11 @@ a column whose unit is unknown would be read wrong.
 from __future__ import annotations
 
 import csv
-import io
 import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from computewatch.traces._build import Builder, parse_time, read_lines
+from computewatch.traces._build import Builder, iter_lines, parse_time
 from computewatch.traces.records import METRICS, Trace, TraceError
 
 __all__ = ["read_long_csv", "read_long_parquet"]
@@ -106,18 +105,18 @@ def read_long_csv(
 ) -> Trace:
     """Read a long CSV trace (header line first)."""
     p = Path(path)
-    lines = read_lines(p)
+    reader = csv.reader(t + "\n" for _, t in iter_lines(p))
     try:
-        rows = list(csv.reader(io.StringIO("\n".join(lines))))
+        header = next(reader, None)
+        if not header or not any(h.strip() for h in header):
+            raise TraceError(f"{p}: empty file")
+        ids, mets = _columns(p, header, f"{p}:{reader.line_num}")
+        b = Builder(p, "csv", list(mets))
+        width = max([*ids.values(), *mets.values()]) + 1
+        numbered = ((reader.line_num, r) for r in reader if any(x.strip() for x in r))
+        _fill(b, numbered, ids, mets, p, "csv", width, utc=utc)
     except csv.Error as e:
-        raise TraceError(f"{p}: not CSV: {e}") from None
-    if not rows or not any(rows[0]):
-        raise TraceError(f"{p}: empty file")
-    ids, mets = _columns(p, rows[0], f"{p}:1")
-    b = Builder(p, "csv", list(mets))
-    width = max([*ids.values(), *mets.values()]) + 1
-    numbered = ((n + 1, r) for n, r in enumerate(rows) if n > 0 and any(x.strip() for x in r))
-    _fill(b, numbered, ids, mets, p, "csv", width, utc=utc)
+        raise TraceError(f"{p}:{reader.line_num}: not CSV: {e}") from None
     return b.trace(job or p.stem, allow_gaps=allow_gaps)
 
 

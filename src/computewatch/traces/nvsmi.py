@@ -10,12 +10,14 @@ not write but a wrapper script may add, files rows under jobs.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
-from collections.abc import Sequence
+from array import array
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from computewatch.traces._build import Builder, parse_time, read_lines
+from computewatch.traces._build import Builder, iter_lines, parse_time
 from computewatch.traces.records import Trace, TraceError
 
 __all__ = ["FIELDS", "read_nvidia_smi"]
@@ -127,6 +129,16 @@ def _looks_like_header(tokens: Sequence[str]) -> bool:
 
 
 def _value(col: _Column, text: str, where: str) -> float | None:
+    try:  # the common case first: a plain number (nounits)
+        v = float(text)
+    except ValueError:
+        return _value_with_unit(col, text, where)
+    if not math.isfinite(v):
+        raise TraceError(f"{where}: column {col.field!r}: {text.strip()[:40]!r} is not finite")
+    return v * col.scale
+
+
+def _value_with_unit(col: _Column, text: str, where: str) -> float | None:
     s = text.strip()
     if s.lower() in NOT_GIVEN or s.startswith("["):
         return None
@@ -162,29 +174,27 @@ def read_nvidia_smi(
     file has no ``job`` column (default: the file's stem). Timestamps are local time, as
     nvidia-smi writes them, unless ``utc``."""
     p = Path(path)
-    lines = read_lines(p)
-    first = next((i for i, ln in enumerate(lines) if ln.strip()), None)
-    if first is None:
+    lines = iter_lines(p)
+    first, head = next(((n, ln) for n, ln in lines if ln.strip()), (0, ""))
+    if not first:
         raise TraceError(f"{p}: empty file")
-    tokens = lines[first].split(",")
+    tokens = head.split(",")
     if _looks_like_header(tokens):
-        ids, cols, ignored = _parse_header(p, tokens, first + 1)
-        start = first + 1
+        ids, cols, ignored = _parse_header(p, tokens, first)
+        rows: Iterator[tuple[int, str]] = lines
     elif columns:
         ids, cols, ignored = _parse_header(p, columns, 0)
-        start = first
+        rows = itertools.chain([(first, head)], lines)
     else:
         raise TraceError(
-            f"{p}:{first + 1}: no header line (nvidia-smi's 'noheader'); give the columns as "
+            f"{p}:{first}: no header line (nvidia-smi's 'noheader'); give the columns as "
             "they were given to --query-gpu, e.g. --columns timestamp,index,utilization.gpu"
         )
     if "timestamp" not in ids:
-        raise TraceError(
-            f"{p}:{first + 1}: no 'timestamp' column; log with --query-gpu=timestamp,..."
-        )
+        raise TraceError(f"{p}:{first}: no 'timestamp' column; log with --query-gpu=timestamp,...")
     if not cols:
         raise TraceError(
-            f"{p}:{first + 1}: none of the columns is a metric computewatch reads "
+            f"{p}:{first}: none of the columns is a metric computewatch reads "
             f"({', '.join(sorted({f for f in FIELDS if '.' in f}))})"
         )
     metrics = sorted({c.metric for c in cols})
@@ -194,11 +204,10 @@ def read_nvidia_smi(
     i_idx, i_name, i_uuid, i_bus, i_job = (
         ids.get(k) for k in ("index", "name", "uuid", "bus", "job")
     )
-    for n in range(start, len(lines)):
-        text = lines[n]
+    for n, text in rows:
         if not text.strip():
             continue
-        where = f"{p}:{n + 1}"
+        where = f"{p}:{n}"
         f = text.split(",")
         if len(f) > i_t and f[i_t].strip() == "timestamp":  # a header repeated (logs appended)
             continue
@@ -226,7 +235,7 @@ def read_nvidia_smi(
                 values[c.metric] = v
         name = f[i_name].strip() if i_name is not None else None
         jb = f[i_job].strip() if i_job is not None else ""
-        b.add(jb, gpu, index, name, t, values, n + 1, where)
+        b.add(jb, gpu, index, name, t, values, n, where)
     trace = b.trace(job or p.stem, allow_gaps=allow_gaps)
     _derive_total(trace)
     if ignored:
@@ -242,6 +251,6 @@ def _derive_total(trace: Trace) -> None:
             used = g.metrics.get("gpu_memory_used_bytes")
             if free is None or used is None or "gpu_memory_total_bytes" in g.metrics:
                 continue
-            g.metrics["gpu_memory_total_bytes"] = [
-                None if a is None or b is None else a + b for a, b in zip(used, free, strict=True)
-            ]
+            g.metrics["gpu_memory_total_bytes"] = array(
+                "d", (a + b for a, b in zip(used, free, strict=True))
+            )

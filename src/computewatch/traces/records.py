@@ -7,6 +7,7 @@ Metric names are the series names our own sampler stores for GPUs (``gpu_utiliza
 from __future__ import annotations
 
 import dataclasses
+from array import array
 
 from computewatch.errors import ComputewatchError
 
@@ -41,26 +42,31 @@ class TraceError(ComputewatchError):
     the line."""
 
 
+def _floats() -> array[float]:
+    return array("d")
+
+
+def _ints() -> array[int]:
+    return array("q")
+
+
 @dataclasses.dataclass(slots=True)
 class GpuSeries:
     """One GPU's samples: wall-clock times (Unix seconds, increasing) and, per metric, one value
-    per time (``None`` where the tool printed N/A or the column was empty)."""
+    per time, NaN where the tool printed N/A or the cell was empty. Compact arrays of doubles
+    (8 bytes a value): months of logs fit in memory."""
 
     key: str  # the GPU's identity in the file: its uuid, or "index:N"
     index: int | None
     name: str | None
-    times: list[float] = dataclasses.field(default_factory=list)
-    lines: list[int] = dataclasses.field(default_factory=list)  # the file line of each sample
-    metrics: dict[str, list[float | None]] = dataclasses.field(default_factory=dict)
-
-    def values(self, metric: str) -> list[float | None]:
-        """The metric's values (all ``None`` when the file did not carry it)."""
-        return self.metrics.get(metric) or [None] * len(self.times)
+    times: array[float] = dataclasses.field(default_factory=_floats)
+    lines: array[int] = dataclasses.field(default_factory=_ints)  # the file line of each sample
+    metrics: dict[str, array[float]] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(slots=True)
 class JobTrace:
-    """One job: its GPUs' series, and network traffic when the file gave it."""
+    """One job: its GPUs' series."""
 
     job: str
     gpus: list[GpuSeries]
@@ -92,11 +98,5 @@ class Trace:
     @property
     def metrics(self) -> list[str]:
         """The metrics any GPU of the trace carried, in ``METRICS`` order."""
-        have = {
-            m
-            for j in self.jobs
-            for g in j.gpus
-            for m, v in g.metrics.items()
-            if any(x is not None for x in v)
-        }
+        have = {m for j in self.jobs for g in j.gpus for m in g.metrics}  # all-NaN ones dropped
         return [m for m in METRICS if m in have]
