@@ -40,12 +40,16 @@ def read_configs(spool: str | os.PathLike[str]) -> dict[str, Any]:
     """Every process's configuration merged (the lowest pid's value wins a clash: rank 0 starts
     first, as a rule); an unreadable file is skipped."""
     merged: dict[str, Any] = {}
+
+    def order(name: str) -> int:
+        pid = name[len(CONFIG_PREFIX) : -len(".json")]
+        return int(pid) if pid.isascii() and pid.isdigit() else 1 << 62
+
     try:
         names = sorted(
             (n for n in os.listdir(spool) if n.startswith(CONFIG_PREFIX) and n.endswith(".json")),
-            key=lambda n: int(n[len(CONFIG_PREFIX) : -5]) if n[len(CONFIG_PREFIX) : -5].isdigit()
-            else 1 << 62,
-        )  # fmt: skip
+            key=order,
+        )
     except OSError:
         return merged
     for name in names:

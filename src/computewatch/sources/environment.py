@@ -268,27 +268,22 @@ def redact_config(values: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
     """Hyperparameters made safe to store: a key that names a secret (``api_key``,
     ``WANDB_API_KEY``, ``password`` ...; computewatch.redact's rule) has its value replaced by
     ``***``, string values have URL passwords and ``KEY=secret`` pairs redacted, and values
-    that are not JSON (a tensor, a class) become their ``repr`` (at most 200 characters)."""
+    that are not JSON (a tensor, a class, NaN) become their ``repr`` (at most 200 characters)."""
+    return {
+        str(k): MARKER if is_secret_name(str(k)) else _config_value(v, depth)
+        for k, v in values.items()
+    }
 
-    out: dict[str, Any] = {}
-    for k, v in values.items():
-        key = str(k)
-        if is_secret_name(key):
-            out[key] = MARKER
-        elif isinstance(v, Mapping) and depth < MAX_CONFIG_DEPTH:
-            out[key] = redact_config(v, depth + 1)
-        elif isinstance(v, list | tuple) and depth < MAX_CONFIG_DEPTH:
-            out[key] = [
-                redact_text(x) if isinstance(x, str) else x if isinstance(x, _JSON_SCALARS)
-                else repr(x)[:200]
-                for x in v
-            ]  # fmt: skip
-        elif isinstance(v, str):
-            out[key] = redact_text(v)
-        elif isinstance(v, float) and not math.isfinite(v):  # NaN, inf: not JSON
-            out[key] = repr(v)
-        elif isinstance(v, _JSON_SCALARS):
-            out[key] = v
-        else:
-            out[key] = repr(v)[:200]
-    return out
+
+def _config_value(v: Any, depth: int) -> Any:
+    if isinstance(v, Mapping) and depth < MAX_CONFIG_DEPTH:
+        return redact_config(v, depth + 1)
+    if isinstance(v, list | tuple) and depth < MAX_CONFIG_DEPTH:
+        return [_config_value(x, depth + 1) for x in v]
+    if isinstance(v, str):
+        return redact_text(v)
+    if isinstance(v, float) and not math.isfinite(v):  # NaN, inf: not JSON
+        return repr(v)
+    if isinstance(v, _JSON_SCALARS):
+        return v
+    return repr(v)[:200]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
@@ -97,10 +96,10 @@ class TrackerLogger:
         self._q.append(points)
 
     def finish(
-        self, summary: RunSummary | None, status: str, *, timeout: float = FINISH_TIMEOUT
+        self, summary: RunSummary | None, status: str, *, timeout: float | None = None
     ) -> bool:
-        """Hand over the run's end and wait (at most ``timeout``) for the trackers to take it
-        and close. True when they did."""
+        """Hand over the run's end and wait (at most ``timeout``, default
+        :data:`FINISH_TIMEOUT`) for the trackers to take it and close. True when they did."""
         try:
             self._final = final_record(summary, status)
         except Exception as e:  # a summary of an older shape: the series are still logged
@@ -110,7 +109,10 @@ class TrackerLogger:
         self._wake.set()
         if self._thread.ident is None:
             return True
-        return self._done.wait(timeout)
+        done = self._done.wait(FINISH_TIMEOUT if timeout is None else timeout)
+        if not done:
+            self.warn("trackers did not finish in time; the run's end goes on without them")
+        return done
 
     # -- the logger thread -------------------------------------------------------------------
     def _call(self, backend: TrackerBackend, what: str, fn: Callable[[], None]) -> None:
@@ -166,13 +168,3 @@ class TrackerLogger:
         for b in self.backends:
             self._call(b, "log", lambda b=b: b.log(batch))  # type: ignore[misc]
         self.logged += len(batch)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.05) -> bool:
-    """Poll ``predicate`` until true or ``timeout`` seconds pass (for the store feed)."""
-    end = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() >= end:
-            return False
-        time.sleep(step)
-    return True

@@ -13,6 +13,7 @@ MLflow's own system metrics).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -143,7 +144,8 @@ class PointMaker:
         if dt and dt > 0:
             self._step_values(values, steps, dt)
         self._prev_mono = mono
-        return [MetricPoint(k, v, seq, wall) for k, v in values.items()]
+        # a broken reading (NaN, inf) is not logged: trackers refuse or mis-plot them
+        return [MetricPoint(k, v, seq, wall) for k, v in values.items() if math.isfinite(v)]
 
     def _gpu(self, uuid: str) -> int:
         idx = self.gpu_index.get(uuid)
