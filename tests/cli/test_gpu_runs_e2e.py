@@ -186,7 +186,7 @@ def test_devices_here_says_why_gpu_backends_were_skipped(cw):
         assert [x["backend"] for x in info["gpu_backends_skipped"]] == []
         assert info["gpus"] and "GPUs none" not in text
         return
-    assert [x["backend"] for x in info["gpu_backends_skipped"]] == ["nvidia", "amd"]
+    assert [x["backend"] for x in info["gpu_backends_skipped"]] == ["nvidia", "amd", "tpu"]
     assert all(x["reason"] for x in info["gpu_backends_skipped"])
     assert info["gpus"] == []
     assert "GPUs none" in text
