@@ -32,6 +32,8 @@ def _exception_classes() -> list[type[BaseException]]:
     for name in _modules():
         if name in VENDOR_FAKES or name.endswith(".__main__"):  # __main__ runs the CLI
             continue
+        if name.startswith("computewatch.serverdb.migrations"):  # Alembic runs these, with
+            continue  # its context: not importable on their own
         try:
             module = importlib.import_module(name)
         except ImportError as e:  # an optional extra (torch, lightning ...) not installed here

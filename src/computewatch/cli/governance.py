@@ -38,8 +38,103 @@ def _source(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", metavar="FILE", help="configuration file ([governance] tiers)")
 
 
+def _hours(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of hours: {text!r}") from None
+    if not 0 < v <= 8784:
+        raise argparse.ArgumentTypeError(f"hours must be above 0 and at most 8784, not {text}")
+    return v
+
+
+def _cap(text: str) -> float | None:
+    if text.strip().lower() == "none":
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number or 'none', not {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"a cap is a finite number of at least 0, not {text}")
+    return v
+
+
+def _accounts(sub: Any) -> None:
+    acc = sub.add_parser(
+        "accounts",
+        help="know-your-customer accounts, caps, and the check a scheduler asks",
+        description="An account is a customer or an internal team (its name is the team its "
+        "tokens carry). Personal data is encrypted at rest and shown only with --pii "
+        "(docs/accounts.md).",
+    )
+    asub = acc.add_subparsers(dest="accounts_cmd", metavar="ACTION", required=True)
+    ad = asub.add_parser("add", help="a new account (unverified until 'verify')")
+    ad.add_argument("name", metavar="NAME", help="the account (= team) name")
+    ad.add_argument("--legal-name", required=True)
+    ad.add_argument(
+        "--owner",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a beneficial owner (repeatable)",
+    )
+    ad.add_argument("--country", metavar="CC", help="ISO 3166 two-letter code")
+    ad.add_argument("--email")
+    ad.add_argument("--phone")
+    ad.add_argument(
+        "--contacts-verified", action="store_true", help="the email and phone were verified"
+    )
+    ad.add_argument(
+        "--payment-reference",
+        metavar="TEXT",
+        help="means and source of payment (a reference, not a card number)",
+    )
+    ad.add_argument(
+        "--intended-use",
+        metavar="TEXT",
+        help="the customer's statement, including whether they intend to train "
+        "a model above the tiers",
+    )
+    ad.add_argument("--gpu-hours-per-month", type=_cap, metavar="N", default=argparse.SUPPRESS)
+    ad.add_argument("--flop-per-month", type=_cap, metavar="N", default=argparse.SUPPRESS)
+    ve = asub.add_parser("verify", help="record that the account's identity was verified")
+    ve.add_argument("name", metavar="NAME")
+    ve.add_argument(
+        "--valid-days",
+        type=_positive,
+        default=365,
+        metavar="DAYS",
+        help="re-verification due after this many days (default 365)",
+    )
+    se = asub.add_parser("set", help="change an account's caps or status")
+    se.add_argument("name", metavar="NAME")
+    se.add_argument("--status", choices=("unverified", "verified", "suspended"))
+    se.add_argument("--gpu-hours-per-month", type=_cap, metavar="N|none", default=argparse.SUPPRESS)
+    se.add_argument("--flop-per-month", type=_cap, metavar="N|none", default=argparse.SUPPRESS)
+    sh = asub.add_parser("show", help="one account (personal data only with --pii)")
+    sh.add_argument("name", metavar="NAME")
+    sh.add_argument("--pii", action="store_true", help="decrypt and show the personal data")
+    sh.add_argument("--json", action="store_true", help="JSON output")
+    ls = asub.add_parser("list", help="every account, without personal data")
+    ls.add_argument("--json", action="store_true", help="JSON output")
+    ck = asub.add_parser(
+        "check",
+        help="may this account start a job of N GPUs for H hours? (exit 0 allow, 1 deny)",
+    )
+    ck.add_argument("name", metavar="ACCOUNT")
+    ck.add_argument("--gpus", type=_positive, required=True, metavar="N")
+    ck.add_argument("--hours", type=_hours, required=True, metavar="H")
+    ck.add_argument("--gpu-model", metavar="MODEL", help="catalog or NVML name (H100-SXM)")
+    ck.add_argument("--model", metavar="NAME", help="the model the job would train")
+    ck.add_argument("--json", action="store_true", help="JSON output")
+    for p in (ad, ve, se, sh, ls, ck):
+        _source(p)
+
+
 def add_governance_parsers(sub: Any) -> None:
-    """Add ``ledger`` and ``governance`` to the CLI's subcommands."""
+    """Add ``ledger``, ``governance`` and ``accounts`` to the CLI's subcommands."""
+    _accounts(sub)
     led = sub.add_parser(
         "ledger",
         help="the tamper-evident ledger: export it, verify an export or a database",

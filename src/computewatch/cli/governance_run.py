@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from computewatch import jsonout
+from computewatch.analysis.common import iso
 from computewatch.config import load_config
 from computewatch.errors import PROG, ComputewatchError, UsageError
-from computewatch.governance import remote
+from computewatch.governance import accounts, remote
+from computewatch.governance.accounts import Account
 from computewatch.governance.ledger_ops import (
     export,
     key_path,
@@ -34,7 +36,7 @@ from computewatch.ledger.verify import Verdict, read_export, verify
 from computewatch.serverdb.engine import Database, open_database, upgrade
 from computewatch.units import format_bytes, format_flop
 
-__all__ = ["cmd_governance", "cmd_ledger"]
+__all__ = ["cmd_accounts", "cmd_governance", "cmd_ledger"]
 
 
 def _db(url: str | None) -> Database:
@@ -195,3 +197,104 @@ def _print_status(doc: list[Any]) -> None:
         for o in m["obligations"]:
             left = "" if o["days_left"] is None else f", {o['days_left']:.1f} days left"
             print(f"  obligation {o['id']} {o['tier']}: {o['state']}{left}")
+
+
+def _account_json(a: Account) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": a.name,
+        "country": a.country,
+        "status": a.status,
+        "state": a.state,
+        "verified_at": iso(a.verified_at),
+        "reverify_due": iso(a.reverify_due),
+        "caps": dict(a.caps),
+        "pii_sha256": a.pii_sha256,
+    }
+    if a.pii is not None:
+        doc["pii"] = a.pii.to_json()
+    return doc
+
+
+def _caps(args: argparse.Namespace) -> dict[str, float | None]:
+    """The caps given on the command line (``none`` removes one: a None value)."""
+    return {
+        key: getattr(args, key)
+        for key in ("gpu_hours_per_month", "flop_per_month")
+        if getattr(args, key, _UNSET) is not _UNSET
+    }
+
+
+_UNSET = object()
+
+
+def cmd_accounts(args: argparse.Namespace) -> int:
+    server = _remote(args)
+    cmd = args.accounts_cmd
+    if server is not None:
+        if cmd != "check":
+            raise UsageError(
+                f"accounts {cmd}: only 'check' goes through --server; manage accounts with "
+                "--db on the server's database (personal data never crosses the API unasked)"
+            )
+        doc = server.account_check(args.name, args.gpus, args.hours, args.gpu_model, args.model)
+        return _print_decision(doc, args.json)
+    db = _db(args.db)
+    with db.session() as session:
+        if cmd == "check":
+            d = accounts.check(session, args.name, gpus=args.gpus, hours=args.hours,
+                               gpu_model=args.gpu_model, model=args.model,
+                               tiers=_tiers(args))  # fmt: skip
+            return _print_decision(decision_json(d), args.json)
+        if cmd == "list":
+            found = accounts.list_accounts(session)
+            if args.json:
+                _emit([_account_json(a) for a in found])
+            for a in [] if args.json else found:
+                print(f"{a.name}: {a.state}, {a.country or 'no country'}, caps {dict(a.caps)}")
+            return 0
+        if cmd == "show":
+            a = accounts.get_account(session, args.name, with_pii=args.pii)
+            if args.json:
+                _emit(_account_json(a))
+            else:
+                for k, v in _account_json(a).items():
+                    print(f"{k}: {v}")
+                if not args.pii:
+                    print("personal data: encrypted (--pii to show it)")
+            return 0
+        if cmd == "add":
+            pii = accounts.PersonalData(
+                legal_name=args.legal_name, beneficial_owners=tuple(args.owner),
+                email=args.email, phone=args.phone, contacts_verified=args.contacts_verified,
+                payment_reference=args.payment_reference, intended_use=args.intended_use,
+            )  # fmt: skip
+            caps = {k: v for k, v in _caps(args).items() if v is not None}
+            a = accounts.add_account(session, args.name, pii, country=args.country, caps=caps)
+        elif cmd == "verify":
+            a = accounts.verify_account(session, args.name, valid_days=args.valid_days)
+        else:
+            a = accounts.update_account(session, args.name, status=args.status,
+                                        caps=_caps(args) or None)  # fmt: skip
+        session.commit()
+    print(f"account {a.name}: {a.state}" + (f", caps {dict(a.caps)}" if a.caps else ""))
+    return 0
+
+
+def decision_json(d: accounts.Decision) -> dict[str, Any]:
+    return {
+        "decision": "allow" if d.allow else "deny",
+        "account": d.account,
+        "reasons": d.reasons,
+        "request_gpu_hours": d.request_gpu_hours,
+        "request_flop_high": d.request_flop_high,
+        "used_gpu_hours_this_month": d.used_gpu_hours,
+        "used_flop_high_this_month": d.used_flop_high,
+    }
+
+
+def _print_decision(doc: dict[str, Any], as_json: bool) -> int:
+    if as_json:
+        _emit(doc)
+    else:
+        print(f"{doc['decision']}: " + "; ".join(doc["reasons"]))
+    return 0 if doc["decision"] == "allow" else 1

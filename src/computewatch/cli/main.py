@@ -354,6 +354,7 @@ _CORE = "computewatch.cli.commands"
 COMMANDS: dict[str, tuple[str, str]] = {
     "ledger": ("computewatch.cli.governance_run", "cmd_ledger"),
     "governance": ("computewatch.cli.governance_run", "cmd_governance"),
+    "accounts": ("computewatch.cli.governance_run", "cmd_accounts"),
     "run": (_CORE, "cmd_run"),
     "devices": (_CORE, "cmd_devices"),
     "runs": (_CORE, "cmd_runs"),

@@ -75,6 +75,17 @@ class Remote:
             raise ServerFailed("the server's model report is not an object")
         return doc
 
+    def account_check(
+        self, account: str, gpus: int, hours: float, gpu_model: str | None, model: str | None
+    ) -> dict[str, Any]:
+        body = json.dumps(
+            {"gpus": gpus, "hours": hours, "gpu_model": gpu_model, "model": model}
+        ).encode()
+        doc = self._json(f"/api/v1/accounts/{quote(account)}/check", body)
+        if not isinstance(doc, dict) or doc.get("decision") not in ("allow", "deny"):
+            raise ServerFailed("the server's account check is not a decision")
+        return doc
+
     def obligation_done(self, obligation: int, reference: str) -> Any:
         body = json.dumps({"reference": reference}).encode()
         return self._json(f"/api/v1/governance/obligations/{obligation}/done", body)

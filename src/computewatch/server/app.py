@@ -180,6 +180,7 @@ def create_app(
 
     app.include_router(api.router)
     app.include_router(governance_api.router)
+    app.middleware("http")(governance_api.access_logger)
 
     # The web pages (computewatch.server.web) are included here, before the fallback /login
     # form below, so that theirs wins when they define one.

@@ -96,14 +96,14 @@ def optional_principal(
     """The caller, or None when the request carries no valid token or session. A bearer token
     wins over the cookie."""
     token = _bearer(request)
+    info: TokenInfo | None = None
     if token is not None:
         info = authenticate(session, token) if token else None
-        return _principal(info) if info else None
-    cookie = request.cookies.get(SESSION_COOKIE)
-    if cookie:
+    elif cookie := request.cookies.get(SESSION_COOKIE):
         info = session_token(session, cookie)
-        return _principal(info) if info else None
-    return None
+    principal = _principal(info) if info else None
+    request.state.principal = principal  # for the access log (computewatch.server.governance_api)
+    return principal
 
 
 def current_principal(

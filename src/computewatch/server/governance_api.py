@@ -14,13 +14,16 @@ import contextlib
 import datetime as dt
 import functools
 import time
+from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, HTTPException
+from fastapi import APIRouter, Body, Depends, HTTPException, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from computewatch.config import ConfigError, load_config
+from computewatch.governance import accounts
 from computewatch.governance.ledger_ops import export, server_key
 from computewatch.governance.status import (
     find_model,
@@ -50,6 +53,36 @@ from computewatch.serverdb.ledger_store import (
 )
 
 router = APIRouter(prefix="/api/v1", tags=["governance"])
+
+
+class CheckRequest(BaseModel):
+    gpus: int = Field(ge=1, le=1_000_000)
+    hours: float = Field(gt=0, le=8784)
+    gpu_model: str | None = Field(default=None, max_length=200)
+    model: str | None = Field(default=None, max_length=200)
+
+
+async def access_logger(
+    request: Request, call_next: Callable[[Request], Awaitable[Response]]
+) -> Response:
+    """Middleware: one access-log row (team, token id, ``METHOD /path status``, the client's
+    address encrypted) for every authenticated request; never fails the request."""
+    response = await call_next(request)
+    principal = getattr(request.state, "principal", None)
+    if isinstance(principal, Principal):
+        action = f"{request.method} {request.url.path} {response.status_code}"
+        ip = request.client.host if request.client else "unknown"
+        db: Database = request.app.state.db
+        with contextlib.suppress(Exception):  # the log must not cost the caller the answer
+            await asyncio.to_thread(_log_access, db, principal, action, ip)
+    return response
+
+
+def _log_access(db: Database, principal: Principal, action: str, ip: str) -> None:
+    with db.session() as session:
+        accounts.record_access(session, team=principal.team, token_id=principal.token_id,
+                               action=action, ip=ip, key=accounts.cipher())  # fmt: skip
+        session.commit()
 
 
 @functools.cache
@@ -107,6 +140,32 @@ def obligation_done(
     session.commit()
     return {"id": view.id, "model": view.model, "tier": view.tier, "state": view.state,
             "reference": view.reference}  # fmt: skip
+
+
+@router.post("/accounts/{account}/check")
+def account_check(
+    account: str,
+    request: Annotated[CheckRequest, Body()],
+    principal: Annotated[Principal, Depends(require_admin)],
+    session: Annotated[Session, Depends(db_session)],
+) -> dict[str, Any]:
+    """Whether ``account`` may start the job, and why (a scheduler's admission check)."""
+    try:
+        d = accounts.check(
+            session, account, gpus=request.gpus, hours=request.hours,
+            gpu_model=request.gpu_model, model=request.model, tiers=_tiers(),
+        )  # fmt: skip
+    except GovernanceError as e:
+        raise HTTPException(status_code=422, detail=str(e)) from None
+    return {
+        "decision": "allow" if d.allow else "deny",
+        "account": d.account,
+        "reasons": d.reasons,
+        "request_gpu_hours": d.request_gpu_hours,
+        "request_flop_high": d.request_flop_high,
+        "used_gpu_hours_this_month": d.used_gpu_hours,
+        "used_flop_high_this_month": d.used_flop_high,
+    }
 
 
 @router.get("/ledger/export")
