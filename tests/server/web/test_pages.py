@@ -310,10 +310,18 @@ def test_now_page_updates_live(
     post(s, ingest, up)
     o.page.wait_for_selector("#running tr[data-run=live0001]", timeout=30_000)
     assert o.page.evaluate("window.computewatchEvents.received") >= 1
-    # ... and goes when the run ends.
+    # The run's own page follows it too: it ends while we look at it.
+    o.goto("/runs/live0001")
+    assert o.page.locator(".cards .card .value").first.inner_text() == "running"
+    o.page.wait_for_function("window.computewatchEvents !== undefined")
     done = {**up, "seq": 2, "final": True, "status": "completed", "ended_at": time.time()}
     post(s, ingest, done)  # type: ignore[arg-type]
-    o.page.wait_for_selector("#none-running", timeout=30_000)
+    o.page.wait_for_function(
+        "document.querySelector('.cards .card .value').textContent === 'completed'",
+        timeout=30_000,
+    )
+    o.goto("/")
+    assert o.page.locator("#none-running").count() == 1
     o.check_clean()
 
 
