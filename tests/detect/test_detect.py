@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +190,25 @@ def test_detect_cli_json_and_runs(cw: Any, tmp_path: Path) -> None:
     text = cw.ok("detect", HELDOUT).stdout
     assert "training (p_training" in text and "inference (p_training" in text
     assert "hardware estimate" in text
+
+
+def test_detect_our_own_run(cw: Any) -> None:
+    """A run our sampler recorded (fake GPUs, labelled simulated) is read from the store."""
+    cw.ok(
+        "run",
+        "--quiet",
+        "--gpu-backend",
+        "fake:2xH100-SXM",
+        "--interval",
+        "0.2",
+        "--",
+        sys.executable,
+        "-c",
+        "import time; time.sleep(3)",
+    )
+    (job,) = json.loads(cw.ok("detect", "--run", "last", "--json").stdout)["jobs"]
+    assert job["simulated"] is True and job["gpu_count"] == 2
+    assert job["label"] in ("training", "inference", "other")
+    assert job["features"]["util_mean"] is not None
+    assert job["features"]["power_mean_watts"] is not None  # evidence from the power series
+    assert "[simulated GPUs]" in cw.ok("detect", "--run", "last").stdout

@@ -47,9 +47,10 @@ class VerdictJson(TypedDict):
     duration_seconds: float
     flops: FlopsJson | None
     model_version: str
+    simulated: bool
 
 
-def verdict_json(source: str, v: Verdict) -> VerdictJson:
+def verdict_json(source: str, v: Verdict, *, simulated: bool = False) -> VerdictJson:
     """One job of ``detect --json``."""
     return {
         "source": source,
@@ -81,6 +82,7 @@ def verdict_json(source: str, v: Verdict) -> VerdictJson:
             "assumptions": v.flops.assumptions,
         },
         "model_version": v.model_version,
+        "simulated": simulated,
     }
 
 
@@ -114,7 +116,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
         with open_store(path) as store:
             for ref in runs:
                 run = store.find_run(ref)
-                gpus, names = run_telemetry(store, run)
+                gpus, names, simulated = run_telemetry(store, run)
                 if not gpus:
                     raise DetectError(f"run {run.id}: no GPU telemetry stored")
                 v = classify_series(
@@ -124,7 +126,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
                     model=model,
                     precision=args.precision,
                 )
-                out.append(verdict_json(f"run:{run.id}", v))
+                out.append(verdict_json(f"run:{run.id}", v, simulated=simulated))
     if args.json:
         doc = {
             "model": {
@@ -142,8 +144,9 @@ def cmd_detect(args: argparse.Namespace) -> int:
             f"inference {_num(e['inference_median'])})"
             for e in j["evidence"][:3]
         )
+        sim = " [simulated GPUs]" if j["simulated"] else ""
         line = (
-            f"{j['source']} {j['job']}: {j['label']} (p_training {j['p_training']:.2f}; "
+            f"{j['source']} {j['job']}{sim}: {j['label']} (p_training {j['p_training']:.2f}; "
             f"{j['gpu_count']} GPU(s), {format_duration(j['duration_seconds'])}) - {why}"
         )
         fl = j["flops"]

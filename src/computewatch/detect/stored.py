@@ -9,9 +9,10 @@ from computewatch.traces import METRICS
 __all__ = ["run_telemetry"]
 
 
-def run_telemetry(store: Store, run: RunRow) -> tuple[list[GpuTelemetry], list[str | None]]:
+def run_telemetry(store: Store, run: RunRow) -> tuple[list[GpuTelemetry], list[str | None], bool]:
     """Per GPU of the run (the GPUs it used; every monitored one with ``--all-gpus``), its
-    series at the wall time of each tick, and the GPU names (as NVML reports them)."""
+    series at the wall time of each tick; the GPU names (as NVML reports them); and whether any
+    of the GPUs was simulated (a fake or replayed device)."""
     devices = list(run.host.get("gpus") or [])
     chosen = set(run.host.get("gpus_used") or [])
     every = bool(run.host.get("gpu_all"))
@@ -21,7 +22,7 @@ def run_telemetry(store: Store, run: RunRow) -> tuple[list[GpuTelemetry], list[s
     series = [
         s
         for s in store.series(run.key)
-        if s.name in METRICS and s.labels.get("gpu") in uuids and len(s.labels) == 1
+        if s.name in METRICS and s.labels.get("gpu") in uuids and "pid" not in s.labels
     ]
     pts = store.points_of(run.key, [s.idx for s in series])
     out: list[GpuTelemetry] = []
@@ -37,4 +38,5 @@ def run_telemetry(store: Store, run: RunRow) -> tuple[list[GpuTelemetry], list[s
                     vals[pos[seq]] = v
             metrics[s.name] = vals
         out.append(GpuTelemetry([wall[q] for q in seqs], metrics))
-    return out, [d.get("name") for d in picked]
+    simulated = any(bool(d.get("simulated")) for d in picked)
+    return out, [d.get("name") for d in picked], simulated
