@@ -209,3 +209,20 @@ def test_backend_presets() -> None:
         assert len(b.used_uuids()) == 4
     finally:
         b.close()
+
+
+def test_tpu_visible_chips(fake: FakeTpuRuntime, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TPU_VISIBLE_CHIPS", "1,7")
+    src = TpuSource(fake.address, _chips(fake))
+    try:
+        assert [d.uuid for d in src.devices] == ["TPU-0000:00:05.0"]
+        assert {u for _, u in _values(src)} == {"TPU-0000:00:05.0"}
+        assert any("'7' is no chip here" in n for n in src.notes)
+    finally:
+        src.close()
+    every = TpuSource(fake.address, _chips(fake), all_gpus=True)  # the agent: every chip
+    assert len(every.devices) == 2
+    every.close()
+    monkeypatch.setenv("TPU_VISIBLE_CHIPS", "9")
+    with pytest.raises(SourceUnavailable, match="no TPU chip matches"):
+        TpuSource(fake.address, _chips(fake))

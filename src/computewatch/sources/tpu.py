@@ -234,6 +234,8 @@ class TpuSource:
         self._channel: Any = grpc.secure_channel(address, creds, options=options)
         self._stub: Any = pb_grpc.RuntimeMetricServiceStub(self._channel)
         self.address = address
+        if not all_gpus:
+            chips = self._visible(chips, os.environ.get("TPU_VISIBLE_CHIPS"))
         self._chip_infos = chips
         self._per_chip = max(c.row.devices_per_chip for c in chips)
         accs = load_accelerators()
@@ -272,6 +274,22 @@ class TpuSource:
         self._supported: set[str] | None = None
         self._wanted = [DUTY_CYCLE, HBM_USAGE, HBM_TOTAL, HBM_BANDWIDTH]
         self._tree: frozenset[int] = frozenset()
+
+    def _visible(self, chips: list[TpuChipInfo], spec: str | None) -> list[TpuChipInfo]:
+        """The chips ``TPU_VISIBLE_CHIPS`` (libtpu's comma-separated chip indices) leaves the
+        job; unset means all. An entry that is no index of a chip here is noted and ignored."""
+        if spec is None:
+            return chips
+        wanted: list[int] = []
+        for entry in spec.split(","):
+            e = entry.strip()
+            if e.isdigit() and int(e) < len(chips) and int(e) not in wanted:
+                wanted.append(int(e))
+            elif e:
+                self._note(f"TPU_VISIBLE_CHIPS={spec!r}: {e!r} is no chip here; ignored", "vis")
+        if not wanted:
+            raise SourceUnavailable(f"no TPU chip matches TPU_VISIBLE_CHIPS={spec!r}")
+        return [c for c in chips if c.index in wanted]
 
     # -- the GpuSource contract ---------------------------------------------------------------
     @property
