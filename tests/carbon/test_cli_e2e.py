@@ -197,3 +197,21 @@ def test_hourly_json_roundtrip_is_plain_json(cw: Any, tmp_path: Path) -> None:
         "when", "--duration", "1h", "--intensity-file", f, "--now", T0.isoformat(), "--json"
     )
     json.loads(out.stdout)
+
+
+def test_where_with_forecasts_where_a_provider_has_them(cw: Any, tmp_path: Path) -> None:
+    now = dt.datetime.now(dt.UTC).replace(minute=0, second=0, microsecond=0)
+    with FakeCarbonServer([20.0] * 60, now - dt.timedelta(hours=1), 3600) as srv:
+        cfg = _config(tmp_path, f'[carbon]\nuk_carbon_intensity_url = "{srv.url}"\n')
+        out = cw.json(
+            "where", "--duration", "6h", "--energy", "10", "--regions", "GB,FR",
+            "--forecast", "--config", str(cfg),
+        )  # fmt: skip
+    by = {r["region"]: r for r in out["regions"]}
+    assert by["GB"]["g_per_kwh"] == pytest.approx(20.0)
+    assert "uk-carbon-intensity forecast" in by["GB"]["intensity_source"]
+    assert "yearly average" in by["FR"]["intensity_source"]
+    assert any(n.startswith("FR: no forecast") for n in out["notes"])
+    bad = cw("where", "--duration", "1h", "--energy", "1", "--regions", "GB", "--forecast",
+             "--provider", "uk-carbon")  # fmt: skip
+    assert bad.returncode == 2 and "close matches: uk-carbon-intensity" in bad.stderr

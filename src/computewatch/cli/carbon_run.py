@@ -284,6 +284,8 @@ def cmd_where(args: argparse.Namespace) -> int:
     notes: list[str] = []
     if args.forecast:
         now = dt.datetime.now(dt.UTC)
+        if args.provider:  # an unknown name: one error with close matches, not a note a region
+            make_provider(args.provider, settings_from_config(cfg))
         for code in rows_in:
             try:
                 src = resolve_source(
@@ -297,7 +299,7 @@ def cmd_where(args: argparse.Namespace) -> int:
                 window = s.between(now, now + dt.timedelta(seconds=args.duration))
                 g = mean_intensity(window if window.points else s)
                 intensities[code] = (g, f"{s.provider} forecast mean over the next run")
-            except (ProviderError, UnknownProviderError, IntensityError) as e:
+            except ComputewatchError as e:  # down, rate-limited, no provider for the region
                 notes.append(f"{code}: no forecast ({e}); the yearly average is used")
     figs = compare_regions(
         rows_in,
