@@ -247,6 +247,8 @@ def _accelerator(model: str) -> Accelerator | None:
         return catalog[name]
     words = set(name.replace("-", " ").upper().split())
     hits = [a for key, a in catalog.items() if key.upper() in words]  # "AMD Instinct MI300X"
+    if not hits:  # "Google TPU v5e": every part of the key "TPU-v5e" is a word of the name
+        hits = [a for key, a in catalog.items() if set(key.upper().split("-")) <= words]
     return hits[0] if len(hits) == 1 else None
 
 
