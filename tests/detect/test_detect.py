@@ -204,7 +204,7 @@ def test_detect_our_own_run(cw: Any) -> None:
         "--",
         sys.executable,
         "-c",
-        "import time; time.sleep(3)",
+        "import time; time.sleep(1.5)",
     )
     (job,) = json.loads(cw.ok("detect", "--run", "last", "--json").stdout)["jobs"]
     assert job["simulated"] is True and job["gpu_count"] == 2
