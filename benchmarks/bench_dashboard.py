@@ -54,7 +54,7 @@ def _free_port() -> int:
 
 def _p90(values: list[float]) -> float:
     v = sorted(values)
-    return v[min(len(v) - 1, int(round(0.9 * (len(v) - 1))))]
+    return v[min(len(v) - 1, round(0.9 * (len(v) - 1)))]
 
 
 def upload(i: int, rng: random.Random, now: float) -> dict[str, Any]:

@@ -111,6 +111,11 @@ def _num(v: float | None) -> float | None:
     return float(f"{v:.4g}")
 
 
+def _point(p: Sequence[float]) -> bool:
+    """A bucket ``[t, min, mean, max]`` with a time one can draw."""
+    return len(p) == 4 and math.isfinite(p[0]) and abs(p[0]) < 1e12
+
+
 def _label(name: str, labels: Mapping[str, str]) -> str:
     if not labels:
         return title_of(name)
@@ -124,7 +129,7 @@ def _aligned(
     lines: Sequence[tuple[str, Sequence[Sequence[float]]]], offset: float, bands: bool
 ) -> tuple[list[float], list[ChartLine]]:
     """Several series on the union of their bucket times (None where a series has no bucket)."""
-    xs = sorted({round(p[0] - offset, 3) for _, pts in lines for p in pts if len(p) == 4})
+    xs = sorted({round(p[0] - offset, 3) for _, pts in lines for p in pts if _point(p)})
     pos = {x: i for i, x in enumerate(xs)}
     out: list[ChartLine] = []
     for label, pts in lines:
@@ -133,7 +138,7 @@ def _aligned(
         hi: list[float | None] = [None] * len(xs)
         banded = False
         for p in pts:
-            if len(p) != 4:
+            if not _point(p):
                 continue
             i = pos[round(p[0] - offset, 3)]
             lo[i], mean[i], hi[i] = _num(p[1]), _num(p[2]), _num(p[3])
@@ -173,7 +178,7 @@ def _combined(name: str, group: Sequence[SeriesData]) -> list[list[float]]:
     acc: dict[float, list[float]] = {}
     for s in group:
         for p in s.points:
-            if len(p) == 4 and math.isfinite(p[2]):
+            if _point(p) and math.isfinite(p[2]):
                 acc.setdefault(p[0], []).append(p[2])
     average = name.endswith("_ratio")
     out = []
