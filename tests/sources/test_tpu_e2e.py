@@ -34,6 +34,8 @@ def test_tpu_run_through_the_fake(cw: Any) -> None:
     assert devices["gpus"][0]["capabilities"]["energy_counter"] is False
     bad = cw("devices", "--gpu-backend", "fake:4xTPU-v9")
     assert bad.returncode == 2 and "TPU-v5e" in bad.stderr
+    text = cw.ok("show", "last").stdout
+    assert "tpu 0 " in text and "tpu 3 " in text and "TPU-hours" in text
     report = cw.ok("report", "last", "-o", cw.tmp / "r.html")
     assert report.returncode == 0
     assert "TPU v5e" in (cw.tmp / "r.html").read_text()

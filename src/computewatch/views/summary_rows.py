@@ -188,7 +188,9 @@ def samples_row(s: RunSummary) -> Row:
 def summary_rows(s: RunSummary) -> list[Row]:
     """Every row of the summary, in the order ``computewatch show`` prints them."""
     rows = [*run_rows(s), *usage_rows(s)]
-    rows += [Row(f"gpu {g.get('index')}", gpu_text(g)) for g in s.get("gpus") or []]
+    for g in s.get("gpus") or []:  # a Google TPU chip is a "tpu" row (docs/tpu.md)
+        kind = "tpu" if (g.get("model") or "").startswith("TPU-") else "gpu"
+        rows.append(Row(f"{kind} {g.get('index')}", gpu_text(g)))
     for label, text in [*steps_lines(s), *accounting_lines(s), *diagnosis_rows(s)]:
         rows.append(Row(label, text))  # phases, ranks, requests; energy ... forecast; findings
     rows += [Row(label, text) for label, text in repro_lines(s)]  # environment, config
