@@ -74,3 +74,21 @@ def test_import_parquet_two_jobs(cw: Any, tmp_path: Path) -> None:
 def test_import_text_output(cw: Any, tmp_path: Path) -> None:
     r = cw.ok("import", _smi_log(tmp_path / "x.csv", 5))
     assert "integrated from polled power" in r.stdout
+
+
+def test_network_traffic_when_known(cw: Any, tmp_path: Path) -> None:
+    """The long format's job-level traffic becomes the run's network figures (integrated), and
+    evidence for detection."""
+    p = tmp_path / "net.csv"
+    rows = [
+        "job,timestamp,gpu,gpu_utilization_ratio,network_receive_bytes_per_second,"
+        "network_transmit_bytes_per_second"
+    ]
+    rows += [f"j,{1706702400 + i},{g},0.9,1000,500" for i in range(31) for g in (0, 1)]
+    p.write_text("\n".join(rows) + "\n")
+    cw.ok("import", p, "--name", "net")
+    s = cw.show("net")
+    assert s["network"]["recv_bytes"] == 30 * 1000  # counted once for the job, not per GPU
+    assert s["network"]["sent_bytes"] == 30 * 500
+    (job,) = json.loads(cw.ok("detect", p, "--json").stdout)["jobs"]
+    assert job["features"]["network_bytes_per_second_mean"] == 1500.0

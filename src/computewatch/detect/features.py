@@ -68,6 +68,7 @@ EVIDENCE_FEATURES: tuple[str, ...] = (
     "sm_clock_mean_mhz",
     "temperature_mean_celsius",
     "pcie_bytes_per_second_mean",
+    "network_bytes_per_second_mean",
     "gpu_util_correlation",
 )
 """Features reported with a verdict but not read by the model (no labelled public data has
@@ -171,6 +172,12 @@ def _gpu_features(g: GpuTelemetry, interval: float) -> dict[str, float]:
     tx = _array(g.metrics.get("gpu_pcie_transmit_bytes_per_second"))
     if rx is not None or tx is not None:
         f["pcie_bytes_per_second_mean"] = sum(float(a.mean()) for a in (rx, tx) if a is not None)
+    nrx = _array(g.metrics.get("network_receive_bytes_per_second"))
+    ntx = _array(g.metrics.get("network_transmit_bytes_per_second"))
+    if nrx is not None or ntx is not None:
+        f["network_bytes_per_second_mean"] = sum(
+            float(a.mean()) for a in (nrx, ntx) if a is not None
+        )
     return f
 
 

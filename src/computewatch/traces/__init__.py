@@ -8,11 +8,19 @@ from pathlib import Path
 
 from computewatch.traces.long import read_long_csv, read_long_parquet
 from computewatch.traces.nvsmi import read_nvidia_smi
-from computewatch.traces.records import METRICS, GpuSeries, JobTrace, Trace, TraceError
+from computewatch.traces.records import (
+    METRICS,
+    NETWORK_METRICS,
+    GpuSeries,
+    JobTrace,
+    Trace,
+    TraceError,
+)
 
 __all__ = [
     "FORMATS",
     "METRICS",
+    "NETWORK_METRICS",
     "GpuSeries",
     "JobTrace",
     "Trace",

@@ -76,16 +76,16 @@ def _ticks(job: JobTrace) -> Iterator[tuple[float, list[tuple[int, int]]]]:
         yield tick
 
 
-def _energy(g: GpuSeries) -> array[float]:
-    """Cumulative joules at each sample (NaN before the first power value)."""
-    power = g.metrics.get("gpu_power_watts")
-    out = array("d", bytes(8 * len(g.times)))
-    if power is None:
+def _integral(times: array[float], rates: array[float] | None) -> array[float]:
+    """Cumulative trapezoid integral of ``rates`` over ``times`` at each sample (NaN before the
+    first value; empty without rates); nothing is added across a gap or a missing value."""
+    if rates is None:
         return array("d")
-    limit = gap_limit(g.times)
+    out = array("d", bytes(8 * len(times)))
+    limit = gap_limit(times)
     total = math.nan
     prev_t = prev_p = math.nan
-    for i, (t, p) in enumerate(zip(g.times, power, strict=True)):
+    for i, (t, p) in enumerate(zip(times, rates, strict=True)):
         if math.isnan(p):
             prev_t = math.nan
         else:
@@ -96,6 +96,12 @@ def _energy(g: GpuSeries) -> array[float]:
             prev_t, prev_p = t, p
         out[i] = total
     return out
+
+
+_NETWORK_COUNTERS = {
+    "network_receive_bytes_per_second": "host_network_receive_bytes_total",
+    "network_transmit_bytes_per_second": "host_network_transmit_bytes_total",
+}
 
 
 def import_trace(
@@ -167,16 +173,18 @@ def _import_job(
     )
     series: list[tuple[int, str, tuple[tuple[str, str], ...], Kind]] = []
     index: dict[tuple[int, str], int] = {}
-    energies: list[array[float]] = []
+    # counters integrated from rates: per GPU, (series index, cumulative values)
+    integrals: list[list[tuple[int, array[float]]]] = []
+    net_owner: dict[str, int] = {}  # the job's traffic is taken from the first GPU giving it
     for gi, g in enumerate(job.gpus):
+        mine: list[tuple[int, array[float]]] = []
         for m in METRICS:
             if m in g.metrics:
                 index[(gi, m)] = len(series)
                 series.append((len(series), m, labels(gpu=uuids[gi]), Kind.GAUGE))
-        e = _energy(g)
-        energies.append(e)
+        e = _integral(g.times, g.metrics.get("gpu_power_watts"))
         if any(not math.isnan(v) for v in e):
-            index[(gi, "energy")] = len(series)
+            mine.append((len(series), e))
             series.append(
                 (
                     len(series),
@@ -185,9 +193,16 @@ def _import_job(
                     Kind.COUNTER,
                 )
             )
+        for m, counter_name in _NETWORK_COUNTERS.items():
+            if m in g.metrics and m not in net_owner:
+                net_owner[m] = gi
+                mine.append((len(series), _integral(g.times, g.metrics[m])))
+                lbl = labels(interface="imported")
+                series.append((len(series), counter_name, lbl, Kind.COUNTER))
+        integrals.append(mine)
     store.write_batch(key, series=series)
     metrics = [
-        [(m, vals, index[(gi, m)]) for m, vals in g.metrics.items()]
+        [(m, vals, index[(gi, m)]) for m, vals in g.metrics.items() if (gi, m) in index]
         for gi, g in enumerate(job.gpus)
     ]
     tick_rows: list[tuple[int, float, float]] = []
@@ -200,9 +215,9 @@ def _import_job(
                 v = vals[si]
                 if not math.isnan(v):
                     samples.append((key, seq, idx, v))
-            e = energies[gi]
-            if e and not math.isnan(e[si]):
-                samples.append((key, seq, index[(gi, "energy")], e[si]))
+            for idx, cum in integrals[gi]:
+                if not math.isnan(cum[si]):
+                    samples.append((key, seq, idx, cum[si]))
         if len(tick_rows) >= WRITE_TICKS:
             store.write_batch(key, ticks=tick_rows, samples=samples, data_until=t)
             tick_rows, samples = [], []

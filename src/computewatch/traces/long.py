@@ -3,7 +3,8 @@
 Columns: ``timestamp`` (Unix seconds, ISO 8601 or nvidia-smi's format; naive times are UTC
 here), ``gpu`` (any identity: index, uuid), optional ``job`` and ``name`` (the GPU model), and
 any subset of the metric columns of :data:`computewatch.traces.records.METRICS`, in SI units
-(ratios 0-1, bytes, watts, degrees C, hertz, bytes per second). Any other column is an error:
+(ratios 0-1, bytes, watts, degrees C, hertz, bytes per second), and the job's network traffic
+when known (:data:`computewatch.traces.records.NETWORK_METRICS`). Any other column is an error:
 a column whose unit is unknown would be read wrong.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from computewatch.traces._build import Builder, iter_lines, parse_time
-from computewatch.traces.records import METRICS, Trace, TraceError
+from computewatch.traces.records import METRICS, NETWORK_METRICS, Trace, TraceError
 
 __all__ = ["read_long_csv", "read_long_parquet"]
 
@@ -31,12 +32,12 @@ def _columns(
         h = str(raw).strip()
         if h in _IDS:
             ids[h] = i
-        elif h in METRICS:
+        elif h in METRICS or h in NETWORK_METRICS:
             mets[h] = i
         else:
             raise TraceError(
                 f"{where}: unknown column {h[:60]!r}: the long format has job, timestamp, gpu, "
-                f"name and the metric columns {', '.join(METRICS)} (SI units)"
+                f"name and the metric columns {', '.join([*METRICS, *NETWORK_METRICS])} (SI units)"
             )
     for need in ("timestamp", "gpu"):
         if need not in ids:

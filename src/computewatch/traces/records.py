@@ -13,6 +13,7 @@ from computewatch.errors import ComputewatchError
 
 __all__ = [
     "METRICS",
+    "NETWORK_METRICS",
     "GpuSeries",
     "JobTrace",
     "Trace",
@@ -35,6 +36,13 @@ METRICS: dict[str, str] = {
     "gpu_pcie_transmit_bytes_per_second": "PCIe transmit throughput (bytes/s)",
 }
 """The per-GPU metrics a trace may carry: our stored series names, SI units (any subset)."""
+
+NETWORK_METRICS: dict[str, str] = {
+    "network_receive_bytes_per_second": "the job's network receive throughput (bytes/s)",
+    "network_transmit_bytes_per_second": "the job's network transmit throughput (bytes/s)",
+}
+"""Job-level traffic the long format may carry (on every GPU's rows, or on one GPU's); stored as
+the host network counters of the run, integrated over time."""
 
 
 class TraceError(ComputewatchError):
