@@ -134,3 +134,19 @@ def test_failed_delivery_warns_once_and_never_raises() -> None:
     n.notify(due_alerts([status(b, 9.0, ts(2026, 11, 20))], MemorySentLog()))
     n.close()
     assert "delivery failed" in out.getvalue()
+
+
+def test_delivered_to_alertmanager(receiver: Receiver) -> None:
+    n = BudgetNotifier([Target("alertmanager", receiver.url)], out=io.StringIO())
+    b = BudgetSpec(4, "project", "llm", "cost", 100.0, "week", (0.8,))
+    n.notify(due_alerts([status(b, 90.0, ts(2026, 12, 3))], MemorySentLog()))
+    receiver.wait(lambda r: len(r.bodies) == 1)
+    n.close()
+    assert receiver.paths == ["/api/v2/alerts"]
+    alert, forecast = receiver.bodies[0]  # 90 in 3 days of 7: 210 by Sunday
+    assert forecast["labels"]["alertname"] == "BudgetForecastOver"
+    assert "$210.00 by the period's end of $100.00" in forecast["annotations"]["summary"]
+    assert alert["labels"]["alertname"] == "BudgetThresholdReached"
+    assert alert["labels"]["project"] == "llm" and alert["labels"]["period_start"] == "2026-11-30"
+    assert alert["startsAt"].startswith("2026-12-03T00:00:00")
+    assert "80% reached for week of 2026-11-30" in alert["annotations"]["summary"]
