@@ -14,7 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from computewatch.detect import DetectError, classify_trace
-from computewatch.traces import FORMATS, METRICS, read_trace
+from computewatch.store import Store
+from computewatch.traces import FORMATS, METRICS, NETWORK_METRICS, read_trace
+from computewatch.traces.importer import import_trace
 from computewatch.traces.nvsmi import FIELDS
 
 BASE = settings.get_profile("computewatch-fuzz")  # tests/fuzz/conftest.py
@@ -75,7 +77,9 @@ def nvsmi_logs(draw: st.DrawFn) -> str:
 def long_csvs(draw: st.DrawFn) -> str:
     cols = draw(
         st.lists(
-            st.sampled_from(["job", "timestamp", "gpu", "name", *METRICS, "other"]),
+            st.sampled_from(
+                ["job", "timestamp", "gpu", "name", *METRICS, *NETWORK_METRICS, "other"]
+            ),
             min_size=1,
             max_size=6,
             unique=True,
@@ -107,6 +111,9 @@ def _read(data: bytes, fmt: str | None, errors: tuple[type[BaseException], ...])
             classify_trace(trace)
         except DetectError:
             pass
+        with Store.memory() as store:  # in memory: the fuzzers write no database file
+            for r in import_trace(store, trace):
+                assert store.run_by_key(r.key).status == "completed"
 
 
 @fuzz(150)
