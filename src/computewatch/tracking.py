@@ -261,20 +261,44 @@ class Run:
             raise ValueError(f"first must be an int >= 1, not {first!r}")
         return self._profile_window(first, first + steps - 1, "steps")
 
-    def _profile_window(self, first: int, last: int, trigger: Trigger) -> ProfileWindow | None:
+    def _poll_profile_request(self) -> None:
+        """A PyTorch Profiler window the monitor asked for (on a step-time regression: see
+        computewatch.profiling.anomaly), armed when no window is open. Never raises."""
+        try:
+            from computewatch.profiling.anomaly import read_torch_request
+            from computewatch.profiling.artifacts import artifact_dir
+
+            db = self._db()
+            if db is None or self._window is not None:
+                return
+            req = read_torch_request(artifact_dir(db, self.id, create=False))
+            if req is not None:
+                self._profile_window(1, req[0], "anomaly", req[1])
+        except Exception as e:
+            warn_once("profile", f"no PyTorch Profiler window ({type(e).__name__}: {e})")
+
+    def _db(self) -> Path | None:
+        if self.db_path is not None:
+            return self.db_path
+        env = os.environ.get(ENV_RUN_DB_NAME)
+        return Path(env) if env else None
+
+    def _profile_window(
+        self, first: int, last: int, trigger: Trigger, reason: str = ""
+    ) -> ProfileWindow | None:
         # the profiling helpers: only when a window is asked for
         from computewatch.profiling.artifacts import artifact_dir
         from computewatch.profiling.torch_window import ProfileWindow
 
-        db = self.db_path or (
-            Path(os.environ[ENV_RUN_DB_NAME]) if os.environ.get(ENV_RUN_DB_NAME) else None
-        )
+        db = self._db()
         if db is None:
             warn_once("profile", "the run's store is unknown: no profile is taken")
             return None
         if self._window is not None:
             self._window.close()
-        self._window = ProfileWindow(first, last, artifact_dir(db, self.id), trigger=trigger)
+        self._window = ProfileWindow(
+            first, last, artifact_dir(db, self.id), trigger=trigger, reason=reason
+        )
         return self._window
 
     def phase(self, name: str) -> Phase:

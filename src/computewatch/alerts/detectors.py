@@ -155,7 +155,9 @@ class StepTimeRegression:
     def _check(self, st: _Steps, now: float, n: float, t: float) -> tuple[float, str] | None:
         if st.baseline is None:
             if st.anchor is None:
-                if now - st.first >= self.warmup:
+                # The warm-up ends after the first steps: a first step that carried the job's
+                # start-up (imports, data loading) stays out of the baseline.
+                if now - st.first >= self.warmup and n > 0:
                     st.anchor = (now, n, t)
                 return None
             a_t, a_n, a_time = st.anchor

@@ -254,7 +254,16 @@ def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> l
         args.prometheus_tls_cert,
         args.prometheus_tls_key,
     )
-    if not any(prometheus_flags) and not alerts_enabled(args) and not exports_enabled(args):
+    cfg = accounting.config
+    capture = cfg.profiling_capture_on_regression
+    if capture is None:  # by default, with the alert flags (their detector's capture)
+        capture = alerts_enabled(args)
+    if (
+        not any(prometheus_flags)
+        and not alerts_enabled(args)
+        and not exports_enabled(args)
+        and not capture
+    ):
         return []  # none: the metrics server and the rules engine are not loaded
     # only with --prometheus or alert flags: the metrics server and the rules engine
     from computewatch.alerts import AlertsError
@@ -291,6 +300,23 @@ def _run_observers(args: argparse.Namespace, accounting: AccountingOptions) -> l
         if alerts is not None:
             sinks.append(alerts)
         sinks.extend(export_sinks(args, node=None, interval=args.interval, prefix=f"{PROG} run"))
+        if capture:  # a py-spy sample when the step-time regression detector fires
+            from computewatch.fleet.anomaly_capture import regression_capture
+
+            sinks.append(
+                regression_capture(
+                    resolve_db_path(args.db),
+                    min_interval=cfg.profiling_capture_interval,
+                    seconds=cfg.profiling_capture_seconds,
+                    overrides={
+                        "warmup": cfg.profiling_regression_warmup,
+                        "baseline": cfg.profiling_regression_baseline,
+                        "window": cfg.profiling_regression_window,
+                        "threshold": cfg.profiling_regression_threshold,
+                    },
+                    prefix=f"{PROG} run",
+                )
+            )
     except BaseException:
         for sink in sinks:
             sink.close()

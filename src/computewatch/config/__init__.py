@@ -128,6 +128,14 @@ class Config:
     server_budget_notify: tuple[str, ...] = ()
     """``[server] budget_notify``: where budget alerts go (webhook:URL, slack:URL, ...)."""
     server_budget_interval: float | None = None
+    profiling_capture_on_regression: bool | None = None
+    """``[profiling] capture_on_regression``: None (default) = with ``run``'s alert flags."""
+    profiling_capture_interval: float = 1800.0
+    profiling_capture_seconds: float = 5.0
+    profiling_regression_warmup: float | None = None
+    profiling_regression_baseline: float | None = None
+    profiling_regression_window: float | None = None
+    profiling_regression_threshold: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -194,6 +202,12 @@ NUMBERS: dict[str, Range] = {
     "cost.usd_per_kwh": Range(0, 1e3, why="dollars"),
     "server.stream_interval": Range(1, 3600, why="seconds"),
     "server.budget_interval": Range(1, 86400, why="seconds"),
+    "profiling.capture_interval": Range(1, 7 * 86400, why="seconds between captures"),
+    "profiling.capture_seconds": Range(1, 600, why="seconds of py-spy sampling"),
+    "profiling.regression_warmup": Range(0, 86400, why="seconds"),
+    "profiling.regression_baseline": Range(1, 86400, why="seconds"),
+    "profiling.regression_window": Range(1, 86400, why="seconds"),
+    "profiling.regression_threshold": Range(0, 100, low_open=True, why="0.2 = 20% slower"),
     "governance.parameters": Range(0, 1e16, low_open=True, why="the model's parameter count"),
     "governance.retention_years": Range(0, 100, low_open=True, why="years"),
 }
@@ -243,6 +257,15 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "ledger_key": ("governance_ledger_key", "path"),
         "retention_years": ("governance_retention_years", "number"),
         "tiers": ("governance_tiers", "table"),
+    },
+    "profiling": {
+        "capture_on_regression": ("profiling_capture_on_regression", "bool"),
+        "capture_interval": ("profiling_capture_interval", "number"),
+        "capture_seconds": ("profiling_capture_seconds", "number"),
+        "regression_warmup": ("profiling_regression_warmup", "number"),
+        "regression_baseline": ("profiling_regression_baseline", "number"),
+        "regression_window": ("profiling_regression_window", "number"),
+        "regression_threshold": ("profiling_regression_threshold", "number"),
     },
     "server": {
         "url": ("server_url", "url"),

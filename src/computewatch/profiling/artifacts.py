@@ -22,6 +22,7 @@ __all__ = [
     "artifacts_of",
     "collect_manifests",
     "link_pending",
+    "name_captures",
     "write_manifest",
 ]
 
@@ -129,3 +130,28 @@ def link_pending(store: Store, run_key: int, run_id: str) -> None:
             collect_manifests(store, run_key, d)
     except Exception:
         pass
+
+
+def name_captures(diagnosis: object, store: Store, run_key: int) -> None:
+    """Name the captures taken on a step-time regression in the diagnosis's
+    ``step_regression`` finding (one evidence line per capture; in place). Never raises."""
+    try:
+        _name_captures(diagnosis, artifacts_of(store, run_key))
+    except Exception:
+        pass
+
+
+def _name_captures(diagnosis: object, artifacts: list[Artifact]) -> None:
+    caught = [a for a in artifacts if a.get("trigger") == "anomaly"]
+    if not caught or not isinstance(diagnosis, dict):
+        return
+    for f in diagnosis.get("findings") or []:
+        if not isinstance(f, dict) or f.get("id") != "step_regression":
+            continue
+        evidence = f.get("evidence")
+        if isinstance(evidence, dict) and isinstance(evidence.get("lines"), list):
+            for a in caught:
+                files = ", ".join(a["files"][k] for k in sorted(a["files"]))
+                evidence["lines"].append(
+                    f"{a['tool']} capture taken when the regression was detected: {files}"
+                )

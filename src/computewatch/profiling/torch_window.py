@@ -64,13 +64,22 @@ class ProfileWindow:
     """Steps ``first`` to ``last`` (counted by :meth:`step_ended` calls from 1) under the
     PyTorch Profiler; the files go to ``out_dir``."""
 
-    def __init__(self, first: int, last: int, out_dir: Path, *, trigger: Trigger = "steps") -> None:
+    def __init__(
+        self,
+        first: int,
+        last: int,
+        out_dir: Path,
+        *,
+        trigger: Trigger = "steps",
+        reason: str = "",
+    ) -> None:
         if first < 1 or last < first:
             raise ValueError(f"a step window is first >= 1 and last >= first, not {first}:{last}")
         self.first = first
         self.last = last
         self.out_dir = out_dir
         self.trigger: Trigger = trigger
+        self.reason = reason
         self.steps = 0
         self.files: dict[str, str] = {}
         self.done = False
@@ -142,7 +151,8 @@ class ProfileWindow:
                 "trigger": self.trigger,
                 "files": self.files,
                 "created_at": time.time(),
-                "note": f"steps {self.first} to {self.last}",
+                "note": f"steps {self.first} to {self.last}"
+                + (f" after {self.reason}" if self.reason else ""),
             }
             write_manifest(self.out_dir, stem, artifact)
         except Exception as e:

@@ -15,7 +15,7 @@ from computewatch.accounting.engine import AccountingOptions, accounted, with_ac
 from computewatch.analysis.summary import build_summary, summary_of
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.diagnosis import diagnosed
-from computewatch.profiling.artifacts import link_pending
+from computewatch.profiling.artifacts import link_pending, name_captures
 from computewatch.sampling.channel import SpoolReader
 from computewatch.sampling.sampler import Sampler
 from computewatch.store import RunRow, Store, StoreError
@@ -160,6 +160,7 @@ def finish_run(
         summary, accounted(store, run, summary, accounting or AccountingOptions())
     )
     summary["diagnosis"] = diagnosed(store, run, summary, accounting)  # never raises
+    name_captures(summary["diagnosis"], store, run_key)  # profiles taken on an anomaly
     store.update_run(run_key, summary=summary)
     if reader is not None:
         if ok:

@@ -15,6 +15,7 @@ from computewatch.sampling.channel import PHASE, STEP
 from computewatch.tracking import Run, _mono, current_run
 
 T = TypeVar("T")
+_POLL_SECONDS = 2.0  # how often the loop looks for a profiler request (one stat(2))
 
 Count = Callable[[Any], float | None] | float | None
 """How to count a batch: a function of the batch, a constant, or None."""
@@ -104,6 +105,7 @@ def _iterate(
     n_samples: float | None = None if callable(samples) else samples
     n_tokens: float | None = None if callable(tokens) else tokens
     t0 = mono()
+    poll_at = t0 + _POLL_SECONDS
     try:
         item = next(it)
     except StopIteration:
@@ -125,6 +127,12 @@ def _iterate(
             app((t0, n_samples, n_tokens))
         else:
             app((STEP, 0, t0, n_samples, n_tokens, rule(n_tokens), None))
+        win = run._window  # the PyTorch Profiler around some steps (run.profile, anomalies)
+        if win is not None and win.step_ended():
+            run._window = None
+        if t0 >= poll_at:  # has the monitor asked for a profiler window?
+            poll_at = t0 + _POLL_SECONDS
+            run._poll_profile_request()
         try:
             item = next(it)
         except StopIteration:
