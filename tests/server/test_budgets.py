@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+from pathlib import Path
 
 import pytest
 from tests.conftest import Receiver
@@ -16,6 +17,7 @@ from computewatch.server.budgets import (
     MIN_FORECAST_ELAPSED_S,
     BudgetNotifier,
     BudgetSpec,
+    DbSentLog,
     MemorySentLog,
     alert_event,
     crossed,
@@ -150,3 +152,36 @@ def test_delivered_to_alertmanager(receiver: Receiver) -> None:
     assert alert["labels"]["project"] == "llm" and alert["labels"]["period_start"] == "2026-11-30"
     assert alert["startsAt"].startswith("2026-12-03T00:00:00")
     assert "80% reached for week of 2026-11-30" in alert["annotations"]["summary"]
+
+
+def test_sent_log_in_the_database_is_shared_and_kept(tmp_path: Path) -> None:
+    """Two server processes' logs on one database (two engines), then a fresh one (a restart):
+    each alert is claimed once per period; a deleted budget's claims go with it."""
+    from computewatch.serverdb.budgets import create_budget, delete_budget
+    from computewatch.serverdb.engine import open_database, upgrade
+
+    url = f"sqlite:///{tmp_path / 'server.db'}"
+    dbs = [open_database(url) for _ in range(3)]
+    try:
+        upgrade(dbs[0])
+        with dbs[0].session() as s:
+            b = create_budget(
+                s, scope_kind="team", scope_name="ml", metric="kwh", amount=1.0, period="month"
+            )
+        one, two, later = (DbSentLog(db) for db in dbs)
+        nov, dec = ts(2026, 11, 1), ts(2026, 12, 1)
+        assert one.claim(b.id, nov, "0.8") is True
+        assert two.claim(b.id, nov, "0.8") is False
+        assert later.claim(b.id, nov, "0.8") is False
+        assert later.claim(b.id, nov, "1") is True
+        assert two.claim(b.id, dec, "0.8") is True
+        with dbs[0].session() as s:
+            assert delete_budget(s, b.id)
+        with dbs[0].session() as s:
+            b2 = create_budget(
+                s, scope_kind="team", scope_name="ml", metric="kwh", amount=1.0, period="month"
+            )
+        assert one.claim(b2.id, nov, "0.8") is True  # a new budget: its own alerts
+    finally:
+        for db in dbs:
+            db.dispose()

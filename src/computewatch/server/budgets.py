@@ -14,15 +14,15 @@ no forecast is made.
 
 Alerts: each threshold (a fraction of the amount, e.g. 0.8 and 1.0) and "forecast over the
 amount" is one alert kind. When an evaluation finds a kind crossed that was not yet delivered in
-this period, it is delivered once through the alert targets of ``computewatch.alerts``
-(webhook, Slack, Alertmanager) and remembered (:class:`SentLog`), so the next evaluation, the
-next period's first days or another server process do not send it again.
+this period, it is claimed in a :class:`SentLog` (the server database's
+``budget_alerts_sent``, :class:`DbSentLog`) and delivered once through the alert targets of
+``computewatch.alerts`` (webhook, Slack, Alertmanager): the next evaluation, another server
+process or a restarted server do not send it again.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
 import logging
 import math
 import sys
@@ -45,6 +45,7 @@ from computewatch.alerts.notify import (
     write_lines,
 )
 from computewatch.errors import UsageError
+from computewatch.serverdb.budget_alerts import claim_alert
 from computewatch.serverdb.budgets import BudgetInfo, list_budgets
 from computewatch.serverdb.engine import Database
 from computewatch.serverdb.queries import usage
@@ -61,6 +62,7 @@ __all__ = [
     "BudgetNotifier",
     "BudgetSpec",
     "BudgetStatus",
+    "DbSentLog",
     "MemorySentLog",
     "SentLog",
     "alert_event",
@@ -294,10 +296,16 @@ class MemorySentLog:
             return True
 
 
-def alert_key(budget_id: int, period_start: float, kind: str) -> str:
-    """A short stable key of one budget alert in one period (for a table's unique column)."""
-    text = f"{budget_id}|{period_start:.0f}|{kind}"
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+class DbSentLog:
+    """A :class:`SentLog` in the server database (``budget_alerts_sent``): shared by every
+    server process on it and kept across restarts."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+
+    def claim(self, budget_id: int, period_start: float, kind: str) -> bool:
+        with self.db.session() as session:
+            return claim_alert(session, budget_id, period_start, kind)
 
 
 def due_alerts(statuses: Iterable[BudgetStatus], sent: SentLog) -> list[BudgetAlert]:
@@ -426,7 +434,7 @@ class BudgetEvaluator:
         self.db = db
         self.notifier = notifier
         self.interval = interval
-        self.sent: SentLog = sent if sent is not None else MemorySentLog()
+        self.sent: SentLog = sent if sent is not None else DbSentLog(db)
         self.clock = clock
         self.evaluations = 0
         self._stop = threading.Event()

@@ -381,6 +381,14 @@ def test_budget_progress_and_alert_once(
     post(s, ingest, seeded_upload("bud00002", name="more", kwh=2.0, cost=1.0))
     receiver.wait(lambda r: len(r.bodies) >= 2)
     assert [a["labels"]["threshold"] for a in receiver.alerts()] == ["0.5", "1"]
+    # A restarted server remembers what was sent (the database keeps it).
+    s.restart()
+    deadline = time.monotonic() + 30
+    while evaluations() < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert evaluations() >= 2
+    assert len(receiver.bodies) == 2
+    o = open_page(s.url, admin)  # the restart ended the old page's event stream
     o.goto("/budgets")
     assert "110%" in o.page.locator("#budgets td.used").inner_text()
     with o.page.expect_navigation():
