@@ -474,8 +474,10 @@ def _carbon(
         hourly, op, g_per_kwh, src, intensity_method = _hourly(
             store, run, opts, location, energy, g_per_kwh, op, notes
         )
-        if hourly is not None:
-            method = MEASURED if hourly["kind"] == "history" else MODELED
+        if hourly is not None:  # a grid operator's or Electricity Maps' history is measured;
+            # WattTime's marginal rate is a model's, a user's file of unknown provenance
+            measured = hourly["provider"] in ("electricitymaps", "uk-carbon-intensity")
+            method = MEASURED if measured and hourly["kind"] == "history" else MODELED
     out: CarbonSection = {
         "operational": op,
         "intensity": {
