@@ -5,6 +5,7 @@ call an idle GPU training."""
 from __future__ import annotations
 
 import csv
+from importlib import resources
 import json
 import math
 import sys
@@ -28,11 +29,11 @@ from computewatch.traces import read_trace
 
 HERE = Path(__file__).parent
 HELDOUT = HERE / "data" / "migprofiler_heldout.csv"
-TABLE = Path(load_model.__code__.co_filename).parent / "models" / "training_features.csv"
+TABLE = resources.files("computewatch.detect") / "models" / "training_features.csv"
 
 
 def _rows() -> list[dict[str, str]]:
-    with TABLE.open() as fh:
+    with TABLE.open(encoding="utf-8") as fh:
         return list(csv.DictReader(ln for ln in fh if not ln.startswith("#")))
 
 
