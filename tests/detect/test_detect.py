@@ -5,10 +5,10 @@ call an idle GPU training."""
 from __future__ import annotations
 
 import csv
-from importlib import resources
 import json
 import math
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
