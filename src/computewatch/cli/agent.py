@@ -53,6 +53,8 @@ def add_agent_parser(sub: Any) -> None:
     )
     a.add_argument(
         "--gpu-backend",
+        "--accelerator-backend",
+        dest="gpu_backend",
         type=cli_args.gpu_backend,
         metavar="BACKEND",
         help=f"{BACKEND_CHOICES} (default auto; fake devices are labelled simulated)",
