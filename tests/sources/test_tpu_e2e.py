@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import urllib.request
 from collections.abc import Callable
@@ -34,6 +35,9 @@ def test_tpu_run_through_the_fake(cw: Any) -> None:
     assert devices["gpus"][0]["capabilities"]["energy_counter"] is False
     bad = cw("devices", "--gpu-backend", "fake:4xTPU-v9")
     assert bad.returncode == 2 and "TPU-v5e" in bad.stderr
+    top = json.loads(cw.ok("top", "--once", "--json", "--gpu-backend", "fake:2xTPU-v5e").stdout)
+    assert [g["name"] for g in top["gpus"]] == ["Google TPU v5e"] * 2
+    assert top["gpus"][0]["utilization_ratio"] > 0 and top["gpus"][0]["power_watts"] is None
     text = cw.ok("show", "last").stdout
     assert "tpu 0 " in text and "tpu 3 " in text and "TPU-hours" in text
     report = cw.ok("report", "last", "-o", cw.tmp / "r.html")
