@@ -72,7 +72,7 @@ def test_watttime_logs_in_and_converts_lb_per_mwh(srv: FakeCarbonServer) -> None
     assert [round(pt.g_per_kwh, 6) for pt in s.points] == VALUES
     assert "/login" in srv.requests
     assert any("MOER" in n for n in s.notes)
-    assert LB_PER_MWH_TO_G_PER_KWH == pytest.approx(0.45359237)
+    assert pytest.approx(0.45359237) == LB_PER_MWH_TO_G_PER_KWH
     h = p.history("CAISO_NORTH", T0, T0 + dt.timedelta(hours=2))
     assert [round(pt.g_per_kwh, 6) for pt in h.points] == VALUES[:2]
 

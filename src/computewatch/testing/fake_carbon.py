@@ -146,7 +146,9 @@ class FakeCarbonServer:
                 status, doc = fake._route(url.path, q, dict(self.headers.items()))
                 self._send(status, json.dumps(doc).encode())
 
-            def _send(self, status: int, body: bytes, headers: dict[str, str] | None = None) -> None:
+            def _send(
+                self, status: int, body: bytes, headers: dict[str, str] | None = None
+            ) -> None:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
