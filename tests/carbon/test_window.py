@@ -97,6 +97,10 @@ def test_gaps_are_filled_with_the_mean_and_said() -> None:
     plan = best_window(IntensitySeries.build("X", "t", pts), 3600, T0, 3 * 3600)
     assert plan.start == T0
     assert any("gaps" in n for n in plan.notes)
+    # a window over the gap: covered only where the series has values
+    over = best_window(IntensitySeries.build("X", "t", pts), 3 * 3600, T0, 0)
+    assert over.covered_ratio == pytest.approx(1 / 3)
+    assert over.mean_g_per_kwh == pytest.approx((100 + 2 * 200) / 3)  # the gap at the mean
 
 
 def test_bad_inputs() -> None:

@@ -51,11 +51,13 @@ class _Integral:
         # Segments (start, end, value), with gap segments at ``fill``.
         segs: list[tuple[float, float, float]] = []
         self.gap_seconds = 0.0
+        self.gaps: list[tuple[float, float]] = []
         for p in series.points:
             a = p.time.timestamp()
             b = a + p.resolution_s
             if segs and a > segs[-1][1]:
                 self.gap_seconds += a - segs[-1][1]
+                self.gaps.append((segs[-1][1], a))
                 segs.append((segs[-1][1], a, fill))
             segs.append((a, b, p.g_per_kwh))
         self.starts = [s[0] for s in segs]
@@ -81,8 +83,10 @@ class _Integral:
         return self.upto(b) - self.upto(a)
 
     def covered(self, a: float, b: float) -> float:
-        """Seconds of [a, b) within the series' own points (not gaps)."""
-        return max(0.0, min(b, self.t1) - max(a, self.t0))
+        """Seconds of [a, b) within the series' own points (not its gaps)."""
+        inside = max(0.0, min(b, self.t1) - max(a, self.t0))
+        holes = sum(max(0.0, min(b, g1) - max(a, g0)) for g0, g1 in self.gaps)
+        return max(inside - holes, 0.0)
 
 
 def mean_intensity(series: IntensitySeries) -> float:
