@@ -80,7 +80,7 @@ def test_points_from_ticks_follow_mlflow_names_and_units() -> None:
     second = _tick(maker, 1, 11.5, steps)  # 1.5 CPU-s in 1 s of 2 cores
     assert second["system/cpu_utilization_percentage"] == pytest.approx(75.0)
     assert second["computewatch/steps_per_second"] == 4.0
-    assert second["computewatch/step_time_seconds"] == pytest.approx(0.25)
+    assert second["computewatch/step_time_seconds"] == pytest.approx(0.375)  # 0.75 + 3 × 0.25
     assert second["computewatch/samples_per_second"] == 32.0
     assert second["computewatch/tokens_per_second"] == 320.0
     assert second["computewatch/mfu"] == pytest.approx(4e11 / 1e12)
@@ -210,3 +210,13 @@ def test_final_record_carries_each_figure_with_its_method_and_range() -> None:
     assert tags["computewatch.energy_kwh"] == "1.5"
     assert tags["computewatch.energy_kwh.method"] == "measured"
     assert not any(k.startswith("computewatch.finding") for k in tags)
+
+
+def test_the_first_tick_takes_its_rates_from_the_steps_own_span() -> None:
+    # a sampler that started late: every step came before its first tick
+    maker = PointMaker()
+    steps = [StepRecord(1, 10.0 + 0.25 * i, 8, None) for i in range(5)]
+    got = {p.name: p.value for p in maker.points(0, 20.0, 1.8e9, [], steps)}
+    assert got["computewatch/steps_per_second"] == 4.0  # 4 steps after the first, in 1 s
+    assert got["computewatch/samples_per_second"] == 32.0
+    assert got["computewatch/step_time_seconds"] == 0.25

@@ -84,6 +84,7 @@ class StoreFeed:
         self._stop = threading.Event()
         self._seq = -1
         self._step_rowid = 0
+        self._pending: list[tuple[float, StepRecord]] = []
         self._series: dict[int, tuple[str, tuple[tuple[str, str], ...], Kind]] = {}
         self._thread = threading.Thread(target=self._loop, name="computewatch-feed", daemon=True)
 
@@ -109,7 +110,7 @@ class StoreFeed:
                         row = store.find_run(self.run_id)
                         key = row.key
                         self.logger.maker = point_maker(row.host, self.peak_flops)
-                    self._read(store, key)
+                    self._read(store, key, stopping)
                 except (StoreError, OSError) as e:  # not created yet, or locked: next time
                     if stopping:
                         self.logger.warn(f"trackers: the run's last data not read ({e})")
@@ -121,8 +122,15 @@ class StoreFeed:
             if store is not None:
                 store.close()
 
-    def _read(self, store: Store, key: int) -> None:
+    def _read(self, store: Store, key: int, final: bool) -> None:
         conn = store.conn  # incremental reads by tick and row: no Store method reads "since"
+        for rowid, pid, mono, wall, samples, tokens, flops in conn.execute(
+            "SELECT rowid, pid, mono, wall, samples, tokens, flops FROM steps "
+            "WHERE run_key=? AND rowid>? ORDER BY rowid",
+            (key, self._step_rowid),
+        ):
+            self._step_rowid = max(self._step_rowid, rowid)
+            self._pending.append((wall, StepRecord(pid, mono, samples, tokens, flops)))
         ticks = conn.execute(
             "SELECT seq, mono, wall FROM ticks WHERE run_key=? AND seq>? ORDER BY seq",
             (key, self._seq),
@@ -141,22 +149,16 @@ class StoreFeed:
         ):
             name, labels, kind = self._series.get(idx, ("", (), Kind.GAUGE))
             by_seq.setdefault(seq, []).append(Reading(name, labels, value, kind))
-        steps: list[tuple[float, StepRecord]] = []
-        for rowid, pid, mono, wall, samples, tokens, flops in conn.execute(
-            "SELECT rowid, pid, mono, wall, samples, tokens, flops FROM steps "
-            "WHERE run_key=? AND rowid>? ORDER BY rowid",
-            (key, self._step_rowid),
-        ):
-            self._step_rowid = max(self._step_rowid, rowid)
-            steps.append((wall, StepRecord(pid, mono, samples, tokens, flops)))
-        steps.sort(key=lambda s: s[0])
+        self._pending.sort(key=lambda s: s[0])
+        pending = self._pending
         i = 0
         for n, (seq, mono, wall) in enumerate(ticks):
             mine: list[StepRecord] = []
-            # a step belongs to the first tick at or after it; those stored after the last
-            # tick read go with it (the store takes steps and ticks in the same batches)
-            while i < len(steps) and (steps[i][0] <= wall or n == len(ticks) - 1):
-                mine.append(steps[i][1])
+            # a step belongs to the first tick at or after it (steps stored after the last
+            # tick wait for the next one; the run's last tick takes what is left)
+            while i < len(pending) and (pending[i][0] <= wall or (final and n == len(ticks) - 1)):
+                mine.append(pending[i][1])
                 i += 1
             self.logger.tick(seq, mono, wall, by_seq.get(seq, []), mine)
+        del pending[:i]
         self._seq = last

@@ -141,8 +141,7 @@ class PointMaker:
                 used = max(0.0, cpu - self._prev_cpu) / dt / self.allowed_cores
                 values["system/cpu_utilization_percentage"] = used * 100.0
             self._prev_cpu = cpu
-        if dt and dt > 0:
-            self._step_values(values, steps, dt)
+        self._step_values(values, steps, dt if dt and dt > 0 else None)
         self._prev_mono = mono
         # a broken reading (NaN, inf) is not logged: trackers refuse or mis-plot them
         return [MetricPoint(k, v, seq, wall) for k, v in values.items() if math.isfinite(v)]
@@ -154,12 +153,26 @@ class PointMaker:
         return idx
 
     def _step_values(
-        self, values: dict[str, float], steps: Iterable[StepRecord], dt: float
+        self, values: dict[str, float], steps: Iterable[StepRecord], dt: float | None
     ) -> None:
+        """Rates over the tick; for the first tick (no previous one), over the steps' own span
+        (its first step excluded: the span starts there)."""
         n = 0
         samples = tokens = flops = 0.0
         gaps: list[float] = []
+        first: StepRecord | None = None
+        last_mono = -math.inf
         for s in steps:
+            if dt is None and first is None:
+                first = s
+                last_mono = s.mono
+                prev = self._last_step.get(s.pid)
+                self._last_step[s.pid] = s.mono
+                if prev is None or s.mono <= prev:
+                    continue
+                gaps.append(s.mono - prev)
+                continue
+            last_mono = max(last_mono, s.mono)
             n += 1
             samples += s.samples or 0.0
             tokens += s.tokens or 0.0
@@ -168,7 +181,11 @@ class PointMaker:
             if prev is not None and s.mono > prev:
                 gaps.append(s.mono - prev)
             self._last_step[s.pid] = s.mono
-        if not n:
+        if dt is None and first is not None and last_mono > first.mono:
+            dt = last_mono - first.mono
+        if not n or dt is None:
+            if gaps:
+                values["computewatch/step_time_seconds"] = sum(gaps) / len(gaps)
             return
         values["computewatch/steps_per_second"] = n / dt
         if gaps:
