@@ -10,8 +10,9 @@ from tests.upload.conftest import T0, stored_run
 
 from computewatch import jsonout
 from computewatch.analysis.summary import current_summary
+from computewatch.readings import Kind
 from computewatch.store import Store
-from computewatch.upload.payload import build_upload, downsample_series, scrub
+from computewatch.upload.payload import SeriesBuckets, build_upload, downsample_series, scrub
 from computewatch.upload.protocol import MAX_POINTS
 
 
@@ -138,3 +139,43 @@ def test_a_run_without_samples_has_no_series(store: Store) -> None:
     )  # fmt: skip
     up = build_upload(store, store.run_by_key(key), seq=1)
     assert up["series"] == [] and up["host"]
+
+
+def test_buckets_kept_across_updates_equal_a_fresh_read(store: Store) -> None:
+    """A running run read seven ticks at a time (as the live uploader reads it between
+    uploads) ends with the same buckets as one read of the whole run, through k doublings,
+    counters with a reset and a series that starts late."""
+    key = store.create_run(
+        run_id="grow0001", name=None, tags={}, command=["x"], cwd=None, mode="run",
+        started_at=T0, interval_seconds=1.0, host={},
+    )  # fmt: skip
+    store.write_batch(
+        key,
+        series=[
+            (0, "g", {}, Kind.GAUGE),
+            (1, "c_total", {}, Kind.COUNTER),
+            (2, "late", {}, Kind.GAUGE),
+        ],
+    )
+    run = store.run_by_key(key)
+    live = SeriesBuckets(max_points=10)
+    total = 0.0
+    for first in range(0, 137, 7):
+        seqs = range(first, min(first + 7, 137))
+        samples = []
+        for i in seqs:
+            total = 3.0 if i == 90 else total + (i % 5)  # a reset at tick 90
+            samples += [(key, i, 0, float((i * 37) % 11)), (key, i, 1, total)]
+            if i >= 60:
+                samples.append((key, i, 2, float(i)))
+        store.write_batch(key, ticks=[(i, 10.0 + i, T0 + i) for i in seqs], samples=samples)
+        live.update(store, run)
+        assert all(len(s["points"]) <= 10 for s in live.uploads(1.0))
+    fresh = SeriesBuckets(max_points=10)
+    fresh.update(store, run)
+    assert live.k == fresh.k == 16
+    assert live.uploads(1.0) == fresh.uploads(1.0)
+    ups = {s["name"]: s for s in live.uploads(1.0)}
+    assert ups["late"]["points"][0][0] == T0 + 48  # the bucket of ticks 48-63
+    assert ups["c_total"]["kind"] == "rate" and ups["g"]["bucket_seconds"] == 16.0
+    assert min(p[1] for p in ups["c_total"]["points"]) >= 0.0  # the reset is no negative rate

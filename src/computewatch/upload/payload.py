@@ -33,10 +33,10 @@ from computewatch.redact import (
     redact_mapping,
     redact_text,
 )
-from computewatch.store import RUNNING, RunRow, Store
+from computewatch.store import RUNNING, RunRow, SeriesRow, Store
 from computewatch.upload.protocol import MAX_POINTS, RunUpload, SeriesUpload
 
-__all__ = ["build_upload", "current_user", "downsample_series", "scrub"]
+__all__ = ["SeriesBuckets", "build_upload", "current_user", "downsample_series", "scrub"]
 
 _DIGITS = 6
 """Significant digits kept per uploaded value: a chart or a sum needs no more, and the
@@ -79,74 +79,184 @@ def _num(v: float) -> float:
     return float(f"{v:.{_DIGITS}g}")
 
 
+class _Bucket:
+    """One series' points in one bucket: time of the bucket's first tick, min, sum, count, max."""
+
+    __slots__ = ("count", "hi", "lo", "t", "total")
+
+    def __init__(self, t: float, lo: float, total: float, count: int, hi: float) -> None:
+        self.t, self.lo, self.total, self.count, self.hi = t, lo, total, count, hi
+
+    def merge(self, other: _Bucket) -> None:
+        self.lo = min(self.lo, other.lo)
+        self.hi = max(self.hi, other.hi)
+        self.total += other.total
+        self.count += other.count
+
+    def point(self) -> list[float]:
+        return [round(self.t, 3), _num(self.lo), _num(self.total / self.count), _num(self.hi)]
+
+
+class SeriesBuckets:
+    """A run's series in at most ``max_points`` buckets of ``k`` consecutive ticks, kept up to
+    date by :meth:`update`, which reads only the ticks stored since the last call: the live
+    uploader pays for a long run's new samples, not its whole history, at each upload.
+
+    Buckets hold min, sum, count and max, so when the run outgrows ``max_points * k`` ticks,
+    ``k`` doubles and pairs of buckets merge exactly. A fresh build for a run of ``n`` ticks
+    starts at ``k = bucket_size(n, max_points)`` (``analysis.downsample``, as the report
+    cuts its buckets). Counters become per-second rates between consecutive samples
+    (``analysis.downsample.counter_rate``: a reset counts from zero) before bucketing."""
+
+    def __init__(self, max_points: int = MAX_POINTS, k: int = 1) -> None:
+        if max_points < 1 or k < 1:
+            raise ValueError("max_points and k must be at least 1")
+        self.max_points = max_points
+        self.k = k
+        self.ticks = 0
+        """Ticks read so far (the next tick's position)."""
+        self.last_seq: int | None = None
+        self.series: dict[int, SeriesRow] = {}
+        self._buckets: dict[int, dict[int, _Bucket]] = {}
+        self._prev: dict[int, tuple[float, float]] = {}  # counter idx -> last (mono, value)
+        self._first_wall: list[float] = []  # wall time of each bucket's first tick
+
+    def update(self, store: Store, run: RunRow) -> None:
+        """Read the ticks and samples stored since the last call."""
+        for row in store.series(run.key):
+            self.series.setdefault(row.idx, row)
+        conn = store.conn  # incremental reads by tick: no Store method reads "since"
+        after = -1 if self.last_seq is None else self.last_seq
+        ticks = conn.execute(
+            "SELECT seq, mono, wall FROM ticks WHERE run_key=? AND seq>? ORDER BY seq",
+            (run.key, after),
+        ).fetchall()
+        if not ticks:
+            return
+        # A tick and its samples are written in one transaction: once the tick is seen, all
+        # of its samples are.
+        last = ticks[-1][0]
+        base = self.ticks
+        while math.ceil((base + len(ticks)) / self.k) > self.max_points:
+            self._double()
+        k = self.k
+        pos = {seq: base + i for i, (seq, _, _) in enumerate(ticks)}
+        mono = {seq: m for seq, m, _ in ticks}
+        first_wall = self._first_wall
+        for seq, _, wall in ticks:
+            if pos[seq] % k == 0:
+                first_wall.append(wall)
+        self.ticks += len(ticks)
+        self.last_seq = last
+        counters = {i for i, s in self.series.items() if s.kind is Kind.COUNTER}
+        buckets = self._buckets
+        prev = self._prev
+        pending: dict[int, list[float]] = {}  # this bucket's values by series, folded at its end
+        current = -1
+
+        def fold() -> None:
+            t = first_wall[current]
+            for sid, vals in pending.items():
+                new = _Bucket(t, min(vals), math.fsum(vals), len(vals), max(vals))
+                held = buckets.setdefault(sid, {})
+                have = held.get(current)
+                if have is None:
+                    held[current] = new
+                else:  # the bucket the last update left open
+                    have.merge(new)
+            pending.clear()
+
+        rows = conn.execute(
+            "SELECT seq, series, value FROM samples WHERE run_key=? AND seq>? AND seq<=? "
+            "ORDER BY seq, series",
+            (run.key, after, last),
+        )
+        for seq, sid, raw in rows:
+            if raw is None or not math.isfinite(raw):
+                continue
+            value: float = raw
+            if sid in counters:
+                m = mono[seq]
+                before = prev.get(sid)
+                prev[sid] = (m, raw)
+                rate = None if before is None else counter_rate(before[0], before[1], m, raw)
+                if rate is None:
+                    continue
+                value = rate
+            b = pos[seq] // k
+            if b != current:
+                if current >= 0:
+                    fold()
+                current = b
+            vals = pending.get(sid)
+            if vals is None:
+                pending[sid] = [value]
+            else:
+                vals.append(value)
+        if current >= 0:
+            fold()
+
+    def _double(self) -> None:
+        """Twice the ticks per bucket: buckets 2j and 2j+1 become bucket j."""
+        self.k *= 2
+        self._first_wall = self._first_wall[::2]
+        for sid, old in self._buckets.items():
+            merged: dict[int, _Bucket] = {}
+            for b, bucket in sorted(old.items()):
+                j = b // 2
+                have = merged.get(j)
+                if have is None:
+                    bucket.t = self._first_wall[j]
+                    merged[j] = bucket
+                else:
+                    have.merge(bucket)
+            self._buckets[sid] = merged
+
+    def uploads(self, interval_seconds: float, extra: tuple[str, ...] = ()) -> list[SeriesUpload]:
+        """The series as uploaded: those with at least one point, in the store's order."""
+        width = float(self.k * interval_seconds) if self.k > 1 else 0.0
+        out: list[SeriesUpload] = []
+        for sid in sorted(self.series):
+            held = self._buckets.get(sid)
+            if not held:
+                continue
+            s = self.series[sid]
+            out.append(
+                {
+                    "name": s.name,
+                    "labels": redact_mapping(s.labels, extra),
+                    "bucket_seconds": width,
+                    "points": [bk.point() for _, bk in sorted(held.items())],
+                    "kind": "rate" if s.kind is Kind.COUNTER else "gauge",
+                }
+            )
+        return out
+
+
 def downsample_series(
     store: Store, run: RunRow, max_points: int = MAX_POINTS, extra: tuple[str, ...] = ()
 ) -> list[SeriesUpload]:
     """Every series of a run in at most ``max_points`` buckets of consecutive ticks, each
     ``[t, min, mean, max]`` (``t``: the wall time of the bucket's first tick); a bucket
-    without a point is left out. Counters become per-second rates between consecutive points
-    (a reset counts from zero), before bucketing. One pass over the run's samples, in tick
-    order: memory holds one bucket, not the run."""
-    ticks = store.ticks(run.key)
-    series = store.series(run.key)
-    n = len(ticks)
-    if n == 0 or not series:
-        return []
-    k = bucket_size(n, max_points)
-    pos = {seq: i for i, (seq, _, _) in enumerate(ticks)}
-    mono = [m for _, m, _ in ticks]
-    wall = [w for _, _, w in ticks]
-    counters = {s.idx for s in series if s.kind is Kind.COUNTER}
-    points: dict[int, list[list[float]]] = {s.idx: [] for s in series}
-    prev: dict[int, tuple[float, float]] = {}  # counter idx -> its last (mono, value)
-    bucket: dict[int, list[float]] = {}
-    current = -1
+    without a point is left out; counters as per-second rates (:class:`SeriesBuckets`)."""
+    bounds = store.tick_bounds(run.key)
+    n = 0 if bounds is None else store.counts(run.key, ["ticks"])[0]
+    acc = SeriesBuckets(max_points, bucket_size(max(n, 1), max_points))
+    acc.update(store, run)
+    return acc.uploads(run.interval_seconds, extra)
 
-    def flush() -> None:
-        t = round(wall[current * k], 3)
-        for sid, vals in bucket.items():
-            target = points.get(sid)
-            if target is not None and vals:
-                mean = math.fsum(vals) / len(vals)
-                target.append([t, _num(min(vals)), _num(mean), _num(max(vals))])
-        bucket.clear()
 
-    for seq, sid, raw in store.iter_samples(run.key):
-        p = pos.get(seq)
-        if p is None or not math.isfinite(raw):
-            continue
-        b = p // k
-        if b != current:
-            if current >= 0:
-                flush()
-            current = b
-        value = raw
-        if sid in counters:
-            last = prev.get(sid)
-            prev[sid] = (mono[p], raw)
-            rate = None if last is None else counter_rate(last[0], last[1], mono[p], raw)
-            if rate is None:
-                continue
-            value = rate
-        vals = bucket.get(sid)
-        if vals is None:
-            bucket[sid] = [value]
-        else:
-            vals.append(value)
-    if current >= 0:
-        flush()
-    width = float(k * run.interval_seconds) if k > 1 else 0.0
-    return [
-        {
-            "name": s.name,
-            "labels": redact_mapping(s.labels, extra),
-            "bucket_seconds": width,
-            "points": points[s.idx],
-            "kind": "rate" if s.kind is Kind.COUNTER else "gauge",
-        }
-        for s in series
-        if points[s.idx]
-    ]
+def _series(
+    store: Store,
+    run: RunRow,
+    max_points: int,
+    extra: tuple[str, ...],
+    buckets: SeriesBuckets | None,
+) -> list[SeriesUpload]:
+    if buckets is None or buckets.max_points != max_points:
+        return downsample_series(store, run, max_points, extra)
+    buckets.update(store, run)
+    return buckets.uploads(run.interval_seconds, extra)
 
 
 def _host_of(run: RunRow) -> str:
@@ -165,10 +275,13 @@ def build_upload(
     max_points: int = MAX_POINTS,
     extra_names: Iterable[str] | None = None,
     user: str | None = None,
+    buckets: SeriesBuckets | None = None,
 ) -> RunUpload:
     """The run's whole current state as one upload, numbered ``seq``. ``project``: the
     configuration's ``[server] project``, used when the run has no ``project`` tag;
-    ``extra_names``: more secret names (default: the configured ``[privacy] redact``)."""
+    ``extra_names``: more secret names (default: the configured ``[privacy] redact``);
+    ``buckets``: the series kept up to date across uploads of a running run (read since its
+    last update only), instead of read whole."""
     extra = tuple(configured_names() if extra_names is None else extra_names)
     tags = redact_mapping(run.tags, extra)
     summary = scrub(dict(current_summary(store, run)), extra)
@@ -191,5 +304,5 @@ def build_upload(
         "command": redact_argv(run.command, extra),
         "summary": cast(dict[str, Any], summary),
         "meta": cast(dict[str, Any], scrub(store.meta(run.key), extra)),
-        "series": downsample_series(store, run, max_points, extra),
+        "series": _series(store, run, max_points, extra, buckets),
     }

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from computewatch import jsonout
 from computewatch.store import RUNNING, RunRow, Store
 from computewatch.upload.client import BodyTooLarge, Client, UploadError
-from computewatch.upload.payload import build_upload, current_user
+from computewatch.upload.payload import SeriesBuckets, build_upload, current_user
 from computewatch.upload.protocol import (
     MAX_BODY_BYTES,
     MAX_POINTS,
@@ -101,14 +101,24 @@ def plan_push(
 
 
 def _encoded(
-    store: Store, item: Planned, project: str | None, user: str
+    store: Store,
+    item: Planned,
+    project: str | None,
+    user: str,
+    buckets: SeriesBuckets | None = None,
 ) -> tuple[RunUpload, bytes] | str:
     """A run's upload and its JSON, shrunk to fewer points per series while it is larger
     than one request may be; a reason string when even the smallest does not fit."""
     points = MAX_POINTS
     while True:
         upload = build_upload(
-            store, item.run, seq=item.seq, project=project, max_points=points, user=user
+            store,
+            item.run,
+            seq=item.seq,
+            project=project,
+            max_points=points,
+            user=user,
+            buckets=buckets,
         )
         body = jsonout.dumps(upload, separators=(",", ":")).encode()
         if len(body) + 64 <= MAX_BODY_BYTES:
@@ -119,13 +129,17 @@ def _encoded(
 
 
 def _batches(
-    store: Store, plan: Iterable[Planned], project: str | None, skipped: list[tuple[str, str]]
+    store: Store,
+    plan: Iterable[Planned],
+    project: str | None,
+    skipped: list[tuple[str, str]],
+    buckets: Mapping[str, SeriesBuckets],
 ) -> Iterator[list[tuple[Planned, bytes]]]:
     user = current_user()
     batch: list[tuple[Planned, bytes]] = []
     size = 0
     for item in plan:
-        made = _encoded(store, item, project, user)
+        made = _encoded(store, item, project, user, buckets.get(item.run.id))
         if isinstance(made, str):
             skipped.append((item.run.id, made))
             continue
@@ -152,13 +166,15 @@ def push_runs(
     server: str,
     project: str | None = None,
     timeout: float | None = None,
+    buckets: Mapping[str, SeriesBuckets] | None = None,
 ) -> PushReport:
     """Send ``plan`` in batches (at most ``MAX_RUNS_PER_BATCH`` runs and ``MAX_BODY_BYTES``
     each) and mark each run uploaded once the server has answered for it. Stops at the
-    first failure (``report.error``); what was not answered for stays unmarked."""
+    first failure (``report.error``); what was not answered for stays unmarked. ``buckets``:
+    series kept up to date across uploads, by run id (the live uploader's)."""
     report = PushReport(server=client.shown_url)
     started = time.monotonic()
-    for batch in _batches(store, plan, project, report.skipped):
+    for batch in _batches(store, plan, project, report.skipped, buckets or {}):
         body = _body(batch)
         try:
             answer = client.ingest_body(body, timeout=timeout)
@@ -201,11 +217,18 @@ def upload_run(
     seq: int,
     project: str | None = None,
     timeout: float | None = None,
+    buckets: SeriesBuckets | None = None,
 ) -> int:
     """Send one run's current state as ``seq`` and mark it; the bytes sent (0 when the server
     did not answer for it). Raises :class:`UploadError`."""
     report = push_runs(
-        store, client, [Planned(run, seq)], server=server, project=project, timeout=timeout
+        store,
+        client,
+        [Planned(run, seq)],
+        server=server,
+        project=project,
+        timeout=timeout,
+        buckets={run.id: buckets} if buckets is not None else None,
     )
     if report.error is not None:
         raise report.error

@@ -9,7 +9,9 @@ not sent yet is replaced by the next one, so nothing piles up behind a slow serv
 wait with exponential backoff and jitter, capped; a server that refuses the token stops the
 stream. Each upload's cost spaces the next: the thread waits at least ten times what the last
 upload took, so building a long run's payload never takes more than about a tenth of a core,
-and long enough to average :data:`STREAM_BYTES_PER_SECOND` on the wire.
+and long enough to average :data:`STREAM_BYTES_PER_SECOND` on the wire. The series are kept
+between uploads (:class:`~computewatch.upload.payload.SeriesBuckets`): each upload reads only
+the samples stored since the one before, so the final upload of a long run fits its deadline.
 
 At the end, :meth:`LiveUploader.close` makes one final attempt with a short total deadline
 (2 s by default) and leaves whatever did not go to the next ``computewatch push``, saying so
@@ -30,6 +32,7 @@ from computewatch.analysis.summary_types import RunSummary
 from computewatch.errors import PROG, ComputewatchError
 from computewatch.store import RUNNING, Store
 from computewatch.upload.client import Client, UploadError
+from computewatch.upload.payload import SeriesBuckets
 from computewatch.upload.push import upload_run
 from computewatch.upload.settings import ServerSettings
 
@@ -100,6 +103,9 @@ class LiveUploader:
         self._refused: UploadError | None = None
         self._thread: threading.Thread | None = None
         self._rng = random.Random()
+        self._series = SeriesBuckets()
+        """The run's series, read since the last upload only (a long run stays cheap)."""
+        self._series_lock = threading.Lock()
 
     # -- the observer's side ------------------------------------------------------------------
     def start(self, run: _HasRunId) -> None:
@@ -130,15 +136,17 @@ class LiveUploader:
             if self._closed:
                 return 0
             seq = self._next_seq(store, run_key)
-        return upload_run(
-            store,
-            self.client,
-            run,
-            server=self.settings.url,
-            seq=seq,
-            project=self.settings.project,
-            timeout=timeout,
-        )
+        with self._series_lock:
+            return upload_run(
+                store,
+                self.client,
+                run,
+                server=self.settings.url,
+                seq=seq,
+                project=self.settings.project,
+                timeout=timeout,
+                buckets=self._series,
+            )
 
     def _loop(self) -> None:
         interval = self.settings.stream_interval
@@ -223,8 +231,10 @@ class LiveUploader:
                 run = store.find_run(self.run_id)
                 with self._lock:
                     seq = self._next_seq(store, run.key)
-                outcome.append(
-                    upload_run(
+                # the live thread may be mid-upload: its series if it lets go in time
+                held = self._series_lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
+                try:
+                    sent = upload_run(
                         store,
                         self.client,
                         run,
@@ -232,9 +242,12 @@ class LiveUploader:
                         seq=seq,
                         project=self.settings.project,
                         timeout=max(0.1, deadline - time.monotonic()),
+                        buckets=self._series if held else None,
                     )
-                    > 0
-                )
+                finally:
+                    if held:
+                        self._series_lock.release()
+                outcome.append(sent > 0)
         except Exception as e:  # said in one line by close(); never raised into the job
             outcome.append(e)
 
