@@ -116,6 +116,9 @@ def main() -> int:
         ).stdout
     )
     chip_type, count = tpu_device.get_local_chips()
+    if chip_type is None or not count:
+        print("no TPU chip found here (tpu-info sees none): run this on a Cloud TPU VM")
+        return 1
     ours = [g["model"] for g in devices["gpus"]]
     check(
         "devices lists every chip tpu-info finds",
