@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, TypedDict
 from urllib.parse import urlencode
 
 import jinja2
@@ -87,6 +87,7 @@ __all__ = [
     "CSV_COLUMNS",
     "HTMX_VERSION",
     "DashboardOptions",
+    "SummaryParts",
     "install_dashboard",
     "options_from_config",
     "parse_thresholds",
@@ -572,11 +573,21 @@ def _list(v: object) -> list[Any]:
     return v if isinstance(v, list) else []
 
 
-def summary_sections(s: Mapping[str, Any]) -> dict[str, Any]:
+class SummaryParts(TypedDict):
+    """What a run's page shows of its uploaded summary."""
+
+    gpus: list[list[str]]
+    phases: list[list[str]]
+    accounting: list[Markup]
+    diagnosis: Markup
+    notes: list[str]
+
+
+def summary_sections(s: Mapping[str, Any]) -> SummaryParts:
     """The parts of a run's page read from its uploaded summary (any shape: what cannot be read
     is left out): GPU rows, phase rows, the accounting sections and the diagnosis as the
     report writes them, and the notes."""
-    gpus = []
+    gpus: list[list[str]] = []
     for g in _list(s.get("gpus")):
         if not isinstance(g, dict):
             continue
@@ -596,7 +607,7 @@ def summary_sections(s: Mapping[str, Any]) -> dict[str, Any]:
                 str(g.get("energy_method") or ""),
             ]
         )
-    phases = []
+    phases: list[list[str]] = []
     ph = s.get("phases")
     by_name = ph.get("by_name") if isinstance(ph, dict) else None
     if isinstance(by_name, dict):
