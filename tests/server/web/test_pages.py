@@ -406,3 +406,38 @@ def test_json_is_not_html_injection(seeded: Seeded) -> None:
     body = r.text.split('<script type="application/json" class="cw-charts">')[1]
     data = body.split("</script>")[0]
     assert "<script>" not in data and json.loads(data)[0]["series"][1]["label"] == HOSTILE
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_live_across_server_processes(
+    server: Callable[..., ServerProcess], open_page: Callable[..., Opened]
+) -> None:
+    """On PostgreSQL, a page served by one server process updates when the upload reaches
+    another process on the same database (LISTEN/NOTIFY)."""
+    a = server()
+    b = server(db_url=a.db_url)
+    admin = a.token("ops", "admin")
+    ingest = a.token("ml", "ingest")
+    o = open_page(a.url, admin)
+    o.goto("/")
+    o.page.wait_for_function("window.computewatchEvents !== undefined")
+    post(b, ingest, seeded_upload("fan00001", name="elsewhere", status="running", duration=60))
+    o.page.wait_for_selector("#running tr[data-run=fan00001]", timeout=30_000)
+    o.check_clean()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_a_refresh_after_logout_goes_to_the_login_form(
+    server: Callable[..., ServerProcess], open_page: Callable[..., Opened]
+) -> None:
+    s = server()
+    admin = s.token("ops", "admin")
+    o = open_page(s.url, admin)
+    o.goto("/usage")
+    o.page.context.clear_cookies()  # the session is gone (logged out elsewhere, expired)
+    with o.page.expect_navigation():
+        o.page.evaluate("htmx.trigger(document.getElementById('usage-body'), 'cw-refresh')")
+    o.page.wait_for_url("**/login?next=%2Fusage")
+    assert o.page.locator("#token").count() == 1

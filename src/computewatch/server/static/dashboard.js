@@ -132,6 +132,15 @@
     drawIn(document);
     var url = document.body.getAttribute("data-events");
     if (url && window.EventSource) { connect(url); }
+    document.body.addEventListener("htmx:beforeSwap", function (ev) {
+      // A refresh after the session ended lands on the login form: go there, whole page.
+      var xhr = ev.detail.xhr;
+      if (xhr && xhr.responseURL && new URL(xhr.responseURL).pathname === "/login") {
+        ev.detail.shouldSwap = false;
+        window.location.assign("/login?next=" +
+          encodeURIComponent(window.location.pathname + window.location.search));
+      }
+    });
     document.body.addEventListener("htmx:afterSettle", function (ev) {
       drawIn(ev.detail.elt || document);
       window.computewatchRefreshed = (window.computewatchRefreshed || 0) + 1;
