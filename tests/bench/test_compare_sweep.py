@@ -12,6 +12,13 @@ from computewatch.bench.records import BenchError
 from computewatch.bench.sweep import find_knee, parse_param
 
 
+def test_cli_copies_the_scenarios() -> None:
+    from computewatch.bench.records import SCENARIOS
+    from computewatch.cli.bench import SCENARIOS as CLI_SCENARIOS
+
+    assert CLI_SCENARIOS == SCENARIOS
+
+
 def test_interleaved_order_puts_each_variant_in_each_place() -> None:
     order = interleaved_order(["a", "b", "c"], 3)
     assert order == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"]]

@@ -22,6 +22,7 @@ from computewatch.bench.inference import (
     inference,
     resources_from_summary,
     store_bench_meta,
+    wait_until_sampling,
 )
 from computewatch.bench.records import BenchError, TargetError, as_dict
 from computewatch.bench.targets import describe, load_target
@@ -117,6 +118,7 @@ def run_sweep_spec(spec: dict[str, Any]) -> dict[str, Any]:
         db=spec.get("db"),
         gpu_backend=str(spec.get("gpu_backend", "auto")),
     ) as run:
+        wait_until_sampling(run)
         try:
             step = factory(**params)
         except Exception as e:
@@ -137,7 +139,6 @@ def run_sweep_spec(spec: dict[str, Any]) -> dict[str, Any]:
         except Exception as e:
             raise _PointError(e, f"target {target!r} step raised {describe(e)}") from None
     res = resources_from_summary(run.summary, run.id, int(samples * steps), sum(times))
-    energy = res.energy_joules
     doc = {
         "status": "ok",
         "run_id": run.id,
@@ -145,14 +146,14 @@ def run_sweep_spec(spec: dict[str, Any]) -> dict[str, Any]:
         "samples_per_second": samples * steps / sum(times) if sum(times) > 0 else None,
         "step_time_p50_seconds": statistics.median(times),
         "peak_rss_bytes": res.peak_rss_bytes,
-        "energy_per_sample_joules": energy / (samples * steps) if energy else None,
+        "energy_per_sample_joules": res.energy_per_query_joules,
         "energy_method": res.energy_method,
     }
     store_bench_meta(run.db_path, run.id, {"kind": "sweep-point", "params": params, **doc})
     return doc
 
 
-class _PointError(Exception):
+class _PointError(BenchError):
     """The target failed at a sweep point: its message, and whether it was out of memory."""
 
     def __init__(self, cause: BaseException, message: str) -> None:

@@ -5,8 +5,12 @@ one whose run meets the latency bound."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import sqlite3
 import statistics
+import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +29,7 @@ from computewatch.bench.records import (
 )
 from computewatch.bench.targets import describe
 from computewatch.store import Store, StoreError
-from computewatch.tracking import track
+from computewatch.tracking import Run, track
 
 if TYPE_CHECKING:
     from computewatch.analysis.summary_types import RunSummary
@@ -38,6 +42,7 @@ __all__ = [
     "resources_from_summary",
     "search_server_qps",
     "store_bench_meta",
+    "wait_until_sampling",
 ]
 
 DEFAULT_INTERVAL = 0.2
@@ -46,6 +51,7 @@ SEARCH_PRECISION = 0.05
 """The search stops when the bracket [met, not met] is narrower than this share of its top."""
 _SEARCH_MAX_RUNS = 8
 _KWH_J = 3.6e6
+_FIRST_TICK = "SELECT 1 FROM ticks JOIN runs ON ticks.run_key = runs.key WHERE runs.id=? LIMIT 1"
 
 
 def meets_bound(r: LoadGenResult) -> bool:
@@ -96,6 +102,26 @@ def search_server_qps(
     return ServerSearch(bound, lo if best is not None else None, steps), best
 
 
+def wait_until_sampling(run: Run, timeout: float = 10.0) -> None:
+    """Wait until a standalone run's sampler is sampling (its first tick is stored, about a
+    second), so that its start-up (imports, devices, the environment record) does not compete
+    with the measured window. Returns at once for a run attached to ``computewatch run``;
+    gives up quietly after ``timeout``."""
+    proc = run._sampler  # the handle of the sampler track() started (same package)
+    if proc is None or run.db_path is None:
+        return
+    uri = "file:" + urllib.parse.quote(str(run.db_path)) + "?mode=ro"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=0.5)) as conn:
+                if conn.execute(_FIRST_TICK, (run.id,)).fetchone():
+                    return
+        except sqlite3.Error:
+            pass  # not created yet, or busy: ask again
+        time.sleep(0.02)
+
+
 def _mean(values: Sequence[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return statistics.fmean(known) if known else None
@@ -104,8 +130,9 @@ def _mean(values: Sequence[float | None]) -> float | None:
 def resources_from_summary(
     summary: RunSummary | None, run_id: str | None, queries: int, window: float | None
 ) -> Resources:
-    """Our figures for the benchmark's window from its run's summary; per-query figures divide
-    the run's totals by the samples answered (one sample = one inference)."""
+    """Our figures for the benchmark's window from its run's summary. Per-query figures are the
+    run's energy (cost, carbon) times the window's share of the run's time, divided by the
+    samples answered (one sample = one inference): the run also holds the sampler's start."""
     rate = queries / window if window else None
     if summary is None:
         return Resources(
@@ -115,12 +142,20 @@ def resources_from_summary(
         )  # fmt: skip
     notes: list[str] = []
     energy_j = per_query = method = None
+    duration = summary.get("duration_seconds")
+    share = 1.0
+    if window and duration and window < duration:
+        share = window / duration
+        notes.append(
+            f"per-query figures: the run's totals x the measured window's share of its time "
+            f"({window:.3g} s of {duration:.3g} s = {share:.1%})"
+        )
     energy = summary.get("energy")
     if energy is not None:
         facility = energy["facility"]
         if facility["value"] is not None:
             energy_j = facility["value"] * _KWH_J
-            per_query = energy_j / queries if queries else None
+            per_query = energy_j * share / queries if queries else None
         parts = ", ".join(f"{n} {f['method']}" for n, f in _components(energy))
         method = f"{facility['method']} ({parts}; at the facility, PUE {energy['pue']['value']:g})"
         notes += facility["assumptions"]
@@ -129,13 +164,20 @@ def resources_from_summary(
     if cost is not None:
         usd = cost["total"]["value"]
         if usd is not None and queries:
-            cost_1m = usd / queries * 1e6
+            cost_1m = usd * share / queries * 1e6
         elif usd is None:
             notes += cost["total"]["assumptions"]
     carbon = summary.get("carbon")
     if carbon is not None and carbon["total"]["value"] is not None and queries:
-        carbon_1k = carbon["total"]["value"] / queries * 1e3
+        carbon_1k = carbon["total"]["value"] * share / queries * 1e3
     gpus = summary.get("gpus") or []
+    simulated = sorted({g.get("model") or g.get("name") or "?" for g in gpus if g["simulated"]})
+    if simulated:
+        notes.append(
+            f"GPU figures come from simulated devices ({', '.join(simulated)}), not hardware"
+        )
+        if method is not None:
+            method += " [simulated GPU]"
     gpu_util = _mean([g.get("utilization_mean") for g in gpus])
     gpu_mem = [
         m
@@ -267,6 +309,7 @@ def inference(
         gpu_backend=gpu_backend,
     )
     with tracker as run:
+        wait_until_sampling(run)
         step = run.step
         lg_result, window, answered = run_scenario(
             fn,
@@ -276,6 +319,13 @@ def inference(
             per_call_seconds=per_call,
             on_batch=lambda n: step(samples=n),
             log_dir=log_dir,
+        )
+    if search is not None and search.best_qps is not None and not meets_bound(lg_result):
+        p99 = lg_result.latency_seconds.get("p99")
+        notes.append(
+            f"the stored run at the search's best QPS ({search.best_qps:.4g}) missed the bound "
+            f"this time (p99 {p99 if p99 is None else round(p99 * 1000, 2)} ms): at the limit, "
+            "runs vary; a longer --duration narrows it"
         )
     resources = resources_from_summary(run.summary, run.id, answered, window)
     result = InferenceResult(

@@ -132,6 +132,7 @@ def computewatch(request: pytest.FixtureRequest) -> Iterator[Recorder]:
         yield Recorder(None)
         return
     # the tracked run's machinery loads only when the plugin is switched on
+    from computewatch.bench.inference import wait_until_sampling
     from computewatch.tracking import track
 
     nodeid = request.node.nodeid
@@ -143,6 +144,7 @@ def computewatch(request: pytest.FixtureRequest) -> Iterator[Recorder]:
         db=config.getoption("--computewatch-db"),
     )
     with tracker as run:
+        wait_until_sampling(run)
         rec = Recorder(run)
         yield rec
     if run.summary is None:

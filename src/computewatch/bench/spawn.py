@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from computewatch import jsonout
+from computewatch.sampling.channel import ENV_RUN_ID, ENV_SPOOL
 
 __all__ = ["ChildOutcome", "run_child"]
 
@@ -47,6 +48,15 @@ class ChildOutcome:
         return f"the point's process exited with status {self.exit_code}: {last[0]}"
 
 
+def _point_env() -> dict[str, str]:
+    """The point's environment: each point is a run of its own, even under ``computewatch
+    run`` (whose run the point would otherwise join)."""
+    env = dict(os.environ)
+    env.pop(ENV_RUN_ID, None)
+    env.pop(ENV_SPOOL, None)
+    return env
+
+
 def run_child(spec: dict[str, Any], timeout: float | None = None) -> ChildOutcome:
     """Run ``spec`` in ``python -m computewatch.bench.child`` (this interpreter) and wait."""
     with tempfile.TemporaryDirectory(prefix="computewatch-bench-") as tmp:
@@ -59,7 +69,7 @@ def run_child(spec: dict[str, Any], timeout: float | None = None) -> ChildOutcom
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 timeout=timeout,
-                env=dict(os.environ),
+                env=_point_env(),
                 check=False,
             )
         except subprocess.TimeoutExpired as e:
