@@ -7,7 +7,8 @@ sample's labels, metrics with units), the dimensions and values as top-level mem
 CloudWatch agent (or Lambda, ECS with FireLens) tails the file or standard output and makes
 metrics of them. Limits of the format are kept: at most 100 metrics per document and 30
 dimensions per set; dimension values are non-empty ASCII of at most 1024 characters (other
-bytes escaped as ``\\xNN``, ``\\uNNNN``); empty labels are left out.
+bytes escaped as ``\\xNN``, ``\\uNNNN``); empty labels, and labels named like the metadata
+(``_aws``) or a metric of the document, are left out.
 
 Counters become their increase since the previous tick (a CloudWatch metric is aggregated by
 statistic, so ``Sum`` over a period gives the period's total); the first tick of a counter is
@@ -31,6 +32,7 @@ __all__ = ["MAX_DIMENSIONS", "MAX_METRICS", "EmfDocument", "EmfSink", "emf_docum
 MAX_METRICS = 100  # metrics per directive (EMF specification)
 MAX_DIMENSIONS = 30  # keys per dimension set
 _MAX_VALUE = 1024
+_MAX_NAME = 250  # dimension names
 
 # Our unit suffixes and CloudWatch's unit names (the MetricDatum Unit enumeration).
 _UNITS = (
@@ -103,7 +105,13 @@ def emf_documents(
     ts = int(now * 1000)
     out: list[EmfDocument] = []
     for labels, metrics in groups.items():
-        dims = {k: _ascii(v) for k, v in labels if v.strip()}
+        # a label may not take the place of the metadata or of a metric (both are members)
+        dims = {
+            _ascii(k)[:_MAX_NAME]: _ascii(v)
+            for k, v in labels
+            if v.strip() and k.strip() and not k.startswith(":") and k != "_aws"
+            and k not in metrics
+        }  # fmt: skip
         if len(dims) > MAX_DIMENSIONS:
             dims = dict(sorted(dims.items())[:MAX_DIMENSIONS])
         names = sorted(metrics)

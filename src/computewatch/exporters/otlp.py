@@ -166,7 +166,10 @@ def metrics_url(url: str) -> str:
     """The OTLP/HTTP metrics endpoint of ``url``: as given when it ends in ``/v1/metrics``,
     else the base URL with ``/v1/metrics`` appended (OTEL_EXPORTER_OTLP_ENDPOINT's rule).
     Raises :class:`UsageError` for anything but an http(s) URL with a host."""
-    parts = urllib.parse.urlsplit(url)
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as e:  # "Invalid IPv6 URL"
+        raise UsageError(f"--otlp: {e}: {url!r}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError(f"--otlp: not an http(s) URL: {url!r} (e.g. http://127.0.0.1:4318)")
     try:

@@ -31,6 +31,13 @@ Stacks = dict[tuple[str, ...], int]
 """Distinct stack (root first) -> number of samples."""
 
 _FRAME = re.compile(r"^(?P<name>.*) \((?P<file>[^()]*):(?P<line>\d+)\)$")
+# Characters XML 1.0 does not allow (C0 controls but tab, newline, return; lone surrogates;
+# U+FFFE, U+FFFF): a frame name carrying one is written with it escaped as \xNN.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def _xml(text: str) -> str:
+    return escape(_NOT_XML.sub(lambda m: f"\\x{ord(m.group()):02x}", text))
 
 
 def parse_raw(text: str) -> Stacks:
@@ -130,9 +137,9 @@ def write_flamegraph_svg(stacks: Mapping[tuple[str, ...], int], path: Path, *, t
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_W:.0f}" height="{height}" '
         f'viewBox="0 0 {_W:.0f} {height}" font-family="monospace" font-size="11">',
-        f"<title>{escape(title)}</title>",
+        f"<title>{_xml(title)}</title>",
         f'<text x="{_W / 2:.0f}" y="{_ROW}" text-anchor="middle" font-size="13">'
-        f"{escape(title)} ({root.count} samples)</text>",
+        f"{_xml(title)} ({root.count} samples)</text>",
     ]
 
     def draw(node: _Node, name: str, x: float, level: int) -> None:
@@ -143,13 +150,13 @@ def write_flamegraph_svg(stacks: Mapping[tuple[str, ...], int], path: Path, *, t
         share = node.count / total
         label = f"{name} ({node.count} samples, {share:.1%})"
         parts.append(
-            f'<g><title>{escape(label)}</title><rect x="{x:.2f}" y="{y}" width="{w:.2f}" '
+            f'<g><title>{_xml(label)}</title><rect x="{x:.2f}" y="{y}" width="{w:.2f}" '
             f'height="{_ROW - 1}" fill="{_color(name)}" rx="2"/>'
         )
         chars = int(w / 7)
         if chars >= 3:
             text = name if len(name) <= chars else name[: chars - 2] + ".."
-            parts.append(f'<text x="{x + 3:.2f}" y="{y + _ROW - 4}">{escape(text)}</text>')
+            parts.append(f'<text x="{x + 3:.2f}" y="{y + _ROW - 4}">{_xml(text)}</text>')
         parts.append("</g>")
         cx = x
         for child_name, child in sorted(node.children.items()):
