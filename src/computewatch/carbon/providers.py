@@ -441,7 +441,6 @@ def make_provider(
     )
 
 
-
 def settings_from_config(
     cfg: Config, *, intensity_file: Path | None = None, environ: Mapping[str, str] = os.environ
 ) -> ProviderSettings:
