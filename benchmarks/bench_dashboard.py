@@ -4,8 +4,8 @@ A real ``computewatch server`` child process on SQLite (and on PostgreSQL when D
 ``postgresql`` 15 binaries are there: a throw-away cluster in a temporary directory) is seeded
 with 10,000 runs of 5 teams, 20 users and 10 projects through ``POST /api/v1/runs`` (100 runs per
 request). Then, with an admin token in ``Authorization: Bearer``, from this process over
-loopback (so the figure includes HTTP and the page's rendering, an upper bound on the server's
-own time), median and 90th percentile of 30 requests each:
+loopback (HTTP included) and the server's own time from its ``Server-Timing`` header where it
+sends one, median and 90th percentile of 30 requests each:
 
 * the first page of ``/runs`` (50 runs, newest first);
 * a filtered page: ``/runs?team=team-3&status=completed&sort=energy``;
@@ -206,15 +206,33 @@ def seed(server: Server, n: int) -> float:
     return time.perf_counter() - t0
 
 
-def timed_gets(c: httpx.Client, path: str, n: int = REQUESTS) -> list[float]:
+def _server_timing(r: httpx.Response) -> float | None:
+    """The ``Server-Timing: app;dur=MS`` the server sends (seconds), when it sends one."""
+    for part in r.headers.get("server-timing", "").split(","):
+        name, _, params = part.strip().partition(";")
+        if name == "app" and params.startswith("dur="):
+            try:
+                return float(params[4:]) / 1000
+            except ValueError:
+                return None
+    return None
+
+
+def timed_gets(c: httpx.Client, path: str, n: int = REQUESTS) -> tuple[list[float], list[float]]:
+    """Round trips seen by the client, and the server's own times (Server-Timing; empty when
+    the server does not send it)."""
     c.get(path).raise_for_status()  # warm
-    out = []
+    out: list[float] = []
+    server: list[float] = []
     for _ in range(n):
         t0 = time.perf_counter()
         r = c.get(path)
         out.append(time.perf_counter() - t0)
         r.raise_for_status()
-    return out
+        st = _server_timing(r)
+        if st is not None:
+            server.append(st)
+    return out, server
 
 
 def deep_path(c: httpx.Client, pages: int) -> str:
@@ -313,8 +331,9 @@ def run(quick: bool) -> Section:
     s.add(
         f"A real `computewatch server` holding {n:,} runs of 5 teams, seeded through "
         "`POST /api/v1/runs` (100 runs per request). Request times are measured by a client "
-        "on the same machine over loopback (HTTP included: an upper bound on the server's "
-        f"time), median and 90th percentile of {REQUESTS}; first paint is Chromium's "
+        "on the same machine over loopback (HTTP included), and the server's own time from "
+        "its `Server-Timing: app;dur=` header where it sends one (request in to response "
+        f"start), median and 90th percentile of {REQUESTS}; first paint is Chromium's "
         "`first-contentful-paint` of `/runs` (logged in, network limited to the server), "
         "median of fresh loads.",
         "",
@@ -331,16 +350,26 @@ def run(quick: bool) -> Section:
             ("/runs page 100 (keyset cursor)" if not quick else "/runs page 20", "deep"),
             ("/api/v1/runs?limit=50 (JSON)", "api"),
         ):
-            rows.append([db, what, f"{median(r[key]) * 1000:.1f}", f"{_p90(r[key]) * 1000:.1f}"])
-        rows.append([db, "first contentful paint of /runs in Chromium (s)", fcp, ""])
-        rows.append([db, f"seeding {n:,} runs (s)", f"{r['seed_s']:.1f}", ""])
-    s.table(("database", "measure", "median (ms)", "p90 (ms)"), rows)
+            trip, server = r[key]
+            st = (
+                f"{median(server) * 1000:.1f} / {_p90(server) * 1000:.1f}" if server else "not sent"
+            )
+            rows.append([db, what, st, f"{median(trip) * 1000:.1f}", f"{_p90(trip) * 1000:.1f}"])
+        rows.append([db, "first contentful paint of /runs in Chromium (s)", "", fcp, ""])
+        rows.append([db, f"seeding {n:,} runs (s)", "", f"{r['seed_s']:.1f}", ""])
+    s.table(
+        ("database", "measure", "server median / p90 (ms)", "round trip median (ms)",
+         "round trip p90 (ms)"),
+        rows,
+    )  # fmt: skip
     for db, r in results:
         for what, key in (("first page", "first"), ("filtered page", "filtered")):
-            t = median(r[key])
+            trip, server = r[key]
+            t = median(server) if server else median(trip)
+            how = "server time" if server else "round trip"
             s.target(
                 f"{db}: /runs {what} at {n:,} runs ≤ {TARGET_SERVER_S * 1000:.0f} ms",
-                f"{t * 1000:.1f} ms",
+                f"{t * 1000:.1f} ms ({how})",
                 t <= TARGET_SERVER_S,
             )
         paint = r["paint"]
