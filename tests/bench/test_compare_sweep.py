@@ -10,6 +10,8 @@ import pytest
 from computewatch.bench.compare import interleaved_order, pareto_front
 from computewatch.bench.records import BenchError
 from computewatch.bench.sweep import find_knee, parse_param
+from computewatch.store import Store
+from computewatch.views.html.bench import bench_section
 
 
 def test_cli_copies_the_scenarios() -> None:
@@ -102,7 +104,15 @@ def test_sweep_records_the_point_that_runs_out_of_memory(bench_cw, tmp_path) -> 
     # memory grows with the batch
     assert ok[0]["peak_rss_bytes"] < ok[-1]["peak_rss_bytes"]
     assert "uPlot" in html.read_text()
-    assert len(bench_cw.json("runs", "--tag", "bench=sweep")) == 4
+    runs = bench_cw.json("runs", "--tag", "bench=sweep")
+    assert len(runs) == 4
+    # every point's run keeps the whole sweep, for its report's Benchmark section
+    with Store.open(bench_cw.db) as store:
+        doc = store.meta(store.find_run(ok[0]["run_id"]).key)["bench"]
+    assert doc["kind"] == "sweep-point" and doc["sweep"]["out_of_memory_at"] == [{"batch_size": 16}]
+    section = bench_section(doc)
+    assert 'id="section-bench"' in section and "cw-sweep" in section
+    assert "Out of memory from: batch_size=16" in section
 
 
 @pytest.mark.slow

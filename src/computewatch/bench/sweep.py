@@ -10,9 +10,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from computewatch.bench.inference import DEFAULT_INTERVAL
-from computewatch.bench.records import BenchError, BenchUsageError, SweepPoint, SweepResult
+from computewatch.bench.records import (
+    BenchError,
+    BenchUsageError,
+    SweepPoint,
+    SweepResult,
+    as_dict,
+)
 from computewatch.bench.spawn import run_child
 from computewatch.bench.targets import parse_target
+from computewatch.paths import resolve_db_path
+from computewatch.store import Store, StoreError
 
 __all__ = ["KNEE_GAIN", "find_knee", "parse_param", "sweep"]
 
@@ -123,7 +131,7 @@ def sweep(
         if oom is not None:
             ooms.append(oom.params)
         points += line
-    return SweepResult(
+    result = SweepResult(
         target=target,
         params={n: list(v) for n, v in params.items()},
         memory_limit_bytes=memory_limit_bytes,
@@ -132,3 +140,24 @@ def sweep(
         out_of_memory_at=ooms,
         knee_gain=KNEE_GAIN,
     )
+    _attach(result, db)
+    return result
+
+
+def _attach(result: SweepResult, db: str | None) -> None:
+    """Keep the whole sweep with each point's run (its ``bench`` document's ``sweep``), so the
+    report of any point's run can draw the sweep."""
+    ids = [p.run_id for p in result.points if p.run_id]
+    if not ids:
+        return
+    path = resolve_db_path(db)
+    try:
+        with Store.open(path) as store:
+            for run_id in ids:
+                key = store.find_run(run_id).key
+                doc = store.meta(key).get("bench")
+                doc = dict(doc) if isinstance(doc, dict) else {"kind": "sweep-point"}
+                doc["sweep"] = as_dict(result)
+                store.set_meta(key, "bench", doc)
+    except StoreError as e:
+        raise BenchError(f"the sweep could not be stored with its runs: {e}") from None

@@ -5,9 +5,10 @@ of the others; uPlot, the report's own copy, inline)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from computewatch.bench.records import CompareResult, SweepResult, as_dict
+from computewatch.bench.records import CompareResult, SweepPoint, SweepResult
 from computewatch.units import (
     format_bytes,
     format_energy,
@@ -20,12 +21,13 @@ from computewatch.views.html.page import (
     escape,
     grid_table,
     json_for_script,
+    kv_table,
     notes_section,
     page_head,
     script_safe,
 )
 
-__all__ = ["compare_page", "sweep_page"]
+__all__ = ["bench_section", "compare_page", "sweep_from_dict", "sweep_page"]
 
 _PALETTE = ("#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#0598bc", "#bf3989")
 _STYLE = ".bars text{font:12px sans-serif}.cw-sweep{width:100%;max-width:900px}"
@@ -167,7 +169,7 @@ def _float(v: int | None) -> float | None:
 
 
 _SWEEP_JS = """
-(function () {
+window.addEventListener("load", function () {
   var d = JSON.parse(document.getElementById("cw-sweep").textContent);
   var P = ["#0969da", "#cf222e", "#1a7f37", "#8250df", "#bc4c00", "#0598bc", "#bf3989"];
   d.charts.forEach(function (c) {
@@ -180,24 +182,22 @@ _SWEEP_JS = """
     new uPlot({width: Math.min(880, el.clientWidth || 880), height: 260, series: series,
       scales: {x: {time: false}}, axes: [{label: d.x}, {label: c.unit}]}, data, el);
   });
-})();
+});
 """
 
 
-def sweep_page(s: SweepResult) -> str:
-    """The sweep as one self-contained page: a table and four charts."""
+def _sweep_body(s: SweepResult) -> list[str]:
+    """The sweep's summary line, table, charts, notes and their data and script (uPlot must be
+    on the page: the script draws once the page has loaded)."""
     names = list(s.params)
     first, rest = names[0], names[1:]
     xs = [float(x) for x in s.params[first] if isinstance(x, int | float)]
-    numeric = len(xs) == len(s.params[first])
-    if not numeric:
+    if len(xs) != len(s.params[first]):
         xs = [float(i) for i in range(len(s.params[first]))]
-    lines: dict[str, list[dict[str, object]]] = {}
     groups: dict[str, dict[object, dict[str, float | None]]] = {}
     for p in s.points:
         label = ", ".join(f"{k}={p.params[k]}" for k in rest) or "all points"
-        g = groups.setdefault(label, {})
-        g[p.params[first]] = {
+        groups.setdefault(label, {})[p.params[first]] = {
             "throughput": p.samples_per_second,
             "latency": p.step_time_p50_seconds,
             "memory": None if p.peak_rss_bytes is None else p.peak_rss_bytes / 2**20,
@@ -205,16 +205,20 @@ def sweep_page(s: SweepResult) -> str:
         }
     specs = [("throughput", "samples/s"), ("latency", "step time p50 (s)"),
              ("memory", "peak RSS (MiB)"), ("energy", "energy per sample (J)")]  # fmt: skip
-    for key, _unit in specs:
-        lines[key] = [
-            {"label": label, "ys": [g.get(x, {}).get(key) for x in s.params[first]]}
-            for label, g in groups.items()
-        ]
     data = {
         "x": first,
         "xs": xs,
-        "charts": [{"id": k, "unit": u, "lines": lines[k]} for k, u in specs],
-        "sweep": as_dict(s),
+        "charts": [
+            {
+                "id": k,
+                "unit": u,
+                "lines": [
+                    {"label": label, "ys": [g.get(x, {}).get(k) for x in s.params[first]]}
+                    for label, g in groups.items()
+                ],
+            }
+            for k, u in specs
+        ],
     }
     rows = [
         [*(escape(p.params.get(n)) for n in names), escape(p.status),
@@ -228,27 +232,74 @@ def sweep_page(s: SweepResult) -> str:
     knee = "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in s.knee) or "none"
     oom = "; ".join(", ".join(f"{k}={v}" for k, v in p.items()) for p in s.out_of_memory_at)
     limit = format_bytes(s.memory_limit_bytes) if s.memory_limit_bytes else "none"
-    title = f"Sweep: {s.target}"
-    figures = [
-        f'<figure class="chart"><figcaption><strong>{escape(u)}</strong></figcaption>'
-        f'<div class="cw-sweep" id="sweep-{k}"></div></figure>'
-        for k, u in specs
+    return [
+        f"<p>Knee (no later point gains {s.knee_gain:.0%} throughput): {escape(knee)}. "
+        f"Out of memory from: {escape(oom or 'none')}. Memory limit: {escape(limit)}.</p>",
+        grid_table([*names, "status", "throughput", "step p50", "peak RSS", "energy/sample"], rows),
+        *(
+            f'<figure class="chart"><figcaption><strong>{escape(u)}</strong></figcaption>'
+            f'<div class="cw-sweep" id="sweep-{k}"></div></figure>'
+            for k, u in specs
+        ),
+        *([notes_section(notes)] if notes else []),
+        f'<script type="application/json" id="cw-sweep">{json_for_script(data)}</script>',
+        f"<script>{script_safe(_SWEEP_JS)}</script>",
     ]
+
+
+def sweep_page(s: SweepResult) -> str:
+    """The sweep as one self-contained page: a table and four charts."""
+    title = f"Sweep: {s.target}"
     return "\n".join(
         [
             page_head(title, _STYLE),
             f"<h1>{escape(title)}</h1>",
-            f"<p>Knee (no later point gains {s.knee_gain:.0%} throughput): {escape(knee)}. "
-            f"Out of memory from: {escape(oom or 'none')}. Memory limit: "
-            f"{escape(limit)}.</p>",
-            grid_table(
-                [*names, "status", "throughput", "step p50", "peak RSS", "energy/sample"], rows
-            ),
-            *figures,
-            notes_section(notes),
-            f'<script type="application/json" id="cw-sweep">{json_for_script(data)}</script>',
             f"<script>{script_safe(asset('uPlot.iife.min.js'))}</script>",
-            f"<script>{script_safe(_SWEEP_JS)}</script>",
+            *_sweep_body(s),
             "</body></html>",
         ]
     )
+
+
+def sweep_from_dict(d: Mapping[str, Any]) -> SweepResult:
+    """A :class:`SweepResult` back from its JSON document."""
+    return SweepResult(
+        target=d["target"],
+        params={k: list(v) for k, v in d["params"].items()},
+        memory_limit_bytes=d.get("memory_limit_bytes"),
+        points=[SweepPoint(**p) for p in d["points"]],
+        knee=list(d.get("knee") or []),
+        out_of_memory_at=list(d.get("out_of_memory_at") or []),
+        knee_gain=float(d.get("knee_gain", 0.1)),
+    )
+
+
+def bench_section(doc: object) -> str:
+    """The report's "Benchmark" section for a run with a ``bench`` document ("" without one):
+    LoadGen's results for an inference run, and the whole sweep's charts for a sweep point's
+    run. The run page already carries uPlot."""
+    if not isinstance(doc, Mapping):
+        return ""
+    parts = ['<section id="section-bench"><h2>Benchmark</h2>']
+    lg = doc.get("loadgen")
+    if isinstance(lg, Mapping):
+        lat = lg.get("latency_seconds") or {}
+        res = doc.get("resources") or {}
+        rows = [
+            ("scenario", escape(f"{doc.get('scenario')} (MLCommons LoadGen)")),
+            ("target", escape(doc.get("target"))),
+            ("validity", escape(lg.get("validity"))),
+            ("LoadGen QPS", escape(lg.get("qps"))),
+            ("latency", escape(" · ".join(
+                f"{k} {format_seconds(lat.get(k))}" for k in ("p50", "p90", "p99", "max")))),
+            ("energy per query", escape(format_energy(res.get("energy_per_query_joules")))),
+        ]  # fmt: skip
+        parts.append(kv_table(rows))
+    sweep = doc.get("sweep")
+    if isinstance(sweep, Mapping):
+        try:
+            parts += _sweep_body(sweep_from_dict(sweep))
+        except (KeyError, TypeError, ValueError):
+            parts.append("<p>The sweep's document could not be read.</p>")
+    parts.append("</section>")
+    return "\n".join(parts)
