@@ -4,11 +4,8 @@ profile and an SVG flame graph, and links them to the run; a refused ptrace is o
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
@@ -108,31 +105,3 @@ def test_bad_targets_are_one_line(cw: Any) -> None:
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
     r = cw("profile", "123", "--seconds", "0")
     assert r.returncode == 2 and "Traceback" not in r.stderr
-
-
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
-def test_refused_ptrace_is_one_clear_line(cw: Any) -> None:
-    """A user who may not trace a root process: the real refusal, said in one line."""
-    target = subprocess.Popen(
-        [sys.executable, "-c", READY + "import time; time.sleep(60)"],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert target.stdout is not None and target.stdout.readline() == "ready\n"
-    home = Path(tempfile.mkdtemp(prefix="cw-nobody-"))
-    try:
-        os.chmod(home, 0o777)
-        env = cw.env(COMPUTEWATCH_HOME=str(home / "h"), HOME=str(home))
-        r = subprocess.run(
-            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-             sys.executable, "-m", "computewatch", "profile", str(target.pid), "--seconds", "1",
-             "-o", str(home / "p.json")],
-            capture_output=True, text=True, env=env, timeout=120, check=False, cwd=home,
-        )  # fmt: skip
-    finally:
-        target.kill()
-        target.communicate()
-        shutil.rmtree(home, ignore_errors=True)
-    assert r.returncode == 1, r.stderr
-    (line,) = r.stderr.strip().splitlines()
-    assert "permission denied" in line and "CAP_SYS_PTRACE" in line and "ptrace_scope" in line
