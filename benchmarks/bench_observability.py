@@ -1,0 +1,251 @@
+"""The observability plumbing's cost: OTLP export per agent tick (the handover on the sampling
+thread, and the mapping, collection and OTLP/HTTP export on the exporter's own thread, to a
+local receiver), CloudWatch EMF per tick, and a py-spy capture's cost on the profiled job
+(paired runs of a fixed CPU-bound workload, bare and while py-spy samples it at 100 Hz).
+
+The tick is a node agent's on 8 fake H100s (GPM, clocks, errors, links) with 200 processes
+(about 600 samples). Times are CPU time of the thread doing the work (``time.thread_time``).
+
+    python benchmarks/bench_observability.py [--quick]
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from common import Section, cli_main, median, spread
+
+from computewatch.exporters.emf import EmfSink
+from computewatch.exporters.otlp import OtlpSink
+from computewatch.fleet.attribution import Attributor
+from computewatch.fleet.node import NodeOptions, NodeSampler
+from computewatch.metrics.model import MetricSample
+from computewatch.profiling.pyspy import find_py_spy
+from computewatch.sources.host import HostSource
+from computewatch.sources.nvidia import NvidiaSource
+from computewatch.testing import from_preset
+
+TARGET_HANDOVER_US = 50.0  # on the sampling thread
+TARGET_EXPORT_MS = 50.0  # on the exporter's thread, per tick
+TARGET_PYSPY_SLOWDOWN = 0.05  # py-spy at 100 Hz (blocking) on a CPU-bound job
+
+WORKLOAD = """
+import time
+t0 = time.perf_counter()
+s = 0
+for i in range({n}):
+    s += i * i % 7
+print(time.perf_counter() - t0, flush=True)
+"""
+
+
+def agent_samples(children: int) -> list[MetricSample]:
+    procs = [
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        for _ in range(children)
+    ]
+    try:
+        time.sleep(1.0)
+        fake = from_preset("8xH100-SXM")
+        node = NodeSampler(
+            NodeOptions(node="bench"), Attributor(), host=HostSource(), cpu_model="unknown"
+        )
+        node.gpus = [NvidiaSource(fake, pids=node.pids_view, all_gpus=True)]
+        for i, p in enumerate(procs[:16]):
+            fake.devices[i % 8].add_process(p.pid)
+        node.sample()
+        time.sleep(0.5)
+        out = node.sample()
+        node.close()
+        return out
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+class _Receiver:
+    def __init__(self) -> None:
+        self.requests = 0
+        self.bytes = 0
+        me = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(n)
+                me.requests += 1
+                me.bytes += n
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def measure_otlp(samples: list[MetricSample], ticks: int) -> dict[str, Any]:
+    rec = _Receiver()
+    # The handover: what the sampling thread pays each tick (the sink's worker exports
+    # meanwhile, as in the agent).
+    live = OtlpSink(rec.url, node="bench", log=io.StringIO())
+    # The export, timed alone on this thread (this sink's worker gets no tick: it stays idle).
+    timed = OtlpSink(rec.url, node="bench", log=io.StringIO())
+    try:
+        timed.push(samples)  # instruments created once, like the agent's first tick
+        handover, export_cpu, export_wall = [], [], []
+        for k in range(ticks):
+            c0 = time.thread_time()
+            live.on_metrics(float(k), samples)
+            handover.append((time.thread_time() - c0) * 1e6)
+            time.sleep(0.05)  # the worker takes it
+        for _ in range(ticks):
+            c0, w0 = time.thread_time(), time.perf_counter()
+            ok = timed.push(samples)
+            export_cpu.append((time.thread_time() - c0) * 1e3)
+            export_wall.append((time.perf_counter() - w0) * 1e3)
+            assert ok
+        return {
+            "handover_us": handover,
+            "export_cpu_ms": export_cpu,
+            "export_wall_ms": export_wall,
+            "bytes": rec.bytes / max(rec.requests, 1),
+            "live_exported": live.exported,
+        }
+    finally:
+        live.close()
+        timed.close()
+        rec.stop()
+
+
+def measure_emf(samples: list[MetricSample], ticks: int) -> list[float]:
+    with tempfile.TemporaryDirectory() as d:
+        sink = EmfSink(str(Path(d) / "emf.log"))
+        out = []
+        for k in range(ticks):
+            c0 = time.thread_time()
+            sink.on_metrics(1.7e9 + k, samples)
+            out.append((time.thread_time() - c0) * 1e3)
+        sink.close()
+        return out
+
+
+def _workload(n: int, profile: bool, rate: int) -> float:
+    """The job's own time for its fixed work (it prints it); with ``profile``, py-spy samples
+    it from start to end."""
+    job = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.readline()\n" + WORKLOAD.format(n=n)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    spy = None
+    assert job.stdin is not None and job.stdout is not None
+    try:
+        if profile:
+            exe = find_py_spy()
+            assert exe is not None, "py-spy is not installed"
+            out = Path(tempfile.mkdtemp()) / "raw.txt"
+            spy = subprocess.Popen(
+                [exe, "record", "--pid", str(job.pid), "--rate", str(rate), "--format", "raw",
+                 "--output", str(out), "--duration", "60"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
+            time.sleep(1.0)  # attached and sampling
+        job.stdin.write("go\n")
+        job.stdin.flush()
+        seconds = float(job.stdout.readline())
+        return seconds
+    finally:
+        job.stdin.close()
+        job.wait()
+        job.stdout.close()
+        if spy is not None:
+            spy.terminate()
+            spy.wait()
+
+
+def measure_pyspy(pairs: int, n: int, rate: int) -> tuple[list[float], list[float]]:
+    bare, spied = [], []
+    _workload(n // 10, False, rate)  # warm the interpreter's files
+    for _ in range(pairs):  # paired and interleaved: the machine's drift hits both alike
+        bare.append(_workload(n, False, rate))
+        spied.append(_workload(n, True, rate))
+    return bare, spied
+
+
+def run(quick: bool) -> Section:
+    s = Section("Observability: OTLP export per tick, CloudWatch EMF, py-spy on the job")
+    samples = agent_samples(50 if quick else 200)
+    ticks = 20 if quick else 100
+    otlp = measure_otlp(samples, ticks)
+    emf = measure_emf(samples, ticks)
+    s.add(
+        f"One agent tick: {len(samples)} samples (8 fake H100 with GPM, "
+        f"{50 if quick else 200} processes); {ticks} ticks. OTLP/HTTP protobuf to a local "
+        f"receiver, {otlp['bytes'] / 1024:.0f} KiB per request (uncompressed).",
+        "",
+    )
+    s.table(
+        ("per tick", "median", "min–max", "thread"),
+        [
+            ["OTLP: handover (on_metrics)", f"{median(otlp['handover_us']):.1f} µs",
+             spread(otlp["handover_us"]), "sampling"],
+            ["OTLP: map + collect + export (CPU)", f"{median(otlp['export_cpu_ms']):.2f} ms",
+             spread(otlp["export_cpu_ms"]), "exporter"],
+            ["OTLP: map + collect + export (wall)", f"{median(otlp['export_wall_ms']):.2f} ms",
+             spread(otlp["export_wall_ms"]), "exporter"],
+            ["EMF: documents + one write (CPU)", f"{median(emf):.2f} ms", spread(emf),
+             "sampling"],
+        ],
+    )  # fmt: skip
+    pairs = 3 if quick else 7
+    n = 3_000_000 if quick else 8_000_000
+    rate = 100
+    bare, spied = measure_pyspy(pairs, n, rate)
+    ratios = [b2 / b1 - 1 for b1, b2 in zip(bare, spied, strict=True)]
+    slow = median(ratios)
+    s.table(
+        ("CPU-bound job, fixed work", "median s", "min–max"),
+        [
+            ["bare", f"{median(bare):.3f}", spread(bare)],
+            [f"under py-spy record --rate {rate} (blocking)", f"{median(spied):.3f}",
+             spread(spied)],
+            ["slowdown (paired)", f"{slow:+.1%}", spread([r * 100 for r in ratios])],
+        ],
+    )  # fmt: skip
+    h = median(otlp["handover_us"])
+    e = median(otlp["export_cpu_ms"])
+    s.target(f"OTLP handover on the sampling thread ≤ {TARGET_HANDOVER_US:.0f} µs", f"{h:.1f} µs",
+             h <= TARGET_HANDOVER_US)  # fmt: skip
+    s.target(f"OTLP export per tick ≤ {TARGET_EXPORT_MS:.0f} ms CPU (exporter thread)",
+             f"{e:.2f} ms", e <= TARGET_EXPORT_MS)  # fmt: skip
+    spread_pct = (max(ratios) - min(ratios)) if len(ratios) > 1 else 0.0
+    s.target(
+        f"py-spy capture slows the job ≤ {TARGET_PYSPY_SLOWDOWN:.0%}",
+        f"{slow:+.1%}",
+        slow <= TARGET_PYSPY_SLOWDOWN,
+        inconclusive="pairs vary more than the margin" if spread_pct > 0.1 else None,
+    )
+    return s
+
+
+if __name__ == "__main__":
+    cli_main(run, __doc__)
