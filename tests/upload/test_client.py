@@ -45,11 +45,15 @@ def test_headers_and_answer(ingest: FakeIngest) -> None:
     assert Client(ingest.url, TOKEN).ingest(_batch())["results"][0]["stored"] is False
 
 
-def test_gzip_bodies(ingest: FakeIngest) -> None:
-    Client(ingest.url, TOKEN, gzip=True).ingest(_batch())
+def test_gzip_bodies_by_default(ingest: FakeIngest) -> None:
+    client = Client(ingest.url, TOKEN)
+    client.ingest(_batch())
     req = ingest.requests[0]
     assert req.headers["Content-Encoding"] == "gzip"
     assert req.body["runs"][0]["id"] == "r1"
+    assert client.wire_bytes == req.raw_size
+    Client(ingest.url, TOKEN, gzip=False).ingest(_batch())
+    assert "Content-Encoding" not in ingest.requests[1].headers
 
 
 def test_token_is_not_in_the_repr(ingest: FakeIngest) -> None:

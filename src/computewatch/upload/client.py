@@ -105,7 +105,8 @@ def _reason(body: bytes, token: str | None) -> str:
 
 class Client:
     """One server: ``url`` is its base URL (``https://cw.example.org``), ``token`` its bearer
-    token. ``gzip``: compress request bodies (``Content-Encoding: gzip``)."""
+    token. ``gzip``: compress request bodies (``Content-Encoding: gzip``; every server of
+    protocol 1 takes it), about a quarter of the JSON for a run's series."""
 
     def __init__(
         self,
@@ -113,12 +114,14 @@ class Client:
         token: str | None,
         *,
         timeout: float = DEFAULT_TIMEOUT,
-        gzip: bool = False,
+        gzip: bool = True,
     ) -> None:
         self.url = url.rstrip("/")
         self._token = token
         self.timeout = timeout
         self.gzip = gzip
+        self.wire_bytes = 0
+        """Request body bytes sent so far, as they went on the wire (compressed)."""
 
     def __repr__(self) -> str:
         return f"Client({redact_urls(self.url)!r})"
@@ -150,6 +153,7 @@ class Client:
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
         status, answer = self._post(INGEST_PATH, body, headers, timeout)
+        self.wire_bytes += len(body)
         return self._response(status, answer)
 
     def _post(

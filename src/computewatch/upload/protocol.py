@@ -10,8 +10,8 @@ governance declaration, ...) and its series downsampled to at most :data:`MAX_PO
 ``seq`` it already holds with ``stored: false``: uploading twice stores once.
 
 The body is JSON (``Content-Type: application/json``), optionally gzip-compressed with
-``Content-Encoding: gzip`` (a client sends it so only to a server that accepted it before, or
-when told to; :data:`MAX_BODY_BYTES` counts the uncompressed JSON).
+``Content-Encoding: gzip``, which every protocol-1 server accepts (the client sends it so by
+default; :data:`MAX_BODY_BYTES` counts the uncompressed JSON).
 """
 
 from __future__ import annotations

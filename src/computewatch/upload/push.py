@@ -52,6 +52,9 @@ class PushReport:
     error: UploadError | None = None
     notes: list[str] = field(default_factory=list)
     bytes_sent: int = 0
+    """JSON bytes sent (before compression)."""
+    wire_bytes: int = 0
+    """Bytes sent on the wire (compressed)."""
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
@@ -63,6 +66,7 @@ class PushReport:
             "error": str(self.error) if self.error is not None else None,
             "notes": self.notes,
             "bytes_sent": self.bytes_sent,
+            "wire_bytes": self.wire_bytes,
             "seconds": round(self.seconds, 3),
         }
 
@@ -176,6 +180,7 @@ def push_runs(
     started = time.monotonic()
     for batch in _batches(store, plan, project, report.skipped, buckets or {}):
         body = _body(batch)
+        before = client.wire_bytes
         try:
             answer = client.ingest_body(body, timeout=timeout)
         except BodyTooLarge as e:
@@ -188,6 +193,7 @@ def push_runs(
             report.error = e
             break
         report.bytes_sent += len(body)
+        report.wire_bytes += client.wire_bytes - before
         by_id = {r["id"]: r for r in answer["results"]}
         for item, _ in batch:
             result = by_id.get(item.run.id)
@@ -219,8 +225,8 @@ def upload_run(
     timeout: float | None = None,
     buckets: SeriesBuckets | None = None,
 ) -> int:
-    """Send one run's current state as ``seq`` and mark it; the bytes sent (0 when the server
-    did not answer for it). Raises :class:`UploadError`."""
+    """Send one run's current state as ``seq`` and mark it; the bytes sent on the wire (0 when
+    the server did not answer for it). Raises :class:`UploadError`."""
     report = push_runs(
         store,
         client,
@@ -232,4 +238,4 @@ def upload_run(
     )
     if report.error is not None:
         raise report.error
-    return report.bytes_sent if report.stored or report.already else 0
+    return report.wire_bytes if report.stored or report.already else 0

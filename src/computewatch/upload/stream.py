@@ -49,8 +49,9 @@ FINAL_DEADLINE = 2.0
 MAX_BACKOFF = 120.0
 """Longest wait between two attempts while the server fails."""
 STREAM_BYTES_PER_SECOND = 16 * 1024
-"""What a live stream may average on the wire: a long run's state (about 4 MiB at 150 series)
-goes every four minutes or so, at most about 1.4 GB a day per run."""
+"""What a live stream may average on the wire (gzip-compressed bytes): a long run's state
+(about 1 MiB compressed at 150 series) goes every minute or so, at most about 1.4 GB a day per
+run."""
 _COST_FACTOR = 10.0
 _REQUEST_TIMEOUT = 10.0
 
