@@ -13,7 +13,7 @@ from computewatch.serverdb.engine import current_tables, open_database, upgrade
 from computewatch.serverdb.models import Base
 
 OURS = {
-    "runs", "run_tags", "run_series", "run_changes", "tokens", "web_sessions", "budgets",
+    "runs", "run_docs", "run_tags", "run_series", "run_changes", "tokens", "web_sessions", "budgets",
 }  # fmt: skip
 
 

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import html
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -24,6 +25,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from computewatch._version import __version__
 from computewatch.server import api, governance_api
@@ -45,7 +47,7 @@ from computewatch.serverdb.tokens import (
     delete_session,
 )
 
-__all__ = ["create_app"]
+__all__ = ["ServerTiming", "create_app"]
 
 log = logging.getLogger("computewatch.server")
 
@@ -120,6 +122,30 @@ def _login_page(next_path: str, error: str = "", status: int = 200) -> HTMLRespo
     )
 
 
+class ServerTiming:
+    """ASGI middleware: ``Server-Timing: app;dur=MS`` on every response, the time the app took
+    until the response started (what the benchmarks call server time)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+
+        async def timed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                ms = (time.perf_counter() - start) * 1000
+                headers = list(message.get("headers", []))
+                headers.append((b"server-timing", f"app;dur={ms:.2f}".encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, timed)
+
+
 def create_app(
     db_url: str | None = None,
     *,
@@ -151,6 +177,10 @@ def create_app(
         finally:
             task.cancel()
             upkeep.cancel()
+            await asyncio.gather(task, upkeep, return_exceptions=True)
+            # Their database work runs in the loop's default executor (asyncio.to_thread), which
+            # a cancel does not stop: let it finish before the pool is disposed.
+            await asyncio.get_running_loop().shutdown_default_executor()
             hub.close()
             db.dispose()
 
@@ -164,6 +194,7 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
     )
+    app.add_middleware(ServerTiming)
     app.state.db = db
     app.state.events = hub
     app.state.secure_cookies = secure_cookies

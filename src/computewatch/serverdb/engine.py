@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
@@ -26,6 +26,7 @@ from computewatch.serverdb.errors import BadDatabaseURL
 
 __all__ = [
     "SERVER_DB_FILENAME",
+    "SQLITE_BEGIN",
     "Database",
     "default_url",
     "display_url",
@@ -88,7 +89,21 @@ def parse_url(text: str | None) -> URL:
     return url
 
 
+SQLITE_BEGIN = "computewatch_sqlite_begin"
+"""Execution option: ``"IMMEDIATE"`` makes a SQLite transaction take the write lock at BEGIN
+(``session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})`` before its first
+statement). Other transactions begin DEFERRED."""
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    # pysqlite's own transaction handling is off (isolation_level None, below): SQLAlchemy's
+    # documented recipe for choosing the BEGIN a transaction starts with.
+    mode = conn.get_execution_options().get(SQLITE_BEGIN, "DEFERRED")
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN")
+
+
 def _sqlite_pragmas(dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     try:
         cur.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_MS}")
@@ -135,6 +150,7 @@ def open_database(url: URL | str | None = None, *, pool_size: int = 10) -> Datab
     engine = create_engine(u, **kwargs)
     if u.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     return Database(engine, sessionmaker(engine, expire_on_commit=False), u)
 
 

@@ -19,14 +19,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
 from computewatch.jsonout import dumps as json_dumps
 from computewatch.redact import redact_argv, redact_mapping
+from computewatch.serverdb.engine import SQLITE_BEGIN
 from computewatch.serverdb.errors import IngestConflict, InvalidUpload
 from computewatch.serverdb.lineage_ingest import on_stored
-from computewatch.serverdb.models import Run, RunChange, RunSeries, RunTag
+from computewatch.serverdb.models import Run, RunChange, RunDoc, RunSeries, RunTag
 from computewatch.upload.protocol import (
     MAX_POINTS,
     MAX_RUNS_PER_BATCH,
@@ -419,7 +420,8 @@ def _day(t: float) -> str:
 # -- storing --------------------------------------------------------------------------------------
 
 
-def _apply(row: Run, team: str, run: RunUpload, now: float) -> None:
+def _apply(row: Run, team: str, run: RunUpload, now: float) -> dict[str, Any] | None:
+    """Fill ``row`` from ``run``; the summary to keep (its command redacted again)."""
     d = denormalize(run, now)
     row.team = team
     row.user = run["user"]
@@ -454,8 +456,7 @@ def _apply(row: Run, team: str, run: RunUpload, now: float) -> None:
             **summary,
             "command": redact_argv([str(a) for a in summary["command"]]),
         }
-    row.summary = summary
-    row.meta = run["meta"]
+    return summary
 
 
 def store_batch(session: Session, team: str, batch: IngestBatch) -> list[IngestResult]:
@@ -465,6 +466,10 @@ def store_batch(session: Session, team: str, batch: IngestBatch) -> list[IngestR
     now = time.time()
     results: list[IngestResult] = []
     postgres = session.get_bind().dialect.name == "postgresql"
+    if not postgres:
+        # SQLite: take the write lock before reading, so that another process cannot store the
+        # same run between our read of its seq and our write (engine.py: BEGIN IMMEDIATE).
+        session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
     try:
         for run in batch["runs"]:
             q = select(Run).where(Run.id == run["id"])
@@ -478,10 +483,17 @@ def store_batch(session: Session, team: str, batch: IngestBatch) -> list[IngestR
                 continue
             if row is None:
                 row = Run(id=run["id"])
-                _apply(row, team, run, now)
+                summary = _apply(row, team, run, now)
                 session.add(row)
+                session.flush()
+                session.add(RunDoc(run_id=run["id"], summary=summary, meta=run["meta"]))
             else:
-                _apply(row, team, run, now)
+                summary = _apply(row, team, run, now)
+                session.execute(
+                    update(RunDoc)
+                    .where(RunDoc.run_id == run["id"])
+                    .values(summary=summary, meta=run["meta"])
+                )
                 session.execute(delete(RunTag).where(RunTag.run_id == run["id"]))
                 session.execute(delete(RunSeries).where(RunSeries.run_id == run["id"]))
             session.flush()

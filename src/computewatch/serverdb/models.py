@@ -2,7 +2,7 @@
 
 One schema on SQLite and PostgreSQL. What filtering, sorting and usage need is denormalized into
 indexed columns of ``runs`` (figures in the units their names say); the run's whole summary and
-documents stay as JSON beside them. The initial Alembic migration
+documents stay as JSON in ``run_docs``. The initial Alembic migration
 (``migrations/versions/0001_initial.py``) creates exactly these tables: change both together.
 """
 
@@ -27,6 +27,7 @@ __all__ = [
     "Budget",
     "Run",
     "RunChange",
+    "RunDoc",
     "RunSeries",
     "RunTag",
     "Token",
@@ -82,13 +83,24 @@ class Run(Base):
     updated_at: Mapped[float] = mapped_column(Float, index=True)
     command: Mapped[list[Any]] = mapped_column(JSON)
     tags: Mapped[dict[str, Any]] = mapped_column(JSON)
-    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
-    meta: Mapped[dict[str, Any]] = mapped_column(JSON)
 
     __table_args__ = (
         Index("ix_runs_team_started", "team", "started_at"),
         Index("ix_runs_started_id", "started_at", "id"),
     )
+
+
+class RunDoc(Base):
+    """A run's summary and documents, apart from its row: lists and usage scan ``runs`` and
+    never read these (a summary is kilobytes)."""
+
+    __tablename__ = "run_docs"
+
+    run_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    meta: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
 class RunTag(Base):

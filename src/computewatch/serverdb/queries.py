@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from computewatch.serverdb.errors import ServerDbError
-from computewatch.serverdb.models import Run, RunSeries, RunTag
+from computewatch.serverdb.models import Run, RunDoc, RunSeries, RunTag
 
 __all__ = [
     "MAX_LIMIT",
@@ -335,7 +335,10 @@ def get_run(session: Session, run_id: str, teams: frozenset[str] | None) -> RunD
             select(RunSeries).where(RunSeries.run_id == run_id).order_by(RunSeries.id)
         )
     ]
-    return RunDetail(_row(r), list(r.command), r.summary, dict(r.meta), series)
+    doc = session.get(RunDoc, run_id)
+    summary = doc.summary if doc is not None else None
+    meta = dict(doc.meta) if doc is not None else {}
+    return RunDetail(_row(r), list(r.command), summary, meta, series)
 
 
 def running_now(

@@ -1,4 +1,4 @@
-"""The initial schema: runs (denormalized figures), run_tags, run_series, run_changes, tokens,
+"""The initial schema: runs (denormalized figures), run_docs (summary, documents), run_tags, run_series, run_changes, tokens,
 web_sessions, budgets.
 
 Revision ID: 0001
@@ -57,13 +57,23 @@ def upgrade() -> None:
         sa.Column("updated_at", sa.Float, nullable=False),
         sa.Column("command", sa.JSON, nullable=False),
         sa.Column("tags", sa.JSON, nullable=False),
-        sa.Column("summary", sa.JSON, nullable=True),
-        sa.Column("meta", sa.JSON, nullable=False),
     )
     for col in ("team", "user", "project", "status", "started_at", "updated_at"):
         op.create_index(f"ix_runs_{col}", "runs", [col])
     op.create_index("ix_runs_team_started", "runs", ["team", "started_at"])
     op.create_index("ix_runs_started_id", "runs", ["started_at", "id"])
+
+    op.create_table(
+        "run_docs",
+        sa.Column(
+            "run_id",
+            sa.String(64),
+            sa.ForeignKey("runs.id", ondelete="CASCADE"),
+            primary_key=True,
+        ),
+        sa.Column("summary", sa.JSON, nullable=True),
+        sa.Column("meta", sa.JSON, nullable=False),
+    )
 
     op.create_table(
         "run_tags",
@@ -154,6 +164,7 @@ def downgrade() -> None:
         "run_changes",
         "run_series",
         "run_tags",
+        "run_docs",
         "runs",
     ):
         op.drop_table(table)
