@@ -91,6 +91,10 @@ def test_cprofile(cw: Any, make_script: Any) -> None:
     stats = pstats.Stats(art["files"]["pstats"])
     assert any(fn == "hot" for (_, _, fn) in stats.stats)  # type: ignore[attr-defined]
     assert "hot" in Path(art["files"]["text"]).read_text()
+    report = cw.tmp / "report.html"
+    cw.ok("report", "last", "-o", str(report))
+    html = report.read_text()
+    assert 'id="section-profiles"' in html and art["files"]["pstats"] in html
 
 
 def test_cprofile_of_a_module(cw: Any, tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from computewatch._version import __version__
 from computewatch.analysis.repro import with_repro
 from computewatch.analysis.summary import build_summary, iso
 from computewatch.analysis.summary_types import GpuStats, RunSummary, stored_summary
+from computewatch.profiling.artifacts import Artifact, artifacts_of
 from computewatch.store import RUNNING, RunRow, SeriesRow, StepRow, Store
 from computewatch.units import (
     format_bytes,
@@ -830,6 +831,7 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
             kv_table(rows),
             "</section>",
         ]
+    parts.append(_profiles_section(artifacts_of(store, run.key)))  # profiles and traces
     parts += [
         '<section id="section-host"><h2>Host</h2>',
         _host_table(dict(summary.get("host") or run.host)),
@@ -842,6 +844,28 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
         page_end(data),
     ]
     return "\n".join(parts) + "\n"
+
+
+def _profiles_section(artifacts: list[Artifact]) -> str:
+    """The run's profiles and traces (py-spy, the PyTorch Profiler, cProfile, Nsight Systems),
+    each file linked by its path; empty without any."""
+    if not artifacts:
+        return ""
+    rows = []
+    for a in artifacts:
+        files = "<br>".join(
+            f'{escape(kind)}: <a href="{escape(Path(p).as_uri())}">{escape(p)}</a>'
+            for kind, p in sorted(a["files"].items())
+            if Path(p).is_absolute()
+        )
+        what = f"{a['tool']} ({a['trigger']})"
+        note = a.get("note") or ""
+        rows.append(f"<tr><td>{escape(what)}</td><td>{escape(note)}</td><td>{files}</td></tr>")
+    return (
+        '<section id="section-profiles"><h2>Profiles and traces</h2><table>'
+        "<tr><th>profiler</th><th>note</th><th>files</th></tr>" + "".join(rows) + "</table>"
+        "</section>"
+    )
 
 
 def default_filename(run: RunRow) -> str:
