@@ -464,23 +464,27 @@ def usage(
         acc.util_weight += float(w or 0.0)
         acc.mfu_weighted += float(mw or 0.0)
         acc.mfu_weight += float(mwt or 0.0)
-    # The methods of each figure, counted per group (a few distinct values: one small query).
+    # The methods of each figure, counted per group: one scan, grouped on the four method
+    # columns (a few distinct values each).
     method_cols = {
         "cpu_hours": Run.cpu_method,
         "kwh": Run.kwh_method,
         "cost_usd": Run.cost_method,
         "co2e_kg": Run.co2e_method,
     }
-    for name, mcol in method_cols.items():
-        mq = select(*groups, mcol, func.count()).where(*conds, mcol.is_not(None))
-        for row in session.execute(mq.group_by(*groups, mcol)):
-            b = _bucket_start(row[1], bucket) if bucket is not None else None
-            found = accs.get((row[0], b))
-            if found is None:
-                continue
-            m = found.methods.setdefault(name, {})
-            method, n = row[len(groups)], int(row[len(groups) + 1])
-            m[method] = m.get(method, 0) + n
+    mcols = list(method_cols.values())
+    mq = select(*groups, *mcols, func.count()).where(*conds).group_by(*groups, *mcols)
+    for row in session.execute(mq):
+        b = _bucket_start(row[1], bucket) if bucket is not None else None
+        found = accs.get((row[0], b))
+        if found is None:
+            continue
+        n = int(row[-1])
+        for j, name in enumerate(method_cols):
+            method = row[len(groups) + j]
+            if method is not None:
+                m = found.methods.setdefault(name, {})
+                m[method] = m.get(method, 0) + n
     for acc in accs.values():
         if acc.sums.get("gpu_hours", [0, 0, 0, 0])[3]:
             acc.methods["gpu_hours"] = {"allocated GPUs x wall time": acc.runs}
