@@ -17,6 +17,7 @@ BASE = settings.get_profile("computewatch-fuzz")  # tests/fuzz/conftest.py
 
 _number = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True), st.integers(), st.booleans(), st.none(),
+    st.just(10**400),
     st.text(max_size=5),
 )  # fmt: skip
 _metrics = st.dictionaries(st.sampled_from([*METRICS, "other"]), _number, max_size=6)

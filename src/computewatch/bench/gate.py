@@ -205,9 +205,13 @@ def measurements_from_summary(
 
 
 def _f(v: object) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+    if isinstance(v, bool) or not isinstance(v, int | float):
         return None
-    return float(v)
+    try:
+        f = float(v)
+    except OverflowError:  # an integer beyond any float
+        return None
+    return f if math.isfinite(f) else None
 
 
 # -- the baseline file ------------------------------------------------------------------------

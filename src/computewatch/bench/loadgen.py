@@ -146,7 +146,10 @@ def read_detail_log(log_dir: Path) -> dict[str, Any]:
 def _num(v: object) -> float | None:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return None
-    f = float(v)
+    try:
+        f = float(v)
+    except OverflowError:  # an integer beyond any float
+        return None
     return f if math.isfinite(f) else None
 
 
