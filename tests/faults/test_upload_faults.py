@@ -5,6 +5,7 @@ output and leaves the run in the local store for the next push. No token in any 
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import subprocess
@@ -13,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -35,6 +36,8 @@ def silent_server() -> Iterator[str]:
 class _Answer:
     status = 200
     body = b""
+    protocol = False
+    received: ClassVar[list[str]] = []
 
 
 @pytest.fixture
@@ -42,18 +45,25 @@ def answering() -> Iterator[tuple[str, type[_Answer]]]:
     """A server answering every POST with ``_Answer.status`` and ``_Answer.body``."""
 
     class Answer(_Answer):
-        pass
+        received: ClassVar[list[str]] = []
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:
             pass
 
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+            body = Answer.body
+            if Answer.protocol:  # answer as a server: every run stored
+                data = gzip.decompress(raw) if self.headers.get("Content-Encoding") else raw
+                runs = json.loads(data)["runs"]
+                Answer.received += [r["id"] for r in runs]
+                results = [{"id": r["id"], "seq": r["seq"], "stored": True} for r in runs]
+                body = json.dumps({"protocol": 1, "results": results}).encode()
             self.send_response(Answer.status)
-            self.send_header("Content-Length", str(len(Answer.body)))
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(Answer.body)
+            self.wfile.write(body)
 
     http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     http.daemon_threads = True
@@ -168,3 +178,35 @@ def test_no_server_configured_loads_no_upload_code(cw: Any, tmp_path: Path) -> N
     assert r.returncode == 0, r.stderr
     assert "computewatch.sampling.supervisor" in r.stderr  # importtime did list the modules
     assert "computewatch.upload" not in r.stderr
+
+
+@pytest.mark.slow
+def test_a_run_left_to_the_spool_is_pushed_later(
+    cw: Any,
+    tmp_path: Path,
+    answering: tuple[str, type[_Answer]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The store locked by another process while a job runs: the run waits in the spool, so
+    nothing can be streamed; the end says it waits for push, and push (once the lock is gone)
+    stores it and sends it with the others."""
+    from tests.faults.test_store_locked import Lock
+
+    url, answer = answering
+    answer.protocol = True
+    cw.ok("run", "--quiet", "--", PY, "-c", "pass")
+    monkeypatch.setenv("COMPUTEWATCH_SERVER", url)
+    monkeypatch.setenv("COMPUTEWATCH_TOKEN", TOKEN)
+    lock = Lock(cw.db, tmp_path)
+    try:
+        r = cw("run", "--quiet", "--", PY, "-c", JOB)
+        assert lock.held
+    finally:
+        lock.release()
+    assert (r.returncode, r.stdout) == (4, "out\n"), r.stderr
+    assert "it waits in the local store for `computewatch push`" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr and TOKEN not in r.stderr
+    pushed = cw.ok("push", "--json")
+    sent = json.loads(pushed.stdout)["stored"]
+    assert len(sent) == 2 and sorted(sent) == sorted(answer.received)
+    assert {x["id"] for x in cw.json("runs")} == set(sent)

@@ -123,5 +123,5 @@ def test_a_run_not_in_the_store_waits_for_push(tmp_path: Path, ingest: FakeInges
     up.begin("notthere")
     wait_until(lambda: up.failures >= 1)
     assert up.close() is False
-    assert "no run matches 'notthere'" in err.getvalue()
+    assert "(the store does not hold it yet)" in err.getvalue()
     assert ingest.requests == []

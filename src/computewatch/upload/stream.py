@@ -30,7 +30,7 @@ from typing import Protocol, TextIO
 
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.errors import PROG, ComputewatchError
-from computewatch.store import RUNNING, Store
+from computewatch.store import RUNNING, Store, StoreError
 from computewatch.upload.client import Client, UploadError
 from computewatch.upload.payload import SeriesBuckets
 from computewatch.upload.push import upload_run
@@ -229,7 +229,11 @@ class LiveUploader:
         try:
             with Store.open(self.db_path, create=False, busy_timeout=0.5) as store:
                 assert self.run_id is not None
-                run = store.find_run(self.run_id)
+                try:
+                    run = store.find_run(self.run_id)
+                except StoreError:
+                    outcome.append(UploadError("the store does not hold it yet"))
+                    return
                 with self._lock:
                     seq = self._next_seq(store, run.key)
                 # the live thread may be mid-upload: its series if it lets go in time
