@@ -210,3 +210,33 @@ def test_a_run_left_to_the_spool_is_pushed_later(
     sent = json.loads(pushed.stdout)["stored"]
     assert len(sent) == 2 and sorted(sent) == sorted(answer.received)
     assert {x["id"] for x in cw.json("runs")} == set(sent)
+
+
+def test_track_with_a_server_down(cw: Any, tmp_path: Path) -> None:
+    """track() with nothing listening at the server: the program's status and output are its
+    own, the run is stored, and one line says it waits for push."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "tracked.py"
+    script.write_text(
+        "import sys, computewatch\n"
+        "with computewatch.track(name='tracked'):\n"
+        "    print('out')\n"
+        "sys.exit(5)\n"
+    )
+    env = cw.env(COMPUTEWATCH_SERVER=f"http://127.0.0.1:{port}", COMPUTEWATCH_TOKEN=TOKEN)
+    r = subprocess.run(
+        [PY, str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert (r.returncode, r.stdout) == (5, "out\n"), r.stderr
+    line = _one_line(r.stderr)
+    assert "not uploaded (cannot reach the server" in line and "computewatch push" in line
+    assert TOKEN not in r.stderr
+    assert cw.json("runs")[0]["name"] == "tracked"
