@@ -301,7 +301,7 @@ async def ingest(
         if bad is not None:
             return bad
         for attempt in range(INGEST_RETRIES):
-            with db.session() as session:
+            with db.writing(), db.session() as session:
                 try:
                     results = store_batch(session, principal.team, batch)
                 except IngestConflict as e:

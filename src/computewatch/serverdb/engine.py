@@ -9,8 +9,9 @@ at start and ``server token create`` before it writes.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +122,15 @@ class Database:
     engine: Engine
     sessions: sessionmaker[Session]
     url: URL
+    _write_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def writing(self) -> contextlib.AbstractContextManager[object]:
+        """Hold it around a write transaction: on SQLite one writer of this process at a time
+        (SQLite takes one writer anyway; waiting here is fair and needs no busy polling, so
+        only other processes wait on the busy timeout). Nothing on PostgreSQL."""
+        if self.dialect == "sqlite":
+            return self._write_lock
+        return contextlib.nullcontext()
 
     @property
     def dialect(self) -> str:

@@ -115,6 +115,7 @@ def revoke_token(session: Session, token_id: int) -> TokenInfo | None:
     row = session.get(Token, token_id)
     if row is None:
         return None
+    session.commit()  # the read ends here: see authenticate
     if row.revoked_at is None:
         row.revoked_at = time.time()
     session.execute(delete(WebSession).where(WebSession.token_id == token_id))
@@ -131,6 +132,9 @@ def authenticate(session: Session, token: str) -> TokenInfo | None:
         return None
     now = time.time()
     if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
+        # End the read first: on SQLite a read transaction that then writes fails at once when
+        # another connection wrote meanwhile (SQLITE_BUSY_SNAPSHOT); a fresh write waits.
+        session.commit()
         session.execute(update(Token).where(Token.id == row.id).values(last_used_at=now))
         session.commit()
         row.last_used_at = now
