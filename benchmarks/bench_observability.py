@@ -12,6 +12,7 @@ The tick is a node agent's on 8 fake H100s (GPM, clocks, errors, links) with 200
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 import tempfile
@@ -147,9 +148,9 @@ def measure_emf(samples: list[MetricSample], ticks: int) -> list[float]:
         return out
 
 
-def _workload(n: int, profile: bool, rate: int) -> float:
-    """The job's own time for its fixed work (it prints it); with ``profile``, py-spy samples
-    it from start to end."""
+def _workload(n: int, profile: bool, rate: int) -> tuple[float, float]:
+    """The job's own time for its fixed work (it prints it) and, with ``profile`` (py-spy
+    samples it from start to end), py-spy's own CPU seconds per second of sampling."""
     job = subprocess.Popen(
         [sys.executable, "-c", "import sys; sys.stdin.readline()\n" + WORKLOAD.format(n=n)],
         stdin=subprocess.PIPE,
@@ -169,26 +170,35 @@ def _workload(n: int, profile: bool, rate: int) -> float:
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
             )  # fmt: skip
             time.sleep(1.0)  # attached and sampling
+        t0 = time.perf_counter()
         job.stdin.write("go\n")
         job.stdin.flush()
         seconds = float(job.stdout.readline())
-        return seconds
+        spy_cpu = 0.0
+        if spy is not None:
+            spy.terminate()
+            _, _, ru = os.wait4(spy.pid, 0)
+            spy.returncode = 0
+            spy_cpu = (ru.ru_utime + ru.ru_stime) / max(time.perf_counter() - t0 + 1.0, 1e-9)
+        return seconds, spy_cpu
     finally:
         job.stdin.close()
         job.wait()
         job.stdout.close()
-        if spy is not None:
-            spy.terminate()
+        if spy is not None and spy.returncode is None:
+            spy.kill()
             spy.wait()
 
 
-def measure_pyspy(pairs: int, n: int, rate: int) -> tuple[list[float], list[float]]:
-    bare, spied = [], []
+def measure_pyspy(pairs: int, n: int, rate: int) -> tuple[list[float], list[float], list[float]]:
+    bare, spied, spy_cpu = [], [], []
     _workload(n // 10, False, rate)  # warm the interpreter's files
     for _ in range(pairs):  # paired and interleaved: the machine's drift hits both alike
-        bare.append(_workload(n, False, rate))
-        spied.append(_workload(n, True, rate))
-    return bare, spied
+        bare.append(_workload(n, False, rate)[0])
+        t, c = _workload(n, True, rate)
+        spied.append(t)
+        spy_cpu.append(c)
+    return bare, spied, spy_cpu
 
 
 def run(quick: bool) -> Section:
@@ -219,7 +229,7 @@ def run(quick: bool) -> Section:
     pairs = 3 if quick else 7
     n = 3_000_000 if quick else 8_000_000
     rate = 100
-    bare, spied = measure_pyspy(pairs, n, rate)
+    bare, spied, spy_cpu = measure_pyspy(pairs, n, rate)
     ratios = [b2 / b1 - 1 for b1, b2 in zip(bare, spied, strict=True)]
     slow = median(ratios)
     s.table(
@@ -229,6 +239,8 @@ def run(quick: bool) -> Section:
             [f"under py-spy record --rate {rate} (blocking)", f"{median(spied):.3f}",
              spread(spied)],
             ["slowdown (paired)", f"{slow:+.1%}", spread([r * 100 for r in ratios])],
+            ["py-spy's own CPU (cores, while sampling)", f"{median(spy_cpu):.3f}",
+             spread(spy_cpu)],
         ],
     )  # fmt: skip
     h = median(otlp["handover_us"])
