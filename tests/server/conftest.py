@@ -21,12 +21,13 @@ Fixtures:
 ``server``
     A factory: ``server()`` starts ``computewatch server --db DB_URL --listen 127.0.0.1:PORT``
     (own ``COMPUTEWATCH_HOME``), waits for ``/healthz`` and returns a :class:`ServerProcess`;
-    ``server(db_url=URL, args=[...])`` for another database or more flags (several servers on
-    one database: call it twice with the same ``db_url``). A ServerProcess has ``.url``,
-    ``.db_url``, ``.home``, ``.token(team, scope, name=None) -> str`` (through the real
-    ``computewatch server token create``), ``.client(token=None) -> httpx.Client``, ``.stop()``
-    (SIGTERM), ``.kill()`` (SIGKILL), ``.restart()`` (same port and database), ``.output()``
-    (everything it printed: stderr and stdout, access log included).
+    ``server(db_url=URL, args=[...], tls=(cert, key), host="0.0.0.0")`` for another database,
+    more flags, HTTPS (``.url`` is then https, ``.client()`` verifies the certificate) or another
+    listen address (several servers on one database: call it twice with the same ``db_url``).
+    A ServerProcess has ``.url``, ``.db_url``, ``.home``, ``.token(team, scope, name=None)
+    -> str`` (through the real ``computewatch server token create``), ``.client(token=None)
+    -> httpx.Client``, ``.stop()`` (SIGTERM), ``.kill()`` (SIGKILL), ``.restart()`` (same
+    port and database), ``.output()`` (everything it printed, access log included).
 ``make_upload``
     ``make_upload(id=None, seq=1, **fields) -> RunUpload``: a synthetic but complete upload of
     one run (summary with GPUs, energy, carbon, cost figures and their methods). ``batch(*runs)``
@@ -40,6 +41,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -236,12 +238,24 @@ def db_url(db: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[
 class ServerProcess:
     """A real ``computewatch server`` child process."""
 
-    def __init__(self, db_url: str, home: Path, args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        db_url: str,
+        home: Path,
+        args: Sequence[str] = (),
+        *,
+        tls: tuple[Path, Path] | None = None,
+        host: str = "127.0.0.1",
+    ) -> None:
         self.db_url = db_url
         self.home = home
         self.args = list(args)
+        self.host = host
+        self.tls = tls
+        if tls is not None:
+            self.args += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
         self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.log = home / f"server-{self.port}.log"
         self._clients: list[httpx.Client] = []
         self._outputs: list[str] = []
@@ -267,14 +281,18 @@ class ServerProcess:
                 "--db",
                 self.db_url,
                 "--listen",
-                f"127.0.0.1:{self.port}",
+                f"{self.host}:{self.port}",
                 *self.args,
             ],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env=self.env(),
         )
-        self.wait_healthy()
+        try:
+            self.wait_healthy()
+        except BaseException:
+            self.kill()
+            raise
 
     def wait_healthy(self, timeout: float = START_TIMEOUT) -> None:
         assert self.proc is not None
@@ -283,12 +301,20 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 pytest.fail(f"server exited {self.proc.returncode}:\n{self.output()[-3000:]}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=2).status_code == 200:
+                if (
+                    httpx.get(f"{self.url}/healthz", timeout=2, verify=self.verify).status_code
+                    == 200
+                ):
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.05)
         pytest.fail(f"server not healthy after {timeout:g} s:\n{self.output()[-3000:]}")
+
+    @property
+    def verify(self) -> ssl.SSLContext | bool:
+        """What an HTTP client verifies the server with: its self-signed certificate."""
+        return ssl.create_default_context(cafile=str(self.tls[0])) if self.tls else True
 
     def output(self) -> str:
         """Everything the server printed so far (all its starts)."""
@@ -315,6 +341,7 @@ class ServerProcess:
         """An HTTP client on this server (with ``Authorization: Bearer token`` when given);
         closed at teardown."""
         headers = {"Authorization": f"Bearer {token}"} if token else {}
+        kw.setdefault("verify", self.verify)
         c = httpx.Client(base_url=self.url, headers=headers, timeout=kw.pop("timeout", 60), **kw)
         self._clients.append(c)
         return c
@@ -362,13 +389,19 @@ def server(
     started: list[ServerProcess] = []
     default_url: list[str] = []
 
-    def start(db_url: str | None = None, args: Sequence[str] = ()) -> ServerProcess:
+    def start(
+        db_url: str | None = None,
+        args: Sequence[str] = (),
+        *,
+        tls: tuple[Path, Path] | None = None,
+        host: str = "127.0.0.1",
+    ) -> ServerProcess:
         if db_url is None:
             if not default_url:
                 default_url.append(request.getfixturevalue("db_url"))
             db_url = default_url[0]
         home = tmp_path / f"server-home-{len(started)}"
-        s = ServerProcess(db_url, home, args)
+        s = ServerProcess(db_url, home, args, tls=tls, host=host)
         started.append(s)
         return s
 
