@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -191,3 +192,38 @@ def test_busy_but_idle_alert_fires_on_low_sm_activity_under_high_utilization() -
             if e.status == FIRING
         ]
         assert ("GpuBusyButIdle" in {e.rule for e in events}) is fires
+
+
+def test_run_prometheus_exports_the_runs_sm_activity_per_gpu() -> None:
+    from computewatch.fleet.run_export import RunExport
+    from computewatch.readings import counter, gauge, labels
+    from computewatch.sampling.observers import RunInfo, Tick
+
+    got: list[list[MetricSample]] = []
+
+    class Sink:
+        def on_metrics(self, now: float, samples: Any) -> None:
+            got.append(list(samples))
+
+        def close(self) -> None:
+            pass
+
+    ex = RunExport([Sink()], filesystems=())
+    ex.start(RunInfo("r1", None, {}, ["python"], 1000.0, {"hostname": "n1"}))
+    g = labels(gpu="GPU-1")
+    readings = [
+        gauge("gpu_utilization_ratio", 0.9, g),
+        gauge("gpu_sm_active_ratio", 0.3, g),
+        gauge("gpu_clock_event_reasons", 0x4, g),
+        counter("gpu_ecc_errors_total", 2, labels(gpu="GPU-1", type="corrected")),
+        gauge("gpu_process_memory_used_bytes", 1e9, labels(gpu="GPU-1", pid="7")),
+        gauge("gpu_process_sm_utilization_ratio", 0.25, labels(gpu="GPU-1", pid="7")),
+        gauge("gpu_other_processes_sm_utilization_ratio", 0.1, g),
+    ]
+    for k in range(2):
+        ex.on_tick(Tick(k, 10.0 + 2 * k, 1000.0 + 2 * k, readings, []))
+    s = got[-1]
+    assert one(s, "computewatch_job_gpu_sm_active_ratio", job="r1", gpu="GPU-1") == 0.25
+    assert one(s, "computewatch_gpu_sm_active_ratio", method="gpm") == pytest.approx(0.3)
+    assert one(s, "computewatch_gpu_ecc_errors_total", type="corrected") == 2
+    assert one(s, "computewatch_gpu_throttle_seconds_total", reason="sw_power_cap") == 2.0

@@ -205,6 +205,7 @@ class RunExport:
             self.energy += cpu_e * min(cpu_d / busy_d, 1.0)
         # GPUs
         gpu_mem_total = 0.0
+        sm_job: dict[str, float] = {}
         for uuid, values in gpus.items():
             lbl = self._gpu_lbl.get(uuid) or self._gpu_label(uuid, None, None, None)
             held = uuid in mine_mem
@@ -226,6 +227,8 @@ class RunExport:
             if not held:
                 continue
             gpu_mem_total += mine_mem[uuid]
+            if uuid in mine_sm:  # the run's processes' SM samples on this GPU (DCGM's per job)
+                sm_job[uuid] = min(mine_sm[uuid], 1.0)
             share = 1.0
             other_sm = values.get("gpu_other_processes_sm_utilization_ratio")
             other_mem = values.get("gpu_other_processes_memory_used_bytes")
@@ -267,6 +270,9 @@ class RunExport:
         add(MetricSample("computewatch_job_gpu_idle_seconds_total", job, self.idle))
         add(MetricSample("computewatch_job_gpu_memory_used_bytes", job, gpu_mem_total))
         add(MetricSample("computewatch_job_energy_joules_total", job, self.energy))
+        for uuid, sm in sm_job.items():
+            slbl = tuple(sorted((*job, ("gpu", uuid), ("method", "nvml_process_samples"))))
+            add(MetricSample("computewatch_job_gpu_sm_active_ratio", slbl, sm))
         add(MetricSample("computewatch_job_steps_total", job, self.steps))
         add(MetricSample("computewatch_job_step_time_seconds_total", job, self.step_time))
         if self.flops:
