@@ -179,3 +179,48 @@ def test_buckets_kept_across_updates_equal_a_fresh_read(store: Store) -> None:
     assert ups["late"]["points"][0][0] == T0 + 48  # the bucket of ticks 48-63
     assert ups["c_total"]["kind"] == "rate" and ups["g"]["bucket_seconds"] == 16.0
     assert min(p[1] for p in ups["c_total"]["points"]) >= 0.0  # the reset is no negative rate
+
+
+def test_live_summary_equals_the_one_built_from_the_store(store: Store) -> None:
+    """The summary's aggregates fed between uploads give the summary a read of the whole run
+    gives (what `show --json` prints), steps and a writer included."""
+    from computewatch.analysis.aggregates import aggregates_from_store
+    from computewatch.analysis.summary import summary_of
+    from computewatch.upload.payload import LiveRun
+
+    key = store.create_run(
+        run_id="live0001", name="live", tags={}, command=["x"], cwd=None, mode="run",
+        started_at=T0, interval_seconds=1.0, host={"allowed_cores": 2.0, "hostname": "box"},
+    )  # fmt: skip
+    store.write_batch(
+        key,
+        series=[
+            (0, "tree_cpu_seconds_total", {}, Kind.COUNTER),
+            (1, "tree_resident_memory_bytes", {}, Kind.GAUGE),
+            (2, "host_memory_used_bytes", {}, Kind.GAUGE),
+        ],
+        writers=[(4001, 100.0, {"name": "live", "pid": 4001})],
+    )
+    live = LiveRun()
+    cpu = 0.0
+    for first in range(0, 200, 9):
+        seqs = range(first, min(first + 9, 200))
+        samples = []
+        for i in seqs:
+            cpu += 0.5 + (i % 3) * 0.25
+            samples += [(key, i, 0, cpu), (key, i, 1, 1e6 * (i % 17)), (key, i, 2, 5e8 + i)]
+        store.write_batch(
+            key,
+            ticks=[(i, 100.0 + i, T0 + i) for i in seqs],
+            samples=samples,
+            steps=[(4001, 100.0 + i + 0.5, T0 + i + 0.5, 32.0, 100.0 * i) for i in seqs],
+            data_until=T0 + seqs[-1],
+        )
+        up = build_upload(store, store.run_by_key(key), seq=first + 1, live=live)
+        assert up["summary"] is not None and up["summary"]["status"] == "running"
+    store.update_run(key, status="completed", exit_code=0, ended_at=T0 + 200)
+    done = store.run_by_key(key)
+    kept = summary_of(store, done, live.aggregates)
+    fresh = summary_of(store, done, aggregates_from_store(store, done))
+    assert _roundtrip(kept) == _roundtrip(fresh)
+    assert kept["steps"] is not None and kept["steps"]["count"] == 200

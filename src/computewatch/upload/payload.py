@@ -22,8 +22,10 @@ import socket
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
 
+from computewatch.analysis.aggregates import RunAggregates
 from computewatch.analysis.downsample import bucket_size, counter_rate
-from computewatch.analysis.summary import current_summary
+from computewatch.analysis.summary import current_summary, summary_of
+from computewatch.analysis.summary_types import RunSummary
 from computewatch.readings import Kind
 from computewatch.redact import (
     MARKER,
@@ -36,7 +38,14 @@ from computewatch.redact import (
 from computewatch.store import RUNNING, RunRow, SeriesRow, Store
 from computewatch.upload.protocol import MAX_POINTS, RunUpload, SeriesUpload
 
-__all__ = ["SeriesBuckets", "build_upload", "current_user", "downsample_series", "scrub"]
+__all__ = [
+    "LiveRun",
+    "SeriesBuckets",
+    "build_upload",
+    "current_user",
+    "downsample_series",
+    "scrub",
+]
 
 _DIGITS = 6
 """Significant digits kept per uploaded value: a chart or a sum needs no more, and the
@@ -233,6 +242,62 @@ class SeriesBuckets:
         return out
 
 
+class LiveRun:
+    """What the live uploader keeps of a running run between uploads: its series in buckets
+    (:class:`SeriesBuckets`) and the summary's aggregates (``analysis.aggregates``, fed as the
+    sampler feeds its own), both updated with what was stored since the last upload only, so
+    a live upload of a long run costs its new samples, not its history."""
+
+    def __init__(self, max_points: int = MAX_POINTS) -> None:
+        self.series = SeriesBuckets(max_points)
+        self.aggregates = RunAggregates()
+        self._last_seq = -1
+        self._last_step = 0  # rowid of the last step read
+
+    def update(self, store: Store, run: RunRow) -> None:
+        """Read what was stored since the last call."""
+        self.series.update(store, run)
+        agg = self.aggregates
+        for s in store.series(run.key):
+            agg.add_series(s.idx, s.name, s.labels)
+        conn = store.conn  # incremental reads by tick and row: no Store method reads "since"
+        ticks = conn.execute(
+            "SELECT seq, mono FROM ticks WHERE run_key=? AND seq>? ORDER BY seq",
+            (run.key, self._last_seq),
+        ).fetchall()
+        wanted = agg.wanted()
+        if ticks:
+            last = ticks[-1][0]
+            agg.ticks += len(ticks)
+            if wanted:
+                marks = ",".join("?" * len(wanted))
+                rows = conn.execute(
+                    f"SELECT run_key, seq, series, value FROM samples WHERE run_key=? AND "
+                    f"seq>? AND seq<=? AND series IN ({marks}) ORDER BY seq, series",
+                    (run.key, self._last_seq, last, *wanted),
+                )
+                agg.add_samples(rows, dict(ticks))
+            self._last_seq = last
+        steps = conn.execute(
+            "SELECT rowid, pid, mono, wall, samples, tokens, flops FROM steps "
+            "WHERE run_key=? AND rowid>? ORDER BY rowid",
+            (run.key, self._last_step),
+        ).fetchall()
+        if steps:
+            self._last_step = steps[-1][0]
+            agg.add_steps([r[1:] for r in steps])
+        agg.add_writers((pid, t, meta) for pid, (t, meta) in store.writers(run.key).items())
+        agg.phases, agg.requests = store.counts(run.key, ("phases", "requests"))
+
+    def summary(self, store: Store, run: RunRow) -> RunSummary:
+        """The summary ``show --json`` would print now, from the kept aggregates (those of a
+        run whose store had two samples of a series in one tick are rebuilt from the store,
+        as the sampler does)."""
+        if not self.aggregates.complete or self.aggregates.steps_unordered:
+            return current_summary(store, run)
+        return summary_of(store, run, self.aggregates)
+
+
 def downsample_series(
     store: Store, run: RunRow, max_points: int = MAX_POINTS, extra: tuple[str, ...] = ()
 ) -> list[SeriesUpload]:
@@ -244,19 +309,6 @@ def downsample_series(
     acc = SeriesBuckets(max_points, bucket_size(max(n, 1), max_points))
     acc.update(store, run)
     return acc.uploads(run.interval_seconds, extra)
-
-
-def _series(
-    store: Store,
-    run: RunRow,
-    max_points: int,
-    extra: tuple[str, ...],
-    buckets: SeriesBuckets | None,
-) -> list[SeriesUpload]:
-    if buckets is None or buckets.max_points != max_points:
-        return downsample_series(store, run, max_points, extra)
-    buckets.update(store, run)
-    return buckets.uploads(run.interval_seconds, extra)
 
 
 def _host_of(run: RunRow) -> str:
@@ -275,16 +327,23 @@ def build_upload(
     max_points: int = MAX_POINTS,
     extra_names: Iterable[str] | None = None,
     user: str | None = None,
-    buckets: SeriesBuckets | None = None,
+    live: LiveRun | None = None,
 ) -> RunUpload:
     """The run's whole current state as one upload, numbered ``seq``. ``project``: the
     configuration's ``[server] project``, used when the run has no ``project`` tag;
     ``extra_names``: more secret names (default: the configured ``[privacy] redact``);
-    ``buckets``: the series kept up to date across uploads of a running run (read since its
-    last update only), instead of read whole."""
+    ``live``: what the live uploader keeps of the run across uploads (its series and the
+    summary's aggregates, read since the last upload only), instead of reading it whole."""
     extra = tuple(configured_names() if extra_names is None else extra_names)
     tags = redact_mapping(run.tags, extra)
-    summary = scrub(dict(current_summary(store, run)), extra)
+    if live is not None and live.series.max_points == max_points:
+        live.update(store, run)
+        now = live.summary(store, run) if run.status == RUNNING else current_summary(store, run)
+        series = live.series.uploads(run.interval_seconds, extra)
+    else:
+        now = current_summary(store, run)
+        series = downsample_series(store, run, max_points, extra)
+    summary = scrub(dict(now), extra)
     summary["command"] = redact_argv(run.command, extra)
     summary["tags"] = tags
     tagged = tags.get("project")
@@ -304,5 +363,5 @@ def build_upload(
         "command": redact_argv(run.command, extra),
         "summary": cast(dict[str, Any], summary),
         "meta": cast(dict[str, Any], scrub(store.meta(run.key), extra)),
-        "series": _series(store, run, max_points, extra, buckets),
+        "series": series,
     }

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from computewatch import jsonout
 from computewatch.store import RUNNING, RunRow, Store
 from computewatch.upload.client import BodyTooLarge, Client, UploadError
-from computewatch.upload.payload import SeriesBuckets, build_upload, current_user
+from computewatch.upload.payload import LiveRun, build_upload, current_user
 from computewatch.upload.protocol import (
     MAX_BODY_BYTES,
     MAX_POINTS,
@@ -109,7 +109,7 @@ def _encoded(
     item: Planned,
     project: str | None,
     user: str,
-    buckets: SeriesBuckets | None = None,
+    live: LiveRun | None = None,
 ) -> tuple[RunUpload, bytes] | str:
     """A run's upload and its JSON, shrunk to fewer points per series while it is larger
     than one request may be; a reason string when even the smallest does not fit."""
@@ -122,7 +122,7 @@ def _encoded(
             project=project,
             max_points=points,
             user=user,
-            buckets=buckets,
+            live=live,
         )
         body = jsonout.dumps(upload, separators=(",", ":")).encode()
         if len(body) + 64 <= MAX_BODY_BYTES:
@@ -137,13 +137,13 @@ def _batches(
     plan: Iterable[Planned],
     project: str | None,
     skipped: list[tuple[str, str]],
-    buckets: Mapping[str, SeriesBuckets],
+    live: Mapping[str, LiveRun],
 ) -> Iterator[list[tuple[Planned, bytes]]]:
     user = current_user()
     batch: list[tuple[Planned, bytes]] = []
     size = 0
     for item in plan:
-        made = _encoded(store, item, project, user, buckets.get(item.run.id))
+        made = _encoded(store, item, project, user, live.get(item.run.id))
         if isinstance(made, str):
             skipped.append((item.run.id, made))
             continue
@@ -170,15 +170,15 @@ def push_runs(
     server: str,
     project: str | None = None,
     timeout: float | None = None,
-    buckets: Mapping[str, SeriesBuckets] | None = None,
+    live: Mapping[str, LiveRun] | None = None,
 ) -> PushReport:
     """Send ``plan`` in batches (at most ``MAX_RUNS_PER_BATCH`` runs and ``MAX_BODY_BYTES``
     each) and mark each run uploaded once the server has answered for it. Stops at the
-    first failure (``report.error``); what was not answered for stays unmarked. ``buckets``:
-    series kept up to date across uploads, by run id (the live uploader's)."""
+    first failure (``report.error``); what was not answered for stays unmarked. ``live``:
+    what the live uploader keeps of a run across uploads, by run id."""
     report = PushReport(server=client.shown_url)
     started = time.monotonic()
-    for batch in _batches(store, plan, project, report.skipped, buckets or {}):
+    for batch in _batches(store, plan, project, report.skipped, live or {}):
         body = _body(batch)
         before = client.wire_bytes
         try:
@@ -223,7 +223,7 @@ def upload_run(
     seq: int,
     project: str | None = None,
     timeout: float | None = None,
-    buckets: SeriesBuckets | None = None,
+    live: LiveRun | None = None,
 ) -> int:
     """Send one run's current state as ``seq`` and mark it; the bytes sent on the wire (0 when
     the server did not answer for it). Raises :class:`UploadError`."""
@@ -234,7 +234,7 @@ def upload_run(
         server=server,
         project=project,
         timeout=timeout,
-        buckets={run.id: buckets} if buckets is not None else None,
+        live={run.id: live} if live is not None else None,
     )
     if report.error is not None:
         raise report.error

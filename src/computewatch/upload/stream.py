@@ -9,9 +9,10 @@ not sent yet is replaced by the next one, so nothing piles up behind a slow serv
 wait with exponential backoff and jitter, capped; a server that refuses the token stops the
 stream. Each upload's cost spaces the next: the thread waits at least ten times what the last
 upload took, so building a long run's payload never takes more than about a tenth of a core,
-and long enough to average :data:`STREAM_BYTES_PER_SECOND` on the wire. The series are kept
-between uploads (:class:`~computewatch.upload.payload.SeriesBuckets`): each upload reads only
-the samples stored since the one before, so the final upload of a long run fits its deadline.
+and long enough to average :data:`STREAM_BYTES_PER_SECOND` on the wire. The run's series and
+the summary's aggregates are kept between uploads (:class:`~computewatch.upload.payload.LiveRun`):
+each upload reads only what was stored since the one before, so a long run's uploads and its
+final one stay cheap.
 
 At the end, :meth:`LiveUploader.close` makes one final attempt with a short total deadline
 (2 s by default) and leaves whatever did not go to the next ``computewatch push``, saying so
@@ -32,7 +33,7 @@ from computewatch.analysis.summary_types import RunSummary
 from computewatch.errors import PROG, ComputewatchError
 from computewatch.store import RUNNING, Store, StoreError
 from computewatch.upload.client import Client, UploadError
-from computewatch.upload.payload import SeriesBuckets
+from computewatch.upload.payload import LiveRun
 from computewatch.upload.push import upload_run
 from computewatch.upload.settings import ServerSettings
 
@@ -104,8 +105,8 @@ class LiveUploader:
         self._refused: UploadError | None = None
         self._thread: threading.Thread | None = None
         self._rng = random.Random()
-        self._series = SeriesBuckets()
-        """The run's series, read since the last upload only (a long run stays cheap)."""
+        self._live = LiveRun()
+        """The run's series and summary aggregates, read since the last upload only."""
         self._series_lock = threading.Lock()
 
     # -- the observer's side ------------------------------------------------------------------
@@ -146,7 +147,7 @@ class LiveUploader:
                 seq=seq,
                 project=self.settings.project,
                 timeout=timeout,
-                buckets=self._series,
+                live=self._live,
             )
 
     def _loop(self) -> None:
@@ -247,7 +248,7 @@ class LiveUploader:
                         seq=seq,
                         project=self.settings.project,
                         timeout=max(0.1, deadline - time.monotonic()),
-                        buckets=self._series if held else None,
+                        live=self._live if held else None,
                     )
                 finally:
                     if held:
