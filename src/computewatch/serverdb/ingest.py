@@ -15,6 +15,7 @@ import json
 import math
 import re
 import time
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
@@ -459,6 +460,22 @@ def _apply(row: Run, team: str, run: RunUpload, now: float) -> dict[str, Any] | 
     return summary
 
 
+RUN_LOCK_CLASS: Final = 7261
+"""First key of the transaction-scoped advisory locks an ingest takes on its run ids."""
+
+
+def _lock_run_ids(session: Session, ids: list[str]) -> None:
+    """Take, before anything else and in one global order, a lock per run id of the batch
+    (PostgreSQL advisory locks, held until commit). Two batches sharing runs then wait for each
+    other instead of deadlocking, whether a run is new (an insert) or not, and whatever the
+    transaction locks later (the ledger's lock)."""
+    keys = sorted({zlib.crc32(i.encode()) - 2**31 for i in ids})  # int4 range
+    session.execute(
+        text("SELECT pg_advisory_xact_lock(:cls, k) FROM unnest(CAST(:keys AS integer[])) AS k"),
+        {"cls": RUN_LOCK_CLASS, "keys": keys},
+    )
+
+
 def store_batch(session: Session, team: str, batch: IngestBatch) -> list[IngestResult]:
     """Store every run of ``batch`` for ``team`` in one transaction (all or nothing) and
     commit. Raises :class:`IngestConflict` when a run id belongs to another team (nothing is
@@ -471,6 +488,8 @@ def store_batch(session: Session, team: str, batch: IngestBatch) -> list[IngestR
         # same run between our read of its seq and our write (engine.py: BEGIN IMMEDIATE).
         session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
     try:
+        if postgres and batch["runs"]:
+            _lock_run_ids(session, [r["id"] for r in batch["runs"]])
         for run in batch["runs"]:
             q = select(Run).where(Run.id == run["id"])
             if postgres:
