@@ -12,7 +12,7 @@ import pytest
 import computewatch
 from computewatch.trackers.mlflow import tag_model_version
 
-from .conftest import TRAIN
+from .conftest import TRAIN, train_until_ticks
 
 # MLflow's own deprecation and pydantic warnings, raised as errors under pytest's settings
 pytestmark = pytest.mark.filterwarnings(
@@ -47,15 +47,8 @@ def request_name(mlflow: Any) -> str:
 
 
 def _train(run: computewatch.Run) -> None:
-    for _ in range(15):
-        computewatch_wait(0.04)
-        run.step(samples=32, tokens=1024)
-
-
-def computewatch_wait(seconds: float) -> None:
-    import time
-
-    time.sleep(seconds)
+    assert run.db_path is not None
+    train_until_ticks(run, run.db_path)
 
 
 def _metric_keys(client: Any, run_id: str) -> dict[str, float]:

@@ -4,7 +4,6 @@ directory."""
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +12,7 @@ import pytest
 import computewatch
 from computewatch.trackers import Neptune
 
-from .conftest import TRAIN
+from .conftest import TRAIN, train_until_ticks
 from .readback import neptune_fields
 
 pytestmark = pytest.mark.filterwarnings(
@@ -33,9 +32,7 @@ def test_track_logs_into_a_given_neptune_run(tracker_env: Path) -> None:
         name="ft", interval=0.2, gpu_backend="fake:1xH100-SXM",
         log_to=[Neptune(run=user_run)], db=tracker_env / "cw.db",
     ) as run:  # fmt: skip
-        for _ in range(15):
-            time.sleep(0.04)
-            run.step(samples=32)
+        train_until_ticks(run, tracker_env / "cw.db")
     user_run["parameters/after"] = 1  # still the user's to use
     user_run.stop()
     fields, series = neptune_fields(tracker_env / "neptune")
