@@ -418,7 +418,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     recompute = any(getattr(args, f) for f in _ACCOUNTING_FLAGS)
     accounting = _accounting_options(args) if recompute else None
     with _open_store(args) as store:
-        summary = _summary_of(store, args.run)
+        shown = store.find_run(args.run)
+        summary = _summary_of(store, shown.id)
         _say_notices(store)
         if accounting is not None:  # the same run, accounted again in another context
             run = store.find_run(summary["id"])
@@ -428,7 +429,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                     "be shown as stored (drop the accounting flags)"
                 )
             summary = with_accounting(summary, accounted(store, run, summary, accounting))
-        artifacts = artifacts_of(store, store.find_run(summary["id"]).key)  # profiles, traces
+        artifacts = artifacts_of(store, shown.key)  # profiles and traces linked to the run
     from computewatch.views.text import print_artifacts, print_summary  # loads rich
 
     if args.json:
