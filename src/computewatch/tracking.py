@@ -749,6 +749,7 @@ def _start_standalone(cfg: track, meta: dict[str, Any]) -> Run:
 def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> RunSummary | None:
     """Read the summary the sampler stored; if the sampler died, close the run ourselves."""
     # only when the sampler died (rare): the store and the summary load then
+    from computewatch.analysis.repro import with_repro
     from computewatch.analysis.summary import build_summary
     from computewatch.analysis.summary_types import stored_summary
     from computewatch.store import RUNNING, Store, StoreError
@@ -773,7 +774,8 @@ def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> Ru
                 summary = build_summary(store, row)
                 store.update_run(row.key, summary=summary)
                 return summary
-            return stored_summary(row.summary)
+            # with the environment and config, as `show` gives them (analysis/repro.py)
+            return with_repro(stored_summary(row.summary), store.meta(row.key))
     except StoreError as e:
         print(f"computewatch: run {run.id} could not be stored: {e}", file=sys.stderr)
         return None
