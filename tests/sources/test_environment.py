@@ -161,3 +161,21 @@ def test_compare_lists_what_differs() -> None:
     ]  # the package list is not compared, the frameworks are
     s = with_repro({"id": "r"}, {"config": a, "governance": {}})  # type: ignore[typeddict-item]
     assert s["config"] == a and "environment" not in s
+
+
+def test_a_cuda_build_of_torch_is_read_from_its_version_file() -> None:
+    from computewatch.sources.environment import _VERSION_LINE
+
+    text = "cuda: Optional[str] = '12.4'\nhip: Optional[str] = None\ncudnn = \"9.1.0\"\n"
+    got = {k: v for k, v in _VERSION_LINE.findall(text) if v and v != "None"}
+    assert got == {"cuda": "12.4", "cudnn": "9.1.0"}
+
+
+def test_the_package_list_matches_importlib_metadata() -> None:
+    from computewatch.sources.environment import _packages
+
+    want = {
+        str(d.metadata["Name"]).replace("_", "-").lower(): d.version
+        for d in importlib.metadata.distributions()
+    }
+    assert _packages() == dict(sorted(want.items()))
