@@ -69,3 +69,15 @@ def test_run_log_to_tensorboard_from_the_cli(cw: Any, tracker_env: Path) -> None
         assert summary["diagnosis"]["findings"][0]["title"] in (
             findings.tensor_proto.string_val[0].decode()
         )
+
+
+def test_the_configurations_log_to_section_applies_to_track(tracker_env: Path) -> None:
+    conf = tracker_env / "xdg" / "computewatch" / "config.toml"
+    conf.parent.mkdir(parents=True)
+    conf.write_text('[log_to]\ntrackers = ["tensorboard"]\n')
+    with computewatch.track(name="cfg", interval=0.2, gpu_backend="none",
+                            db=tracker_env / "cw.db") as run:  # fmt: skip
+        train_until_ticks(run, tracker_env / "cw.db")
+    acc = _events(tracker_env / "tb")
+    assert "system/cpu_utilization_percentage" in acc.Tags()["scalars"]
+    assert acc.Scalars("computewatch/energy_kwh")
