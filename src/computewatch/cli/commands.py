@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from computewatch import jsonout
 from computewatch.accounting.engine import AccountingOptions, accounted, with_accounting
@@ -31,13 +31,6 @@ from computewatch.errors import PROG, ComputewatchError, UsageError
 from computewatch.lineage.compute import Declaration, GovernanceError, declaration
 from computewatch.paths import resolve_db_path
 from computewatch.profiling.artifacts import artifacts_of
-from computewatch.profiling.pyspy import ProfilerError
-from computewatch.profiling.wrap import (
-    PendingProfiles,
-    cprofile_command,
-    nsys_command,
-    pending_profiles,
-)
 from computewatch.redact import use_names as use_redact_names
 from computewatch.sampling.lifecycle import open_run_store
 from computewatch.sampling.observers import RunObserver
@@ -50,8 +43,10 @@ from computewatch.sampling.supervisor import (
 from computewatch.sources.gpus import GpuBackendError
 from computewatch.store import RunRow, Store
 from computewatch.store.spooled import open_store, waiting_line
-from computewatch.tracking import ENV_PROFILE_STEPS
 from computewatch.views.live import make_live_view
+
+if TYPE_CHECKING:  # loaded only with --cprofile or --nsys
+    from computewatch.profiling.wrap import PendingProfiles
 
 __all__ = [
     "cmd_compare",
@@ -218,9 +213,15 @@ def _profilers(
     """``--profile-steps`` (the job's ``track()`` reads it), ``--cprofile`` and ``--nsys``
     (the command is wrapped; their files are linked to the run when it ends)."""
     if args.profile_steps:
+        from computewatch.tracking import ENV_PROFILE_STEPS  # the job's side reads it
+
         os.environ[ENV_PROFILE_STEPS] = "{}:{}".format(*args.profile_steps)
     if not (args.cprofile or args.nsys):
         return command, None
+    # only with --cprofile or --nsys: the wrappers (start-up of `run`)
+    from computewatch.profiling.pyspy import ProfilerError
+    from computewatch.profiling.wrap import cprofile_command, nsys_command, pending_profiles
+
     pending = pending_profiles(resolve_db_path(args.db))
     try:
         if args.cprofile:
