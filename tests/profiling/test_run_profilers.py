@@ -112,7 +112,6 @@ def test_nsys_missing_is_a_usage_error(cw: Any) -> None:
     ]
 
 
-@pytest.mark.filterwarnings("ignore::ResourceWarning")
 def test_nsys_wraps_the_command_and_links_its_report(cw: Any, tmp_path: Path) -> None:
     """No Nsight Systems here (it needs NVIDIA's installer): a stand-in ``nsys`` on the PATH that
     does what ``nsys profile --output BASE --force-overwrite true CMD`` does to the command
