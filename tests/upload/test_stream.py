@@ -91,7 +91,8 @@ def test_a_server_that_hangs_costs_the_deadline_only(tmp_path: Path, ingest: Fak
     up = LiveUploader(ServerSettings(ingest.url, TOKEN), db, stderr=err, final_deadline=0.3)
     up.run_id = run.id  # finished already: only the final attempt
     assert up.close() is False
-    assert "did not answer in time" in err.getvalue()
+    # the request's own timeout or the deadline, whichever a loaded machine reaches first
+    assert "did not answer" in err.getvalue()
     with Store.open(db) as store:
         assert store.uploaded(ingest.url) == {}
 
