@@ -14,12 +14,14 @@ import gzip
 import json
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
+from fastapi import Depends
 from fastapi.testclient import TestClient
 
 from computewatch.server.app import create_app
+from computewatch.server.auth import Principal, page_principal
 from computewatch.serverdb.tokens import create_token
 from computewatch.upload.protocol import (
     MAX_BODY_BYTES,
@@ -528,3 +530,15 @@ def test_openapi_is_served_and_names_every_route(api: Api) -> None:
     run_row = doc["components"]["schemas"]["RunRow"]["properties"]
     assert {"gpu_hours", "kwh", "cost_usd", "co2e_kg", "seq", "final"} <= set(run_row)
     assert api.client.get("/api/v1/docs").status_code == 200
+
+
+def test_pages_redirect_an_unauthenticated_browser_to_login(api: Api) -> None:
+    def probe(principal: Annotated[Principal, Depends(page_principal)]) -> dict[str, str]:
+        return {"team": principal.team}
+
+    api.app.add_api_route("/probe", probe)
+    r = api.client.get("/probe?x=1", follow_redirects=False)
+    assert r.status_code == 303
+    assert r.headers["location"] == "/login?next=/probe%3Fx%3D1"
+    token = api.token("ml", "read")
+    assert api.client.get("/probe", headers=api.as_(token)).json() == {"team": "ml"}

@@ -28,6 +28,7 @@ def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_token_create_list_revoke(server: Callable[..., Any]) -> None:
     s = server()
     token = s.token("ml", "read", name="dashboard")
