@@ -90,7 +90,7 @@ def test_run_with_a_server_that_never_answers(
     r = cw("run", "--quiet", "--", PY, "-c", JOB)
     assert (r.returncode, r.stdout) == (4, "out\n"), r.stderr
     line = _one_line(r.stderr)
-    assert "did not answer in time" in line and "computewatch push" in line
+    assert "did not answer" in line and "computewatch push" in line
     assert TOKEN not in r.stderr
     assert cw.show()["exit_code"] == 4  # stored locally, waiting for push
 

@@ -210,10 +210,10 @@ class LiveUploader:
             self._say(str(refused))
             return False
         outcome: list[BaseException | bool] = []
-        final = threading.Thread(
-            target=self._final, args=(outcome,), name="cw-upload-final", daemon=True
-        )
         deadline = time.monotonic() + self.final_deadline
+        final = threading.Thread(
+            target=self._final, args=(outcome, deadline), name="cw-upload-final", daemon=True
+        )
         final.start()
         final.join(max(0.0, deadline - time.monotonic()))
         if not outcome:
@@ -225,8 +225,7 @@ class LiveUploader:
         self._say(str(result) if isinstance(result, BaseException) else "not sent")
         return False
 
-    def _final(self, outcome: list[BaseException | bool]) -> None:
-        deadline = time.monotonic() + self.final_deadline
+    def _final(self, outcome: list[BaseException | bool], deadline: float) -> None:
         try:
             with Store.open(self.db_path, create=False, busy_timeout=0.5) as store:
                 assert self.run_id is not None
