@@ -140,3 +140,13 @@ def test_nsys_wraps_the_command_and_links_its_report(cw: Any, tmp_path: Path) ->
     (art,) = cw.json("show", "last")["artifacts"]
     assert art["tool"] == "nsys"
     assert Path(art["files"]["nsys_report"]).read_text() == "report\n"
+
+
+def test_profile_steps_on_a_job_without_steps_says_so(cw: Any) -> None:
+    r = cw("run", "--profile-steps", "3:5", "--", "true")
+    assert r.returncode == 0
+    assert (
+        "computewatch: --profile-steps 3:5: no PyTorch Profiler window: the job reported 0 steps"
+        in r.stderr
+    )
+    assert "artifacts" not in cw.show()

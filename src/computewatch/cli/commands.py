@@ -184,6 +184,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             store.store.close()
     if pending is not None and outcome.run is not None:
         _link_profiles(args, pending, outcome.run)
+    if args.profile_steps and outcome.run is not None and not args.quiet:
+        _check_profile_steps(args, outcome.run, outcome.summary)
     if outcome.summary is None:  # monitoring failed (already said): the status is the command's
         return outcome.exit_code
     if not args.quiet:
@@ -232,6 +234,26 @@ def _profilers(
         shutil.rmtree(pending.directory, ignore_errors=True)
         raise UsageError(str(e)) from None
     return command, pending
+
+
+def _check_profile_steps(args: argparse.Namespace, run: RunRow, summary: RunSummary | None) -> None:
+    """Say so when ``--profile-steps`` gave no profile (the job reported too few steps, or
+    none through computewatch.track / computewatch.torch)."""
+    try:
+        with Store.open(resolve_db_path(args.db)) as store:
+            tools = {a["tool"] for a in artifacts_of(store, run.key)}
+    except Exception:
+        return
+    if "torch-profiler" in tools:
+        return
+    steps: Any = summary.get("steps") if summary is not None else None
+    n = steps.get("count") if isinstance(steps, dict) else None
+    a, b = args.profile_steps
+    print(
+        f"{PROG}: --profile-steps {a}:{b}: no PyTorch Profiler window: the job reported "
+        f"{n or 0} steps (through computewatch.track or computewatch.torch)",
+        file=sys.stderr,
+    )
 
 
 def _link_profiles(args: argparse.Namespace, pending: PendingProfiles, run: RunRow) -> None:
