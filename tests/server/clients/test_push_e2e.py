@@ -320,3 +320,33 @@ def test_a_live_run_is_visible_while_it_runs(
         key = store.find_run(run["id"]).key
         assert store.uploaded(s.url)[key] == (run["seq"], True)
     assert token not in out + err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_database_down_keeps_the_runs_on_the_client(
+    server: Callable[..., Any], make_postgres_cluster: Callable[[], Any], cw: CLI, db: str
+) -> None:
+    """PostgreSQL stopped behind a running server: push exits 1 with one line and marks
+    nothing; once the database is back, the next push sends every run once."""
+    cluster = make_postgres_cluster()
+    s = server(db_url=cluster.create_database())
+    token = s.token("alpha", "ingest")
+    cw.ok("run", "--quiet", "--", PY, "-c", "pass")
+    cw.ok("run", "--quiet", "--", PY, "-c", "pass")
+    cluster.stop()
+    try:
+        down = cw("push", "--server", s.url, "--token", token)
+    finally:
+        cluster.start()
+    assert down.returncode == 1, down.stderr
+    line = down.stderr.strip().splitlines()
+    assert len(line) == 1 and "stay in the local store" in line[0], down.stderr
+    assert "failed (503)" in line[0], line[0]
+    assert "Traceback" not in down.stderr
+    with Store.open(cw.db) as store:
+        assert store.uploaded(s.url) == {}
+    up = cw.ok("push", "--server", s.url, "--token", token)
+    assert up.stdout.splitlines()[-1] == "2 sent"
+    assert len(_runs(s, token)) == 2
+    _no_token(token, down, up)
