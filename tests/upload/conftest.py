@@ -40,6 +40,8 @@ class FakeIngest:
     status: int = 200
     reply: bytes | None = None
     hang: float = 0.0
+    no_gzip: bool = False
+    refused_gzip: int = 0
     release: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -58,7 +60,16 @@ def _handler(state: FakeIngest) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            data = gzip.decompress(raw) if self.headers.get("Content-Encoding") == "gzip" else raw
+            packed = self.headers.get("Content-Encoding") == "gzip"
+            if packed and state.no_gzip:  # a server that takes plain JSON only
+                state.refused_gzip += 1
+                out = b'{"detail": "body: not valid JSON"}'
+                self.send_response(422)
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+                return
+            data = gzip.decompress(raw) if packed else raw
             body = json.loads(data)
             state.requests.append(Request(dict(self.headers), body, len(raw)))
             if state.hang:

@@ -56,6 +56,15 @@ def test_gzip_bodies_by_default(ingest: FakeIngest) -> None:
     assert "Content-Encoding" not in ingest.requests[1].headers
 
 
+def test_a_server_without_gzip_gets_plain_json(ingest: FakeIngest) -> None:
+    ingest.no_gzip = True
+    client = Client(ingest.url, TOKEN)
+    assert client.ingest(_batch())["results"][0]["stored"] is True
+    assert client.gzip is False and ingest.refused_gzip == 1
+    client.ingest(_batch("r2"))  # plain from now on: no second refusal
+    assert ingest.refused_gzip == 1 and "Content-Encoding" not in ingest.requests[-1].headers
+
+
 def test_token_is_not_in_the_repr(ingest: FakeIngest) -> None:
     assert TOKEN not in repr(Client(ingest.url, TOKEN))
 

@@ -43,6 +43,8 @@ __all__ = [
 INGEST_PATH = "/api/v1/runs"
 DEFAULT_TIMEOUT = 10.0
 _REASON_CHARS = 300
+_NO_GZIP = frozenset({400, 415, 422})
+"""Answers to a gzip body after which the client tries the same batch uncompressed."""
 
 
 class UploadError(ComputewatchError):
@@ -147,11 +149,23 @@ class Client:
             PROTOCOL_HEADER: str(PROTOCOL_VERSION),
             "User-Agent": f"computewatch/{__version__}",
         }
-        if self.gzip:
-            body = gzip.compress(body, compresslevel=6)
-            headers["Content-Encoding"] = "gzip"
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
+        if self.gzip:
+            packed = gzip.compress(body, compresslevel=6)
+            status, answer = self._post(
+                INGEST_PATH, packed, {**headers, "Content-Encoding": "gzip"}, timeout
+            )
+            self.wire_bytes += len(packed)
+            if status not in _NO_GZIP:
+                return self._response(status, answer)
+            # A server that reads no compressed body (415, or 400/422 for a body it took for
+            # JSON): the same batch as plain JSON, and plain JSON from now on if that goes.
+            status, answer = self._post(INGEST_PATH, body, headers, timeout)
+            self.wire_bytes += len(body)
+            if 200 <= status < 300:
+                self.gzip = False
+            return self._response(status, answer)
         status, answer = self._post(INGEST_PATH, body, headers, timeout)
         self.wire_bytes += len(body)
         return self._response(status, answer)
