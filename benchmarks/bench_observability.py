@@ -239,6 +239,8 @@ def run(quick: bool) -> Section:
             [f"under py-spy record --rate {rate} (blocking)", f"{median(spied):.3f}",
              spread(spied)],
             ["slowdown (paired)", f"{slow:+.1%}", spread([r * 100 for r in ratios])],
+            ["slowdown of the fastest runs (least disturbed by other load)",
+             f"{min(spied) / min(bare) - 1:+.1%}", ""],
             ["py-spy's own CPU (cores, while sampling)", f"{median(spy_cpu):.3f}",
              spread(spy_cpu)],
         ],
