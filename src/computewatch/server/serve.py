@@ -40,13 +40,14 @@ class RedactingFilter(logging.Filter):
     """Masks tokens (``cw_...``) and ``Bearer ...`` values in every log record it sees."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        try:
-            message = record.getMessage()
-        except Exception:
-            return True
-        if _TOKENISH.search(message):
-            record.msg = _TOKENISH.sub("***", message)
-            record.args = ()
+        # Masked in place, message and each argument: formatters (Uvicorn's access log) read
+        # the arguments themselves.
+        if isinstance(record.msg, str):
+            record.msg = _TOKENISH.sub("***", record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _TOKENISH.sub("***", a) if isinstance(a, str) else a for a in record.args
+            )
         return True
 
 
