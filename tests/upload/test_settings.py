@@ -45,6 +45,7 @@ def test_token_file(tmp_path: Path) -> None:
 def test_token_never_in_repr_nor_errors(tmp_path: Path) -> None:
     s = ServerSettings(URL, "hunter2-token")
     assert "hunter2" not in repr(s)
+    assert "hunter2" not in repr(parse_config({"server": {"url": URL, "token": "hunter2"}}))
     with pytest.raises(ConfigError) as info:
         parse_config({"server": {"url": URL, "token": 12345678}})
     assert "12345678" not in str(info.value)

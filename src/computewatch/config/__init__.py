@@ -119,7 +119,8 @@ class Config:
     """``[governance] tiers``: overrides and additions, checked by computewatch.governance."""
     server_url: str | None = None
     """``[server] url``: where runs are uploaded (computewatch.upload)."""
-    server_token: str | None = None
+    server_token: str | None = dataclasses.field(default=None, repr=False)
+    """``[server] token``: never shown (not in a ``repr``, not in an error)."""
     server_token_file: Path | None = None
     server_project: str | None = None
     server_stream_interval: float | None = None
