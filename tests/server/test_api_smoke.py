@@ -24,3 +24,7 @@ def test_ingest_then_list_and_show(
     detail = c.get(f"/api/v1/runs/{run['id']}").json()
     assert detail["run"]["kwh"] == 1.0
     assert detail["series"][0]["name"] == "gpu.utilization"
+    assert s.stop() == 0  # SIGTERM: a clean stop
+    out = s.output()
+    assert "Traceback" not in out and "Logging error" not in out
+    assert token not in out
