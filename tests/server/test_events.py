@@ -68,6 +68,8 @@ def test_an_upload_through_one_server_is_an_event_on_another(
     a = server()
     b = server(db_url=a.db_url)
     ingest = a.token("ml", "ingest")
+    before = make_upload()  # stored before anyone listens: never an event
+    assert a.client(ingest).post("/api/v1/runs", json=make_batch(before)).status_code == 200
     reader = EventReader(b.url, b.token("ml", "read"))
     other_team = EventReader(b.url, b.token("other", "read"))
     admin = EventReader(b.url, b.token("ops", "admin"))

@@ -133,13 +133,15 @@ class EventHub:
 
         url = self._db.url.set(drivername="postgresql")
         dsn = url.render_as_string(hide_password=False)
+        margin = 0  # the first connection: what came after the hub started
         while not self._stop.is_set():
             try:
                 with psycopg.connect(dsn, autocommit=True, connect_timeout=5) as conn:
                     conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
-                    self._catch_up(
-                        CATCH_UP_MARGIN
-                    )  # anything stored while this connection was not there
+                    # anything stored while no connection listened (after a reconnect, ids
+                    # a little below the highest seen too: they may commit out of order)
+                    self._catch_up(margin)
+                    margin = CATCH_UP_MARGIN
                     while not self._stop.is_set():
                         for n in conn.notifies(timeout=1.0):
                             change = _parse(n.payload)
