@@ -1,5 +1,5 @@
-"""The initial schema: runs (denormalized figures), run_docs (summary, documents), run_tags, run_series, run_changes, tokens,
-web_sessions, budgets.
+"""The initial schema: runs (denormalized figures), run_docs (summary, documents), run_tags,
+run_series, run_changes, tokens, web_sessions, budgets.
 
 Revision ID: 0001
 Revises:
