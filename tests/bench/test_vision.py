@@ -32,7 +32,12 @@ def _venv_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def vision_python() -> Path:
-    """The vision environment's interpreter, built when missing (or incomplete)."""
+    return ensure_vision_venv()
+
+
+def ensure_vision_venv() -> Path:
+    """The vision environment's interpreter, built when missing (or incomplete). scripts/test
+    calls it before pytest, so that the build is not part of a test's time."""
     venv = _venv_dir()
     python = venv / "bin" / "python"
     ready = venv / ".computewatch-ready"

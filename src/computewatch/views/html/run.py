@@ -33,6 +33,7 @@ from computewatch.units import (
     format_seconds,
 )
 from computewatch.views.diagnosis import diagnosis_html
+from computewatch.views.html.bench import bench_section
 from computewatch.views.html.downsample import (
     MAX_BUCKETS,
     bucket_size,
@@ -823,7 +824,9 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
     for name, section in _accounting(summary):
         parts.append(accounting_section(name, section))
     parts.append(diagnosis_html(summary))  # findings, when the run was diagnosed
-    repro = repro_lines(with_repro(summary, store.meta(run.key)))  # views/repro.py
+    meta = store.meta(run.key)
+    parts.append(bench_section(meta.get("bench")))  # a benchmark's results, a sweep's charts
+    repro = repro_lines(with_repro(summary, meta))  # views/repro.py
     if repro:
         rows = ((k, escape(v)) for k, v in repro)
         parts += [
