@@ -22,11 +22,12 @@ import sqlite3
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from computewatch.accounting.engine import AccountingOptions
+from computewatch.analysis.repro import with_repro
 from computewatch.errors import PROG, ComputewatchError
 from computewatch.sampling.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader
 from computewatch.sampling.lifecycle import (
@@ -420,6 +421,11 @@ def _monitor(
     )  # fmt: skip
     for line in said:
         stderr.write(f"computewatch: {line}\n")
+    if outcome.summary is not None:  # as `show` prints it: with the environment and config
+        try:
+            outcome = replace(outcome, summary=with_repro(outcome.summary, store.meta(run_key)))
+        except (sqlite3.Error, ValueError):  # the store went away at the end: without them
+            pass
     for obs in sampler.observers:
         try:
             obs.finish(status, outcome.summary)

@@ -23,7 +23,13 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from computewatch.redact import MARKER, is_secret_name, redact_argv, redact_text
+from computewatch.redact import (
+    MARKER,
+    configured_names,
+    is_secret_name,
+    redact_argv,
+    redact_text,
+)
 
 __all__ = [
     "FRAMEWORKS",
@@ -231,7 +237,7 @@ def capture_environment(
     packages = _packages()
     frameworks = {n: packages[n] for n in FRAMEWORKS if n in packages}
     return Environment(
-        argv=redact_argv(list(argv)),
+        argv=redact_argv(list(argv), configured_names()),  # with [privacy] redact's names
         cwd=cwd,
         git=git if not isinstance(git, str) else None,
         git_why=git if isinstance(git, str) else None,
@@ -288,7 +294,7 @@ def redact_config(values: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
     ``***``, string values have URL passwords and ``KEY=secret`` pairs redacted, and values
     that are not JSON (a tensor, a class, NaN) become their ``repr`` (at most 200 characters)."""
     return {
-        str(k): MARKER if is_secret_name(str(k)) else _config_value(v, depth)
+        str(k): MARKER if is_secret_name(str(k), configured_names()) else _config_value(v, depth)
         for k, v in values.items()
     }
 
@@ -299,7 +305,7 @@ def _config_value(v: Any, depth: int) -> Any:
     if isinstance(v, list | tuple) and depth < MAX_CONFIG_DEPTH:
         return [_config_value(x, depth + 1) for x in v]
     if isinstance(v, str):
-        return redact_text(v)
+        return redact_text(v, configured_names())
     if isinstance(v, float) and not math.isfinite(v):  # NaN, inf: not JSON
         return repr(v)
     if isinstance(v, _JSON_SCALARS):
