@@ -1,6 +1,7 @@
 """Run every benchmark and write ``benchmarks/RESULTS.md``.
 
-python benchmarks/run_all.py           # about 9 minutes on 2 cores
+python benchmarks/run_all.py           # about 30 minutes on 2 cores
+python benchmarks/run_all.py --only server,ledger   # some of them
 python benchmarks/run_all.py --quick   # about 2 minutes: fewer repetitions, smaller data
 """
 
@@ -10,17 +11,27 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import bench_agent
+import bench_carbon
 import bench_codecarbon
+import bench_dashboard
+import bench_detect
 import bench_end
 import bench_gpu
 import bench_integrations
+import bench_ledger
+import bench_loadgen
+import bench_observability
 import bench_overhead
 import bench_report
 import bench_sampler
+import bench_server
 import bench_step
 import bench_store
+import bench_trackers
+import bench_upload
 from common import HERE, OthersMeter, Section, machine_markdown, table
 
 BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
@@ -34,18 +45,40 @@ BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
     ("report", bench_report.run),
     ("codecarbon", bench_codecarbon.run),
     ("end", bench_end.run),
+    ("server", bench_server.run),
+    ("dashboard", bench_dashboard.run),
+    ("upload", bench_upload.run),
+    ("ledger", bench_ledger.run),
+    ("trackers", bench_trackers.run),
+    ("loadgen", bench_loadgen.run),
+    ("carbon", bench_carbon.run),
+    ("observability", bench_observability.run),
+    ("detect", bench_detect.run),
 )
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="Run every benchmark; write benchmarks/RESULTS.md.")
     ap.add_argument("--quick", action="store_true", help="about 2 minutes instead of ~8")
-    ap.add_argument("-o", "--output", default=str(HERE / "RESULTS.md"), help="Markdown file")
+    ap.add_argument("-o", "--output", help="Markdown file (default RESULTS.md; with --only, "
+                    "out/RESULTS-partial.md)")  # fmt: skip
+    ap.add_argument("--only", metavar="NAMES", help="comma-separated benchmarks to run: "
+                    + ",".join(n for n, _ in BENCHMARKS))  # fmt: skip
     a = ap.parse_args()
+    chosen = BENCHMARKS
+    if a.only:
+        wanted = [n.strip() for n in a.only.split(",") if n.strip()]
+        unknown = sorted(set(wanted) - {n for n, _ in BENCHMARKS})
+        if unknown:
+            ap.error(f"unknown benchmarks: {', '.join(unknown)}")
+        chosen = tuple(b for b in BENCHMARKS if b[0] in wanted)
+    if a.output is None:
+        a.output = str(HERE / ("out/RESULTS-partial.md" if a.only else "RESULTS.md"))
+        Path(a.output).parent.mkdir(parents=True, exist_ok=True)
     machine = machine_markdown()  # before the load we add ourselves
     t0 = time.monotonic()
     sections: list[Section] = []
-    for name, fn in BENCHMARKS:
+    for name, fn in chosen:
         print(f"[{time.monotonic() - t0:6.1f} s] {name} ...", file=sys.stderr, flush=True)
         s0 = time.monotonic()
         meter = OthersMeter()
