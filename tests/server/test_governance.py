@@ -215,3 +215,34 @@ def test_upkeep_signs_prunes_and_opens_obligations(
     assert kinds == ["run", "run", "prune", "obligation-opened", "checkpoint"]
     assert opened == [("big", "eu-systemic-risk", "forecast")]
     db.engine.dispose()
+
+
+def test_obligation_reminders_go_once_each_through_the_delivery(
+    make_upload: Callable[..., RunUpload], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    receiver: Any,
+) -> None:  # fmt: skip
+    from computewatch.governance.reminders import due_reminders
+    from computewatch.server.governance_api import maintain_once
+
+    config = tmp_path / "config.toml"
+    config.write_text(f'[server]\nbudget_notify = ["webhook:{receiver.url}/hook"]\n')
+    monkeypatch.setenv("COMPUTEWATCH_CONFIG", str(config))
+    monkeypatch.setenv("COMPUTEWATCH_LEDGER_KEY", str(tmp_path / "key.pem"))
+    db = open_database(f"sqlite:///{tmp_path / 'server.db'}")
+    upgrade(db)
+    with db.session() as session:
+        store_batch(session, "lab", batch(_governed(make_upload, "big", 2e25)))
+    now = time.time()
+    maintain_once(db, now=now)  # opens the obligation and says so
+    receiver.wait(lambda r: len(r.bodies) >= 1)
+    [alert] = receiver.alerts()
+    assert alert["labels"]["reminder"] == "opened" and alert["labels"]["model"] == "big"
+    assert "14.0 days left" in alert["annotations"]["summary"]
+    with db.session() as session:
+        assert due_reminders(session, now + 3600) == []  # nothing new an hour later
+        [week] = due_reminders(session, now + 8 * 86400)
+        assert week.kind == "7d"
+        [late] = due_reminders(session, now + 20 * 86400)  # 1d passed unseen: overdue only
+        assert late.kind == "overdue"
+        assert due_reminders(session, now + 21 * 86400) == []
+    db.engine.dispose()

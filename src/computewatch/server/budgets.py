@@ -376,9 +376,13 @@ class BudgetNotifier:
 
     def notify(self, alerts: Sequence[BudgetAlert]) -> None:
         """Queue ``alerts`` (one batch per target) and return."""
-        if not alerts:
+        self.send_events([alert_event(a) for a in alerts])
+
+    def send_events(self, events: Sequence[AlertEvent]) -> None:
+        """Queue any of the server's alert events (budgets', governance's obligation reminders)
+        to every target, one batch per target, and return."""
+        if not events:
             return
-        events = [alert_event(a) for a in alerts]
         for _, d in self.deliveries:
             d.submit(list(events))
 

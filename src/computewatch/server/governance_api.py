@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from computewatch.config import ConfigError, load_config
 from computewatch.governance import accounts
 from computewatch.governance.ledger_ops import export, server_key
+from computewatch.governance.reminders import due_reminders, reminder_events
 from computewatch.governance.status import (
     find_model,
     mark_done,
@@ -43,6 +44,8 @@ from computewatch.server.auth import (
     require_admin,
     require_read,
 )
+from computewatch.server.budgets import BudgetNotifier
+from computewatch.server.web.pages import parse_targets
 from computewatch.serverdb.engine import Database
 from computewatch.serverdb.ledger_store import (
     checkpoint,
@@ -199,9 +202,19 @@ def maintain_once(db: Database, now: float | None = None) -> None:
     with db.session() as session:
         prune_before(session, format_time(cutoff))
         refresh(session, _tiers(), now=now)
+        reminders = due_reminders(session, now)
         if due_for_checkpoint(session) or _unsigned_since(session, now) > SIGN_AFTER_SECONDS:
             checkpoint(session, key)
         session.commit()
+    targets = () if config is None else tuple(config.server_budget_notify)
+    if reminders and targets:
+        _notifier(targets).send_events(reminder_events(reminders, now))
+
+
+@functools.cache
+def _notifier(specs: tuple[str, ...]) -> BudgetNotifier:
+    """The server's alert delivery to ``[server] budget_notify`` (one per set of targets)."""
+    return BudgetNotifier(parse_targets(specs))
 
 
 def _unsigned_since(session: Session, now: float) -> float:
