@@ -403,6 +403,16 @@ class Run:
                 warn_once("config", f"the run's configuration could not be recorded ({e})")
         return dict(self._config)
 
+    def _declare(self, declaration: Mapping[str, Any]) -> None:
+        """Record what the run trains (``track(model=...)``), stored at the run's end."""
+        from computewatch.sampling.repro import write_declaration  # on use, as config's
+
+        if self.spool is not None:
+            try:
+                write_declaration(self.spool, declaration)
+            except OSError as e:
+                warn_once("governance", f"the run's model could not be recorded ({e})")
+
     def _setting(self, key: str, value: float) -> None:
         self._append((SETTING, self._writer.name_id(key), value, None, None, None, None))
 
@@ -490,6 +500,10 @@ class track:
         peak_flops: float | None = None,
         log_to: Iterable[str | TrackerBackend] | None = None,
         config: Mapping[str, Any] | None = None,
+        model: str | None = None,
+        base_model: str | None = None,
+        stage: str | None = None,
+        parameters: float | None = None,
     ) -> None:
         """``gpu_backend``: auto, nvidia, amd, none, fake:PRESET or replay:FILE (as the CLI's
         ``--gpu-backend``); unused when attached to ``computewatch run``. ``total_steps``: the
@@ -498,7 +512,9 @@ class track:
         ``"wandb"``, ``"tensorboard"``, ``"neptune"`` or a backend object such as
         ``computewatch.trackers.MLflow(run_id=...)``; default: the configuration's
         ``[log_to] trackers``); docs/trackers.md. ``config``: the run's hyperparameters
-        (:meth:`Run.config`)."""
+        (:meth:`Run.config`). ``model``, ``base_model``, ``stage``, ``parameters``: what the run
+        trains, as ``computewatch run --model ...`` declares it (docs/governance.md; the
+        command's flags win when both are given)."""
         # GPU backends load when a standalone run starts (`import computewatch` stays cheap)
         from computewatch.sources.gpus import check_spec
 
@@ -527,6 +543,15 @@ class track:
         if config is not None and not isinstance(config, Mapping):
             raise TypeError(f"config takes a mapping, not {type(config).__name__}")
         self.config = None if config is None else dict(config)
+        self.declaration: dict[str, Any] | None = None
+        if model is not None or base_model or stage or parameters:
+            from computewatch.lineage.compute import GovernanceError, declaration  # light
+
+            try:
+                found = declaration(model, base_model, stage, parameters)
+            except GovernanceError as e:
+                raise ValueError(str(e)) from None
+            self.declaration = None if found is None else found.to_json()
         if flops_per_step is not None and flops_per_token is not None:
             raise ValueError("give flops per step or per token, not both")
         self._run: Run | None = None
@@ -552,6 +577,8 @@ class track:
             run.set_flops(*flops)
         if self.config:
             run.config(self.config)
+        if self.declaration is not None:
+            run._declare(self.declaration)
         _arm_profile_steps(run)
         _start_trackers(self, run)
         _active.append(run)
@@ -579,11 +606,18 @@ class track:
                 gpu_backend=self.gpu_backend, total_steps=self.total_steps,
                 flops_per_step=self.flops_per_step, flops_per_token=self.flops_per_token,
                 recompute=self.recompute, peak_flops=self.peak_flops, log_to=self.log_to,
-                config=self.config,
+                config=self.config, **_declared(self.declaration),
             ):  # fmt: skip
                 return fn(*args, **kwargs)
 
         return wrapper
+
+
+def _declared(declaration: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A declaration as ``track()``'s keyword arguments again (for the decorator)."""
+    if declaration is None:
+        return {}
+    return {k: declaration.get(k) for k in ("model", "base_model", "stage", "parameters")}
 
 
 def _arm_profile_steps(run: Run) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from computewatch.governance.tiers import DEFAULT_TIERS, cluster_capacity, model_status, parse_tiers
 from computewatch.lineage.compute import (
     Declaration,
     GovernanceError,
@@ -15,7 +16,6 @@ from computewatch.lineage.compute import (
     per_model,
     run_compute,
 )
-from computewatch.governance.tiers import DEFAULT_TIERS, cluster_capacity, model_status, parse_tiers
 
 
 def _fig(v: float, spread: float = 0.0, method: str = "estimated") -> dict[str, Any]:
@@ -139,7 +139,7 @@ def test_a_cycle_of_base_models_is_an_error() -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ((None, "base"), "need --model"),
+        ((None, "base"), "needs a model"),
         (("m", None, "training"), "unknown stage"),
         (("m", "m"), "its own base"),
         (("m", None, None, -5.0), "positive count"),

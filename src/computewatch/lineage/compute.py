@@ -64,7 +64,7 @@ def declaration(
     """A checked declaration, or None when no model is named."""
     if model is None or not model.strip():
         if base_model or stage or parameters:
-            raise GovernanceError("--base-model, --stage and --parameters need --model")
+            raise GovernanceError("a base model, stage or parameter count needs a model (--model)")
         return None
     stage = stage or ("finetune" if base_model else "pretrain")
     if stage not in STAGES:

@@ -19,7 +19,15 @@ from typing import Any
 from computewatch.sources.environment import Capture, redact_config
 from computewatch.store import Store
 
-__all__ = ["CONFIG_PREFIX", "ENV_RUN_DB", "read_configs", "record_repro", "write_config"]
+__all__ = [
+    "CONFIG_PREFIX",
+    "ENV_RUN_DB",
+    "read_configs",
+    "read_declaration",
+    "record_repro",
+    "write_config",
+    "write_declaration",
+]
 
 CONFIG_PREFIX = "config-"
 ENV_RUN_DB = "COMPUTEWATCH_RUN_DB"
@@ -34,6 +42,26 @@ def write_config(spool: str | os.PathLike[str], values: Mapping[str, Any]) -> No
     tmp = d / f".{CONFIG_PREFIX}{pid}.json"
     tmp.write_text(json.dumps(redact_config(values), sort_keys=True, default=str))
     tmp.replace(d / f"{CONFIG_PREFIX}{pid}.json")
+
+
+GOVERNANCE_FILE = "governance.json"
+"""``track(model=...)``'s declaration of what the run trains, in the run's spool directory."""
+
+
+def write_declaration(spool: str | os.PathLike[str], declaration: Mapping[str, Any]) -> None:
+    """Record what the run trains (atomic replace); raises OSError."""
+    d = Path(spool)
+    tmp = d / f".{GOVERNANCE_FILE}.{os.getpid()}"
+    tmp.write_text(json.dumps(dict(declaration), sort_keys=True))
+    tmp.replace(d / GOVERNANCE_FILE)
+
+
+def read_declaration(spool: str | os.PathLike[str]) -> dict[str, Any] | None:
+    try:
+        doc = json.loads((Path(spool) / GOVERNANCE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
 
 
 def read_configs(spool: str | os.PathLike[str]) -> dict[str, Any]:
@@ -82,6 +110,9 @@ def record_repro(
         config = read_configs(spool)
         if config:
             store.set_meta(run_key, "config", config)
+        declared = read_declaration(spool)
+        if declared is not None and "governance" not in store.meta(run_key):  # run's flags win
+            store.set_meta(run_key, "governance", declared)
     except (sqlite3.Error, OSError, ValueError, TypeError) as e:
         notes.append(f"reproducibility record not stored: {type(e).__name__}: {e}")
     return "; ".join(notes) or None
