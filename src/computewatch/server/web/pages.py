@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Final, TypedDict
+from typing import Annotated, Any, Final, TypedDict, cast
 from urllib.parse import urlencode
 
 import jinja2
@@ -32,6 +32,8 @@ from sqlalchemy.orm import Session
 
 from computewatch._version import __version__
 from computewatch.alerts.notify import Target, parse_target
+from computewatch.analysis.repro import with_repro
+from computewatch.analysis.summary_types import RunSummary
 from computewatch.config import Config, load_config
 from computewatch.errors import ComputewatchError
 from computewatch.server.auth import Principal, db_session, page_principal, safe_next
@@ -82,6 +84,7 @@ from computewatch.units import (
 from computewatch.views.diagnosis import diagnosis_html
 from computewatch.views.html.page import UPLOT_VERSION, json_for_script
 from computewatch.views.html.run import ACCOUNTING_SECTIONS, accounting_section
+from computewatch.views.repro import repro_lines
 
 __all__ = [
     "CSV_COLUMNS",
@@ -640,6 +643,15 @@ def summary_sections(s: Mapping[str, Any]) -> SummaryParts:
     }
 
 
+def _safe_repro(summary: Mapping[str, Any], meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The run's environment and configuration as the report shows them ([] when the upload
+    carries none or a shape this version cannot read)."""
+    try:
+        return list(repro_lines(with_repro(cast(RunSummary, dict(summary)), meta)))
+    except (TypeError, ValueError, AttributeError, KeyError):
+        return []
+
+
 def _run_view(session: Session, principal: Principal, run_id: str) -> dict[str, Any] | None:
     detail = get_run(session, run_id, principal.teams)
     if detail is None:
@@ -678,7 +690,10 @@ def _run_view(session: Session, principal: Principal, run_id: str) -> dict[str, 
         ("upload", f"seq {r.seq}" + (", final" if r.final else ", running")),
     ]
     parts = summary_sections(s)
+    # the reproducibility record uploaded with the run: command, git, packages, hyperparameters
+    repro = _safe_repro(s, detail.meta)
     return {
+        "repro": repro,
         "id": r.id,
         "title": run_label(r),
         "command": " ".join(detail.command),
@@ -1075,7 +1090,7 @@ def fleet_page(
     if not opts.prometheus_url:
         return _error_page(
             request, principal, 404,
-            "No Prometheus is configured for this server (computewatch server --prometheus URL).",
+            "No Prometheus is configured for this server ([server] prometheus_url).",
         )  # fmt: skip
     if not principal.is_admin:  # the fleet report spans every team
         return _error_page(request, principal, 403, "The fleet page is for admin tokens.")
