@@ -31,6 +31,7 @@ __all__ = [
     "number",
     "pue",
     "seconds",
+    "whole",
 ]
 
 BACKEND_CHOICES = "auto|nvidia|amd|tpu|none|fake:PRESET|replay:FILE"  # sources.gpus
@@ -45,6 +46,17 @@ GOVERNANCE_STAGES = (
 )  # governance.compute  # fmt: skip
 
 _SUFFIXES = {"k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+def whole(text: str) -> int:
+    """A whole number of at least 1 (a count, a limit, an id)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
+    return v
 
 
 def count(text: str) -> float:

@@ -24,16 +24,6 @@ def _positive(text: str) -> float:
     return v
 
 
-def _whole(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
-    return v
-
-
 def _size(text: str) -> int:
     units = {
         "": 1,
@@ -89,21 +79,21 @@ def _scenario_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--min-queries",
-        type=_whole,
+        type=cli_args.whole,
         default=16,
         metavar="N",
         help="LoadGen's minimum query count (default 16)",
     )
     p.add_argument(
         "--samples-per-query",
-        type=_whole,
+        type=cli_args.whole,
         default=8,
         metavar="N",
         help="multi-stream: samples per query (default 8)",
     )
     p.add_argument(
         "--batch-size",
-        type=_whole,
+        type=cli_args.whole,
         default=32,
         metavar="N",
         help="offline: the largest batch handed to TARGET at once (default 32)",
@@ -175,7 +165,7 @@ def add_bench_parser(sub: Any) -> None:
         metavar="MODULE:FUNCTION",
         help="evaluation: called with each variant's function, returns 0-1",
     )
-    cmp.add_argument("--repetitions", type=_whole, default=3, metavar="N", help="default 3")
+    cmp.add_argument("--repetitions", type=cli_args.whole, default=3, metavar="N", help="default 3")
     cmp.add_argument("--html", metavar="FILE", help="also write the charts to FILE")
     cmp.add_argument(
         "--timeout",
@@ -201,7 +191,9 @@ def add_bench_parser(sub: Any) -> None:
         metavar="NAME=V1,V2,...",
         help="repeatable: batch_size=1,2,4,8 threads=1,2 (the first is the x axis)",
     )
-    sw.add_argument("--steps", type=_whole, default=20, metavar="N", help="timed steps (20)")
+    sw.add_argument(
+        "--steps", type=cli_args.whole, default=20, metavar="N", help="timed steps (20)"
+    )
     sw.add_argument("--warmup", type=int, default=2, metavar="N", help="untimed steps (2)")
     sw.add_argument(
         "--memory-limit",

@@ -8,22 +8,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from computewatch.cli import args as cli_args
+
 __all__ = ["add_governance_parsers"]
 
 _DB_HELP = (
     "the server's database URL: sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/"
     "NAME (default sqlite:///$COMPUTEWATCH_HOME/server.db)"
 )
-
-
-def _positive(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
-    return v
 
 
 def _source(p: argparse.ArgumentParser) -> None:
@@ -102,7 +94,7 @@ def _accounts(sub: Any) -> None:
     ve.add_argument("name", metavar="NAME")
     ve.add_argument(
         "--valid-days",
-        type=_positive,
+        type=cli_args.whole,
         default=365,
         metavar="DAYS",
         help="re-verification due after this many days (default 365)",
@@ -123,7 +115,7 @@ def _accounts(sub: Any) -> None:
         help="may this account start a job of N GPUs for H hours? (exit 0 allow, 1 deny)",
     )
     ck.add_argument("name", metavar="ACCOUNT")
-    ck.add_argument("--gpus", type=_positive, required=True, metavar="N")
+    ck.add_argument("--gpus", type=cli_args.whole, required=True, metavar="N")
     ck.add_argument("--hours", type=_hours, required=True, metavar="H")
     ck.add_argument("--gpu-model", metavar="MODEL", help="catalog or NVML name (H100-SXM)")
     ck.add_argument("--model", metavar="NAME", help="the model the job would train")
@@ -181,6 +173,6 @@ def add_governance_parsers(sub: Any) -> None:
     rp.add_argument("-o", "--output", required=True, metavar="FILE.html|FILE.json")
     _source(rp)
     dn = gsub.add_parser("done", help="mark an obligation fulfilled, with a reference")
-    dn.add_argument("obligation", type=_positive, metavar="ID")
+    dn.add_argument("obligation", type=cli_args.whole, metavar="ID")
     dn.add_argument("--reference", required=True, metavar="TEXT")
     _source(dn)

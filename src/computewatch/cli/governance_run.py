@@ -244,7 +244,7 @@ def cmd_accounts(args: argparse.Namespace) -> int:
             d = accounts.check(session, args.name, gpus=args.gpus, hours=args.hours,
                                gpu_model=args.gpu_model, model=args.model,
                                tiers=_tiers(args))  # fmt: skip
-            return _print_decision(decision_json(d), args.json)
+            return _print_decision(accounts.decision_json(d), args.json)
         if cmd == "list":
             found = accounts.list_accounts(session)
             if args.json:
@@ -278,18 +278,6 @@ def cmd_accounts(args: argparse.Namespace) -> int:
         session.commit()
     print(f"account {a.name}: {a.state}" + (f", caps {dict(a.caps)}" if a.caps else ""))
     return 0
-
-
-def decision_json(d: accounts.Decision) -> dict[str, Any]:
-    return {
-        "decision": "allow" if d.allow else "deny",
-        "account": d.account,
-        "reasons": d.reasons,
-        "request_gpu_hours": d.request_gpu_hours,
-        "request_flop_high": d.request_flop_high,
-        "used_gpu_hours_this_month": d.used_gpu_hours,
-        "used_flop_high_this_month": d.used_flop_high,
-    }
 
 
 def _print_decision(doc: dict[str, Any], as_json: bool) -> int:

@@ -72,16 +72,6 @@ def _gpu_backend(text: str) -> str:
     return cli_args.gpu_backend(text, open_replay=True)
 
 
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {v}")
-    return v
-
-
 def parse_age(text: str) -> float:
     """``30d``, ``12h``, ``90m``, ``45s``, ``2w`` → seconds."""
     seconds = cli_args.duration_seconds(text)
@@ -157,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         )
         g.add_argument(
             "--total-steps",
-            type=_positive_int,
+            type=cli_args.whole,
             metavar="N",
             help="the run's planned steps: forecast time, energy, carbon, cost at completion",
         )
@@ -267,7 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     ls = with_db(sub.add_parser("runs", help="list stored runs, newest first"))
     ls.add_argument("--json", action="store_true", help="JSON output")
-    ls.add_argument("--limit", type=_positive_int, default=20, metavar="N", help="default 20")
+    ls.add_argument("--limit", type=cli_args.whole, default=20, metavar="N", help="default 20")
     ls.add_argument("--tag", action="append", type=_tag, default=[], metavar="KEY=VALUE")
 
     sh = with_db(sub.add_parser("show", help="print the summary of a run"))
@@ -328,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="process order (default cpu; gpu = GPU SM share)",
     )
     tp.add_argument("--once", action="store_true", help="print one text snapshot and exit")
-    tp.add_argument("--iterations", type=_positive_int, metavar="N", help="stop after N snapshots")
+    tp.add_argument("--iterations", type=cli_args.whole, metavar="N", help="stop after N snapshots")
     tp.add_argument(
         "--json", action="store_true", help="JSON: one document with --once, else one per line"
     )

@@ -90,6 +90,19 @@ class Decision:
     used_flop_high: float = 0.0
 
 
+def decision_json(d: Decision) -> dict[str, Any]:
+    """The documented JSON of a check (docs/accounts.md), for the CLI and the API."""
+    return {
+        "decision": "allow" if d.allow else "deny",
+        "account": d.account,
+        "reasons": d.reasons,
+        "request_gpu_hours": d.request_gpu_hours,
+        "request_flop_high": d.request_flop_high,
+        "used_gpu_hours_this_month": d.used_gpu_hours,
+        "used_flop_high_this_month": d.used_flop_high,
+    }
+
+
 def key_path() -> Path:
     env = os.environ.get(ENV_KEY)
     return Path(env).expanduser() if env else data_home() / KEY_FILENAME

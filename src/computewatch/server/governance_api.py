@@ -160,15 +160,7 @@ def account_check(
         )  # fmt: skip
     except GovernanceError as e:
         raise HTTPException(status_code=422, detail=str(e)) from None
-    return {
-        "decision": "allow" if d.allow else "deny",
-        "account": d.account,
-        "reasons": d.reasons,
-        "request_gpu_hours": d.request_gpu_hours,
-        "request_flop_high": d.request_flop_high,
-        "used_gpu_hours_this_month": d.used_gpu_hours,
-        "used_flop_high_this_month": d.used_flop_high,
-    }
+    return accounts.decision_json(d)
 
 
 @router.get("/ledger/export")
