@@ -23,6 +23,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
+from computewatch.escape import clean_text
 from computewatch.redact import (
     MARKER,
     configured_names,
@@ -237,8 +238,10 @@ def capture_environment(
     packages = _packages()
     frameworks = {n: packages[n] for n in FRAMEWORKS if n in packages}
     return Environment(
-        argv=redact_argv(list(argv), configured_names()),  # with [privacy] redact's names
-        cwd=cwd,
+        # undecodable bytes escaped as everywhere else (computewatch.escape), then redacted with
+        # [privacy] redact's names too
+        argv=redact_argv([clean_text(a) for a in argv], configured_names()),
+        cwd=clean_text(cwd),
         git=git if not isinstance(git, str) else None,
         git_why=git if isinstance(git, str) else None,
         python=platform.python_version(),
@@ -294,7 +297,9 @@ def redact_config(values: Mapping[str, Any], depth: int = 0) -> dict[str, Any]:
     ``***``, string values have URL passwords and ``KEY=secret`` pairs redacted, and values
     that are not JSON (a tensor, a class, NaN) become their ``repr`` (at most 200 characters)."""
     return {
-        str(k): MARKER if is_secret_name(str(k), configured_names()) else _config_value(v, depth)
+        clean_text(str(k)): MARKER
+        if is_secret_name(str(k), configured_names())
+        else _config_value(v, depth)
         for k, v in values.items()
     }
 
@@ -305,7 +310,7 @@ def _config_value(v: Any, depth: int) -> Any:
     if isinstance(v, list | tuple) and depth < MAX_CONFIG_DEPTH:
         return [_config_value(x, depth + 1) for x in v]
     if isinstance(v, str):
-        return redact_text(v, configured_names())
+        return redact_text(clean_text(v), configured_names())
     if isinstance(v, float) and not math.isfinite(v):  # NaN, inf: not JSON
         return repr(v)
     if isinstance(v, _JSON_SCALARS):
