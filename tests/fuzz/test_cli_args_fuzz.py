@@ -17,9 +17,10 @@ from computewatch.accounting.formulas import FormulaError, parse_count
 from computewatch.cli import args as cli_args
 from computewatch.cli.agent import _nonneg
 from computewatch.cli.alerts import _amount, _target
+from computewatch.cli.args import whole
 from computewatch.cli.fleet import _usd_arg, parse_time
 from computewatch.cli.flops import _whole
-from computewatch.cli.main import _interval, _positive_int, _tag, _top_interval, parse_age
+from computewatch.cli.main import _interval, _tag, _top_interval, parse_age
 
 BASE = settings.get_profile("computewatch-fuzz")  # tests/fuzz/conftest.py
 
@@ -79,7 +80,7 @@ def test_numeric_flags(text: str, which: Callable[[str], float]) -> None:
 @fuzz(200)
 @given(text=_numberish)
 def test_whole_numbers(text: str) -> None:
-    for parse in (_positive_int, _whole):
+    for parse in (whole, _whole):
         try:
             v = parse(text)
         except argparse.ArgumentTypeError:
