@@ -61,3 +61,12 @@ def create_private_file(path: str | os.PathLike[str]) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def current_dir() -> str | None:
+    """The working directory, or None when it was deleted (or is unreadable): a run started
+    there is still monitored and stored, without its cwd."""
+    try:
+        return os.getcwd()
+    except OSError:
+        return None

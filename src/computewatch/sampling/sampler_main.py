@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from computewatch.accounting.engine import AccountingOptions
 from computewatch.config import ConfigError, load_config
+from computewatch.paths import current_dir
 from computewatch.sampling.channel import SpoolReader
 from computewatch.sampling.lifecycle import finish_run, spool_dir
 from computewatch.sampling.live import QuietView
@@ -86,13 +87,13 @@ def main(argv: list[str] | None = None) -> int:
         name=a.name,
         tags=json.loads(a.tags),
         command=json.loads(a.command),
-        cwd=os.getcwd(),
+        cwd=current_dir(),
         mode="track",
         started_at=a.started_at or time.time(),
         interval_seconds=a.interval,
         host=facts,
     )
-    capture = Capture(json.loads(a.command), os.getcwd())  # the reproducibility record
+    capture = Capture(json.loads(a.command), current_dir() or "")  # reproducibility record
     reader = SpoolReader(spool_dir(Path(a.db), a.run_id))
     sampler = Sampler(
         store, run_key, sources, interval=a.interval, spool=reader, live=live,

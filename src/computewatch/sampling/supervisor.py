@@ -29,6 +29,7 @@ from typing import Any, TextIO
 from computewatch.accounting.engine import AccountingOptions
 from computewatch.analysis.repro import with_repro
 from computewatch.errors import PROG, ComputewatchError
+from computewatch.paths import current_dir
 from computewatch.sampling.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader
 from computewatch.sampling.lifecycle import (
     RUN_BUSY_TIMEOUT,
@@ -320,13 +321,13 @@ def _monitor(
         name=opts.name,
         tags=opts.tags,
         command=opts.command,
-        cwd=os.getcwd(),
+        cwd=current_dir(),
         mode="run",
         started_at=started,
         interval_seconds=opts.interval,
         host=facts,
     )
-    capture = Capture(opts.command, run_fields["cwd"])  # the reproducibility record (repro.py)
+    capture = Capture(opts.command, run_fields["cwd"] or "")  # reproducibility record (repro.py)
     store = target.store
     if store is None:
         store = target.fall_back(run_id, target.reason or "the store cannot be opened")
