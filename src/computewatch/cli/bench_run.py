@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from computewatch import jsonout
 from computewatch.bench import compare as bench_compare
@@ -86,14 +88,24 @@ def _compare(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         progress=_progress(args),  # type: ignore[arg-type]
     )
+    _output(args, result, compare_page, print_compare)
+    failed = [v.name for v in result.variants if v.status != "ok"]
+    return 1 if len(failed) == len(result.variants) else 0
+
+
+def _output(
+    args: argparse.Namespace,
+    result: Any,
+    page: Callable[[Any], str],
+    text: Callable[[Any, TextIO], None],
+) -> None:
+    """``--html`` page, then JSON with ``--json`` or the text table."""
     if args.html:
-        write_page(compare_page(result), args.html)
+        write_page(page(result), args.html)
     if args.json:
         print(jsonout.dumps(as_dict(result), indent=2))
     else:
-        print_compare(result, sys.stdout)
-    failed = [v.name for v in result.variants if v.status != "ok"]
-    return 1 if len(failed) == len(result.variants) else 0
+        text(result, sys.stdout)
 
 
 def _sweep(args: argparse.Namespace) -> int:
@@ -117,12 +129,7 @@ def _sweep(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         progress=_progress(args),  # type: ignore[arg-type]
     )
-    if args.html:
-        write_page(sweep_page(result), args.html)
-    if args.json:
-        print(jsonout.dumps(as_dict(result), indent=2))
-    else:
-        print_sweep(result, sys.stdout)
+    _output(args, result, sweep_page, print_sweep)
     return 0 if any(p.status == "ok" for p in result.points) else 1
 
 
