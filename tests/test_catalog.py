@@ -1,4 +1,5 @@
-"""The accelerator catalog: packaged data, dense figures, lookups by NVML name, validation."""
+"""The accelerator catalog: packaged data, dense figures, lookups by NVML name, validation; and
+the electricity price table, which joins the grid table by code."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ from computewatch.catalog import (
     find_by_nvml_name,
     load_accelerators,
     parse_accelerators,
+)
+from computewatch.catalog.reference import (
+    MAX_USD_PER_KWH,
+    CatalogError,
+    ElectricityPrice,
+    electricity_prices,
+    grid_rows,
+    parse_electricity_prices,
 )
 
 MODELS = {
@@ -139,3 +148,61 @@ def test_duplicate_model_and_bad_header() -> None:
         parse_accelerators(HEADER + GOOD + GOOD, "acc.csv")
     with pytest.raises(ValueError, match=r"acc.csv, line 1: header .*missing: \['year'\]"):
         parse_accelerators(HEADER.replace(",year", "") + GOOD, "acc.csv")
+
+
+# -- electricity prices (data/electricity_prices.csv) ----------------------------------------
+
+PRICE_HEADER = "code,usd_per_kwh,sector,period,source,year\n"
+
+
+def test_price_table_joins_the_grid_table_with_source_and_year() -> None:
+    prices = electricity_prices()
+    grid = grid_rows()
+    assert prices, "the package's price table is empty"
+    assert prices is electricity_prices()  # parsed once
+    for code, row in prices.items():
+        assert grid[code].kind in ("country", "subnational"), code
+        assert row.source and 1990 <= row.year <= 2100
+        assert 0 < row.usd_per_kwh < MAX_USD_PER_KWH
+    # every cloud region of AWS's US East maps through its grid row to a priced state
+    assert grid["aws:us-east-1"].grid in prices
+    assert prices["US-VA"].usd_per_kwh == pytest.approx(0.0895)  # EIA EPA 2023, commercial
+    assert prices["US-VA"].sector == "commercial" and prices["US-VA"].period == "2023"
+
+
+def test_price_row_parses() -> None:
+    row = "FR,0.1234,non-household,2024-S2,Eurostat nrg_pc_205,2024\n"
+    got = parse_electricity_prices(PRICE_HEADER + row, "p.csv")["FR"]
+    want = ElectricityPrice("FR", 0.1234, "non-household", "2024-S2", "Eurostat nrg_pc_205", 2024)
+    assert got == want
+
+
+@pytest.mark.parametrize(
+    ("row", "column", "why"),
+    [
+        ("XX,0.1,commercial,2023,src,2023", "code", "is not a code of"),
+        ("us-va,0.1,commercial,2023,src,2023", "code", "is not a code of"),
+        ("aws:us-east-1,0.1,commercial,2023,src,2023", "code", "price its grid"),
+        ("WORLD,0.1,commercial,2023,src,2023", "code", "price its grid"),
+        ("US-VA,8.95,commercial,2023,src,2023", "usd_per_kwh", "not a price in dollars"),
+        ("US-VA,0,commercial,2023,src,2023", "usd_per_kwh", "not a price in dollars"),
+        ("US-VA,nan,commercial,2023,src,2023", "usd_per_kwh", "not a finite number"),
+        ("US-VA,0.1,residential,2023,src,2023", "sector", "is not one of"),
+        ("US-VA,0.1,commercial,2023-S3,src,2023", "period", "is not YYYY"),
+        ("US-VA,0.1,commercial,2024-S2,src,2023", "year", "not the year of period"),
+        ("US-VA,0.1,commercial,2023,,2023", "source", "its source"),
+        ("US-VA,0.1,commercial,2023,src", "*", "expected 6 fields"),
+    ],
+)
+def test_malformed_price_row_names_file_line_and_column(row: str, column: str, why: str) -> None:
+    with pytest.raises(CatalogError) as info:
+        parse_electricity_prices(PRICE_HEADER + row + "\n", "p.csv")
+    message = str(info.value)
+    assert message.startswith(f"p.csv, line 2, column {column!r}"), message
+    assert why in message
+
+
+def test_duplicate_price_code() -> None:
+    row = "US-VA,0.1,commercial,2023,src,2023\n"
+    with pytest.raises(CatalogError, match=r"line 3, column 'code': duplicate code 'US-VA'"):
+        parse_electricity_prices(PRICE_HEADER + row + row, "p.csv")

@@ -114,10 +114,34 @@ def test_where_orders_regions_and_costs_them(cw: Any) -> None:
     assert us["pue"] == pytest.approx(1.14)
     assert us["g"] == pytest.approx(100 * us["pue"] * us["g_per_kwh"])
     assert us["usd"] == pytest.approx(100 * us["pue"] * 0.1)
+    assert us["price_source"] == "--usd-per-kwh" and us["price_year"] is None
     bad = cw("where", "--duration", "6h", "--energy", "1", "--regions", "aws:eu-nort-1")
     assert bad.returncode == 2
     assert len(bad.stderr.strip().splitlines()) == 1
     assert "close matches: aws:eu-north-1" in bad.stderr
+
+
+def test_where_prices_from_the_table_unless_given(cw: Any, tmp_path: Path) -> None:
+    args = ("where", "--duration", "1h", "--energy", "10", "--regions", "aws:us-east-1,US-WY")
+    out = cw.json(*args)
+    by = {r["region"]: r for r in out["regions"]}
+    us = by["aws:us-east-1"]
+    assert us["usd_per_kwh"] == pytest.approx(0.0895) and us["price_year"] == 2023
+    assert us["usd"] == pytest.approx(10 * us["pue"] * 0.0895)
+    assert us["price_source"].startswith("grid US-VA: U.S. EIA Electric Power Annual")
+    assert by["US-WY"]["usd"] is None and "no row for US-WY" in by["US-WY"]["price_source"]
+    assert any("bills instance-hours" in n for n in out["notes"])
+    text = cw(*args)
+    assert text.returncode == 0, text.stderr
+    assert "note  aws:us-east-1: price grid US-VA: U.S. EIA" in text.stdout
+    assert "note  US-WY: no price" in text.stdout
+    prices = tmp_path / "p.csv"
+    prices.write_text("region,usd_per_kwh\naws:us-east-1,0.5\n")
+    mine = cw.json(*args, "--prices", str(prices))
+    by = {r["region"]: r for r in mine["regions"]}
+    assert by["aws:us-east-1"]["usd_per_kwh"] == 0.5
+    assert by["aws:us-east-1"]["price_source"] == f"--prices {prices}"
+    assert by["US-WY"]["usd"] is None  # not in the file, no row in the table
 
 
 @pytest.mark.slow

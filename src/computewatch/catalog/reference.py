@@ -23,22 +23,27 @@ from computewatch.errors import ComputewatchError
 __all__ = [
     "CLOUD_PROVIDERS",
     "GRID_KINDS",
+    "MAX_USD_PER_KWH",
+    "PRICE_SECTORS",
     "CatalogError",
     "CloudInstance",
     "CpuTdp",
     "DefaultFigure",
+    "ElectricityPrice",
     "GridIntensity",
     "PueRow",
     "cpu_tdp",
     "cpu_tdp_rows",
     "default_pue",
     "defaults",
+    "electricity_prices",
     "find_instance",
     "grid_rows",
     "instances",
     "normalize_code",
     "parse_cpu_tdp",
     "parse_defaults",
+    "parse_electricity_prices",
     "parse_grid",
     "parse_instances",
     "parse_pue",
@@ -51,6 +56,7 @@ PUE_FILE = "data/pue.csv"
 INSTANCES_FILE = "data/cloud_instances.csv"
 CPU_TDP_FILE = "data/cpu_tdp.csv"
 DEFAULTS_FILE = "data/defaults.csv"
+PRICES_FILE = "data/electricity_prices.csv"
 
 CLOUD_PROVIDERS = ("aws", "gcp", "azure")
 """Providers whose regions appear as ``provider:region`` codes."""
@@ -63,6 +69,7 @@ _COUNTRY = re.compile(r"[A-Z]{2}")
 _SUBNATIONAL = re.compile(r"[A-Z]{2}-[A-Z0-9]{1,4}")
 _CLOUD_REGION = re.compile(r"[a-z0-9]+(-[a-z0-9]+)*")
 _AS_OF = re.compile(r"(\d{4})-(0[1-9]|1[0-2])")
+_PERIOD = re.compile(r"(\d{4})(-S[12]|-(0[1-9]|1[0-2]))?")
 _MARKS = re.compile(r"\((R|TM)\)", re.IGNORECASE)
 
 
@@ -147,6 +154,25 @@ class DefaultFigure:
     unit: str
     source: str
     year: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ElectricityPrice:
+    """The average price of a kWh at one location of the grid table, as its source gives it."""
+
+    code: str  # a country or sub-national code of grid_intensity.csv
+    usd_per_kwh: float
+    sector: str  # one of PRICE_SECTORS
+    period: str  # "2023", "2024-S2", "2025-03"
+    source: str
+    year: int
+
+
+PRICE_SECTORS = ("commercial", "industrial", "non-household")
+"""End-use sectors a price row may be for (the source's own classification)."""
+
+MAX_USD_PER_KWH = 5.0
+"""A price above this is a unit mistake (cents or MWh), not a price."""
 
 
 # --- CSV plumbing -------------------------------------------------------------------------
@@ -338,6 +364,57 @@ def grid_rows() -> dict[str, GridIntensity]:
 def world_average() -> GridIntensity:
     """The world-average row, used (and reported as such) when the location is unknown."""
     return grid_rows()[WORLD_CODE]
+
+
+# --- electricity prices --------------------------------------------------------------------
+
+_PRICE_COLUMNS = ("code", "usd_per_kwh", "sector", "period", "source", "year")
+
+
+def parse_electricity_prices(
+    text: str,
+    filename: str = PRICES_FILE,
+    grid: Mapping[str, GridIntensity] | None = None,
+) -> dict[str, ElectricityPrice]:
+    """Parse the price table: one row per country or sub-national code of ``grid`` (default:
+    the package's grid table), a positive price below MAX_USD_PER_KWH, a known sector, and a
+    period whose year is the row's year."""
+    table = grid_rows() if grid is None else grid
+    out: dict[str, ElectricityPrice] = {}
+    for row in _rows(text, filename, _PRICE_COLUMNS):
+        code = row.text("code")
+        known = table.get(code)
+        if known is None or normalize_code(code) != code:
+            raise row.fail("code", f"{code!r} is not a code of {GRID_FILE}")
+        if known.kind not in ("country", "subnational"):
+            raise row.fail(
+                "code", f"{code!r} is a {known.kind} row: price its grid (country or state)"
+            )
+        if code in out:
+            raise row.fail("code", f"duplicate code {code!r}")
+        price = row.number("usd_per_kwh")
+        if not 0 < price < MAX_USD_PER_KWH:
+            raise row.fail(
+                "usd_per_kwh", f"{price:g} is not a price in dollars per kWh (0 < p < 5)"
+            )
+        sector = row.text("sector")
+        if sector not in PRICE_SECTORS:
+            raise row.fail("sector", f"{sector!r} is not one of {', '.join(PRICE_SECTORS)}")
+        period = row.text("period")
+        match = _PERIOD.fullmatch(period)
+        if match is None:
+            raise row.fail("period", f"{period!r} is not YYYY, YYYY-S1, YYYY-S2 or YYYY-MM")
+        year = row.year()
+        if int(match.group(1)) != year:
+            raise row.fail("year", f"{year} is not the year of period {period}")
+        out[code] = ElectricityPrice(code, price, sector, period, row.source(), year)
+    return out
+
+
+@functools.cache
+def electricity_prices() -> dict[str, ElectricityPrice]:
+    """Electricity prices by grid code ("US-VA"); a cloud region takes its grid row's."""
+    return parse_electricity_prices(_read(PRICES_FILE))
 
 
 # --- PUE ----------------------------------------------------------------------------------

@@ -114,7 +114,8 @@ def add_carbon_parser(sub: Any) -> None:
         "where",
         help="emissions and cost of the same job across regions (intensity, PUE, price)",
         description="Compare a job of --energy kWh (IT energy) across data-centre regions: "
-        "each region's grid intensity, its provider's PUE and a price per kWh.",
+        "each region's grid intensity, its provider's PUE and a price per kWh (yours, else "
+        "the dated figure of the package's price table for the region's grid, else none).",
     )
     r.add_argument("--duration", type=_duration, required=True, metavar="DURATION")
     r.add_argument("--energy", type=_kwh, required=True, metavar="KWH", help="IT energy, kWh")
@@ -126,7 +127,10 @@ def add_carbon_parser(sub: Any) -> None:
         help="comma-separated: aws:us-east-1,aws:eu-north-1,gcp:europe-west4,FR ...",
     )
     r.add_argument(
-        "--usd-per-kwh", type=_usd, metavar="USD", help="one electricity price for every region"
+        "--usd-per-kwh",
+        type=_usd,
+        metavar="USD",
+        help="one electricity price for every region (wins over the table)",
     )
     r.add_argument(
         "--prices", metavar="FILE", help="CSV region,usd_per_kwh: a price per region (wins)"

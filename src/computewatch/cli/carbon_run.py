@@ -43,6 +43,10 @@ from computewatch.units import format_duration, format_grams, format_usd
 __all__ = ["cmd_when", "cmd_where", "plan_green_start", "wait_for_green"]
 
 _BAR = 40
+CLOUD_PRICE_NOTE = (
+    "cloud regions: the provider bills instance-hours, not kWh; the table's price is the "
+    "grid's average price per kWh (what a facility there pays), to compare regions, not your bill"
+)
 
 
 def _config(args: argparse.Namespace) -> Config:
@@ -278,7 +282,7 @@ def cmd_where(args: argparse.Namespace) -> int:
     cfg = _config(args)
     prices = _prices(args.prices) if args.prices else {}
     default = args.usd_per_kwh if args.usd_per_kwh is not None else cfg.usd_per_kwh
-    source = "--prices" if args.prices else ("--usd-per-kwh" if args.usd_per_kwh else "config")
+    source = "--usd-per-kwh" if args.usd_per_kwh is not None else "[cost] usd_per_kwh"
     rows_in = [grid_row(c).code for c in args.regions]  # unknown codes: close matches
     intensities: dict[str, tuple[float, str]] = {}
     notes: list[str] = []
@@ -305,10 +309,13 @@ def cmd_where(args: argparse.Namespace) -> int:
         rows_in,
         args.energy,
         prices=prices,
+        prices_source=f"--prices {args.prices}",
         default_price=default,
         price_source=source,
         intensities=intensities,
     )
+    if any(f.price_year is not None and ":" in f.region for f in figs):
+        notes.append(CLOUD_PRICE_NOTE)
     if args.json:
         dump(
             {
@@ -331,11 +338,15 @@ def _where_table(figs: list[RegionFigure], kwh: float, duration: float, notes: l
         "lowest emissions first",
         file=out,
     )
-    print(f"{'region':<22} {'g/kWh':>7} {'PUE':>5} {'kWh':>9} {'CO2e':>12} {'cost':>10}", file=out)
+    print(
+        f"{'region':<22} {'g/kWh':>7} {'PUE':>5} {'kWh':>9} {'CO2e':>12} {'$/kWh':>7} {'cost':>10}",
+        file=out,
+    )
     for f in figs:
+        kwh_price = "n/a" if f.usd_per_kwh is None else f"{f.usd_per_kwh:.4f}"
         print(
             f"{f.region:<22} {f.g_per_kwh:>7.0f} {f.pue:>5.2f} {f.facility_kwh:>9.3f} "
-            f"{format_grams(f.g):>12} {format_usd(f.usd):>10}",
+            f"{format_grams(f.g):>12} {kwh_price:>7} {format_usd(f.usd):>10}",
             file=out,
         )
     best, worst = figs[0], figs[-1]
@@ -345,8 +356,8 @@ def _where_table(figs: list[RegionFigure], kwh: float, duration: float, notes: l
         )
     for f in figs:
         print(f"note  {f.region}: {f.intensity_source}; PUE {f.pue_source}", file=out)
-        if f.usd is None:
-            print(f"note  {f.region}: {f.price_source}", file=out)
+        lead = "price " if f.usd_per_kwh is not None else ""
+        print(f"note  {f.region}: {lead}{f.price_source}", file=out)
     for n in notes:
         print(f"note  {n}", file=out)
 
