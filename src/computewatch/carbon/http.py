@@ -9,11 +9,8 @@ server error (5xx), or an answer that is not the JSON expected.
 from __future__ import annotations
 
 import base64
-import http.client
 import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 
 from computewatch._version import __version__
@@ -57,6 +54,12 @@ def get_json(
 ) -> JsonValue:
     """GET ``url`` and parse its JSON body; ``what`` names the request in messages ("zone
     'DE'"). Never raises anything but ProviderError for a network or server problem."""
+    # urllib.request pulls in http.client, ssl and email (~10 ms): loaded when a provider is
+    # asked, not by every `computewatch run` whose accounting imports this module
+    import http.client
+    import urllib.error
+    import urllib.request
+
     h = {"Accept": "application/json", "User-Agent": f"computewatch/{__version__}"}
     h.update(headers or {})
     if basic_auth is not None:

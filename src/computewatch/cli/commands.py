@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -154,6 +155,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     # a kill(2) to the process goes to any thread not blocking the signal, whose default action
     # would end the supervisor and orphan the command (signal(7)). The supervisor receives them.
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    if not args.quiet:  # the summary's modules load while the command runs, not after it
+        preload = threading.Thread(target=_load_summary_views, name="computewatch-preload")
+        preload.daemon = True
+        preload.start()
     command, pending = _profilers(args, command)  # --profile-steps, --cprofile, --nsys
     observers = _run_observers(args, accounting) + _upload_observers(args, accounting)
     observers += tracker_observers(args, accounting.config)  # --log-to (cli/log_to.py)
@@ -207,6 +212,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"{PROG}: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
     return outcome.exit_code
+
+
+def _load_summary_views() -> None:
+    """Import what printing the summary needs (rich, ~20 ms) on a thread while the command
+    runs, so the end of a run does not wait for it. An import error here is ignored: the import
+    after the run raises it again where it is handled."""
+    try:
+        import computewatch.views.text  # noqa: F401  # loaded for its side effect (the cache)
+    except Exception:
+        pass
 
 
 def _profilers(
