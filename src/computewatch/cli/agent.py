@@ -79,6 +79,13 @@ def add_agent_parser(sub: Any) -> None:
         help="also export per-PID series of noticeable processes (high cardinality)",
     )
     a.add_argument(
+        "--detect",
+        action="store_true",
+        default=None,
+        help="classify each job as training/inference/other from its GPU series and flag "
+        "undeclared training (the [agent] detect key; needs the governance extra)",
+    )
+    a.add_argument(
         "--once",
         action="store_true",
         help="sample twice one interval apart, print the exposition and exit (no server)",

@@ -21,11 +21,19 @@ from computewatch.fleet.agent_config import (
     load_agent_config,
 )
 from computewatch.fleet.attribution import Attributor
+from computewatch.fleet.detection import (
+    DetectionUnavailable,
+    DetectOptions,
+    HttpAccountChecker,
+    TrainingDetector,
+    require_numpy,
+)
 from computewatch.fleet.node import NodeOptions, open_node
 from computewatch.metrics.exposition import LatestSamples, render
 from computewatch.metrics.model import DEFAULT_LISTEN, MetricsSink
 from computewatch.metrics.server import MetricsServer, ServerError, ServerSecurity
 from computewatch.sources.gpus import GpuBackendError
+from computewatch.upload.settings import server_settings
 
 __all__ = ["run_agent"]
 
@@ -49,6 +57,48 @@ def _alerts_sink(args: argparse.Namespace) -> MetricsSink | None:
         return alerts_sink(args, out=sys.stderr)
     except AlertsError as e:
         raise UsageError(f"--alerts: {e}") from None
+
+
+def _say(text: str) -> None:
+    try:
+        print(f"{PROG} agent: {text}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
+
+
+def _detector(args: argparse.Namespace, cfg: AgentConfig, node: str) -> TrainingDetector | None:
+    """Training detection when ``--detect`` or ``[agent] detect = true``; with the account
+    check when the configuration names a server and a token (``[server] url``/``token_file``,
+    or COMPUTEWATCH_SERVER/COMPUTEWATCH_TOKEN)."""
+    if not (args.detect or cfg.detect):
+        return None
+    try:
+        require_numpy()
+    except DetectionUnavailable as e:
+        raise UsageError(str(e)) from None
+    settings = server_settings(cfg.base)  # SettingsError: a usage error, one line
+    checker = None
+    if settings is not None and settings.token:
+        checker = HttpAccountChecker(settings.url, settings.token, timeout=cfg.detect_check_timeout)
+    elif settings is not None:
+        _say(
+            f"training detection: no token for {settings.shown_url}; accounts are not checked "
+            "(give [server] token_file: an admin token)"
+        )
+    options = DetectOptions(
+        every=cfg.detect_every,
+        min_seconds=cfg.detect_min_seconds,
+        window=cfg.detect_window,
+        accounts=dict(cfg.accounts),
+        hours_factor=cfg.detect_hours_factor,
+        check_timeout=cfg.detect_check_timeout,
+    )
+    where = f"; accounts checked at {settings.shown_url}" if checker and settings else ""
+    _say(
+        f"training detection on: every {options.every:g} s, jobs with {options.min_seconds:g} s "
+        f"of data, {options.window:g} s window{where}"
+    )
+    return TrainingDetector(options, node, checker=checker, say=_say)
 
 
 def run_agent(args: argparse.Namespace) -> int:
@@ -99,7 +149,12 @@ def run_agent(args: argparse.Namespace) -> int:
         node, gpu_backend = open_node(options, attributor, backend, fake_pids=args.fake_gpu_pid)
     except GpuBackendError as e:
         raise UsageError(f"--gpu-backend: {e}") from None
-    agent = Agent(node, sinks, interval)
+    try:
+        detector = _detector(args, cfg, options.node)
+    except BaseException:
+        node.close()
+        raise
+    agent = Agent(node, sinks, interval, detector=detector)
     if args.once:
         try:
             agent.tick()
@@ -110,6 +165,8 @@ def run_agent(args: argparse.Namespace) -> int:
         finally:
             for s in sinks:
                 s.close()
+            if detector is not None:
+                detector.close()
             node.close()
         return 0
     try:

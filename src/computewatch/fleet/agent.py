@@ -4,6 +4,10 @@ Sinks (the ``/metrics`` endpoint's :class:`~computewatch.metrics.exposition.Late
 alert rules) are called on the sampling thread once per tick and must not block. A sink that
 raises is reported once and dropped: the agent goes on sampling (the monitor never takes the
 monitored work down, and an agent that stops exporting helps no one).
+
+With a :class:`~computewatch.fleet.detection.TrainingDetector` the tick also hands it the
+node's jobs and adds its samples (training probability, undeclared training, cap breach) before
+the sinks see them, so alert rules can use them; its classification runs on its own thread.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
+from computewatch.fleet.detection import TrainingDetector
 from computewatch.fleet.node import NodeSampler
 from computewatch.metrics.model import MetricSample, MetricsSink
 
@@ -31,6 +36,7 @@ class Agent:
         *,
         log: TextIO | None = None,
         wall: Callable[[], float] = time.time,
+        detector: TrainingDetector | None = None,
     ) -> None:
         self.node = node
         self.sinks: list[MetricsSink] = list(sinks)
@@ -40,6 +46,7 @@ class Agent:
         self._log = log if log is not None else sys.stderr
         self._wall = wall
         self._notes_shown = 0
+        self.detector = detector
 
     def tick(self) -> list[MetricSample]:
         """One sampling tick; returns the samples handed to the sinks."""
@@ -57,6 +64,13 @@ class Agent:
             lbl = (("node", self.node.options.node), ("source", name))
             samples.append(MetricSample("computewatch_agent_source_up", lbl, 1.0 if up else 0.0))
         now = self._wall()
+        if self.detector is not None:
+            try:
+                samples.extend(self.detector.observe(now, self.node.job_gpus()))
+            except Exception as e:
+                self.detector.close()
+                self.detector = None
+                self._say(f"training detection failed and was switched off: {e}")
         for sink in list(self.sinks):
             try:
                 sink.on_metrics(now, samples)
@@ -88,6 +102,8 @@ class Agent:
                     delay = 0.0
                 stop.wait(delay)
         finally:
+            if self.detector is not None:
+                self.detector.close()
             for sink in self.sinks:
                 try:
                     sink.close()

@@ -22,6 +22,13 @@ filesystems = ["/"]            # mountpoints for computewatch_filesystem_*_bytes
 procfs_root = "/proc"          # in a container: the host's /proc mounted elsewhere
 sysfs_root = "/sys"
 pod_logs_root = "/var/log/pods"  # pod UID -> namespace and name, from directory names
+detect = false                 # training-run detection (needs numpy: the governance extra)
+detect_every = 300             # seconds between classification rounds
+detect_min_seconds = 600       # seconds of data a job needs before it is classified
+detect_window = 3600           # seconds of series kept per job (at most 3600 samples per GPU)
+detect_hours_factor = 1.0      # projected hours = elapsed x this (without a Slurm time limit)
+detect_check_timeout = 5       # seconds an account check on the server may take
+accounts = { nlp = "acme" }    # team or user -> account, for jobs without a Slurm account
 
 [teams]
 default = ""                   # team of jobs no rule matches ("" = unknown)
@@ -86,6 +93,14 @@ class AgentConfig:
     procfs_root: str = "/proc"
     sysfs_root: str = "/sys"
     pod_logs_root: str = "/var/log/pods"
+    detect: bool = False
+    detect_every: float = 300.0
+    detect_min_seconds: float = 600.0
+    detect_window: float = 3600.0
+    detect_hours_factor: float = 1.0
+    detect_check_timeout: float = 5.0
+    accounts: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """Team or user -> account (training detection's account checks; a team name first)."""
     teams: TeamMap = dataclasses.field(default_factory=TeamMap)
     base: Config = dataclasses.field(default_factory=Config)
     """The rest of the file ([energy], [location], ...), checked by computewatch.config."""
@@ -109,11 +124,23 @@ _AGENT_KEYS: dict[str, str] = {
     "procfs_root": "str",
     "sysfs_root": "str",
     "pod_logs_root": "str",
+    "detect": "bool",
+    "detect_every": "number",
+    "detect_min_seconds": "number",
+    "detect_window": "number",
+    "detect_hours_factor": "number",
+    "detect_check_timeout": "number",
+    "accounts": "str_table",
 }
 NUMBERS: dict[str, Range] = {
     "interval": Range(MIN_INTERVAL, MAX_INTERVAL, why="seconds between samples"),
     "min_cpu_cores": Range(0, 1e5, why="cores"),
     "job_expiry_seconds": Range(0, 365 * 86400, why="seconds"),
+    "detect_every": Range(1, 86400, why="seconds between classification rounds"),
+    "detect_min_seconds": Range(1, 7 * 86400, why="seconds of data"),
+    "detect_window": Range(10, 7 * 86400, why="seconds of series kept per job"),
+    "detect_hours_factor": Range(0.01, 1000, why="a factor on the elapsed time"),
+    "detect_check_timeout": Range(0.1, 120, why="seconds"),
 }
 """The range of every numeric key of ``[agent]``."""
 _TEAM_TABLES = ("users", "accounts", "namespaces")
@@ -167,6 +194,14 @@ class _Checker:
             if not isinstance(value, bool):
                 raise self.fail("agent", key, f"{shown} must be true or false")
             return value
+        if kind == "str_table":
+            if not isinstance(value, dict) or not all(
+                isinstance(v, str) and v.strip() for v in value.values()
+            ):
+                raise self.fail(
+                    "agent", key, f'{shown} must be a table of name = "account" (non-empty)'
+                )
+            return {str(k): v.strip() for k, v in value.items()}
         if kind == "str_list":
             if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
                 raise self.fail("agent", key, f"{shown} must be a list of non-empty strings")
@@ -222,6 +257,14 @@ def parse_agent_config(text: str, path: Path | None = None) -> AgentConfig:
             "agent",
             "tls_cert" if "tls_cert" in fields else "tls_key",
             "TLS needs both agent.tls_cert and agent.tls_key",
+        )
+    if fields.get("detect_min_seconds", 600.0) > fields.get("detect_window", 3600.0):
+        raise chk.fail(
+            "agent",
+            "detect_min_seconds",
+            f"agent.detect_min_seconds = {fields.get('detect_min_seconds', 600.0):g} must not "
+            f"exceed agent.detect_window = {fields.get('detect_window', 3600.0):g} (the data "
+            "a job needs must fit in the window kept)",
         )
     fields["teams"] = _teams(chk, data.get("teams", {}))
     rest = {k: v for k, v in data.items() if k not in SECTIONS}

@@ -6,13 +6,18 @@ A process's job comes, in this order, from:
    ``.../slurmstepd.scope/job_ID/...`` under v2) or a Kubernetes pod
    (``kubepods-<qos>-pod<UID>.slice/cri-containerd-<ID>.scope`` with the systemd driver,
    ``/kubepods/<qos>/pod<UID>/<ID>`` with cgroupfs);
-2. its environment, when readable: ``SLURM_JOB_ID`` (with ``SLURM_JOB_ACCOUNT``), then
+2. its environment, when readable: ``SLURM_JOB_ID`` (with ``SLURM_JOB_ACCOUNT`` and the
+   job's ``SLURM_JOB_START_TIME``/``SLURM_JOB_END_TIME``, its time limit), then
    ``COMPUTEWATCH_RUN_ID`` (a ``computewatch run``), then a ``job`` tag in ``COMPUTEWATCH_TAGS``;
 3. otherwise the process is part of the catch-all job ``process:<user>`` of its owner, so the
    number of series grows with the users of a node, not with its processes.
 
 The team is, first match wins: a ``team`` tag in ``COMPUTEWATCH_TAGS``; the Slurm account's
 team; the namespace's team; the user's team; else ``default_team`` (``""``: unknown).
+
+A ``computewatch run --model NAME [--stage S]`` declares what it trains in its command's
+environment (``COMPUTEWATCH_MODEL``, ``COMPUTEWATCH_STAGE``): the identity keeps them, so that
+the agent's training detection (computewatch.fleet.detection) tells declared from undeclared.
 
 The environment is read once per process (keyed by PID and start time, so a reused PID is a
 new process) and only the variables above are kept: no other value leaves this module.
@@ -43,12 +48,19 @@ __all__ = [
 
 TAGS_VAR = "COMPUTEWATCH_TAGS"
 RUN_ID_VAR = "COMPUTEWATCH_RUN_ID"
+MODEL_VAR = "COMPUTEWATCH_MODEL"
+"""The model a ``computewatch run --model NAME`` declares (set in its command's environment)."""
+STAGE_VAR = "COMPUTEWATCH_STAGE"
 _ENV_KEYS = (
     b"SLURM_JOB_ID",
     b"SLURM_JOB_ACCOUNT",
     b"SLURM_JOB_USER",
+    b"SLURM_JOB_START_TIME",
+    b"SLURM_JOB_END_TIME",
     RUN_ID_VAR.encode(),
     TAGS_VAR.encode(),
+    MODEL_VAR.encode(),
+    STAGE_VAR.encode(),
 )
 _MAX_ENVIRON = 1 << 20  # an environment is at most a few hundred KiB (ARG_MAX)
 _MAX_LABEL = 128  # tag values are cut here: a label value is not a place for a document
@@ -128,6 +140,17 @@ def parse_environ(raw: bytes) -> dict[str, str]:
     return out
 
 
+def _time_limit(env: Mapping[str, str]) -> float | None:
+    """A Slurm job's time limit in seconds from its start and (projected) end time (Unix
+    seconds, sbatch(1) output environment variables), or None when not both are numbers."""
+    try:
+        start = int(env.get("SLURM_JOB_START_TIME", ""))
+        end = int(env.get("SLURM_JOB_END_TIME", ""))
+    except ValueError:
+        return None
+    return float(end - start) if end > start > 0 else None
+
+
 @dataclass(frozen=True, slots=True)
 class TeamMap:
     """The config's ``[teams]``: user, Slurm account and namespace → team."""
@@ -161,6 +184,9 @@ class JobIdentity:
     pod: str = ""
     project: str = ""
     tagged: bool = False  # the process carried COMPUTEWATCH_TAGS: always exported
+    model: str = ""  # COMPUTEWATCH_MODEL: the model the job declares it trains ("" none)
+    stage: str = ""  # COMPUTEWATCH_STAGE
+    time_limit_seconds: float | None = None  # Slurm: SLURM_JOB_END_TIME - SLURM_JOB_START_TIME
 
     def labels(self, node: str) -> MetricLabels:
         """The labels of the job's series (sorted)."""
@@ -303,6 +329,9 @@ class Attributor:
             pod=pod,
             project=tags.get("project", ""),
             tagged=bool(tags),
+            model=env.get(MODEL_VAR, "").strip()[:_MAX_LABEL],
+            stage=env.get(STAGE_VAR, "").strip()[:_MAX_LABEL],
+            time_limit_seconds=_time_limit(env),
         )
 
     def _pod(self, uid: str) -> tuple[str, str] | None:

@@ -29,12 +29,18 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from computewatch.accounting.cpu_power import CpuPowerModel
 from computewatch.fleet.attribution import Attributor, JobIdentity
-from computewatch.metrics.families import GpuCounters, counter_delta, gpu_samples, gpu_value_key
+from computewatch.metrics.families import (
+    GpuCounters,
+    counter_delta,
+    gpu_samples,
+    gpu_value_key,
+    reading_energy_method,
+)
 from computewatch.metrics.model import MetricLabels, MetricSample
 from computewatch.readings import Reading
 from computewatch.redact import redact_argv
@@ -55,7 +61,7 @@ from computewatch.sources.procfs import (
 )
 from computewatch.sources.rapl import SUMMED_DOMAINS, RaplSource
 
-__all__ = ["NodeOptions", "NodeSampler", "open_node"]
+__all__ = ["JobGpus", "NodeOptions", "NodeSampler", "open_node"]
 
 IDLE_UTILIZATION = 0.05  # a held GPU below this utilization counts as idle (the contract's)
 
@@ -78,6 +84,18 @@ class NodeOptions:
     cpu_tdp_watts: float | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class JobGpus:
+    """One exported job at the last tick, for components that follow jobs over time (training
+    detection): its identity and labels, and the readings of each GPU its processes held at
+    that tick (``computewatch.traces.METRICS`` names, SI units) with the GPUs' names."""
+
+    ident: JobIdentity
+    labels: MetricLabels
+    gpus: Mapping[str, Mapping[str, float]]  # GPU UUID -> readings
+    gpu_names: Mapping[str, str]  # GPU UUID -> name as NVML gives it
+
+
 class _Job:
     __slots__ = (
         "busy",
@@ -88,6 +106,7 @@ class _Job:
         "exported",
         "gpu_mem",
         "gpu_seconds",
+        "gpus",
         "ident",
         "idle",
         "info_lbl",
@@ -118,6 +137,7 @@ class _Job:
         self.energy = 0.0
         self.last_live = now
         self.sm: dict[str, float] = {}  # this tick: GPU UUID -> the job's SM samples
+        self.gpus: set[str] = set()  # this tick: the GPUs its processes held
         self.xid = 0.0  # XIDs on GPUs while held
 
 
@@ -203,6 +223,8 @@ class NodeSampler:
         self._gpu_xid_last: dict[str, float] = {}
         self._gpu_counters = GpuCounters()
         self._gpu_lbl: dict[str, MetricLabels] = {}
+        self._gpu_names: dict[str, str] = {}
+        self._gpu_values: dict[str, dict[str, float]] = {}  # this tick's readings, per GPU
         self._node_lbl: MetricLabels = (("node", self._node),)
         self._cpu_model = CpuPowerModel.for_cpu(
             cpu_model, os.cpu_count() or 1, options.cpu_tdp_watts
@@ -229,6 +251,18 @@ class NodeSampler:
     @property
     def jobs(self) -> int:
         return len(self._jobs)
+
+    def job_gpus(self) -> list[JobGpus]:
+        """Every exported job of the last tick with its GPUs' readings at that tick (a job
+        holding no GPU has none)."""
+        out = []
+        for ident, job in self._jobs.items():
+            if not job.exported or job.nproc == 0:
+                continue
+            gpus = {u: self._gpu_values[u] for u in sorted(job.gpus) if u in self._gpu_values}
+            names = {u: self._gpu_names[u] for u in gpus if u in self._gpu_names}
+            out.append(JobGpus(ident, job.lbl, gpus, names))
+        return out
 
     def note(self, message: str, key: str) -> None:
         if key not in self._noted:
@@ -322,6 +356,7 @@ class NodeSampler:
             job.live = job.mem = job.cpu_delta = job.gpu_mem = 0.0
             job.nproc = 0
             job.sm.clear()
+            job.gpus.clear()
         # Read every stat first, retire the vanished, then total: a child reaped by a parent of
         # another job is taken off that parent's cutime in the same tick it appears there.
         reads: list[tuple[_Proc, list[bytes]]] = []
@@ -449,6 +484,7 @@ class NodeSampler:
                 if d.simulated or src.simulated:
                     pairs["simulated"] = "true"
                 self._gpu_lbl[d.uuid] = tuple(sorted(pairs.items()))
+                self._gpu_names[d.uuid] = d.name
 
     def _read_gpus(self, out: list[MetricSample], dt: float) -> None:
         if not self.gpus:
@@ -466,8 +502,10 @@ class NodeSampler:
                 self.note(n, n)
         self.source_up["gpu"] = ok
         per_gpu: dict[str, dict[str, float]] = {}
+        self._gpu_values = per_gpu
         proc_mem: dict[str, dict[int, float]] = {}
         proc_sm: dict[str, dict[int, float]] = {}
+        e_method: dict[str, str | None] = {}  # counter, polled or modeled, as the source says
         for r in readings:
             ld = dict(r.labels)
             uuid = ld.get("gpu")
@@ -479,6 +517,8 @@ class NodeSampler:
                 proc_sm.setdefault(uuid, {})[int(ld["pid"])] = r.value
             else:
                 per_gpu.setdefault(uuid, {})[gpu_value_key(r.name, ld)] = r.value
+                if r.name == "gpu_energy_joules_total":
+                    e_method[uuid] = reading_energy_method(r.name, ld)
         procs = self._procs
         for uuid, values in per_gpu.items():
             lbl = self._gpu_lbl.get(uuid) or _lbl(gpu=uuid, node=self._node)
@@ -497,6 +537,7 @@ class NodeSampler:
                 process_sm=process_sm,
                 dt=dt,
                 counters=self._gpu_counters,
+                energy_method=e_method.get(uuid),
             )
             e_delta = counter_delta(
                 self._gpu_energy_last, uuid, values.get("gpu_energy_joules_total")
@@ -511,6 +552,7 @@ class NodeSampler:
                 job.exported = True
                 holders[job] = holders.get(job, 0.0) + m
                 job.gpu_mem += m
+                job.gpus.add(uuid)
                 weights[job] = weights.get(job, 0.0) + sm.get(pid, 0.0)
                 if pid in sm:
                     job.sm[uuid] = job.sm.get(uuid, 0.0) + sm[pid]

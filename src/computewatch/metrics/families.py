@@ -17,6 +17,7 @@ from computewatch.catalog.clock_events import CLOCK_EVENT_REASONS, decode_clock_
 from computewatch.metrics.model import MetricLabels, MetricSample
 
 __all__ = [
+    "ENERGY_METHODS",
     "FAMILIES",
     "POWER_REASONS",
     "THERMAL_REASONS",
@@ -26,6 +27,7 @@ __all__ = [
     "family",
     "gpu_samples",
     "gpu_value_key",
+    "reading_energy_method",
 ]
 
 MetricType = Literal["gauge", "counter", "info"]
@@ -57,8 +59,9 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "computewatch_gpu_energy_joules_total",
         "counter",
-        "GPU energy since the exporter started, joules (driver counter, else polled power; "
-        "TPUs: modelled from the duty cycle, docs/tpu.md).",
+        "GPU energy since the exporter started, joules; label method: counter (the driver's "
+        "energy counter), polled (polled power integrated) or modeled (TPUs: power modelled "
+        "from the duty cycle, docs/tpu.md).",
     ),
     Family(
         "computewatch_tpu_hbm_bandwidth_utilization_ratio",
@@ -202,6 +205,33 @@ FAMILIES: tuple[Family, ...] = (
         "counter",
         "Floating-point operations of the job (method: counted or estimated).",
     ),
+    # -- per job, training detection (agent with detect = true; docs/detection.md) --------------
+    Family(
+        "computewatch_job_training_probability",
+        "gauge",
+        "The detector's probability that the job is training, from its GPU series (0-1).",
+    ),
+    Family(
+        "computewatch_job_detected_training",
+        "gauge",
+        "1 when the detector labels the job training, else 0 (inference or other).",
+    ),
+    Family(
+        "computewatch_job_undeclared_training",
+        "gauge",
+        "1 when the job is labelled training and declares no model (computewatch run --model).",
+    ),
+    Family(
+        "computewatch_job_cap_breach",
+        "gauge",
+        "1 when the server's account check (label account) denies the undeclared training "
+        "job's projected use, 0 when it allows it.",
+    ),
+    Family(
+        "computewatch_agent_detection_duration_seconds",
+        "gauge",
+        "Seconds the agent's last training-detection round took (off the sampling thread).",
+    ),
     # -- node ------------------------------------------------------------------------------------
     Family(
         "computewatch_host_cpu_utilization_ratio",
@@ -285,7 +315,6 @@ _GPU_GAUGES = (  # reading name, exported name
     ("gpu_memory_total_bytes", "computewatch_gpu_memory_total_bytes"),
     ("gpu_power_watts", "computewatch_gpu_power_watts"),
     ("gpu_temperature_celsius", "computewatch_gpu_temperature_celsius"),
-    ("gpu_energy_joules_total", "computewatch_gpu_energy_joules_total"),
     ("gpu_sm_clock_hertz", "computewatch_gpu_sm_clock_hertz"),
     ("gpu_memory_clock_hertz", "computewatch_gpu_memory_clock_hertz"),
     ("gpu_power_limit_watts", "computewatch_gpu_power_limit_watts"),
@@ -305,6 +334,19 @@ _GPM_GAUGES = (
 )
 _ECC_TYPES = ("corrected", "uncorrected")
 _ALL_REASONS = tuple(name for _, name in CLOCK_EVENT_REASONS)
+
+
+ENERGY_METHODS = ("counter", "polled", "modeled")
+"""How a GPU's energy was obtained (label ``method``): the driver's energy counter, polled power
+integrated over time, or power modelled from a catalog (TPUs)."""
+
+
+def reading_energy_method(name: str, labels: Mapping[str, str]) -> str | None:
+    """The ``method`` of a ``gpu_energy_joules_total`` reading, else None."""
+    if name != "gpu_energy_joules_total":
+        return None
+    method = labels.get("method")
+    return method if method in ENERGY_METHODS else None
 
 
 def gpu_value_key(name: str, labels: Mapping[str, str]) -> str:
@@ -343,10 +385,12 @@ def gpu_samples(
     process_sm: float | None = None,
     dt: float = 0.0,
     counters: GpuCounters | None = None,
+    energy_method: str | None = None,
 ) -> None:
     """Append one GPU's samples of a tick to ``out``: the gauges and counters it was read for
     (``values``: :func:`gpu_value_key` to value), a throttled flag per reason (from the
-    clock-event mask) and whether some job holds it.
+    clock-event mask) and whether some job holds it. The energy counter carries ``method``
+    (``energy_method``: counter, polled or modeled) when the source said how it was obtained.
 
     SM activity and DRAM activity say how they were measured (label ``method``): GPM where the
     GPU has it; else the sum of NVML's per-process SM samples (``process_sm``, when known) and
@@ -356,6 +400,10 @@ def gpu_samples(
         v = values.get(src)
         if v is not None:
             out.append(MetricSample(name, lbl, v))
+    energy = values.get("gpu_energy_joules_total")
+    if energy is not None:
+        elbl = lbl if energy_method is None else _with(lbl, method=energy_method)
+        out.append(MetricSample("computewatch_gpu_energy_joules_total", elbl, energy))
     gpm = False
     for src, name in _GPM_GAUGES:
         v = values.get(src)

@@ -99,6 +99,20 @@ class RunOptions:
     governance declaration, configuration, environment, ..."""
 
 
+ENV_MODEL = "COMPUTEWATCH_MODEL"
+ENV_STAGE = "COMPUTEWATCH_STAGE"
+
+
+def _declare(env: dict[str, str], governance: object) -> None:
+    """The declared model and stage (``run --model/--stage``) in the command's environment, where
+    the node agent's training detection reads them (docs/detection.md). Without a declaration
+    the environment is left as it is (a run inside a declared run is part of its work)."""
+    if isinstance(governance, dict) and governance.get("model"):
+        env[ENV_MODEL] = str(governance["model"])
+        if governance.get("stage"):
+            env[ENV_STAGE] = str(governance["stage"])
+
+
 def run_command(
     opts: RunOptions, store: Store | RunStore, stderr: TextIO = sys.stderr
 ) -> RunOutcome:
@@ -118,6 +132,7 @@ def run_command(
     env[ENV_RUN_ID] = run_id
     env[ENV_SPOOL] = str(spool)
     env[ENV_RUN_DB] = str(target.db_path)  # track(log_to=...) inside reads the run there
+    _declare(env, opts.meta.get("governance"))
 
     cg: RunCgroup | None = None
     cg_notes: list[str] = []
