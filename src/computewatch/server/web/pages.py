@@ -169,7 +169,7 @@ def _render(
     nav = list(_NAV)
     if opts.prometheus_url and principal is not None and principal.is_admin:
         nav.append(_NAV_FLEET)
-    prefix = request.scope.get("root_path", "").rstrip("/")
+    prefix = _prefix(request)
     html = _ENV.get_template(template).render(
         prefix=prefix,
         version=__version__,
@@ -198,6 +198,41 @@ def _error_page(request: Request, principal: Principal, status: int, message: st
         heading="Cannot show this page",
         message=message,
         status_code=status,
+    )
+
+
+_PAGES: dict[str, tuple[str, str, str, str]] = {
+    "now": ("now", "Now", "Now", "running runs and nodes, live"),
+    "runs": ("runs", "Runs", "Runs", "filter, sort, page through, compare"),
+    "usage": ("usage", "Usage and cost", "Usage and cost", "by team, user, project or GPU model"),
+    "budgets": ("budgets", "Budgets", "Budgets", "per team or project, per month or week"),
+}
+"""Each page's navigation key, title, heading and the line above the heading."""
+
+
+def _page(
+    request: Request,
+    partial: bool,
+    principal: Principal | None,
+    name: str,
+    data: Any,
+    text: tuple[str, str, str, str] | None = None,
+) -> HTMLResponse:
+    """A dashboard page: the fragment ``_NAME.html`` alone when htmx asks for it (``partial``,
+    the live refresh), else ``NAME.html`` inside the layout, its ``data`` named ``NAME`` in
+    the template. ``text`` (as in :data:`_PAGES`) defaults to the page's row there."""
+    if partial:
+        return _partial(f"_{name}.html", prefix=_prefix(request), **{name: data})
+    page, title, heading, eyebrow = text or _PAGES[name]
+    return _render(
+        request,
+        f"{name}.html",
+        principal=principal,
+        page=page,
+        title=title,
+        heading=heading,
+        eyebrow=eyebrow,
+        **{name: data},
     )
 
 
@@ -251,7 +286,7 @@ def report_asset(name: str) -> Response:
 
 @router.get("/login", response_class=HTMLResponse)
 def login_form(request: Request, next: str = "/", error: str = "") -> HTMLResponse:
-    prefix = request.scope.get("root_path", "").rstrip("/")
+    prefix = _prefix(request)
     messages = {"1": "That token is not valid (unknown, mistyped or revoked)."}
     html = _ENV.get_template("login.html").render(
         prefix=prefix, next=safe_next(next), error=messages.get(error, "")
@@ -392,18 +427,7 @@ def _commands(session: Session, run_ids: Sequence[str]) -> dict[str, str]:
 @router.get("/", response_class=HTMLResponse)
 def now_page(request: Request, principal: Me, session: Db, partial: Partial = False) -> Response:
     data = _now_data(session, principal)
-    if partial:
-        return _partial("_now.html", now=data, prefix=_prefix(request))
-    return _render(
-        request,
-        "now.html",
-        principal=principal,
-        page="now",
-        title="Now",
-        heading="Now",
-        eyebrow="running runs and nodes, live",
-        now=data,
-    )
+    return _page(request, partial, principal, "now", data)
 
 
 def _prefix(request: Request) -> str:
@@ -529,18 +553,7 @@ def runs_page(
             else ""
         ),
     }
-    if partial:
-        return _partial("_runs.html", runs=data, prefix=prefix)
-    return _render(
-        request,
-        "runs.html",
-        principal=principal,
-        page="runs",
-        title="Runs",
-        heading="Runs",
-        eyebrow="filter, sort, page through, compare",
-        runs=data,
-    )
+    return _page(request, partial, principal, "runs", data)
 
 
 # -- Run ---------------------------------------------------------------------------------------
@@ -714,18 +727,10 @@ def run_page(
     view = _run_view(session, principal, run_id)
     if view is None:
         return _error_page(request, principal, 404, f"No run {run_id!r} that you may see.")
-    if partial:
-        return _partial("_run.html", run=view, prefix=_prefix(request))
-    return _render(
-        request,
-        "run.html",
-        principal=principal,
-        page="runs",
-        title=f"run {view['title']}",
-        heading=view["title"],
-        eyebrow=f"run {run_id}" + (" · live" if view["live"] else ""),
-        run=view,
-    )
+    eyebrow = f"run {run_id}" + (" · live" if view["live"] else "")
+    heading = view["title"]
+    text = ("runs", f"run {heading}", heading, eyebrow)
+    return _page(request, partial, principal, "run", view, text)
 
 
 # -- Compare -----------------------------------------------------------------------------------
@@ -855,18 +860,7 @@ def usage_page(
         "self_url": prefix + "/usage" + _query_string(params),
         "csv_url": prefix + "/usage.csv" + _query_string(params),
     }
-    if partial:
-        return _partial("_usage.html", usage=data, prefix=prefix)
-    return _render(
-        request,
-        "usage.html",
-        principal=principal,
-        page="usage",
-        title="Usage and cost",
-        heading="Usage and cost",
-        eyebrow="by team, user, project or GPU model",
-        usage=data,
-    )
+    return _page(request, partial, principal, "usage", data)
 
 
 def _csv_num(v: float | None) -> str:
@@ -986,18 +980,7 @@ def budgets_page(
 ) -> Response:
     data = _budgets_view(session, principal, request)
     data["error"] = error[:300]
-    if partial:
-        return _partial("_budgets.html", budgets=data, prefix=_prefix(request))
-    return _render(
-        request,
-        "budgets.html",
-        principal=principal,
-        page="budgets",
-        title="Budgets",
-        heading="Budgets",
-        eyebrow="per team or project, per month or week",
-        budgets=data,
-    )
+    return _page(request, partial, principal, "budgets", data)
 
 
 def _same_origin(request: Request) -> None:
