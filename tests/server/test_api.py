@@ -455,7 +455,9 @@ def test_run_detail_has_summary_accounting_configuration_and_series(
     d = api.get(token, f"{RUNS}/{run['id']}").json()
     assert set(d) == {
         "run", "command", "summary", "accounting", "diagnosis", "configuration", "meta", "series",
+        "signature",
     }  # fmt: skip
+    assert d["signature"] == {"status": "unsigned", "key_id": None}
     assert d["run"]["gpu_count"] == 2
     assert d["run"]["gpu_hours"] == pytest.approx(4.0)
     assert d["run"]["idle_gpu_hours"] == pytest.approx(3.0)

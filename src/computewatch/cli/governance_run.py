@@ -113,6 +113,7 @@ def _print_verdict(v: Verdict, where: str, as_json: bool) -> None:
                 "entries": v.entries,
                 "checkpoints": v.checkpoints,
                 "last_signed_seq": v.last_signed_seq,
+                "reports": v.reports_json(),
                 "problem": None
                 if v.problem is None
                 else {"seq": v.problem.seq, "what": v.problem.what, "message": v.problem.message},
@@ -125,6 +126,13 @@ def _print_verdict(v: Verdict, where: str, as_json: bool) -> None:
     if v.problem is None:
         signed = "none" if v.last_signed_seq is None else f"up to entry {v.last_signed_seq}"
         print(f"intact: {v.entries} entries, {v.checkpoints} signed checkpoints (signed {signed})")
+        unknown = f", {v.reports_unknown_key} signed by keys not registered before them" * bool(
+            v.reports_unknown_key
+        )
+        print(
+            f"{v.reports} run reports: {v.reports_signed} signed by known nodes, "
+            f"{v.reports_unsigned} unsigned{unknown}"
+        )
     else:
         print(f"TAMPERED ({v.problem.what}) in {where}: {v.problem.message}")
 

@@ -35,6 +35,7 @@ from computewatch.cli.fleet import add_fleet_parser
 from computewatch.cli.flops import add_flops_parser
 from computewatch.cli.governance import add_governance_parsers
 from computewatch.cli.log_to import add_log_to_argument
+from computewatch.cli.nodekey import add_nodekey_parser
 from computewatch.cli.profile import add_profile_parser, add_profile_run_arguments
 from computewatch.cli.push import add_push_parser
 from computewatch.cli.server import add_server_parser
@@ -335,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_parser(sub)
     add_governance_parsers(sub)
     add_push_parser(sub)
+    add_nodekey_parser(sub)
     add_traces_parser(sub)
     add_detect_parser(sub)
     return p
@@ -367,6 +369,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "check": ("computewatch.cli.check_run", "cmd_check"),
     "server": ("computewatch.cli.server_run", "cmd_server"),
     "push": ("computewatch.cli.push", "cmd_push"),
+    "node-key": ("computewatch.cli.nodekey", "cmd_node_key"),
     "import": ("computewatch.cli.traces_run", "cmd_import"),
     "detect": ("computewatch.cli.detect_run", "cmd_detect"),
 }

@@ -68,6 +68,7 @@ def cmd_push(args: argparse.Namespace) -> int:
     from computewatch.upload.client import Client
     from computewatch.upload.push import plan_push, push_runs
     from computewatch.upload.settings import server_settings
+    from computewatch.upload.signing import ReportSigner
 
     if args.all and args.runs:
         raise UsageError("give RUN ... or --all, not both")
@@ -91,7 +92,10 @@ def cmd_push(args: argparse.Namespace) -> int:
     with open_store(path) as store:
         chosen = [store.find_run(ref) for ref in args.runs] if args.runs else None
         plan, skipped = plan_push(store, settings.url, chosen, everything=args.all)
-        report = push_runs(store, client, plan, server=settings.url, project=settings.project)
+        signer = ReportSigner(enabled=settings.sign)
+        report = push_runs(
+            store, client, plan, server=settings.url, project=settings.project, signer=signer
+        )
         report.skipped[:0] = skipped
         notices = list(store.notices)
     if args.json:

@@ -1,9 +1,10 @@
 """``computewatch server``: the parser (the command is :mod:`computewatch.cli.server_run`; the
 library side is computewatch.server and computewatch.serverdb).
 
-``server`` runs the server; ``server token create|list|revoke`` manages its tokens on the same
-``--db``. Problems found before the server starts are one line on standard error and exit
-status 2 (a bad flag or URL) or 1 (a database that cannot be used).
+``server`` runs the server; ``server token create|list|revoke`` manages its tokens and
+``server node-key add|list|revoke`` the node keys that sign usage reports, on the same
+``--db``. Problems found before the server starts are one line on standard error and exit status
+2 (a bad flag or URL) or 1 (a database that cannot be used).
 """
 
 from __future__ import annotations
@@ -62,6 +63,12 @@ def add_server_parser(sub: Any) -> None:
     s.add_argument(
         "--log-level", choices=LOG_LEVELS, default="info", help="default info (access log)"
     )
+    s.add_argument(
+        "--require-signed",
+        action="store_true",
+        help="refuse uploads whose usage report is unsigned or signed by a key not registered "
+        "for the team ('server node-key add'); without it they are stored and marked so",
+    )
     ssub = s.add_subparsers(dest="server_cmd", metavar="SUBCOMMAND")
     t = ssub.add_parser("token", help="create, list or revoke API tokens")
     tsub = t.add_subparsers(dest="token_cmd", metavar="ACTION", required=True)
@@ -88,3 +95,26 @@ def add_server_parser(sub: Any) -> None:
     ls.add_argument("--team", metavar="TEAM", help="only this team's")
     rv = with_db(tsub.add_parser("revoke", help="revoke a token (and its browser sessions)"))
     rv.add_argument("token_id", type=_token_id, metavar="ID", help="the id 'token list' shows")
+
+    nk = ssub.add_parser(
+        "node-key",
+        help="register, list or revoke the node keys that sign usage reports",
+        description="Node keys sign the usage reports their machines upload "
+        "(computewatch node-key prints a machine's). A report signed by a registered, "
+        "unrevoked key of the uploading team is 'valid'. Registering and revoking append "
+        "node_key entries to the ledger (docs/ledger.md).",
+    )
+    nsub = nk.add_subparsers(dest="node_key_cmd", metavar="ACTION", required=True)
+    na = with_db(nsub.add_parser("add", help="register a node's public key for a team"))
+    na.add_argument(
+        "public_key",
+        metavar="PUBLIC_KEY",
+        help="the base64 public key 'computewatch node-key' prints on the node",
+    )
+    na.add_argument("--team", required=True, metavar="TEAM")
+    na.add_argument("--name", required=True, metavar="N", help="the node or client it is for")
+    nl = with_db(nsub.add_parser("list", help="list registered node keys"))
+    nl.add_argument("--json", action="store_true", help="JSON output")
+    nl.add_argument("--team", metavar="TEAM", help="only this team's")
+    nr = with_db(nsub.add_parser("revoke", help="revoke a node key (later reports: unknown_key)"))
+    nr.add_argument("key_id", metavar="KEY_ID", help="the key id 'node-key list' shows")

@@ -1,4 +1,4 @@
-"""``computewatch server`` and ``server token ...``: the command (flags in
+"""``computewatch server``, ``server token ...`` and ``server node-key ...``: the command (flags in
 :mod:`computewatch.cli.server`)."""
 
 from __future__ import annotations
@@ -13,6 +13,12 @@ from computewatch import jsonout
 from computewatch.server.serve import serve
 from computewatch.serverdb.engine import display_url, open_database, parse_url, upgrade
 from computewatch.serverdb.errors import ServerDbError
+from computewatch.serverdb.node_keys import (
+    NodeKeyInfo,
+    add_node_key,
+    list_node_keys,
+    revoke_node_key,
+)
 from computewatch.serverdb.tokens import TokenInfo, create_token, list_tokens, revoke_token
 
 __all__ = ["cmd_server"]
@@ -76,9 +82,55 @@ def _tokens(args: argparse.Namespace) -> int:
         db.dispose()
 
 
+def _node_keys(args: argparse.Namespace) -> int:
+    url = parse_url(getattr(args, "db", None))
+    db = open_database(url)
+    try:
+        upgrade(db)
+        with db.session() as session:
+            if args.node_key_cmd == "add":
+                info = add_node_key(session, args.public_key, team=args.team, name=args.name)
+                print(
+                    f"node key {info.key_id} registered for team {info.team} ({info.name})",
+                    file=sys.stderr,
+                )
+                print(info.key_id)
+                return 0
+            if args.node_key_cmd == "list":
+                keys = list_node_keys(session, team=args.team)
+                if args.json:
+                    print(jsonout.dumps([k.as_dict() for k in keys], indent=2))
+                    return 0
+                if not keys:
+                    print("no node keys", file=sys.stderr)
+                    return 0
+                print(f"{'KEY ID':<16}  {'TEAM':<16} {'REGISTERED':<20} {'REVOKED':<20} NAME")
+                for k in keys:
+                    print(_node_key_line(k))
+                return 0
+            info = revoke_node_key(session, args.key_id)
+            print(f"node key {info.key_id} ({info.team}, {info.name}) revoked", file=sys.stderr)
+            return 0
+    except DBAPIError as e:
+        raise ServerDbError(
+            f"database {display_url(url)} cannot be used: {type(e.orig).__name__}"
+        ) from None
+    finally:
+        db.dispose()
+
+
+def _node_key_line(k: NodeKeyInfo) -> str:
+    return (
+        f"{k.key_id:<16}  {k.team:<16} {_when(k.registered_at):<20} "
+        f"{_when(k.revoked_at):<20} {k.name}"
+    )
+
+
 def cmd_server(args: argparse.Namespace) -> int:
     if args.server_cmd == "token":
         return _tokens(args)
+    if args.server_cmd == "node-key":
+        return _node_keys(args)
     return serve(
         db=args.db,
         listen=args.listen,
@@ -86,4 +138,5 @@ def cmd_server(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         allow_insecure_listen=args.allow_insecure_listen,
         log_level=args.log_level,
+        require_signed=args.require_signed,
     )

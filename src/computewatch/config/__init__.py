@@ -129,6 +129,8 @@ class Config:
     server_budget_notify: tuple[str, ...] = ()
     """``[server] budget_notify``: where budget alerts go (webhook:URL, slack:URL, ...)."""
     server_budget_interval: float | None = None
+    server_sign: bool = True
+    """``[server] sign``: sign each upload with the node key (docs/upload.md)."""
     profiling_capture_on_regression: bool | None = None
     """``[profiling] capture_on_regression``: None (default) = with ``run``'s alert flags."""
     profiling_capture_interval: float = 1800.0
@@ -277,6 +279,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "prometheus_url": ("server_prometheus_url", "url"),
         "budget_notify": ("server_budget_notify", "names"),
         "budget_interval": ("server_budget_interval", "number"),
+        "sign": ("server_sign", "bool"),
     },
 }
 

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from computewatch.ledger.chain import Entry, LedgerError, canonical
-from computewatch.paths import create_private_file
+from computewatch.paths import create_private_file, make_private_dirs
 
 CHECKPOINT_KIND = "checkpoint"
 _CHECKPOINT_CONTEXT = b"computewatch-ledger-checkpoint:v1:"
@@ -81,7 +81,7 @@ def load_or_create_private_key(path: Path) -> Ed25519PrivateKey:
             serialization.NoEncryption(),
         )
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            make_private_dirs(path.parent)
             if not create_private_file(path):  # another process made it first: use theirs
                 return load_or_create_private_key(path)
             with open(path, "wb") as f:  # created empty with mode 0600 just above

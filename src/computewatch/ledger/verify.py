@@ -12,6 +12,13 @@ the retention policy (docs/ledger.md). Verification recomputes every hash, follo
 checks that ``seq`` runs on without gaps, and checks every checkpoint's Ed25519 signature
 against the trusted public key (``--public-key``) or, without one, the keys in the header (which
 proves the export is whole and unchanged since it was signed, not who signed it).
+
+It also checks each ``run`` entry's ``signed_report`` (the node's signed usage report) against
+the ``node_key`` entries before it in the chain: signed by a key registered earlier for the run's
+team and not revoked since, with a valid signature and the entry's run id, seq, status, times and
+summary hash, it counts as signed by a known node; a signature or binding that fails is a
+problem naming the entry; unsigned reports and reports by keys the chain does not register
+(before it) are counted.
 """
 
 from __future__ import annotations
@@ -25,13 +32,24 @@ from typing import Any, Final
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from computewatch.ledger.chain import GENESIS, Entry, LedgerError
-from computewatch.ledger.keys import CHECKPOINT_KIND, checkpoint_valid, decode_public, key_id
+from computewatch.ledger.keys import (
+    CHECKPOINT_KIND,
+    checkpoint_valid,
+    decode_public,
+    key_id,
+    report_valid,
+)
+from computewatch.ledger.reports import shape_problem
 
 FORMAT: Final = "computewatch-ledger"
 VERSION: Final = 1
 PRUNE_KIND: Final = "prune"
 """An entry recording that older entries were deleted under the retention policy: its body's
 ``first_seq``/``first_prev`` must be where the kept chain starts."""
+RUN_KIND: Final = "run"
+NODE_KEY_KIND: Final = "node_key"
+"""An entry registering (``action: register``) or revoking (``action: revoke``) a node key:
+``key_id``, ``public_key`` (base64), ``team``, ``name``, ``registered_at``, ``revoked_at``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,7 +65,7 @@ class Header:
 class Problem:
     seq: int
     what: str
-    """altered, removed, inserted, reordered, unsigned or signature."""
+    """altered, removed, inserted, reordered, unsigned, signature, report or node_key."""
     message: str
 
 
@@ -58,6 +76,22 @@ class Verdict:
     last_signed_seq: int | None = None
     problem: Problem | None = None
     notes: list[str] = field(default_factory=list)
+    reports: int = 0
+    """``run`` entries checked for a signed usage report."""
+    reports_signed: int = 0
+    """... signed by a node key registered earlier in the chain, with a valid signature."""
+    reports_unsigned: int = 0
+    reports_unknown_key: int = 0
+    """... signed by a key the chain does not hold registered (for that team, unrevoked) before
+    the entry; also those whose registration was pruned."""
+
+    def reports_json(self) -> dict[str, int]:
+        return {
+            "total": self.reports,
+            "signed": self.reports_signed,
+            "unsigned": self.reports_unsigned,
+            "unknown_key": self.reports_unknown_key,
+        }
 
     @property
     def ok(self) -> bool:
@@ -181,6 +215,7 @@ def verify(
     for i, e in enumerate(entries):
         positions.setdefault(e.seq, []).append(i)
     expected, prev = header.first_seq, header.first_prev
+    nodes: dict[str, _NodeKey] = {}
     for i, e in enumerate(entries):
         if e.recomputed() != e.hash:
             return _fail(v, e.seq, "altered", f"entry {e.seq} was altered: its content no "
@@ -200,6 +235,14 @@ def verify(
                 return _fail(v, e.seq, "signature", problem)
             v.checkpoints += 1
             v.last_signed_seq = int(e.body["head_seq"])
+        elif e.kind == NODE_KEY_KIND:
+            problem = _node_key(e, nodes)
+            if problem is not None:
+                return _fail(v, e.seq, "node_key", problem)
+        elif e.kind == RUN_KIND:
+            problem = _run_report(e, nodes, v)
+            if problem is not None:
+                return _fail(v, e.seq, "report", problem)
         v.entries += 1
         expected, prev = e.seq + 1, e.hash
     if header.first_seq != 1 and not any(
@@ -257,6 +300,60 @@ def _checkpoint(
             f"checkpoint {e.seq} vouches for entry {head_seq} with a hash the ledger no longer "
             "has: entries up to it were altered and re-hashed"
         )
+    return None
+
+
+@dataclass(slots=True)
+class _NodeKey:
+    key: Ed25519PublicKey
+    team: object
+    revoked: bool = False
+
+
+def _node_key(e: Entry, nodes: dict[str, _NodeKey]) -> str | None:
+    body = e.body
+    action, kid, text = body.get("action"), body.get("key_id"), body.get("public_key")
+    if action == "revoke":
+        held = nodes.get(kid) if isinstance(kid, str) else None
+        if held is not None:
+            held.revoked = True
+        return None
+    if action != "register" or not isinstance(kid, str) or not isinstance(text, str):
+        return f"node_key entry {e.seq} is neither a registration nor a revocation of a key"
+    try:
+        key = decode_public(text)
+    except LedgerError as err:
+        return f"node_key entry {e.seq} holds no readable public key: {err}"
+    if key_id(key) != kid:
+        return f"node_key entry {e.seq}: key id {kid} does not match its public key"
+    nodes[kid] = _NodeKey(key, body.get("team"))
+    return None
+
+
+def _run_report(e: Entry, nodes: Mapping[str, _NodeKey], v: Verdict) -> str | None:
+    v.reports += 1
+    report = e.body.get("signed_report")
+    if report is None:
+        v.reports_unsigned += 1
+        return None
+    bad = shape_problem(report)
+    if bad is not None:
+        return f"run entry {e.seq}'s signed report is malformed ({bad})"
+    assert isinstance(report, Mapping)
+    body = e.body
+    for k in ("run_id", "seq", "status", "started_at", "ended_at", "summary_sha256"):
+        if body.get(k) != report[k]:
+            return f"run entry {e.seq}'s {k} differs from its signed report's"
+    node = nodes.get(report["signed_by"])
+    if node is None or node.revoked or node.team != body.get("team"):
+        v.reports_unknown_key += 1
+        return None
+    if not report_valid(report, node.key):
+        return (
+            f"run entry {e.seq}'s signed report does not match its signature by node key "
+            f"{report['signed_by']} (changed after signing)"
+        )
+    v.reports_signed += 1
     return None
 
 

@@ -44,6 +44,7 @@ from computewatch.serverdb.ingest import (
     protocol_mismatch,
     store_batch,
 )
+from computewatch.serverdb.node_keys import SignatureRefused, run_signature
 from computewatch.serverdb.queries import (
     MAX_LIMIT,
     BadQuery,
@@ -261,7 +262,10 @@ def _mismatch_response(version: object) -> JSONResponse | None:
         409: {"description": "a run id another team holds"},
         413: {"description": "body larger than MAX_BODY_BYTES (decompressed too)"},
         415: {"description": "a Content-Encoding other than gzip"},
-        422: {"description": "malformed batch; detail names the field"},
+        422: {
+            "description": "malformed batch (detail names the field), or a run's signed "
+            "report refused (error: signature; detail names the run and why)"
+        },
         503: {"description": "database unavailable"},
     },
 )
@@ -303,9 +307,16 @@ async def ingest(
         for attempt in range(INGEST_RETRIES):
             with db.writing(), db.session() as session:
                 try:
-                    results = store_batch(session, principal.team, batch)
+                    results = store_batch(
+                        session,
+                        principal.team,
+                        batch,
+                        require_signed=bool(getattr(request.app.state, "require_signed", False)),
+                    )
                 except IngestConflict as e:
                     return api_error(409, "conflict", str(e))
+                except SignatureRefused as e:
+                    return api_error(422, "signature", str(e))
                 except IntegrityError:
                     # Another process inserted one of these runs meanwhile: store again, now
                     # as an update (or a stored: false).
@@ -370,6 +381,15 @@ def runs(
 
 
 @dataclass(frozen=True)
+class SignatureOut:
+    """``status``: valid, unsigned or unknown_key (computewatch.ledger.reports); ``key_id``:
+    the key that signed it, null when unsigned."""
+
+    status: str
+    key_id: str | None
+
+
+@dataclass(frozen=True)
 class RunOut:
     """``GET /runs/{id}``: the run's row, its summary, and the summary's sections by name."""
 
@@ -383,6 +403,8 @@ class RunOut:
     """The run's ``config`` document (meta), when it has one."""
     meta: dict[str, Any]
     series: list[SeriesRow]
+    signature: SignatureOut
+    """What the check of the latest stored upload's signed usage report found."""
 
 
 @router.get("/runs/{run_id}", response_model=RunOut, summary="One run in full")
@@ -398,6 +420,7 @@ def run_detail(
     acc = {k: s[k] for k in ("energy", "carbon", "cost", "flops", "forecast") if k in s}
     diag = s.get("diagnosis")
     conf = d.meta.get("config")
+    sig = run_signature(session, run_id)
     return RunOut(
         run=d.run,
         command=d.command,
@@ -407,6 +430,7 @@ def run_detail(
         configuration=conf if isinstance(conf, dict) else None,
         meta=d.meta,
         series=d.series,
+        signature=SignatureOut(sig.status, sig.key_id),
     )
 
 

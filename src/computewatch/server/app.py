@@ -152,11 +152,13 @@ def create_app(
     database: Database | None = None,
     migrate: bool = True,
     secure_cookies: bool = False,
+    require_signed: bool = False,
 ) -> FastAPI:
     """The server on ``db_url`` (see computewatch.serverdb.engine.parse_url; the default SQLite
     file when None), or on an open ``database``. Migrates the schema to the newest revision
     unless ``migrate`` is False. ``secure_cookies``: mark the session cookie Secure (under TLS;
-    also set when a request arrives over HTTPS)."""
+    also set when a request arrives over HTTPS). ``require_signed``: refuse uploads whose usage
+    report is unsigned or signed by a key not registered for the team (docs/server.md)."""
     db = database if database is not None else open_database(db_url)
     if migrate:
         upgrade(db)
@@ -198,6 +200,7 @@ def create_app(
     app.state.db = db
     app.state.events = hub
     app.state.secure_cookies = secure_cookies
+    app.state.require_signed = require_signed
     for exc_type in (OperationalError, InterfaceError, PoolTimeout, DBAPIError):
         app.add_exception_handler(exc_type, _db_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

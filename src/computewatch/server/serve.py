@@ -102,6 +102,7 @@ def serve(
     tls_key: str | None = None,
     allow_insecure_listen: bool = False,
     log_level: str = "info",
+    require_signed: bool = False,
 ) -> int:
     """Run the server until SIGTERM or SIGINT; the exit status."""
     where = parse_listen(listen)
@@ -121,7 +122,11 @@ def serve(
     from computewatch.serverdb.errors import ServerDbError
 
     try:
-        app = create_app(url.render_as_string(hide_password=False), secure_cookies=tls)
+        app = create_app(
+            url.render_as_string(hide_password=False),
+            secure_cookies=tls,
+            require_signed=require_signed,
+        )
     except DBAPIError as e:
         raise ServerDbError(
             f"database {display_url(url)} cannot be used: {type(e.orig).__name__}: "

@@ -5,7 +5,11 @@ or raises :class:`InvalidUpload` naming the first bad field (``runs[2].seq: ...`
 stored for a batch with one bad run. :func:`store_batch` keeps, per run id, the upload with the
 highest ``seq``; an upload of a ``seq`` already held (or older) is answered ``stored: false``.
 The team comes from the caller's token, never from the body. Command lines and tags are redacted
-again here (``computewatch.redact``), whatever the client did.
+again here (``computewatch.redact``), whatever the client did. A run's ``signed_report`` is
+checked in the same transaction (computewatch.serverdb.node_keys): an invalid one refuses the
+whole batch (:class:`~computewatch.serverdb.node_keys.SignatureRefused`), as do unsigned and
+unknown-key uploads with ``require_signed``; the outcome is kept per run and goes into its ledger
+entry.
 """
 
 from __future__ import annotations
@@ -24,11 +28,18 @@ from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
 from computewatch.jsonout import dumps as json_dumps
+from computewatch.ledger.reports import shape_problem
 from computewatch.redact import redact_argv, redact_mapping
 from computewatch.serverdb.engine import SQLITE_BEGIN
 from computewatch.serverdb.errors import IngestConflict, InvalidUpload
 from computewatch.serverdb.lineage_ingest import on_stored
 from computewatch.serverdb.models import Run, RunChange, RunDoc, RunSeries, RunTag
+from computewatch.serverdb.node_keys import (
+    SignatureRefused,
+    check_upload,
+    record_signature,
+    refusal,
+)
 from computewatch.upload.protocol import (
     MAX_POINTS,
     MAX_RUNS_PER_BATCH,
@@ -255,7 +266,12 @@ def _run(v: Any, where: str) -> RunUpload:
         raise InvalidUpload(f"{where}.exit_code: out of range")
     started = _time(v, "started_at", where)
     ended = _time(v, "ended_at", where, null=True)
-    return {
+    signed = v.get("signed_report")
+    if signed is not None:
+        bad = shape_problem(signed)
+        if bad is not None:
+            raise InvalidUpload(f"{where}.signed_report: {bad}")
+    upload: RunUpload = {
         "id": run_id,
         "seq": seq,
         "final": final,
@@ -273,6 +289,9 @@ def _run(v: Any, where: str) -> RunUpload:
         "meta": meta,
         "series": [_series(s, f"{where}.series[{i}]") for i, s in enumerate(series)],
     }
+    if signed is not None:
+        upload["signed_report"] = signed
+    return upload
 
 
 def parse_batch(body: bytes | str) -> IngestBatch:
@@ -476,10 +495,14 @@ def _lock_run_ids(session: Session, ids: list[str]) -> None:
     )
 
 
-def store_batch(session: Session, team: str, batch: IngestBatch) -> list[IngestResult]:
+def store_batch(
+    session: Session, team: str, batch: IngestBatch, *, require_signed: bool = False
+) -> list[IngestResult]:
     """Store every run of ``batch`` for ``team`` in one transaction (all or nothing) and
-    commit. Raises :class:`IngestConflict` when a run id belongs to another team (nothing is
-    stored then)."""
+    commit. Raises :class:`IngestConflict` when a run id belongs to another team, and
+    :class:`SignatureRefused` for a run whose signed report is invalid (or, with
+    ``require_signed``, that is unsigned or signed by a key not registered for ``team``);
+    nothing is stored then."""
     now = time.time()
     results: list[IngestResult] = []
     postgres = session.get_bind().dialect.name == "postgresql"
@@ -497,6 +520,10 @@ def store_batch(session: Session, team: str, batch: IngestBatch) -> list[IngestR
             row = session.scalars(q).first()
             if row is not None and row.team != team:
                 raise IngestConflict(f"run {run['id']} belongs to another team")
+            signature = check_upload(session, team, run)
+            refused = refusal(run["id"], signature, require_signed=require_signed)
+            if refused is not None:
+                raise SignatureRefused(refused)
             if row is not None and row.seq >= run["seq"]:
                 results.append({"id": run["id"], "seq": run["seq"], "stored": False})
                 continue
@@ -537,8 +564,10 @@ def store_batch(session: Session, team: str, batch: IngestBatch) -> list[IngestR
                 at=now,
             )
             session.add(change)
+            record_signature(session, run["id"], signature)
             session.flush()
-            on_stored(session, team, run)  # governance: model compute, ledger (same transaction)
+            # governance: model compute, ledger (same transaction)
+            on_stored(session, team, run, signature=signature.status)
             if postgres:
                 payload = json_dumps(
                     {

@@ -1,18 +1,17 @@
 """What an ingest adds for governance, in the ingest's own transaction: the run's declared model
 and compute by method (``model_runs``), and, when the upload is the run's final state, a ledger
-entry with its totals. The ledger keeps totals, methods and a hash of the summary, never the
-command line, names or configuration (docs/governance.md, "Privacy")."""
+entry with its totals, the node's signed usage report and what its check found. The ledger keeps
+totals, methods, hashes and signatures, never the command line, names or configuration
+(docs/governance.md, "Privacy")."""
 
 from __future__ import annotations
 
-import hashlib
 import time
-from collections.abc import Mapping
 from typing import Any
 
 from sqlalchemy.orm import Session
 
-from computewatch.ledger.chain import canonical
+from computewatch.ledger.reports import UNSIGNED, SignatureStatus, document_sha256
 from computewatch.lineage.compute import Estimate, RunCompute, declaration_from_json, run_compute
 from computewatch.serverdb.governance_models import ModelRun
 from computewatch.serverdb.ledger_store import append, record_model_run
@@ -21,8 +20,11 @@ from computewatch.upload.protocol import RunUpload
 RUN_KIND = "run"
 
 
-def on_stored(session: Session, team: str, run: RunUpload) -> None:
-    """Record ``run`` (just stored by the ingest) for governance; the caller commits."""
+def on_stored(
+    session: Session, team: str, run: RunUpload, *, signature: SignatureStatus = UNSIGNED
+) -> None:
+    """Record ``run`` (just stored by the ingest) for governance; the caller commits.
+    ``signature``: what the check of its signed report found."""
     summary = run["summary"]
     decl = declaration_from_json(run["meta"].get("governance"))
     rc: RunCompute | None = None
@@ -31,7 +33,7 @@ def on_stored(session: Session, team: str, run: RunUpload) -> None:
                          started_at=run["started_at"])  # fmt: skip
         record_model_run(session, _row(team, rc))
     if run["final"]:
-        append(session, RUN_KIND, run_entry(team, run, rc))
+        append(session, RUN_KIND, run_entry(team, run, rc, signature))
 
 
 def _fig(e: Estimate | None) -> dict[str, float] | None:
@@ -56,9 +58,12 @@ def _row(team: str, rc: RunCompute) -> ModelRun:
     )  # fmt: skip
 
 
-def run_entry(team: str, run: RunUpload, rc: RunCompute | None) -> dict[str, Any]:
-    """The ledger body of a finished run: totals, methods and the summary's SHA-256."""
-    summary: Mapping[str, Any] = run["summary"] or {}
+def run_entry(
+    team: str, run: RunUpload, rc: RunCompute | None, signature: SignatureStatus = UNSIGNED
+) -> dict[str, Any]:
+    """The ledger body of a finished run: totals, methods, the summary's SHA-256, and the
+    node's signed usage report (null when unsigned) with ``signature``, what the server's
+    check of it found."""
     body: dict[str, Any] = {
         "run_id": run["id"],
         "team": team,
@@ -66,7 +71,9 @@ def run_entry(team: str, run: RunUpload, rc: RunCompute | None) -> dict[str, Any
         "seq": run["seq"],
         "started_at": run["started_at"],
         "ended_at": run["ended_at"],
-        "summary_sha256": hashlib.sha256(canonical(summary)).hexdigest(),
+        "summary_sha256": document_sha256(run["summary"]),
+        "signature": signature,
+        "signed_report": dict(run["signed_report"]) if "signed_report" in run else None,
     }
     if rc is not None:
         body.update(

@@ -25,10 +25,12 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 __all__ = [
     "Base",
     "Budget",
+    "NodeKey",
     "Run",
     "RunChange",
     "RunDoc",
     "RunSeries",
+    "RunSignature",
     "RunTag",
     "Token",
     "WebSession",
@@ -189,3 +191,33 @@ class Budget(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (Index("ix_budgets_scope", "scope_kind", "scope_name"),)
+
+
+class NodeKey(Base):
+    """A node's or client's public key, registered for one team: uploads whose usage report it
+    signed are ``valid`` (computewatch.serverdb.node_keys). Created by migration 0005."""
+
+    __tablename__ = "node_keys"
+
+    key_id: Mapped[str] = mapped_column(String(16), primary_key=True)
+    """First 16 hex digits of the SHA-256 of the key's 32 raw bytes."""
+    public_key: Mapped[str] = mapped_column(String(64))
+    """Base64 of the key's 32 raw bytes."""
+    team: Mapped[str] = mapped_column(String(200), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    registered_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+
+
+class RunSignature(Base):
+    """What the check of a run's latest stored upload found: ``status`` (valid, unsigned,
+    unknown_key) and the key that signed it. Created by migration 0005."""
+
+    __tablename__ = "run_signatures"
+
+    run_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    status: Mapped[str] = mapped_column(String(16))
+    key_id: Mapped[str | None] = mapped_column(String(16))
+    checked_at: Mapped[float] = mapped_column(Float)

@@ -12,6 +12,14 @@ governance declaration, ...) and its series downsampled to at most :data:`MAX_PO
 The body is JSON (``Content-Type: application/json``), optionally gzip-compressed with
 ``Content-Encoding: gzip``, which every protocol-1 server accepts (the client sends it so by
 default; :data:`MAX_BODY_BYTES` counts the uncompressed JSON).
+
+A run upload may carry ``signed_report`` (:class:`SignedReport`, additive within protocol 1: a
+server that does not know it ignores it): a small usage report signed with the sending node's
+Ed25519 key (``$COMPUTEWATCH_HOME/node-key.pem``), whose ``summary_sha256``/``meta_sha256`` are
+the SHA-256 of the canonical JSON (computewatch.ledger.chain.canonical) of exactly the
+``summary`` and ``meta`` of the same upload, so the signature binds the uploaded numbers. The
+server checks it against the node keys registered for the uploading team
+(computewatch.ledger.reports; docs/upload.md, "Signed usage reports").
 """
 
 from __future__ import annotations
@@ -46,6 +54,27 @@ class SeriesUpload(TypedDict):
     local). Absent: ``gauge``. Added in protocol 1 (additive: a server may ignore it)."""
 
 
+class SignedReport(TypedDict):
+    """A usage report as a node signs it (computewatch.ledger.reports.REPORT_FIELDS)."""
+
+    run_id: str
+    seq: int
+    final: bool
+    status: str
+    exit_code: int | None
+    started_at: float
+    ended_at: float | None
+    summary_sha256: str
+    """SHA-256 (hex) of the canonical JSON of this upload's ``summary`` (``null`` if None)."""
+    meta_sha256: str
+    """SHA-256 (hex) of the canonical JSON of this upload's ``meta``."""
+    signed_by: str
+    """The signing key's id: the first 16 hex digits of the SHA-256 of its 32 raw bytes."""
+    signature: str
+    """Base64 Ed25519 signature of ``computewatch-signed-report:v1:`` + the canonical JSON of
+    the report without ``signature`` (docs/ledger.md)."""
+
+
 class RunUpload(TypedDict):
     id: str
     """The run's id in the local store (a UUID, hex)."""
@@ -72,6 +101,9 @@ class RunUpload(TypedDict):
     meta: dict[str, Any]
     """Documents recorded with the run, by kind (``config``, ``environment``, ...)."""
     series: list[SeriesUpload]
+    signed_report: NotRequired[SignedReport]
+    """The node's signed usage report of this upload; absent when the client does not sign
+    (``[server] sign = false``, no readable key). Added in protocol 1 (additive)."""
 
 
 class IngestBatch(TypedDict):

@@ -25,6 +25,7 @@ from computewatch.upload.protocol import (
     PROTOCOL_VERSION,
     RunUpload,
 )
+from computewatch.upload.signing import ReportSigner
 
 __all__ = ["Planned", "PushReport", "plan_push", "push_runs", "upload_run"]
 
@@ -110,9 +111,11 @@ def _encoded(
     project: str | None,
     user: str,
     live: LiveRun | None = None,
+    signer: ReportSigner | None = None,
 ) -> tuple[RunUpload, bytes] | str:
     """A run's upload and its JSON, shrunk to fewer points per series while it is larger
-    than one request may be; a reason string when even the smallest does not fit."""
+    than one request may be; a reason string when even the smallest does not fit. With a
+    ``signer``, the upload carries its signed usage report (``signed_report``)."""
     points = MAX_POINTS
     while True:
         upload = build_upload(
@@ -124,6 +127,8 @@ def _encoded(
             user=user,
             live=live,
         )
+        if signer is not None:
+            signer.sign(upload)
         body = jsonout.dumps(upload, separators=(",", ":")).encode()
         if len(body) + 64 <= MAX_BODY_BYTES:
             return upload, body
@@ -138,12 +143,13 @@ def _batches(
     project: str | None,
     skipped: list[tuple[str, str]],
     live: Mapping[str, LiveRun],
+    signer: ReportSigner | None = None,
 ) -> Iterator[list[tuple[Planned, bytes]]]:
     user = current_user()
     batch: list[tuple[Planned, bytes]] = []
     size = 0
     for item in plan:
-        made = _encoded(store, item, project, user, live.get(item.run.id))
+        made = _encoded(store, item, project, user, live.get(item.run.id), signer)
         if isinstance(made, str):
             skipped.append((item.run.id, made))
             continue
@@ -171,14 +177,17 @@ def push_runs(
     project: str | None = None,
     timeout: float | None = None,
     live: Mapping[str, LiveRun] | None = None,
+    signer: ReportSigner | None = None,
 ) -> PushReport:
     """Send ``plan`` in batches (at most ``MAX_RUNS_PER_BATCH`` runs and ``MAX_BODY_BYTES``
     each) and mark each run uploaded once the server has answered for it. Stops at the
     first failure (``report.error``); what was not answered for stays unmarked. ``live``:
-    what the live uploader keeps of a run across uploads, by run id."""
+    what the live uploader keeps of a run across uploads, by run id; ``signer``: signs each
+    upload with the node key (when it cannot, the runs go unsigned and ``report.notes`` says
+    why)."""
     report = PushReport(server=client.shown_url)
     started = time.monotonic()
-    for batch in _batches(store, plan, project, report.skipped, live or {}):
+    for batch in _batches(store, plan, project, report.skipped, live or {}, signer):
         body = _body(batch)
         before = client.wire_bytes
         try:
@@ -211,6 +220,9 @@ def push_runs(
                 report.notes.append(f"cannot remember that run {item.run.id} went: {e}")
             (report.stored if result["stored"] else report.already).append(item.run.id)
     report.seconds = time.monotonic() - started
+    notice = signer.notice() if signer is not None else None
+    if notice is not None:
+        report.notes.append(notice)
     return report
 
 
@@ -224,9 +236,10 @@ def upload_run(
     project: str | None = None,
     timeout: float | None = None,
     live: LiveRun | None = None,
-) -> int:
-    """Send one run's current state as ``seq`` and mark it; the bytes sent on the wire (0 when
-    the server did not answer for it). Raises :class:`UploadError`."""
+    signer: ReportSigner | None = None,
+) -> tuple[int, list[str]]:
+    """Send one run's current state as ``seq`` and mark it: the bytes sent on the wire (0 when
+    the server did not answer for it) and the push's notes. Raises :class:`UploadError`."""
     report = push_runs(
         store,
         client,
@@ -235,7 +248,8 @@ def upload_run(
         project=project,
         timeout=timeout,
         live={run.id: live} if live is not None else None,
+        signer=signer,
     )
     if report.error is not None:
         raise report.error
-    return report.wire_bytes if report.stored or report.already else 0
+    return (report.wire_bytes if report.stored or report.already else 0), report.notes

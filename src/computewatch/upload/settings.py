@@ -45,6 +45,8 @@ class ServerSettings:
     project: str | None = None
     """The project of runs without a ``project`` tag."""
     stream_interval: float = DEFAULT_STREAM_INTERVAL
+    sign: bool = True
+    """``[server] sign``: sign each upload with the node key (computewatch.upload.signing)."""
 
     @property
     def shown_url(self) -> str:
@@ -105,4 +107,5 @@ def server_settings(
         token=tok or None,
         project=config.server_project,
         stream_interval=config.server_stream_interval or DEFAULT_STREAM_INTERVAL,
+        sign=config.server_sign,
     )

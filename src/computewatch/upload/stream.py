@@ -36,6 +36,7 @@ from computewatch.upload.client import Client, UploadError
 from computewatch.upload.payload import LiveRun
 from computewatch.upload.push import upload_run
 from computewatch.upload.settings import ServerSettings
+from computewatch.upload.signing import ReportSigner
 
 __all__ = [
     "FINAL_DEADLINE",
@@ -108,6 +109,10 @@ class LiveUploader:
         self._live = LiveRun()
         """The run's series and summary aggregates, read since the last upload only."""
         self._series_lock = threading.Lock()
+        self._said: set[str] = set()
+        self.signer = ReportSigner(enabled=settings.sign)
+        """Signs every upload with the node key; when it cannot, they go unsigned and
+        standard error says so once."""
 
     # -- the observer's side ------------------------------------------------------------------
     def start(self, run: _HasRunId) -> None:
@@ -139,7 +144,7 @@ class LiveUploader:
                 return 0
             seq = self._next_seq(store, run_key)
         with self._series_lock:
-            return upload_run(
+            sent, notes = upload_run(
                 store,
                 self.client,
                 run,
@@ -148,7 +153,10 @@ class LiveUploader:
                 project=self.settings.project,
                 timeout=timeout,
                 live=self._live,
+                signer=self.signer,
             )
+        self._notes(notes)
+        return sent
 
     def _loop(self) -> None:
         interval = self.settings.stream_interval
@@ -239,7 +247,7 @@ class LiveUploader:
                 # the live thread may be mid-upload: its series if it lets go in time
                 held = self._series_lock.acquire(timeout=max(0.0, deadline - time.monotonic()))
                 try:
-                    sent = upload_run(
+                    sent, notes = upload_run(
                         store,
                         self.client,
                         run,
@@ -248,13 +256,29 @@ class LiveUploader:
                         project=self.settings.project,
                         timeout=max(0.1, deadline - time.monotonic()),
                         live=self._live if held else None,
+                        signer=self.signer,
                     )
                 finally:
                     if held:
                         self._series_lock.release()
+                self._notes(notes)
                 outcome.append(sent > 0)
         except Exception as e:  # said in one line by close(); never raised into the job
             outcome.append(e)
+
+    def _notes(self, notes: list[str]) -> None:
+        """The push's notes (that uploads go unsigned, ...), one line each on standard error,
+        each said once."""
+        out = self.stderr if self.stderr is not None else sys.stderr
+        for note in notes:
+            if note in self._said:
+                continue
+            self._said.add(note)
+            try:
+                out.write(f"{PROG}: run {self.run_id}: {note}\n")
+                out.flush()
+            except (OSError, ValueError):
+                pass
 
     def _say(self, why: str) -> None:
         out = self.stderr if self.stderr is not None else sys.stderr

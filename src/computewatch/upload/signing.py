@@ -1,0 +1,94 @@
+"""Signing what a machine uploads with its node key (``$COMPUTEWATCH_HOME/node-key.pem``).
+
+:class:`ReportSigner` adds a ``signed_report`` (computewatch.ledger.reports) to each run upload.
+The key is read, or created (mode 0600), on the first upload; when that fails, or the
+``cryptography`` package is missing, every upload goes unsigned and :meth:`ReportSigner.notice`
+says why once. Signing never raises into the caller: the monitor never takes the job down.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+from computewatch.paths import data_home
+from computewatch.upload.protocol import RunUpload, SignedReport
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+__all__ = ["NODE_KEY_FILENAME", "ReportSigner", "node_key_path"]
+
+NODE_KEY_FILENAME = "node-key.pem"
+
+
+def node_key_path() -> Path:
+    """Where this home's node key lives: ``$COMPUTEWATCH_HOME/node-key.pem``."""
+    return data_home() / NODE_KEY_FILENAME
+
+
+class ReportSigner:
+    """Signs uploads with the node key at ``path`` (default :func:`node_key_path`);
+    ``enabled=False`` (``[server] sign = false``) signs nothing and says nothing."""
+
+    def __init__(self, path: Path | None = None, *, enabled: bool = True) -> None:
+        self.path = path
+        self.enabled = enabled
+        self.problem: str | None = None
+        """Why uploads go unsigned (None while signing works)."""
+        self._key: Ed25519PrivateKey | None = None
+        self._told = False
+
+    def _load(self) -> Ed25519PrivateKey | None:
+        if self._key is not None or self.problem is not None:
+            return self._key
+        try:
+            # cryptography is a dependency of the ledger, not of every install: optional here
+            from computewatch.ledger.keys import load_or_create_private_key
+        except ImportError as e:
+            self.problem = f"cannot sign: {e.name or 'cryptography'} is not installed"
+            return None
+        path = self.path if self.path is not None else node_key_path()
+        try:
+            self._key = load_or_create_private_key(path)
+        except Exception as e:  # any failure means unsigned, never a failed job
+            self.problem = str(e) or type(e).__name__
+        return self._key
+
+    def sign(self, upload: RunUpload) -> RunUpload:
+        """``upload`` with its ``signed_report`` added (in place, and returned); unchanged when
+        signing is off or fails."""
+        if not self.enabled:
+            return upload
+        key = self._load()
+        if key is None:
+            return upload
+        try:
+            from computewatch.ledger.keys import sign_report  # loaded with the key above
+            from computewatch.ledger.reports import usage_report
+
+            report = usage_report(
+                run_id=upload["id"],
+                seq=upload["seq"],
+                final=upload["final"],
+                status=upload["status"],
+                exit_code=upload["exit_code"],
+                started_at=upload["started_at"],
+                ended_at=upload["ended_at"],
+                summary=upload["summary"],
+                meta=upload["meta"],
+            )
+            signed: dict[str, Any] = sign_report(report, key)
+        except Exception as e:  # a document canonical JSON cannot hold: unsigned
+            self.problem = f"cannot sign run {upload['id']}: {e}"
+            return upload
+        upload["signed_report"] = cast(SignedReport, signed)
+        return upload
+
+    def notice(self) -> str | None:
+        """Why uploads go unsigned, the first time it is asked after signing failed (then
+        None)."""
+        if self.problem is None or self._told:
+            return None
+        self._told = True
+        return f"uploading unsigned ({self.problem}); see `computewatch node-key`"
