@@ -25,7 +25,13 @@ from computewatch.accounting.cpu_power import CpuPowerModel
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.fleet.node import IDLE_UTILIZATION
 from computewatch.metrics.exposition import LatestSamples
-from computewatch.metrics.families import GpuCounters, counter_delta, gpu_samples, gpu_value_key
+from computewatch.metrics.families import (
+    GpuCounters,
+    counter_delta,
+    gpu_samples,
+    gpu_value_key,
+    reading_energy_method,
+)
 from computewatch.metrics.model import MetricLabels, MetricSample, MetricsSink
 from computewatch.metrics.server import MetricsServer, ServerSecurity
 from computewatch.sampling.observers import RunInfo, RunObserver, Tick
@@ -148,6 +154,7 @@ class RunExport:
         out: list[MetricSample] = []
         node = (("node", self._node),)
         gpus: dict[str, dict[str, float]] = {}
+        e_method: dict[str, str | None] = {}  # counter, polled or modeled, as the source says
         mine_mem: dict[str, float] = {}
         mine_sm: dict[str, float] = {}
         tree: dict[str, float] = {}
@@ -164,6 +171,8 @@ class RunExport:
                     mine_sm[uuid] = mine_sm.get(uuid, 0.0) + r.value
                 elif "pid" not in ld:
                     gpus.setdefault(uuid, {})[gpu_value_key(name, ld)] = r.value
+                    if name == "gpu_energy_joules_total":
+                        e_method[uuid] = reading_energy_method(name, ld)
             elif name.startswith("tree_"):
                 tree[name] = r.value
             elif name == "host_cpu_seconds_total":
@@ -222,6 +231,7 @@ class RunExport:
                 process_sm=process_sm,
                 dt=dt,
                 counters=self._gpu_counters,
+                energy_method=e_method.get(uuid),
             )
             e_d = counter_delta(self._gpu_energy, uuid, values.get("gpu_energy_joules_total"))
             if not held:
