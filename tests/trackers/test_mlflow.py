@@ -143,6 +143,8 @@ def test_run_log_to_mlflow_from_the_cli(mlflow: Any, cw: Any, tracker_env: Path)
     r = cw.ok("run", "--quiet", "--name", "cli-train", "--log-to", "mlflow", "--interval", "0.2",
               "--gpu-backend", "fake:1xH100-SXM", "--", sys.executable, script, "")  # fmt: skip
     assert "Traceback" not in r.stderr
+    # the run made the MLflow store; MLflow's INFO lines about it stay out of the job's stderr
+    assert "INFO mlflow" not in r.stderr, r.stderr
     summary = cw.show()
     client = mlflow.MlflowClient()
     exp = client.get_experiment_by_name(request_name(mlflow)).experiment_id

@@ -42,6 +42,9 @@ def tracker_observers(args: argparse.Namespace, config: Config) -> list[RunObser
         return []
     # only with trackers: the backends' modules (each tool loads on the logger's thread)
     from computewatch.sampling.tracker_feed import TrackerObserver
-    from computewatch.trackers import backends_for
+    from computewatch.trackers import MLflow, backends_for
+    from computewatch.trackers.base import check_names
 
-    return [TrackerObserver(backends_for(names, "--log-to"))]
+    # MLflow's INFO lines would land in the middle of the job's output: run's stderr is the job's
+    specs = [MLflow(quiet=True) if n == "mlflow" else n for n in check_names(names, "--log-to")]
+    return [TrackerObserver(backends_for(specs, "--log-to"))]

@@ -11,6 +11,7 @@ own (``MLFLOW_TRACKING_URI``, ``mlflow.set_tracking_uri``).
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import sys
 import time
@@ -45,8 +46,12 @@ class MLflow:
         *,
         tracking_uri: str | None = None,
         experiment: str | None = None,
+        quiet: bool = False,
     ) -> None:
         self.run_id = run_id
+        self.quiet = quiet
+        """True: MLflow's own INFO lines ("Creating initial MLflow database tables...") are
+        not printed. ``computewatch run`` sets it: its stderr is the job's."""
         self.tracking_uri = tracking_uri
         self.experiment = experiment
         self.own = False
@@ -64,6 +69,9 @@ class MLflow:
 
     def open(self, run: TrackerRun) -> None:
         mlflow = _mlflow()
+        if self.quiet:  # MLflow configures its logger when imported: adjusted after that
+            logger = logging.getLogger("mlflow")
+            logger.setLevel(max(logger.getEffectiveLevel(), logging.WARNING))
         client = mlflow.MlflowClient(tracking_uri=self.tracking_uri)
         self._client = client
         if self.run_id is None and os.environ.get("MLFLOW_RUN_ID"):
