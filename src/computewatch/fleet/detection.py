@@ -524,11 +524,16 @@ class TrainingDetector:
         """Samples held in every window (the memory bound's unit)."""
         return sum(len(s.rows) for st in self._jobs.values() for s in st.series.values())
 
+    @property
+    def busy(self) -> bool:
+        """A background round is queued or running."""
+        return self._queue.unfinished_tasks > 0
+
     def wait_idle(self, timeout: float = 60.0) -> bool:
         """Wait until a background round handed over has finished (tests, benchmarks)."""
         end = time.monotonic() + timeout
         while time.monotonic() < end:
-            if self._queue.unfinished_tasks == 0:
+            if not self.busy:
                 return True
             time.sleep(0.01)
         return False
