@@ -98,7 +98,12 @@ def usage_report(
 
 
 def _number(v: object) -> bool:
-    return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+    if not isinstance(v, int | float) or isinstance(v, bool):
+        return False
+    try:
+        return math.isfinite(v) and abs(v) < 1e300
+    except OverflowError:  # an int too large for a float
+        return False
 
 
 def shape_problem(report: object) -> str | None:
