@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 from importlib import resources
 
 from common import Section, cli_main
@@ -31,11 +32,11 @@ TARGET_ALL_REGIONS_MS = 50.0
 TARGET_LABEL_US = 5.0  # per GPU per tick: the label must not cost the agent anything noticeable
 
 
-def _best(fn: object, n: int) -> tuple[float, float]:
+def _best(fn: Callable[[], object], n: int) -> tuple[float, float]:
     times = []
     for _ in range(n):
         a = time.perf_counter()
-        fn()  # type: ignore[operator]
+        fn()
         times.append(time.perf_counter() - a)
     return min(times), statistics.median(times)
 
