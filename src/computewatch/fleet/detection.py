@@ -6,8 +6,9 @@ The agent hands :meth:`TrainingDetector.observe` every tick's jobs (:meth:`NodeS
 <computewatch.fleet.node.NodeSampler.job_gpus>`). Per job and GPU a rolling window of the
 readings named in :data:`computewatch.traces.METRICS` is kept: at most ``window`` seconds and
 at most :data:`MAX_SAMPLES` samples per GPU (a shorter interval keeps one sample per
-``window / MAX_SAMPLES`` seconds), so memory is bounded by about 0.6 KB a sample: 1 h at the
-default 5 s interval is 720 samples, about 0.4 MB per GPU of a job.
+``window / MAX_SAMPLES`` seconds). A sample is a tuple of floats, at most 432 bytes
+(benchmarks/bench_agent_detection.py): 1 h at the default 5 s interval is 720 samples, about
+0.3 MiB per GPU of a job; the bound, 3600 samples, about 1.5 MiB per GPU of a job.
 
 Every ``every`` seconds the jobs with at least ``min_seconds`` of data are classified by
 :func:`computewatch.detect.classify_series` on a thread of their own (a round never delays a
@@ -239,11 +240,26 @@ class _JobState:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Snapshot:
+    """A job's windows at a round's start: per GPU, a copy of its rows (immutable tuples: the
+    copy is a list of references, cheap on the tick; the columns are built on the worker)."""
+
     ident: JobIdentity
     first_seen: float
-    times: list[list[float]]
-    metrics: list[dict[str, list[float | None]]]
+    rows: list[list[tuple[float | None, ...]]]
     names: list[str | None]
+
+    def telemetry(self) -> tuple[list[list[float]], list[dict[str, list[float | None]]]]:
+        """Per GPU, its times and its series by metric (metrics never read left out)."""
+        times, metrics = [], []
+        for rows in self.rows:
+            times.append([r[0] or 0.0 for r in rows])
+            cols: dict[str, list[float | None]] = {}
+            for i, m in enumerate(_METRICS, 1):
+                col = [r[i] for r in rows]
+                if any(v is not None for v in col):
+                    cols[m] = col
+            metrics.append(cols)
+        return times, metrics
 
 
 class TrainingDetector:
@@ -350,18 +366,9 @@ class TrainingDetector:
             start = min((s.rows[0][0] or 0.0) for s in st.series.values())
             if now - start < self.options.min_seconds:
                 continue
-            times, metrics, names = [], [], []
-            for uuid, s in st.series.items():
-                rows = list(s.rows)
-                times.append([r[0] or 0.0 for r in rows])
-                cols: dict[str, list[float | None]] = {}
-                for i, m in enumerate(_METRICS, 1):
-                    col = [r[i] for r in rows]
-                    if any(v is not None for v in col):
-                        cols[m] = col
-                metrics.append(cols)
-                names.append(st.gpu_names.get(uuid) or None)
-            out.append(_Snapshot(st.ident, st.first_seen, times, metrics, names))
+            rows = [list(s.rows) for s in st.series.values()]
+            names = [st.gpu_names.get(uuid) or None for uuid in st.series]
+            out.append(_Snapshot(st.ident, st.first_seen, rows, names))
         return out
 
     def _samples(self, present: set[JobIdentity]) -> list[MetricSample]:
@@ -428,7 +435,8 @@ class TrainingDetector:
         server_down = False
         for snap in snaps:
             ident = snap.ident
-            gpus = [GpuTelemetry(t, m) for t, m in zip(snap.times, snap.metrics, strict=True)]
+            times, metrics = snap.telemetry()
+            gpus = [GpuTelemetry(t, m) for t, m in zip(times, metrics, strict=True)]
             try:
                 v = classify_series(gpus, job=ident.job, gpu_names=snap.names, model=forest)
             except DetectError as e:
