@@ -168,6 +168,10 @@ def test_price_table_joins_the_grid_table_with_source_and_year() -> None:
     assert grid["aws:us-east-1"].grid in prices
     assert prices["US-VA"].usd_per_kwh == pytest.approx(0.0895)  # EIA EPA 2023, commercial
     assert prices["US-VA"].sector == "commercial" and prices["US-VA"].period == "2023"
+    se = prices["SE"]  # Eurostat nrg_pc_205 2024-S2, band IC, 0.0853 EUR at 1.0389 USD/EUR
+    assert se.usd_per_kwh == pytest.approx(round(0.0853 * 1.0389, 4))
+    assert (se.sector, se.period, se.year) == ("non-household", "2024-S2", 2024)
+    assert "0.0853 EUR/kWh" in se.source and "1.0389" in se.source
 
 
 def test_price_row_parses() -> None:

@@ -42,7 +42,7 @@ def test_bad_configured_price(cw: Any, tmp_path: Path) -> None:
 
 
 def test_a_region_without_a_price_row_is_no_price(cw: Any) -> None:
-    out = cw.json(*ARGS)
-    fr = next(r for r in out["regions"] if r["region"] == "FR")
-    assert fr["usd"] is None and fr["usd_per_kwh"] is None and fr["price_year"] is None
-    assert fr["price_source"].startswith("no price")
+    out = cw.json(*ARGS[:-1], "aws:eu-west-2,FR")  # London: GB has no row in the table
+    gb = next(r for r in out["regions"] if r["region"] == "aws:eu-west-2")
+    assert gb["usd"] is None and gb["usd_per_kwh"] is None and gb["price_year"] is None
+    assert gb["price_source"].startswith("no price") and "no row for GB" in gb["price_source"]
