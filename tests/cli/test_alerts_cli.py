@@ -16,7 +16,7 @@ def test_check_a_good_file(cw: Any, tmp_path: Path) -> None:
     f = tmp_path / "rules.yaml"
     f.write_text("receivers: [terminal]\nrules:\n  - {name: Hot, expr: 'temp > 80', for: 1m}\n")
     r = cw.ok("alerts", "check", f)
-    assert r.stdout.startswith(f"{f}: OK, 10 rules (1 from the file, 9 built-in)")
+    assert r.stdout.startswith(f"{f}: OK, 12 rules (1 from the file, 11 built-in)")
     assert "receivers: terminal" in r.stdout
     doc = json.loads(cw.ok("alerts", "list", f, "--json").stdout)
     hot = next(x for x in doc["rules"] if x["name"] == "Hot")
