@@ -63,12 +63,17 @@ def documented() -> Documented:
     text = DOC.read_text(encoding="utf-8")
     assert SECTION in text, f"{DOC}: no section {SECTION!r}"
     section = text.split(SECTION, 1)[1].split("\n## ", 1)[0]
-    nginx = re.search(r"```nginx\n(.*?)```", section, re.S)
-    assert nginx, f"{DOC}: no ```nginx block under {SECTION!r}"
-    # The Caddyfile: the fenced block after the paragraph that names Caddy.
-    caddy = re.search(r"\nCaddy\b[^\n]*\n(?:[^`\n][^\n]*\n|\n)*```[a-z]*\n(.*?)```", section, re.S)
-    assert caddy, f"{DOC}: no Caddyfile block under {SECTION!r}"
-    return Documented(nginx.group(1), caddy.group(1))
+    blocks = re.findall(r"```([A-Za-z]*)\n(.*?)```", section, re.S)
+    nginx = [body for lang, body in blocks if lang == "nginx"]
+    assert len(nginx) == 1, f"{DOC}: not one ```nginx block under {SECTION!r}"
+    # The Caddyfile: the block (untagged, or tagged caddy/caddyfile) with a reverse_proxy.
+    caddy = [
+        body
+        for lang, body in blocks
+        if lang.lower() in ("", "caddy", "caddyfile") and "reverse_proxy" in body
+    ]
+    assert len(caddy) == 1, f"{DOC}: not one Caddyfile block under {SECTION!r}"
+    return Documented(nginx[0], caddy[0])
 
 
 def _sub(pattern: str, repl: str, text: str, what: str) -> str:
@@ -170,6 +175,7 @@ class Proxy:
     """A reverse proxy child process on ``https://127.0.0.1:PORT`` (``url``)."""
 
     kind = ""
+    stop_signal = signal.SIGTERM
 
     def __init__(self, directory: Path, pki: Pki, upstream_port: int) -> None:
         self.dir = directory
@@ -236,8 +242,7 @@ class Proxy:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            # nginx: SIGQUIT is its graceful stop, SIGTERM its fast one; Caddy: SIGTERM.
-            self.proc.send_signal(signal.SIGTERM)
+            self.proc.send_signal(self.stop_signal)
             try:
                 self.proc.wait(timeout=15)
             except subprocess.TimeoutExpired:
@@ -247,10 +252,11 @@ class Proxy:
 
 
 class Nginx(Proxy):
-    """``nginx -c CONF -p DIR -g 'daemon off;'``: the documented ``server`` block inside an
+    """``nginx -c CONF -p DIR -e DIR/error.log -g 'daemon off;'``: the documented ``server`` block inside an
     ``http`` block whose pid, logs and temporary paths are in DIR."""
 
     kind = "nginx"
+    stop_signal = signal.SIGTERM  # its fast stop (SIGQUIT waits for open connections)
 
     def write_config(self) -> Path:
         block = documented().nginx
@@ -289,7 +295,9 @@ class Nginx(Proxy):
         return conf
 
     def command(self) -> list[str]:
-        return [NGINX, "-c", str(self.config), "-p", f"{self.dir}/", "-g", "daemon off;"]
+        # -e: the log of its start, before it reads error_log (not /var/log/nginx/error.log)
+        return [NGINX, "-c", str(self.config), "-p", f"{self.dir}/", "-e", f"{self.dir}/error.log",
+                "-g", "daemon off;"]  # fmt: skip
 
 
 class Caddy(Proxy):
@@ -298,6 +306,8 @@ class Caddy(Proxy):
     ACME: the test's certificate through a ``tls`` line, as Let's Encrypt's would be)."""
 
     kind = "caddy"
+    # Its immediate stop: SIGTERM would wait for open event streams to end.
+    stop_signal = signal.SIGQUIT
 
     def write_config(self) -> Path:
         site = documented().caddy

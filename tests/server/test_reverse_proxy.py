@@ -33,7 +33,9 @@ from tests.conftest import CLI
 from tests.server.conftest import ServerProcess, batch, synthetic_upload
 from tests.server.proxies import PROXIES, Pki, Proxy, make_pki
 
+from computewatch.cli import server as cli_server
 from computewatch.governance import accounts
+from computewatch.server import serve
 from computewatch.serverdb.engine import open_database
 from computewatch.upload.client import Client, encode_batch
 from computewatch.upload.protocol import MAX_BODY_BYTES, PROTOCOL_HEADER
@@ -72,15 +74,19 @@ class Stack:
         return c
 
     def access_log(self, team: str) -> list[dict[str, Any]]:
-        """The server's access log for ``team``, decrypted with the server's key."""
-        db = open_database(self.server.db_url)
-        try:
-            with db.session() as session:
-                return accounts.access_log(
-                    session, team, accounts.cipher(self.server.home / "accounts.key"), limit=1000
-                )
-        finally:
-            db.dispose()
+        return _access_log(self.server, team)
+
+
+def _access_log(server: ServerProcess, team: str) -> list[dict[str, Any]]:
+    """The server's access log for ``team``, decrypted with the server's key."""
+    db = open_database(server.db_url)
+    try:
+        with db.session() as session:
+            return accounts.access_log(
+                session, team, accounts.cipher(server.home / "accounts.key"), limit=1000
+            )
+    finally:
+        db.dispose()
 
 
 @pytest.fixture(scope="module")
@@ -261,6 +267,37 @@ def test_the_access_log_records_the_client_the_proxy_forwarded(stack: Stack) -> 
     assert ("GET /api/v1/me", CLIENT_ADDRESS) in seen
     assert ("GET /api/v1/events", CLIENT_ADDRESS) in seen
     assert {row["ip"] for row in rows} == {CLIENT_ADDRESS}, rows
+
+
+def test_forwarded_headers_are_believed_only_from_the_allowed_addresses(
+    server: Callable[..., ServerProcess],
+) -> None:
+    """``--forwarded-allow-ips`` names the proxy (here 127.0.0.3, as a proxy on another host
+    would be): its headers are believed, those of any other address (127.0.0.1 included, once
+    the list does not name it) are not."""
+    assert cli_server.DEFAULT_FORWARDED_ALLOW_IPS == serve.DEFAULT_FORWARDED_ALLOW_IPS
+    s = server(args=["--forwarded-allow-ips", "10.9.8.0/24, 127.0.0.3"])
+    admin = s.token("ml", "admin")
+    forwarded = {"X-Forwarded-For": FORGED, "X-Forwarded-Proto": "https"}
+
+    def from_(address: str) -> httpx.Client:
+        transport = httpx.HTTPTransport(local_address=address)
+        return httpx.Client(base_url=s.url, transport=transport, timeout=WAIT)
+
+    with from_("127.0.0.3") as proxy, from_("127.0.0.1") as local:
+        auth = {"Authorization": f"Bearer {admin}"}
+        assert proxy.get("/api/v1/me", headers={**auth, **forwarded}).status_code == 200
+        assert proxy.get("/api/v1/me", headers=auth).status_code == 200
+        assert local.get("/api/v1/runs", headers={**auth, **forwarded}).status_code == 200
+        login = {"data": {"token": admin}, "headers": forwarded, "follow_redirects": False}
+        assert "Secure" in proxy.post("/login", **login).headers["set-cookie"]
+        assert "Secure" not in local.post("/login", **login).headers["set-cookie"]
+    got = sorted((row["action"], row["ip"]) for row in _access_log(s, "ml"))
+    assert got == [
+        ("GET /api/v1/me 200", "127.0.0.3"),
+        ("GET /api/v1/me 200", FORGED),
+        ("GET /api/v1/runs 200", "127.0.0.1"),
+    ]
 
 
 # -- cookies, redirects, the dashboard ------------------------------------------------------------

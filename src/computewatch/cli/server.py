@@ -15,6 +15,7 @@ from typing import Any
 __all__ = ["DEFAULT_SERVER_LISTEN", "add_server_parser"]
 
 DEFAULT_SERVER_LISTEN = "127.0.0.1:8765"  # computewatch.server.serve.DEFAULT_LISTEN
+DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"  # computewatch.server.serve's, likewise
 SCOPES = ("ingest", "read", "admin")  # computewatch.serverdb.tokens.SCOPES
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
@@ -62,6 +63,14 @@ def add_server_parser(sub: Any) -> None:
     )
     s.add_argument(
         "--log-level", choices=LOG_LEVELS, default="info", help="default info (access log)"
+    )
+    s.add_argument(
+        "--forwarded-allow-ips",
+        metavar="LIST",
+        default=DEFAULT_FORWARDED_ALLOW_IPS,
+        help="addresses and networks (comma-separated) whose X-Forwarded-For and "
+        "X-Forwarded-Proto are believed: your reverse proxy's (default "
+        f"{DEFAULT_FORWARDED_ALLOW_IPS}, a proxy on this host; '' believes none)",
     )
     s.add_argument(
         "--require-signed",

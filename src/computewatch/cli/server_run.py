@@ -139,4 +139,5 @@ def cmd_server(args: argparse.Namespace) -> int:
         allow_insecure_listen=args.allow_insecure_listen,
         log_level=args.log_level,
         require_signed=args.require_signed,
+        forwarded_allow_ips=args.forwarded_allow_ips,
     )

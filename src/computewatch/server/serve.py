@@ -6,6 +6,10 @@ deliberate (``allow_insecure``: a reverse proxy on another host terminates TLS, 
 network). Uvicorn's access log prints the method, path and status, never headers; no route
 takes a token in its query string, and a log filter masks anything that looks like a token or
 an ``Authorization`` value anyway.
+
+Behind a reverse proxy the client's address and scheme come from ``X-Forwarded-For`` and
+``X-Forwarded-Proto``, believed only from the addresses in ``forwarded_allow_ips`` (default
+loopback: a proxy on the same host); from anywhere else they are ignored.
 """
 
 from __future__ import annotations
@@ -23,15 +27,18 @@ from computewatch.errors import UsageError
 from computewatch.serverdb.engine import display_url, parse_url
 
 __all__ = [
+    "DEFAULT_FORWARDED_ALLOW_IPS",
     "DEFAULT_LISTEN",
     "Listen",
     "RedactingFilter",
     "check_listen",
+    "parse_forwarded_allow_ips",
     "parse_listen",
     "serve",
 ]
 
 DEFAULT_LISTEN: Final = "127.0.0.1:8765"
+DEFAULT_FORWARDED_ALLOW_IPS: Final = "127.0.0.1,::1"
 
 _TOKENISH = re.compile(r"(cw_[A-Za-z0-9_-]{16,}|(?i:bearer)\s+\S+)")
 
@@ -89,6 +96,27 @@ def check_listen(listen: Listen, *, tls: bool, allow_insecure: bool) -> None:
     )
 
 
+def parse_forwarded_allow_ips(text: str) -> list[str]:
+    """``--forwarded-allow-ips``: comma-separated addresses and networks (``10.0.0.5``,
+    ``10.0.0.0/24``, ``::1``); empty: believe no forwarded header."""
+    out: list[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            if "/" in item:
+                ipaddress.ip_network(item, strict=False)
+            else:
+                ipaddress.ip_address(item)
+        except ValueError:
+            raise UsageError(
+                f"--forwarded-allow-ips: {item!r} is not an IP address or network "
+                "(for example 127.0.0.1,10.0.0.0/24)"
+            ) from None
+        out.append(item)
+    return out
+
+
 def _check_file(path: str, flag: str) -> None:
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
         raise UsageError(f"{flag}: cannot read {path}")
@@ -103,9 +131,11 @@ def serve(
     allow_insecure_listen: bool = False,
     log_level: str = "info",
     require_signed: bool = False,
+    forwarded_allow_ips: str = DEFAULT_FORWARDED_ALLOW_IPS,
 ) -> int:
     """Run the server until SIGTERM or SIGINT; the exit status."""
     where = parse_listen(listen)
+    trusted_proxies = parse_forwarded_allow_ips(forwarded_allow_ips)
     if bool(tls_cert) != bool(tls_key):
         raise UsageError("--tls-cert and --tls-key go together")
     if tls_cert and tls_key:
@@ -151,6 +181,8 @@ def serve(
         ssl_certfile=tls_cert,
         ssl_keyfile=tls_key,
         proxy_headers=True,
+        # Given always, so Uvicorn's FORWARDED_ALLOW_IPS variable cannot widen it unseen.
+        forwarded_allow_ips=trusted_proxies,
         server_header=False,
         timeout_graceful_shutdown=3,
     )
