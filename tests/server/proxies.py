@@ -252,8 +252,8 @@ class Proxy:
 
 
 class Nginx(Proxy):
-    """``nginx -c CONF -p DIR -e DIR/error.log -g 'daemon off;'``: the documented ``server`` block inside an
-    ``http`` block whose pid, logs and temporary paths are in DIR."""
+    """``nginx -c CONF -p DIR -e DIR/error.log -g 'daemon off;'``: the documented ``server``
+    block inside an ``http`` block whose pid, logs and temporary paths are in DIR."""
 
     kind = "nginx"
     stop_signal = signal.SIGTERM  # its fast stop (SIGQUIT waits for open connections)
