@@ -299,3 +299,25 @@ def test_projected_hours() -> None:
     assert projected_hours(ident, 1e9, 1.0)[0] == 8784.0
     limited = JobIdentity("7", "slurm", "alice", "", time_limit_seconds=48 * 3600)
     assert projected_hours(limited, 60, 1.0) == (48.0, "the Slurm time limit")
+
+
+def test_attribution_keeps_the_declaration_and_the_slurm_time_limit(proc_tree: Any) -> None:
+    proc_tree.add(
+        500,
+        uid=1000,
+        cgroup=SLURM,
+        environ={
+            "COMPUTEWATCH_MODEL": "acme-7b",
+            "COMPUTEWATCH_STAGE": "finetune",
+            "SLURM_JOB_START_TIME": "1790000000",
+            "SLURM_JOB_END_TIME": "1790172800",
+            "HF_TOKEN": "hf_secret",
+        },
+    )
+    proc_tree.add(501, uid=1000, environ={"SLURM_JOB_END_TIME": "soon", "COMPUTEWATCH_TAGS": "a=b"})
+    att = Attributor(str(proc_tree.root), user_name=lambda u: "alice", pod_logs_root=None)
+    ident = att.identify(500, 100, 1000)
+    assert (ident.model, ident.stage, ident.time_limit_seconds) == ("acme-7b", "finetune", 172800)
+    other = att.identify(501, 100, 1000)
+    assert (other.model, other.stage, other.time_limit_seconds) == ("", "", None)
+    assert "hf_secret" not in repr(ident)

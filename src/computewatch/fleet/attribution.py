@@ -148,7 +148,9 @@ def _time_limit(env: Mapping[str, str]) -> float | None:
         end = int(env.get("SLURM_JOB_END_TIME", ""))
     except ValueError:
         return None
-    return float(end - start) if end > start > 0 else None
+    if not 0 < start < end < 1 << 40:  # Unix seconds: anything past year 36000 is not one
+        return None
+    return float(end - start)
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,6 +58,7 @@ __all__ = [
     "HttpAccountChecker",
     "JobDetection",
     "TrainingDetector",
+    "parse_check_answer",
     "projected_hours",
     "require_numpy",
 ]
@@ -166,15 +167,24 @@ class HttpAccountChecker:
             ) from None
         except OSError as e:
             raise CheckError(f"the connection to {where} failed: {e}") from None
-        try:
-            doc = json.loads(raw)
-            decision = doc["decision"]
-            reasons = tuple(str(r) for r in doc.get("reasons") or ())
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise CheckError(f"the account check at {where} gave an unreadable answer") from None
-        if decision not in ("allow", "deny"):
-            raise CheckError(f"the account check at {where} answered {decision!r}")
-        return CheckAnswer(decision == "allow", reasons)
+        return parse_check_answer(raw, where)
+
+
+def parse_check_answer(raw: bytes, where: str) -> CheckAnswer:
+    """The check endpoint's JSON (docs/accounts.md: ``decision``, ``reasons``) as a
+    :class:`CheckAnswer`; :class:`CheckError` for anything else."""
+    try:
+        doc = json.loads(raw)
+        decision = doc["decision"]
+        reasons = doc.get("reasons") or []
+        if not isinstance(reasons, list):
+            raise TypeError("reasons")
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        raise CheckError(f"the account check at {where} gave an unreadable answer") from None
+    if decision not in ("allow", "deny"):
+        shown = repr(decision)[:80]
+        raise CheckError(f"the account check at {where} answered {shown}")
+    return CheckAnswer(decision == "allow", tuple(str(r)[:1000] for r in reasons[:20]))
 
 
 def projected_hours(ident: JobIdentity, elapsed: float, factor: float) -> tuple[float, str]:
