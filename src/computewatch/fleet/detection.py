@@ -330,9 +330,11 @@ class TrainingDetector:
                     continue  # a short interval: one sample per window / MAX_SAMPLES
                 rows.append((now, *(values.get(m) for m in _METRICS)))
         cutoff = now - self.options.window
+        dropped = False
         for ident in list(self._jobs):
             if ident not in present:  # the node dropped it (ended, expired)
                 del self._jobs[ident]
+                dropped = True
                 continue
             st = self._jobs[ident]
             for uuid in list(st.series):
@@ -341,6 +343,12 @@ class TrainingDetector:
                     rows.popleft()
                 if not rows:
                     del st.series[uuid]
+        if dropped:  # what was said about ended jobs: forgotten with them
+            self._flagged = {f for f in list(self._flagged) if f[0] in self._jobs}
+            jobs_left = {st.ident.job for st in self._jobs.values()}
+            self._noted = {
+                k for k in list(self._noted) if not k.startswith("detect:") or k[7:] in jobs_left
+            }
         if self._last_round is None:
             self._last_round = now
         elif now - self._last_round >= self.options.every:
