@@ -64,6 +64,7 @@ SIGNED_FIELDS: Final = (*REPORT_FIELDS, "signed_by", "signature")
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _KEY_ID = re.compile(r"^[0-9a-f]{16}$")
+_BASE64 = re.compile(r"^[A-Za-z0-9+/]{1,200}={0,2}$")
 
 
 def document_sha256(doc: object) -> str:
@@ -136,7 +137,7 @@ def shape_problem(report: object) -> str | None:
         ),
         ("meta_sha256", isinstance(r["meta_sha256"], str) and bool(_HEX64.match(r["meta_sha256"]))),
         ("signed_by", isinstance(r["signed_by"], str) and bool(_KEY_ID.match(r["signed_by"]))),
-        ("signature", isinstance(r["signature"], str) and 0 < len(r["signature"]) <= 200),
+        ("signature", isinstance(r["signature"], str) and bool(_BASE64.match(r["signature"]))),
     ]
     for name, ok in checks:
         if not ok:

@@ -268,6 +268,7 @@ def _run(v: Any, where: str) -> RunUpload:
     ended = _time(v, "ended_at", where, null=True)
     signed = v.get("signed_report")
     if signed is not None:
+        _check_doc(signed, f"{where}.signed_report")
         bad = shape_problem(signed)
         if bad is not None:
             raise InvalidUpload(f"{where}.signed_report: {bad}")
