@@ -228,3 +228,48 @@ def test_server_down_the_agent_keeps_ticking(proc_tree: Any, free_port: Callable
     notes = [t for t in said if "account check failed" in t]
     assert len(notes) == 1 and "cannot reach the server" in notes[0]
     assert "t0k3n" not in " ".join(said)
+
+
+def test_the_agent_configuration_reaches_the_server(
+    account_server: tuple[ServerProcess, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``[agent] detect`` with ``[server] url`` and ``token_file``: the agent's detector asks that
+    server with that token (the wiring ``computewatch agent`` does before it starts)."""
+    import argparse
+
+    from computewatch.cli.agent_run import _detector
+    from computewatch.fleet.agent_config import parse_agent_config
+    from computewatch.fleet.detection import CheckRequest
+
+    monkeypatch.delenv("COMPUTEWATCH_SERVER", raising=False)
+    monkeypatch.delenv("COMPUTEWATCH_TOKEN", raising=False)
+    srv, token = account_server
+    tok = tmp_path / "token"
+    tok.write_text(token + "\n")
+    tok.chmod(0o600)
+    text = (
+        "[agent]\ndetect = true\ndetect_every = 60\ndetect_check_timeout = 10\n"
+        'accounts = { nlp = "acme" }\n'
+        f'[server]\nurl = "{srv.url}"\ntoken_file = "{tok}"\n'
+    )
+    det = _detector(argparse.Namespace(detect=None), parse_agent_config(text), "n1")
+    assert det is not None and det.checker is not None and det.options.every == 60
+    assert dict(det.options.accounts) == {"nlp": "acme"}
+    deny = det.checker.check("acme", CheckRequest(8, 10.0, "NVIDIA H100 80GB HBM3"))
+    assert not deny.allow and "GPU-hour cap" in deny.reasons[0]
+    small = det.checker.check("acme", CheckRequest(1, 0.05, None))
+    assert small.allow
+    assert f"accounts checked at {srv.url}" in capsys.readouterr().err
+    # A server without a token: detection runs, accounts are not checked, and it says so.
+    no_token = _detector(
+        argparse.Namespace(detect=True),
+        parse_agent_config(f'[server]\nurl = "{srv.url}"\n'),
+        "n1",
+    )
+    assert no_token is not None and no_token.checker is None
+    assert "no token for" in capsys.readouterr().err
+    # Neither flag nor key: no detector at all.
+    assert _detector(argparse.Namespace(detect=None), parse_agent_config(""), "n1") is None
