@@ -14,9 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from tests.conftest import CLI, CW, TIMEOUT
 from tests.server.conftest import ServerProcess, batch
 
+from computewatch.ledger.chain import Entry, next_entry
+from computewatch.ledger.keys import CHECKPOINT_KIND, checkpoint_body
+from computewatch.ledger.verify import export_lines, header_json, read_export
 from computewatch.store import Store
 from computewatch.upload.payload import build_upload
 from computewatch.upload.protocol import PROTOCOL_HEADER, RunUpload
@@ -99,6 +103,39 @@ def test_a_registered_node_is_valid_and_the_export_counts_its_report(
     assert "command" not in json.dumps(body) and "host" not in body["signed_report"]
     in_db = json.loads(_ok(_srv(s, "ledger", "verify", "--db", s.db_url, "--json")).stdout)
     assert in_db["ok"] and in_db["reports"]["signed"] == 1
+    _tampered_reports_are_named(s, v["export"], tmp_path)
+
+
+def _tampered_reports_are_named(srv: ServerProcess, export: Path, tmp_path: Path) -> None:
+    """The run entry's signed report changed in the export: named as altered; and with the
+    chain re-hashed and re-signed by another key (verified without --public-key), named as a
+    report whose signature fails."""
+    _, entries = read_export(export)
+    at = next(i for i, e in enumerate(entries) if e.kind == "run")
+    report = {**entries[at].body["signed_report"], "exit_code": 9}
+    plain = tmp_path / "plain.jsonl"
+    lines = export.read_text().splitlines()
+    doc = json.loads(lines[at + 1])
+    doc["body"]["signed_report"] = report
+    lines[at + 1] = json.dumps(doc)
+    plain.write_text("\n".join(lines) + "\n")
+    r = _srv(srv, "ledger", "verify", str(plain))
+    assert r.returncode == 1 and f"entry {entries[at].seq} was altered" in r.stdout, r.stdout
+    forger = Ed25519PrivateKey.generate()
+    forged: list[Entry] = []
+    for i, e in enumerate(entries):
+        body = {**e.body, "signed_report": report} if i == at else dict(e.body)
+        if e.kind == CHECKPOINT_KIND:
+            body = checkpoint_body(forged[-1], forger)
+        forged.append(next_entry(forged[-1] if forged else None, e.kind, body, time=e.time))
+    rehashed = tmp_path / "rehashed.jsonl"
+    head = header_json([forger.public_key()], exported_at="x", entries=len(forged))
+    rehashed.write_bytes(b"".join(export_lines(head, forged)))
+    r = _srv(srv, "ledger", "verify", str(rehashed), "--json")
+    assert r.returncode == 1
+    problem = json.loads(r.stdout)["problem"]
+    assert problem["what"] == "report" and problem["seq"] == entries[at].seq
+    assert "changed after signing" in problem["message"]
 
 
 def _upload(cw: CLI, seq: int = 1) -> RunUpload:
