@@ -195,3 +195,8 @@ def test_a_pruned_chain_verifies_only_with_its_prune_entry() -> None:
     v = verify(kept, start, KEY.public_key())
     assert v.ok, v.problem
     assert any("pruned" in n for n in v.notes)
+
+
+def test_a_lone_surrogate_is_a_ledger_error_not_a_crash() -> None:
+    with pytest.raises(LedgerError, match="not valid Unicode"):
+        canonical({"name": "bad\udcff"})

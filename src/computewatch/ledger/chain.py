@@ -38,7 +38,10 @@ def canonical(value: object) -> bytes:
         )
     except (TypeError, ValueError) as e:
         raise LedgerError(f"ledger entry is not plain JSON: {e}") from None
-    return text.encode("utf-8")
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (undecodable bytes read as text): not JSON
+        raise LedgerError("ledger entry holds a string that is not valid Unicode") from None
 
 
 def utc_now() -> str:
