@@ -104,16 +104,17 @@ def parse_forwarded_allow_ips(text: str) -> list[str]:
         if not item:
             continue
         try:
+            # Written out as ipaddress does: Uvicorn reads a network with host bits set
+            # (10.0.0.1/24) as a name that never matches.
             if "/" in item:
-                ipaddress.ip_network(item, strict=False)
+                out.append(str(ipaddress.ip_network(item, strict=False)))
             else:
-                ipaddress.ip_address(item)
+                out.append(str(ipaddress.ip_address(item)))
         except ValueError:
             raise UsageError(
                 f"--forwarded-allow-ips: {item!r} is not an IP address or network "
                 "(for example 127.0.0.1,10.0.0.0/24)"
             ) from None
-        out.append(item)
     return out
 
 
