@@ -91,6 +91,8 @@ def test_a_registered_node_is_valid_and_the_export_counts_its_report(
     assert "unsigned" not in pushed.stderr
     (run,) = cw.json("runs")
     assert _signature(s, read, run["id"]) == {"status": "valid", "key_id": kid}
+    page = s.client(read).get(f"/runs/{run['id']}")  # the dashboard's run page says so too
+    assert page.status_code == 200 and f"signed by node key {kid} (registered)" in page.text
     v = _verify(s, tmp_path)
     assert v["ok"] and v["reports"] == {"total": 1, "signed": 1, "unsigned": 0, "unknown_key": 0}
     assert "1 run reports: 1 signed by known nodes, 0 unsigned" in v["text"]

@@ -171,6 +171,7 @@ def test_run_page_charts_sections_and_escaping(
     assert texts(o, "#section-phases tbody tr td:first-child") == ["forward", "data"]
     assert "Data loading takes 30% of each step" in page.locator("#section-diagnosis").inner_text()
     assert page.locator("#section-gpus tbody tr").count() == 2
+    assert "not signed" in page.locator("main").inner_text()  # uploaded without a report
     o.goto("/runs?q=script")  # listed, escaped, in the runs table too
     assert texts(o, "#runs tbody tr td:nth-child(2)") == [HOSTILE]
     o.check_clean()

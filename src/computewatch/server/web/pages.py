@@ -59,6 +59,7 @@ from computewatch.server.web.figures import (
 from computewatch.server.web.queries import latest_values
 from computewatch.serverdb.budgets import create_budget, delete_budget, list_budgets
 from computewatch.serverdb.models import Run
+from computewatch.serverdb.node_keys import SignatureCheck, run_signature
 from computewatch.serverdb.queries import (
     SORT_KEYS,
     USAGE_BY,
@@ -665,6 +666,18 @@ def _safe_repro(summary: Mapping[str, Any], meta: Mapping[str, Any]) -> list[tup
         return []
 
 
+_SIGNATURE_TEXT = {
+    "valid": "signed by node key {key} (registered)",
+    "unknown_key": "signed by key {key}, not registered for this team",
+    "unsigned": "not signed",
+}
+
+
+def _signature_text(sig: SignatureCheck) -> str:
+    """The run's usage-report signature as the ingest judged it (docs/upload.md)."""
+    return _SIGNATURE_TEXT.get(sig.status, sig.status).format(key=sig.key_id or "?")
+
+
 def _run_view(session: Session, principal: Principal, run_id: str) -> dict[str, Any] | None:
     detail = get_run(session, run_id, principal.teams)
     if detail is None:
@@ -701,6 +714,7 @@ def _run_view(session: Session, principal: Principal, run_id: str) -> dict[str, 
         ("idle GPU-hours", gpu_hours_text(r.idle_gpu_hours)),
         ("CPU-hours", format_number(r.cpu_hours, 3)),
         ("upload", f"seq {r.seq}" + (", final" if r.final else ", running")),
+        ("usage report", _signature_text(run_signature(session, r.id))),
     ]
     parts = summary_sections(s)
     # the reproducibility record uploaded with the run: command, git, packages, hyperparameters
