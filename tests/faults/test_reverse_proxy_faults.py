@@ -55,6 +55,7 @@ def test_push_while_the_server_behind_the_proxy_is_down(
     assert r.returncode == 1, (r.stdout, r.stderr)
     (line,) = r.stderr.strip().splitlines()
     assert line.startswith(f"computewatch: the server at {proxy.url} failed (502)"), line
+    assert "<" not in line  # the proxy's HTML error page is named, not pasted
     assert line.endswith("1 run(s) not sent stay in the local store for the next push"), line
     assert token not in r.stdout + r.stderr
     s.start()

@@ -19,6 +19,7 @@ from computewatch.upload.client import (
     ServerUnreachable,
     UploadError,
     WrongScope,
+    parse_answer,
 )
 from computewatch.upload.protocol import MAX_BODY_BYTES, PROTOCOL_HEADER, IngestBatch
 
@@ -141,3 +142,15 @@ def test_gzip_really_compresses(ingest: FakeIngest) -> None:
     Client(ingest.url, TOKEN, gzip=True).ingest(batch)
     assert ingest.requests[0].raw_size < 1000
     assert len(gzip.compress(b"x" * 10_000)) < 1000
+
+
+def test_an_html_error_page_is_named_by_its_title_not_pasted_whole() -> None:
+    page = (
+        b"<html>\r\n<head><title>502 Bad Gateway</title></head>\r\n<body>\r\n<center><h1>502 "
+        b"Bad Gateway</h1></center>\r\n<hr><center>nginx/1.22.1</center>\r\n</body>\r\n</html>"
+    )
+    with pytest.raises(ServerFailed) as e:
+        parse_answer(502, page, where="https://cw.example.org", token=None)
+    assert str(e.value) == (
+        "the server at https://cw.example.org failed (502): an HTML page: 502 Bad Gateway"
+    )

@@ -9,8 +9,10 @@ shown (a misbehaving server could echo it).
 from __future__ import annotations
 
 import gzip
+import html
 import http.client
 import json
+import re
 import urllib.error
 import urllib.request
 from typing import cast
@@ -99,6 +101,9 @@ def _reason(body: bytes, token: str | None) -> str:
         detail = doc.get("detail", doc.get("error", doc.get("message")))
         if detail is not None:
             text = detail if isinstance(detail, str) else json.dumps(detail)
+    elif text[:1] == "<":  # an HTML error page (a reverse proxy's 502): its title says it
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+        text = f"an HTML page: {html.unescape(title.group(1))}" if title else "an HTML page"
     if token:
         text = text.replace(token, MARKER)
     text = " ".join(text.split())
