@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import bench_agent
+import bench_agent_detection
 import bench_carbon
 import bench_codecarbon
 import bench_dashboard
@@ -26,9 +27,12 @@ import bench_ledger
 import bench_loadgen
 import bench_observability
 import bench_overhead
+import bench_prices
 import bench_report
+import bench_reverse_proxy
 import bench_sampler
 import bench_server
+import bench_signing
 import bench_step
 import bench_store
 import bench_trackers
@@ -49,12 +53,16 @@ BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
     ("server", bench_server.run),
     ("dashboard", bench_dashboard.run),
     ("upload", bench_upload.run),
+    ("reverse-proxy", bench_reverse_proxy.run),
     ("ledger", bench_ledger.run),
+    ("signing", bench_signing.run),
     ("trackers", bench_trackers.run),
     ("loadgen", bench_loadgen.run),
     ("carbon", bench_carbon.run),
     ("observability", bench_observability.run),
     ("detect", bench_detect.run),
+    ("agent-detection", bench_agent_detection.run),
+    ("prices", bench_prices.run),
 )
 
 
