@@ -84,12 +84,15 @@ def test_a_report_binds_what_travelled() -> None:
         run_id="r1", seq=3, final=True, status="completed", exit_code=0,
         started_at=1_700_000_000.0, ended_at=1_700_000_012.5, summary=SUMMARY, meta=META,
     )  # fmt: skip
-    assert binding_problem(r, **same) is None  # type: ignore[arg-type]
-    changed = {**SUMMARY, "duration_seconds": 99.0}
-    assert "summary_sha256" in str(binding_problem(r, **{**same, "summary": changed}))  # type: ignore[arg-type]
-    assert "meta_sha256" in str(binding_problem(r, **{**same, "meta": {}}))  # type: ignore[arg-type]
-    assert "seq" in str(binding_problem(r, **{**same, "seq": 4}))  # type: ignore[arg-type]
-    assert "final" in str(binding_problem(r, **{**same, "final": 1}))  # type: ignore[arg-type]
+
+    def problem(**changes: object) -> str | None:
+        return binding_problem(r, usage_report(**{**same, **changes}))  # type: ignore[arg-type]
+
+    assert problem() is None
+    assert "summary_sha256" in str(problem(summary={**SUMMARY, "duration_seconds": 99.0}))
+    assert "meta_sha256" in str(problem(meta={}))
+    assert "seq" in str(problem(seq=4))
+    assert "final" in str(problem(final=1))
     assert document_sha256(None) == document_sha256(None) != document_sha256({})
 
 

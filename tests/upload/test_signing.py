@@ -17,7 +17,7 @@ from computewatch.ledger.keys import (
     load_or_create_private_key,
     report_valid,
 )
-from computewatch.ledger.reports import REPORT_FIELDS, binding_problem
+from computewatch.ledger.reports import REPORT_FIELDS, binding_problem, report_of
 from computewatch.store import COMPLETED, Store
 from computewatch.upload.client import Client
 from computewatch.upload.push import Planned, push_runs
@@ -29,18 +29,7 @@ from computewatch.upload.stream import LiveUploader
 def _bound(run: dict[str, object]) -> str | None:
     report = run["signed_report"]
     assert isinstance(report, dict)
-    return binding_problem(
-        report,
-        run_id=str(run["id"]),
-        seq=int(run["seq"]),  # type: ignore[call-overload]
-        final=bool(run["final"]),
-        status=str(run["status"]),
-        exit_code=run["exit_code"],  # type: ignore[arg-type]
-        started_at=float(run["started_at"]),  # type: ignore[arg-type]
-        ended_at=run["ended_at"],  # type: ignore[arg-type]
-        summary=run["summary"],
-        meta=run["meta"],
-    )
+    return binding_problem(report, report_of(run))
 
 
 def test_push_signs_each_upload_with_the_node_key(

@@ -36,6 +36,7 @@ __all__ = [
     "SignatureStatus",
     "binding_problem",
     "document_sha256",
+    "report_of",
     "shape_problem",
     "usage_report",
 ]
@@ -145,36 +146,34 @@ def shape_problem(report: object) -> str | None:
     return None
 
 
-def binding_problem(
-    report: Mapping[str, Any],
-    *,
-    run_id: str,
-    seq: int,
-    final: bool,
-    status: str,
-    exit_code: int | None,
-    started_at: float,
-    ended_at: float | None,
-    summary: object,
-    meta: object,
-) -> str | None:
+def report_of(upload: Mapping[str, Any]) -> dict[str, Any]:
+    """:func:`usage_report` of an upload document (a ``RunUpload``: ``id``, ``seq``, ``final``,
+    ``status``, ``exit_code``, ``started_at``, ``ended_at``, ``summary``, ``meta``), as the
+    client signs it and the server recomputes it from what arrived."""
+    return usage_report(
+        run_id=upload["id"],
+        seq=upload["seq"],
+        final=upload["final"],
+        status=upload["status"],
+        exit_code=upload["exit_code"],
+        started_at=upload["started_at"],
+        ended_at=upload["ended_at"],
+        summary=upload["summary"],
+        meta=upload["meta"],
+    )
+
+
+_DIFFERS = {
+    "summary_sha256": "its summary differs from the one signed (summary_sha256)",
+    "meta_sha256": "its documents (meta) differ from those signed (meta_sha256)",
+}
+
+
+def binding_problem(report: Mapping[str, Any], expected: Mapping[str, Any]) -> str | None:
     """What of the upload differs from what ``report`` says was signed (None: it matches).
-    The hashes are recomputed from ``summary`` and ``meta`` as received."""
-    said = {
-        "run_id": run_id,
-        "seq": seq,
-        "final": final,
-        "status": status,
-        "exit_code": exit_code,
-        "started_at": started_at,
-        "ended_at": ended_at,
-    }
-    for k, v in said.items():
+    ``expected``: :func:`report_of` the upload as received (hashes recomputed from it)."""
+    for k, v in expected.items():
         got = report.get(k)
         if got != v or (isinstance(v, bool) != isinstance(got, bool)):
-            return f"its {k} differs from the signed report's"
-    if report.get("summary_sha256") != document_sha256(summary):
-        return "its summary differs from the one signed (summary_sha256)"
-    if report.get("meta_sha256") != document_sha256(meta):
-        return "its documents (meta) differ from those signed (meta_sha256)"
+            return _DIFFERS.get(k, f"its {k} differs from the signed report's")
     return None

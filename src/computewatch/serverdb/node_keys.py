@@ -33,6 +33,7 @@ from computewatch.ledger.reports import (
     VALID,
     SignatureStatus,
     binding_problem,
+    report_of,
 )
 from computewatch.serverdb.errors import InvalidUpload, ServerDbError
 from computewatch.serverdb.ledger_store import append
@@ -165,18 +166,7 @@ def check_upload(session: Session, team: str, run: RunUpload) -> SignatureCheck:
         return SignatureCheck(UNSIGNED)
     doc: Mapping[str, Any] = report
     kid = str(doc.get("signed_by"))
-    problem = binding_problem(
-        doc,
-        run_id=run["id"],
-        seq=run["seq"],
-        final=run["final"],
-        status=run["status"],
-        exit_code=run["exit_code"],
-        started_at=run["started_at"],
-        ended_at=run["ended_at"],
-        summary=run["summary"],
-        meta=run["meta"],
-    )
+    problem = binding_problem(doc, report_of(run))
     if problem is not None:
         return SignatureCheck(INVALID, kid, f"the upload does not match its signed report: "
                               f"{problem}")  # fmt: skip

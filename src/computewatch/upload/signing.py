@@ -65,19 +65,9 @@ class ReportSigner:
             return upload
         try:
             from computewatch.ledger.keys import sign_report  # loaded with the key above
-            from computewatch.ledger.reports import usage_report
+            from computewatch.ledger.reports import report_of
 
-            report = usage_report(
-                run_id=upload["id"],
-                seq=upload["seq"],
-                final=upload["final"],
-                status=upload["status"],
-                exit_code=upload["exit_code"],
-                started_at=upload["started_at"],
-                ended_at=upload["ended_at"],
-                summary=upload["summary"],
-                meta=upload["meta"],
-            )
+            report = report_of(upload)
             signed: dict[str, Any] = sign_report(report, key)
         except Exception as e:  # a document canonical JSON cannot hold: unsigned
             self.problem = f"cannot sign run {upload['id']}: {e}"
