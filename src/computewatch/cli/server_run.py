@@ -6,8 +6,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.orm import Session
 
 from computewatch import jsonout
 from computewatch.server.serve import serve
@@ -42,81 +45,79 @@ def _token_doc(t: TokenInfo) -> dict[str, object]:
     }
 
 
-def _tokens(args: argparse.Namespace) -> int:
+@contextmanager
+def _admin_session(args: argparse.Namespace) -> Iterator[Session]:
+    """A session on ``--db`` (migrated first) for the admin subcommands; a database that
+    cannot be used is one ServerDbError naming it (without its password)."""
     url = parse_url(getattr(args, "db", None))
     db = open_database(url)
     try:
         upgrade(db)
         with db.session() as session:
-            if args.token_cmd == "create":
-                token, _ = create_token(session, team=args.team, scope=args.scope, name=args.name)
-                print(token)
-                return 0
-            if args.token_cmd == "list":
-                tokens = list_tokens(session, team=args.team)
-                if args.json:
-                    print(jsonout.dumps([_token_doc(t) for t in tokens], indent=2))
-                    return 0
-                if not tokens:
-                    print("no tokens", file=sys.stderr)
-                    return 0
-                print(f"{'ID':>4}  {'TEAM':<16} {'SCOPE':<7} {'CREATED':<20} {'LAST USED':<20} "
-                      "REVOKED  NAME")  # fmt: skip
-                for t in tokens:
-                    print(
-                        f"{t.id:>4}  {t.team:<16} {t.scope:<7} {_when(t.created_at):<20} "
-                        f"{_when(t.last_used_at):<20} {'yes' if t.revoked_at else 'no':<8} "
-                        f"{t.name or ''}"
-                    )
-                return 0
-            info = revoke_token(session, args.token_id)
-            if info is None:
-                raise ServerDbError(f"no token {args.token_id} (see 'server token list')")
-            print(f"token {info.id} ({info.team}, {info.scope}) revoked", file=sys.stderr)
-            return 0
+            yield session
     except DBAPIError as e:
         raise ServerDbError(
             f"database {display_url(url)} cannot be used: {type(e.orig).__name__}"
         ) from None
     finally:
         db.dispose()
+
+
+def _tokens(args: argparse.Namespace) -> int:
+    with _admin_session(args) as session:
+        if args.token_cmd == "create":
+            token, _ = create_token(session, team=args.team, scope=args.scope, name=args.name)
+            print(token)
+            return 0
+        if args.token_cmd == "list":
+            tokens = list_tokens(session, team=args.team)
+            if args.json:
+                print(jsonout.dumps([_token_doc(t) for t in tokens], indent=2))
+                return 0
+            if not tokens:
+                print("no tokens", file=sys.stderr)
+                return 0
+            print(f"{'ID':>4}  {'TEAM':<16} {'SCOPE':<7} {'CREATED':<20} {'LAST USED':<20} "
+                  "REVOKED  NAME")  # fmt: skip
+            for t in tokens:
+                print(
+                    f"{t.id:>4}  {t.team:<16} {t.scope:<7} {_when(t.created_at):<20} "
+                    f"{_when(t.last_used_at):<20} {'yes' if t.revoked_at else 'no':<8} "
+                    f"{t.name or ''}"
+                )
+            return 0
+        info = revoke_token(session, args.token_id)
+        if info is None:
+            raise ServerDbError(f"no token {args.token_id} (see 'server token list')")
+        print(f"token {info.id} ({info.team}, {info.scope}) revoked", file=sys.stderr)
+        return 0
 
 
 def _node_keys(args: argparse.Namespace) -> int:
-    url = parse_url(getattr(args, "db", None))
-    db = open_database(url)
-    try:
-        upgrade(db)
-        with db.session() as session:
-            if args.node_key_cmd == "add":
-                info = add_node_key(session, args.public_key, team=args.team, name=args.name)
-                print(
-                    f"node key {info.key_id} registered for team {info.team} ({info.name})",
-                    file=sys.stderr,
-                )
-                print(info.key_id)
-                return 0
-            if args.node_key_cmd == "list":
-                keys = list_node_keys(session, team=args.team)
-                if args.json:
-                    print(jsonout.dumps([k.as_dict() for k in keys], indent=2))
-                    return 0
-                if not keys:
-                    print("no node keys", file=sys.stderr)
-                    return 0
-                print(f"{'KEY ID':<16}  {'TEAM':<16} {'REGISTERED':<20} {'REVOKED':<20} NAME")
-                for k in keys:
-                    print(_node_key_line(k))
-                return 0
-            info = revoke_node_key(session, args.key_id)
-            print(f"node key {info.key_id} ({info.team}, {info.name}) revoked", file=sys.stderr)
+    with _admin_session(args) as session:
+        if args.node_key_cmd == "add":
+            info = add_node_key(session, args.public_key, team=args.team, name=args.name)
+            print(
+                f"node key {info.key_id} registered for team {info.team} ({info.name})",
+                file=sys.stderr,
+            )
+            print(info.key_id)
             return 0
-    except DBAPIError as e:
-        raise ServerDbError(
-            f"database {display_url(url)} cannot be used: {type(e.orig).__name__}"
-        ) from None
-    finally:
-        db.dispose()
+        if args.node_key_cmd == "list":
+            keys = list_node_keys(session, team=args.team)
+            if args.json:
+                print(jsonout.dumps([k.as_dict() for k in keys], indent=2))
+                return 0
+            if not keys:
+                print("no node keys", file=sys.stderr)
+                return 0
+            print(f"{'KEY ID':<16}  {'TEAM':<16} {'REGISTERED':<20} {'REVOKED':<20} NAME")
+            for k in keys:
+                print(_node_key_line(k))
+            return 0
+        info = revoke_node_key(session, args.key_id)
+        print(f"node key {info.key_id} ({info.team}, {info.name}) revoked", file=sys.stderr)
+        return 0
 
 
 def _node_key_line(k: NodeKeyInfo) -> str:
