@@ -98,7 +98,9 @@ def _parse(stdout: str) -> dict[str, float]:
 def _run_once(v: Variant, steps: int, env: dict[str, str]) -> None:
     cmd = [*v.prefix, sys.executable, str(HERE / "workload.py"), "--steps", str(steps), *v.extra]
     if v.pythonpath is not None:
-        env = {**env, "PYTHONPATH": str(v.pythonpath)}
+        # a home of its own: the current tree's store has a schema the old package refuses
+        home = os.path.join(env["COMPUTEWATCH_HOME"], "before")
+        env = {**env, "PYTHONPATH": str(v.pythonpath), "COMPUTEWATCH_HOME": home}
     c0 = children_cpu()
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, check=False, env=env, capture_output=True, text=True)
