@@ -224,6 +224,18 @@ class _Row:
             raise self.fail("year", f"{raw!r} is not a year")
         return int(raw)
 
+    def dated(self, column: str, pattern: re.Pattern[str], forms: str) -> tuple[str, int]:
+        """A date-like cell (``pattern``'s first group is its year) and the row's ``year``,
+        which must be that year."""
+        value = self.text(column)
+        match = pattern.fullmatch(value)
+        if match is None:
+            raise self.fail(column, f"{value!r} is not {forms}")
+        year = self.year()
+        if int(match.group(1)) != year:
+            raise self.fail("year", f"{year} is not the year of {column} {value}")
+        return value, year
+
     def source(self) -> str:
         value = self.cells["source"]
         if not value:
@@ -400,13 +412,7 @@ def parse_electricity_prices(
         sector = row.text("sector")
         if sector not in PRICE_SECTORS:
             raise row.fail("sector", f"{sector!r} is not one of {', '.join(PRICE_SECTORS)}")
-        period = row.text("period")
-        match = _PERIOD.fullmatch(period)
-        if match is None:
-            raise row.fail("period", f"{period!r} is not YYYY, YYYY-S1, YYYY-S2 or YYYY-MM")
-        year = row.year()
-        if int(match.group(1)) != year:
-            raise row.fail("year", f"{year} is not the year of period {period}")
+        period, year = row.dated("period", _PERIOD, "YYYY, YYYY-S1, YYYY-S2 or YYYY-MM")
         out[code] = ElectricityPrice(code, price, sector, period, row.source(), year)
     return out
 
@@ -480,13 +486,7 @@ def parse_instances(text: str, filename: str = INSTANCES_FILE) -> dict[str, Clou
         gpu_model = row.text("gpu_model")
         if gpu_model not in catalog:
             raise row.fail("gpu_model", f"{gpu_model!r} is not in the accelerator catalog")
-        as_of = row.text("as_of")
-        match = _AS_OF.fullmatch(as_of)
-        if match is None:
-            raise row.fail("as_of", f"{as_of!r} is not YYYY-MM")
-        year = row.year()
-        if int(match.group(1)) != year:
-            raise row.fail("year", f"{year} is not the year of as_of {as_of}")
+        as_of, year = row.dated("as_of", _AS_OF, "YYYY-MM")
         price = row.number("usd_per_hour")
         if price <= 0:
             raise row.fail("usd_per_hour", "a price must be positive")
