@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from computewatch.escape import decode_text
 from computewatch.metrics.model import MetricLabels
+from computewatch.sampling.channel import ENV_MODEL, ENV_STAGE
 from computewatch.sources.procfs import read_file
 
 __all__ = [
@@ -48,9 +49,8 @@ __all__ = [
 
 TAGS_VAR = "COMPUTEWATCH_TAGS"
 RUN_ID_VAR = "COMPUTEWATCH_RUN_ID"
-MODEL_VAR = "COMPUTEWATCH_MODEL"
-"""The model a ``computewatch run --model NAME`` declares (set in its command's environment)."""
-STAGE_VAR = "COMPUTEWATCH_STAGE"
+MODEL_VAR = ENV_MODEL  # what `computewatch run --model/--stage` set in its command's environment
+STAGE_VAR = ENV_STAGE
 _ENV_KEYS = (
     b"SLURM_JOB_ID",
     b"SLURM_JOB_ACCOUNT",

@@ -25,6 +25,10 @@ from computewatch.paths import make_private_dirs
 from computewatch.records import Event, PhaseRecord, RequestRecord, StepRecord
 
 ENV_RUN_ID = "COMPUTEWATCH_RUN_ID"
+ENV_MODEL = "COMPUTEWATCH_MODEL"
+"""The model a ``computewatch run --model NAME`` declares, in its command's environment (the node
+agent's training detection reads it)."""
+ENV_STAGE = "COMPUTEWATCH_STAGE"
 ENV_SPOOL = "COMPUTEWATCH_SPOOL"
 
 MAGIC = b"CWSTEP2\n"

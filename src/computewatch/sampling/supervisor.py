@@ -30,7 +30,13 @@ from computewatch.accounting.engine import AccountingOptions
 from computewatch.analysis.repro import with_repro
 from computewatch.errors import PROG, ComputewatchError
 from computewatch.paths import current_dir
-from computewatch.sampling.channel import ENV_RUN_ID, ENV_SPOOL, SpoolReader
+from computewatch.sampling.channel import (
+    ENV_MODEL,
+    ENV_RUN_ID,
+    ENV_SPOOL,
+    ENV_STAGE,
+    SpoolReader,
+)
 from computewatch.sampling.lifecycle import (
     RUN_BUSY_TIMEOUT,
     RunOutcome,
@@ -97,10 +103,6 @@ class RunOptions:
     meta: dict[str, object] = field(default_factory=dict)
     """Documents recorded with the run when it is created (``Store.set_meta``), by kind: the
     governance declaration, configuration, environment, ..."""
-
-
-ENV_MODEL = "COMPUTEWATCH_MODEL"
-ENV_STAGE = "COMPUTEWATCH_STAGE"
 
 
 def _declare(env: dict[str, str], governance: object) -> None:
