@@ -18,7 +18,7 @@ from computewatch.analysis.summary import build_summary
 from computewatch.records import figure
 from computewatch.store import COMPLETED, RunRow, Store
 from computewatch.views.html.run import build_html
-from computewatch.views.text import print_summary
+from computewatch.views.summary_text import print_summary
 
 T0 = 1_700_000_000.0
 M0 = 100.0  # monotonic time of every writer's track() start

@@ -10,7 +10,7 @@ import pytest
 from computewatch.analysis.summary import build_summary
 from computewatch.readings import Kind, Labels, labels
 from computewatch.store import COMPLETED, RunRow, Store
-from computewatch.views.text import print_summary
+from computewatch.views.summary_text import print_summary
 
 T0 = 1_700_000_000.0
 MONO0 = 5000.0

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
+
+import pytest
 
 from computewatch.cli import args as cli_args
 
@@ -73,3 +76,56 @@ def test_every_command_resolves() -> None:
     assert set(COMMANDS) == set(sub.choices)  # type: ignore[arg-type]
     for name in COMMANDS:
         assert callable(_command(name))
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if a.dest == "cmd")
+    return sub.choices[name]  # type: ignore[index, no-any-return]
+
+
+def _helps(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, str]:
+    """Every parser's help under ``parser``, nested subcommands included, by command path."""
+    out = {prefix: parser.format_help()}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                out.update(_helps(child, f"{prefix} {name}".strip()))
+    return out
+
+
+def test_the_parser_of_one_command_is_that_command_of_the_whole_parser() -> None:
+    """main() builds only the command being run: its help (nested subcommands included) and
+    the top level's are those of the whole parser."""
+    from computewatch.cli.main import COMMANDS, build_parser
+
+    whole = build_parser()
+    assert build_parser("run").format_help() == whole.format_help()
+    for name in COMMANDS:
+        assert _helps(_subparser(build_parser(name), name)) == _helps(_subparser(whole, name))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "--interval", "0.5", "--tag", "a=b", "--name", "x", "--", "true"],
+        ["show", "latest", "--json"],
+        ["runs", "--limit", "3"],
+        ["server", "token", "list", "--db", "sqlite:///x.db"],
+        ["export", "abc", "--format", "csv"],
+    ],
+)
+def test_one_command_parses_as_the_whole_parser_does(argv: list[str]) -> None:
+    from computewatch.cli.main import build_parser
+
+    assert build_parser(argv[0]).parse_args(argv) == build_parser().parse_args(argv)
+
+
+def test_a_command_still_lists_the_others_and_refuses_their_options(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from computewatch.cli.main import build_parser
+
+    with pytest.raises(SystemExit) as e:
+        build_parser("run").parse_args(["show", "latest"])  # not main()'s way, but refused
+    assert e.value.code == 2
+    assert "unrecognized arguments: latest" in capsys.readouterr().err

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -242,3 +244,61 @@ def test_replay_of_a_trace_with_bad_devices_in_its_header(tmp_path: Path, device
     path.write_text(_header(devices=devices) + frame + "\n")
     with pytest.raises(GpuBackendError, match="line 1"):
         open_backend(f"replay:{path}")
+
+
+def test_auto_skips_a_vendor_without_device_files_before_loading_its_library(
+    tmp_path: Path,
+) -> None:
+    b = open_backend("auto", dev_root=str(tmp_path))
+    assert b.sources == []
+    assert [n for n, _ in b.skipped] == ["nvidia", "amd", "tpu"]
+    nvidia, amd, tpu = (why for _, why in b.skipped)
+    assert f"no NVIDIA device file ({tmp_path}/nvidiactl, {tmp_path}/dxg)" in nvidia
+    assert f"no AMD (ROCm) device file ({tmp_path}/kfd)" in amd
+    assert f"no TPU device file ({tmp_path}/accel*, {tmp_path}/vfio/[0-9]*)" in tpu
+    # no vendor library was loaded to find that out (a fresh interpreter's modules)
+    code = (
+        "import sys; from computewatch.sources.gpus import open_backend; "
+        f"open_backend('auto', dev_root={str(tmp_path)!r}); "
+        "print(sorted({'pynvml', 'amdsmi', 'grpc', 'computewatch.sources.tpu'} & set(sys.modules)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("files", "tried"),
+    [
+        (["nvidiactl"], "nvidia"),
+        (["dxg"], "nvidia"),
+        (["kfd"], "amd"),
+        (["accel0"], "tpu"),
+        (["vfio/vfio", "vfio/12"], "tpu"),
+    ],
+)
+def test_auto_tries_the_library_of_a_vendor_whose_device_file_is_there(
+    tmp_path: Path, files: list[str], tried: str
+) -> None:
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).touch()
+    reasons = dict(open_backend("auto", dev_root=str(tmp_path)).skipped)
+    if _gpus_here(tried):  # a machine with that vendor's devices opens them
+        assert tried not in reasons
+        return
+    # the library was tried: its own reason, not the missing device file
+    assert "device file" not in reasons[tried]
+    for other in {"nvidia", "amd", "tpu"} - {tried}:
+        assert "device file" in reasons.get(other, "device file")
+
+
+def test_a_named_backend_always_tries_its_library(tmp_path: Path) -> None:
+    b = open_backend("nvidia", dev_root=str(tmp_path))
+    if _gpus_here("nvidia"):
+        assert [s.name for s in b.sources] == ["nvidia"]
+        b.close()
+        return
+    [(name, why)] = b.skipped
+    assert name == "nvidia"
+    assert "device file" not in why
+    assert "NVML" in why or "nvidia-ml-py" in why

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import io
 
-from computewatch.views.diagnosis import diagnosis_html, diagnosis_rows, print_diagnosis
+from computewatch.views.diagnosis import diagnosis_html, diagnosis_rows
+from computewatch.views.text import print_diagnosis
 
 FINDING = {
     "id": "data_starvation",

@@ -9,7 +9,6 @@ import os
 import shutil
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -45,6 +44,7 @@ from computewatch.sources.gpus import GpuBackendError
 from computewatch.store import RunRow, Store
 from computewatch.store.spooled import open_store, waiting_line
 from computewatch.views.live import make_live_view
+from computewatch.views.summary_text import print_artifacts, print_summary
 
 if TYPE_CHECKING:  # loaded only with --cprofile or --nsys
     from computewatch.profiling.wrap import PendingProfiles
@@ -155,10 +155,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     # a kill(2) to the process goes to any thread not blocking the signal, whose default action
     # would end the supervisor and orphan the command (signal(7)). The supervisor receives them.
     signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-    if not args.quiet:  # the summary's modules load while the command runs, not after it
-        preload = threading.Thread(target=_load_summary_views, name="computewatch-preload")
-        preload.daemon = True
-        preload.start()
     command, pending = _profilers(args, command)  # --profile-steps, --cprofile, --nsys
     observers = _run_observers(args, accounting) + _upload_observers(args, accounting)
     observers += tracker_observers(args, accounting.config)  # --log-to (cli/log_to.py)
@@ -194,9 +190,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if outcome.summary is None:  # monitoring failed (already said): the status is the command's
         return outcome.exit_code
     if not args.quiet:
-        # the text views load rich: only when a summary is printed (start-up of `run`)
-        from computewatch.views.text import print_summary
-
         sys.stderr.write("\n")
         try:
             print_summary(outcome.summary, sys.stderr)
@@ -212,16 +205,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         except OSError as e:
             print(f"{PROG}: cannot write {args.json}: {e.strerror or e}", file=sys.stderr)
     return outcome.exit_code
-
-
-def _load_summary_views() -> None:
-    """Import what printing the summary needs (rich, ~20 ms) on a thread while the command
-    runs, so the end of a run does not wait for it. An import error here is ignored: the import
-    after the run raises it again where it is handled."""
-    try:
-        import computewatch.views.text  # noqa: F401  # loaded for its side effect (the cache)
-    except Exception:
-        pass
 
 
 def _profilers(
@@ -468,8 +451,6 @@ def cmd_show(args: argparse.Namespace) -> int:
                 )
             summary = with_accounting(summary, accounted(store, run, summary, accounting))
         artifacts = artifacts_of(store, shown.key)  # profiles and traces linked to the run
-    from computewatch.views.text import print_artifacts, print_summary  # loads rich
-
     if args.json:
         _emit_json({**summary, "artifacts": artifacts} if artifacts else summary, sys.stdout)
     else:

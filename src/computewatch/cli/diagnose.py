@@ -48,7 +48,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
     from computewatch.diagnosis.engine import as_thresholds, diagnose_run
     from computewatch.paths import resolve_db_path
     from computewatch.store import Store
-    from computewatch.views.diagnosis import print_diagnosis
+    from computewatch.views.text import print_diagnosis
 
     try:
         thresholds = as_thresholds(load_config(args.config).diagnosis)

@@ -10,7 +10,7 @@ import os
 import sqlite3
 import sys
 from collections.abc import Callable
-from typing import NoReturn, TextIO, cast
+from typing import Any, NoReturn, TextIO, cast
 
 from computewatch._version import __version__
 from computewatch.cli import args as cli_args
@@ -90,14 +90,48 @@ def _top_interval(text: str) -> float:
     return v
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Dropped:
+    """The parser of a command that is not being run (:func:`build_parser` with ``only``):
+    whatever is added to it is dropped, and every call returns it again, so that a command's
+    parser-building code runs unchanged (argparse spends ~10 ms building every option of every
+    command: ``run``'s fixed cost, benchmarks/bench_end.py)."""
+
+    def __getattr__(self, name: str) -> Callable[..., _Dropped]:
+        return self._drop
+
+    def _drop(self, *args: object, **kwargs: object) -> _Dropped:
+        return self
+
+
+class _OnlyOne:
+    """The commands' subparsers, giving the real parser to the command named ``only`` alone;
+    every other command is listed (name, aliases and help) with no options."""
+
+    def __init__(self, sub: argparse._SubParsersAction[_Parser], only: str) -> None:
+        self._sub = sub
+        self._only = only
+
+    def add_parser(self, name: str, **kwargs: Any) -> argparse.ArgumentParser | _Dropped:
+        aliases = kwargs.get("aliases", ())
+        if self._only == name or self._only in aliases:
+            return self._sub.add_parser(name, **kwargs)
+        self._sub.add_parser(name, help=kwargs.get("help"), aliases=aliases)
+        return _Dropped()
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line; with ``only``, the options of that command alone (the others are
+    listed, as ``--help`` shows them, but take no option): what :func:`main` parses with."""
     p = _Parser(
         prog=PROG,
         description="Measure what a command or training run does with its compute, and keep "
         "a record of every run.",
     )
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    real = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    sub = (
+        real if only is None else cast("argparse._SubParsersAction[_Parser]", _OnlyOne(real, only))
+    )
 
     def with_db(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument(
@@ -494,7 +528,10 @@ def _say(message: str) -> None:
 
 
 def _main(argv: list[str] | None) -> int:
-    parser = build_parser()
+    words = sys.argv[1:] if argv is None else argv
+    # The command is the first word: the top level's only options (--help, --version) end
+    # the parse. Anything else (a typo, no command) gets the whole parser and its message.
+    parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
     args = parser.parse_args(argv)
     if args.cmd is None:
         parser.print_help(sys.stderr)

@@ -155,8 +155,12 @@ def run_command(
             cg.remove()
         raise
     started = time.time()
+    # the reproducibility record's git calls run beside the command (sampling/repro.py)
+    capture = Capture(opts.command, current_dir() or "")
     try:
-        return _supervise(opts, target, stderr, run_id, spool, pid, started, hwm, cg, cg_notes)
+        return _supervise(
+            opts, target, stderr, run_id, spool, pid, started, hwm, capture, cg, cg_notes
+        )
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
@@ -267,6 +271,7 @@ def _supervise(
     pid: int,
     started: float,
     spawn_hwm: float,
+    capture: Capture,
     cg: RunCgroup | None = None,
     cg_notes: list[str] | None = None,
 ) -> RunOutcome:
@@ -282,10 +287,22 @@ def _supervise(
     live: LiveView = opts.view(stderr, opts.live, title) if opts.view else QuietView(stderr)
     try:
         return _monitor(
-            opts, store, live, stderr, run_id, spool, state, waiter, started, cg, cg_notes or []
+            opts,
+            store,
+            live,
+            stderr,
+            run_id,
+            spool,
+            state,
+            waiter,
+            started,
+            capture,
+            cg,
+            cg_notes or [],
         )
     except Exception as e:  # the monitor failed, never the command: wait for it, keep its status
         live.close()
+        capture.close()
         stderr.write(
             f"computewatch: monitoring failed ({type(e).__name__}: {e}); "
             "the command went on unmonitored\n"
@@ -309,6 +326,7 @@ def _monitor(
     state: _ChildState,
     waiter: threading.Thread,
     started: float,
+    capture: Capture,
     cg: RunCgroup | None,
     cg_notes: list[str],
 ) -> RunOutcome:
@@ -338,13 +356,12 @@ def _monitor(
         name=opts.name,
         tags=opts.tags,
         command=opts.command,
-        cwd=current_dir(),
+        cwd=capture.cwd or None,
         mode="run",
         started_at=started,
         interval_seconds=opts.interval,
         host=facts,
     )
-    capture = Capture(opts.command, run_fields["cwd"] or "")  # reproducibility record (repro.py)
     store = target.store
     if store is None:
         store = target.fall_back(run_id, target.reason or "the store cannot be opened")

@@ -1,6 +1,6 @@
 """The reproducibility record of a run: what ran, where, from which code, on what software and
-hardware. Captured once when a run starts (on a thread of its own: ``git`` and the package
-list take tens of milliseconds) and stored with the run (``Store.set_meta(key,
+hardware. Begun when a run starts (``git``'s calls run as processes of their own while the
+command runs), finished when it ends, and stored with the run (``Store.set_meta(key,
 "environment", ...)``).
 
 Nothing here imports a framework: PyTorch's CUDA/ROCm build is read from its installed
@@ -18,7 +18,7 @@ import platform
 import re
 import subprocess
 import sys
-import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
@@ -86,52 +86,95 @@ class Environment(TypedDict):
     hardware: dict[str, Any]
 
 
-def _git(cwd: str, *args: str) -> str | None:
+def _start_git(cwd: str, *args: str) -> subprocess.Popen[bytes] | None:
     try:
-        out = subprocess.run(
+        return subprocess.Popen(
             ["git", *args],
             cwd=cwd,
-            capture_output=True,
-            timeout=GIT_TIMEOUT,
-            check=False,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
             env={**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"},
         )
     except (OSError, subprocess.SubprocessError):
         return None
-    if out.returncode != 0:
+
+
+def _output(proc: subprocess.Popen[bytes] | None, deadline: float) -> bytes | None:
+    """What ``proc`` printed, None if it failed or outlived ``deadline`` (then killed)."""
+    if proc is None:
         return None
-    return out.stdout.decode("utf-8", "backslashreplace")
+    try:
+        out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.0))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return None
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out if proc.returncode == 0 else None
+
+
+def _text(out: bytes | None) -> str | None:
+    return None if out is None else out.decode("utf-8", "backslashreplace")
+
+
+class GitProbe:
+    """The ``git`` calls that give a tree's state, started side by side at once (a run's fixed
+    cost: benchmarks/bench_end.py) and read by :meth:`state`, each within :data:`GIT_TIMEOUT`
+    of the start. No thread: the calls are processes of their own."""
+
+    def __init__(self, cwd: str) -> None:
+        self._cwd = cwd
+        self._deadline = time.monotonic() + GIT_TIMEOUT
+        # top level, commit and branch in one call ("HEAD" for the branch: detached)
+        self._head = _start_git(cwd, "rev-parse", "--show-toplevel", "HEAD", "--abbrev-ref", "HEAD")
+        self._diff = _start_git(cwd, "diff", "HEAD", "--no-color", "--no-ext-diff")
+        self._status = _start_git(cwd, "status", "--porcelain", "--untracked-files=normal")
+
+    def state(self) -> GitState | str:
+        """The git state of the tree holding ``cwd``, or why there is none."""
+        cwd, deadline = self._cwd, self._deadline
+        found = (_text(_output(self._head, deadline)) or "").splitlines()
+        diff = _output(self._diff, deadline)
+        status = _text(_output(self._status, deadline)) or ""
+        commit: str | None
+        branch: str | None
+        if len(found) == 3:
+            root, commit, branch = found[0], found[1], found[2] if found[2] != "HEAD" else None
+        else:  # no commit yet (HEAD names nothing), or not a work tree at all
+            top = _text(_output(_start_git(cwd, "rev-parse", "--show-toplevel"), deadline))
+            if top is None:
+                return "not a git work tree (or git is not installed)"
+            root = top
+            branch = _text(
+                _output(_start_git(cwd, "symbolic-ref", "--short", "-q", "HEAD"), deadline)
+            )
+            commit, diff = None, None
+        lines = [ln for ln in status.splitlines() if ln.strip()]
+        return GitState(
+            root=root.strip(),
+            commit=commit.strip() if commit else None,
+            branch=branch.strip() or None if branch else None,
+            dirty=bool(lines),
+            diff_sha256=hashlib.sha256(diff).hexdigest() if diff else None,
+            untracked=sum(1 for ln in lines if ln.startswith("??")),
+        )
+
+    def close(self) -> None:
+        """End the calls not read (the record was not wanted after all): killed and reaped."""
+        for proc in (self._head, self._diff, self._status):
+            if proc is not None and proc.returncode is None:
+                try:
+                    proc.kill()
+                    proc.communicate()
+                except (OSError, subprocess.SubprocessError, ValueError):
+                    pass
 
 
 def git_state(cwd: str) -> GitState | str:
     """The git state of the tree holding ``cwd``, or why there is none."""
-    root = _git(cwd, "rev-parse", "--show-toplevel")
-    if root is None:
-        return "not a git work tree (or git is not installed)"
-    commit = _git(cwd, "rev-parse", "HEAD")
-    branch = _git(cwd, "symbolic-ref", "--short", "-q", "HEAD")
-    diff = None
-    if commit is not None:
-        try:
-            proc = subprocess.run(
-                ["git", "diff", "HEAD", "--no-color", "--no-ext-diff"],
-                cwd=cwd, capture_output=True, timeout=GIT_TIMEOUT, check=False,
-                env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},
-            )  # fmt: skip
-            diff = proc.stdout if proc.returncode == 0 else None
-        except (OSError, subprocess.SubprocessError):
-            diff = None
-    status = _git(cwd, "status", "--porcelain", "--untracked-files=normal") or ""
-    lines = [ln for ln in status.splitlines() if ln.strip()]
-    untracked = sum(1 for ln in lines if ln.startswith("??"))
-    return GitState(
-        root=root.strip(),
-        commit=commit.strip() if commit else None,
-        branch=branch.strip() or None if branch else None,
-        dirty=bool(lines),
-        diff_sha256=hashlib.sha256(diff).hexdigest() if diff else None,
-        untracked=untracked,
-    )
+    return GitProbe(cwd).state()
 
 
 def _packages() -> dict[str, str]:
@@ -250,11 +293,15 @@ def hardware_of(facts: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def capture_environment(
-    argv: Sequence[str], cwd: str, facts: Mapping[str, Any] | None = None
+    argv: Sequence[str],
+    cwd: str,
+    facts: Mapping[str, Any] | None = None,
+    git: GitProbe | None = None,
 ) -> Environment:
     """The reproducibility record. ``argv`` is redacted (computewatch.redact: ``--password=``,
-    ``--token X``, ``*_KEY=`` ...) before it is kept."""
-    git = git_state(cwd)
+    ``--token X``, ``*_KEY=`` ...) before it is kept; ``git``: the tree's probe if already
+    started."""
+    state = (git or GitProbe(cwd)).state()
     packages = _packages()
     frameworks = {n: packages[n] for n in FRAMEWORKS if n in packages}
     return Environment(
@@ -262,8 +309,8 @@ def capture_environment(
         # [privacy] redact's names too
         argv=redact_argv([clean_text(a) for a in argv], configured_names()),
         cwd=clean_text(cwd),
-        git=git if not isinstance(git, str) else None,
-        git_why=git if isinstance(git, str) else None,
+        git=state if not isinstance(state, str) else None,
+        git_why=state if isinstance(state, str) else None,
         python=platform.python_version(),
         python_executable=sys.executable,
         platform=platform.platform(),
@@ -275,36 +322,34 @@ def capture_environment(
 
 
 class Capture:
-    """:func:`capture_environment` on a thread of its own, started at once; :meth:`result`
-    waits for it (bounded). Never raises: a failure is the record's ``None`` and a reason."""
+    """:func:`capture_environment`, begun at once (the ``git`` calls start: :class:`GitProbe`)
+    and finished by :meth:`result`, which waits for git at most until :data:`GIT_TIMEOUT`
+    after the start. Never raises: a failure is the record's ``None`` and a reason."""
 
     def __init__(self, argv: Sequence[str], cwd: str) -> None:
         self._argv = list(argv)
-        self._cwd = cwd
-        self._result: Environment | None = None
+        self.cwd = cwd
         self.error: str | None = None
-        self._thread = threading.Thread(target=self._run, name="computewatch-env", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
+        self._git: GitProbe | None = None
         try:
-            self._result = capture_environment(self._argv, self._cwd)
+            self._git = GitProbe(cwd)
         except Exception as e:  # the record is best-effort: the run never depends on it
             self.error = f"{type(e).__name__}: {e}"
 
-    def result(
-        self, facts: Mapping[str, Any] | None = None, timeout: float = 10.0
-    ) -> Environment | None:
-        """The record, with the hardware inventory from ``facts``; None if it failed or did not
-        finish within ``timeout``."""
-        self._thread.join(timeout)
-        if self._result is None:
-            if self.error is None and self._thread.is_alive():
-                self.error = f"not captured within {timeout:g} s"
+    def close(self) -> None:
+        """Drop the record: what still runs for it is ended (after :meth:`result`, nothing)."""
+        if self._git is not None:
+            self._git.close()
+
+    def result(self, facts: Mapping[str, Any] | None = None) -> Environment | None:
+        """The record, with the hardware inventory from ``facts``; None if it failed."""
+        if self._git is None:
             return None
-        if facts:
-            self._result["hardware"] = hardware_of(facts)
-        return self._result
+        try:
+            return capture_environment(self._argv, self.cwd, facts, self._git)
+        except Exception as e:  # the record is best-effort: the run never depends on it
+            self.error = f"{type(e).__name__}: {e}"
+            return None
 
 
 _JSON_SCALARS = (str, int, float, bool, type(None))

@@ -4,12 +4,15 @@ of every command that reads devices).
 
 ``auto`` tries NVIDIA (NVML), then AMD (amdsmi), then Google TPUs (PCI discovery and libtpu's
 metric service), and keeps the reason each one was skipped, so ``computewatch devices`` can say
-why. Fake and replayed devices are marked simulated; ``fake:4xTPU-v5e`` runs a fake TPU VM.
+why. A vendor whose device files are absent (:data:`DRIVER_FILES`) is skipped without loading
+its library. Fake and replayed devices are marked simulated; ``fake:4xTPU-v5e`` runs a fake TPU VM.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import glob
+import os
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
 
@@ -92,11 +95,14 @@ def open_backend(
     all_gpus: bool = False,
     procfs_root: str = "/proc",
     fake_pids: Collection[int] = (),
+    dev_root: str = "/dev",
 ) -> GpuBackend:
     """Open the GPU sources ``spec`` names. A real backend that is not available here is
     listed in ``skipped`` with its reason (never an error: monitoring goes on without GPUs);
     an invalid spec raises :class:`GpuBackendError`. ``fake_pids`` are placed on every fake
-    device as its processes, so a demo run shows its simulated GPUs as used."""
+    device as its processes, so a demo run shows its simulated GPUs as used. ``auto`` skips a
+    vendor whose device files are not under ``dev_root`` without loading its library
+    (:data:`DRIVER_FILES`)."""
     spec = check_spec(spec)
     backend = GpuBackend(spec)
     if spec == "none":
@@ -129,13 +135,47 @@ def open_backend(
         except (OSError, ValueError) as e:
             raise GpuBackendError(f"cannot replay {arg}: {e}") from None
         return backend
-    if kind in ("auto", "nvidia"):
-        try_open("nvidia", lambda: _nvidia_source(None, pids, all_gpus, procfs_root))
-    if kind in ("auto", "amd") and not backend.sources:
-        try_open("amd", lambda: _amd_source(None, pids, all_gpus, procfs_root))
-    if kind in ("auto", "tpu") and not backend.sources:
-        try_open("tpu", lambda: _tpu_source(None, pids, all_gpus, procfs_root, ()))
+    vendors: tuple[tuple[str, Callable[[], GpuSource]], ...] = (
+        ("nvidia", lambda: _nvidia_source(None, pids, all_gpus, procfs_root)),
+        ("amd", lambda: _amd_source(None, pids, all_gpus, procfs_root)),
+        ("tpu", lambda: _tpu_source(None, pids, all_gpus, procfs_root, ())),
+    )
+    for name, opener in vendors:
+        if kind not in ("auto", name) or backend.sources:  # auto: the first vendor found
+            continue
+        why = no_driver_files(name, dev_root) if kind == "auto" else None
+        if why is not None:
+            backend.skipped.append((name, why))
+        else:
+            try_open(name, opener)
     return backend
+
+
+DRIVER_FILES: dict[str, tuple[str, ...]] = {
+    "nvidia": ("nvidiactl", "dxg"),  # the NVIDIA driver's control file; WSL 2's GPU (/dev/dxg)
+    "amd": ("kfd",),  # ROCm's kernel fusion driver, which amdsmi opens
+    "tpu": ("accel*", "vfio/[0-9]*"),  # a TPU chip's file: v4 and before, v5e and later
+}
+"""The device files without which a vendor's library cannot reach a device. ``auto`` looks for
+them before it loads the library (NVML, amdsmi, libtpu's gRPC stubs: about 20 ms of imports on
+a machine with no accelerator); a named backend (``--gpu-backend nvidia``) always tries the
+library, whose own error then says what is missing."""
+
+
+def no_driver_files(vendor: str, dev_root: str = "/dev") -> str | None:
+    """Why ``auto`` skips ``vendor`` without loading its library: none of its device files is
+    under ``dev_root``; None when one is."""
+    patterns = DRIVER_FILES[vendor]
+    if any(glob.glob(os.path.join(glob.escape(dev_root), p)) for p in patterns):
+        return None
+    names = ", ".join(os.path.join(dev_root, p) for p in patterns)
+    return (
+        f"no {_VENDOR_NAMES[vendor]} device file ({names}): "
+        "no driver here, or the devices were not given to this container"
+    )
+
+
+_VENDOR_NAMES = {"nvidia": "NVIDIA", "amd": "AMD (ROCm)", "tpu": "TPU"}
 
 
 def _nvidia_source(

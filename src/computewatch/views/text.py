@@ -1,4 +1,5 @@
-"""Human-readable text for summaries, run lists and comparisons (rich tables)."""
+"""Human-readable text for run lists, comparisons, devices and diagnoses (rich tables). The run
+summary is printed without rich: ``views.summary_text``."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from rich.text import Text
 
 from computewatch.analysis.common import iso
 from computewatch.analysis.compare import Comparison, lookup
-from computewatch.analysis.summary_types import RunSummary
-from computewatch.profiling.artifacts import Artifact
 from computewatch.store import RunRow
 from computewatch.units import (
     format_bytes,
@@ -25,8 +24,9 @@ from computewatch.units import (
     format_seconds,
     format_usd,
 )
+from computewatch.views.diagnosis import at_stake_text, findings
 from computewatch.views.repro import change_lines
-from computewatch.views.summary_rows import format_value, summary_rows
+from computewatch.views.summary_rows import format_value
 
 
 def add_row(t: Table, *cells: str | Text) -> None:
@@ -45,38 +45,6 @@ def _width(out: TextIO) -> int:
         return os.get_terminal_size(out.fileno()).columns
     except (OSError, ValueError, AttributeError):
         return 100
-
-
-def print_summary(summary: RunSummary, out: TextIO) -> None:
-    """The summary as a compact table: its rows (``views.summary_rows``), those with a value."""
-    con = make_console(out)
-    title = f"run {summary['id']}" + (f" · {summary['name']}" if summary.get("name") else "")
-    t = Table(title=Text(title), show_header=False, box=None, pad_edge=False, title_justify="left")
-    t.add_column("field", style="bold")
-    t.add_column("value")
-    for row in summary_rows(summary):
-        if not row.missing:
-            add_row(t, row.label, Text(row.text, style="yellow" if row.kind == "note" else ""))
-    con.print(t)
-
-
-def print_artifacts(artifacts: list[Artifact], out: TextIO) -> None:
-    """The run's profiles and traces (``computewatch profile``, ``run --profile-steps`` ...),
-    one line per file; nothing when there are none."""
-    if not artifacts:
-        return
-    con = make_console(out)
-    t = Table(title=Text("profiles"), show_header=False, box=None, pad_edge=False,
-              title_justify="left")  # fmt: skip
-    t.add_column("field", style="bold")
-    t.add_column("value", overflow="fold")  # paths are shown whole
-    for a in artifacts:
-        when = (iso(a["created_at"]) or "")[:19].replace("T", " ")
-        head = f"{a['tool']} ({a['trigger']}, {when})"
-        for kind, path in sorted(a["files"].items()):
-            add_row(t, head, Text(f"{kind}: {path}"))
-            head = ""
-    con.print(t)
 
 
 def print_runs(runs: list[RunRow], out: TextIO) -> None:
@@ -186,3 +154,63 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
             "; ".join(why),
         )
     con.print(t)
+
+
+_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
+
+
+def print_diagnosis(result: dict[str, Any], out: TextIO) -> None:
+    """The full diagnosis: each finding with its evidence, time ranges and suggestion."""
+    con = Console(file=out, highlight=False, soft_wrap=False, width=_diagnosis_width(out))
+    run = result.get("run") or {}
+    head = f"diagnosis of run {run.get('id')}" + (f" · {run['name']}" if run.get("name") else "")
+    con.print(Text(head, style="bold"))
+    if result.get("error"):
+        con.print(Text(str(result["error"]), style="yellow"))
+    found = findings(result)
+    if not found and not result.get("error"):
+        con.print(f"no bottleneck found by the {len(result.get('checked') or [])} rules applied")
+    duration = run.get("duration_seconds")
+    for i, f in enumerate(found, 1):
+        sev = str(f.get("severity"))
+        line = Text(f"\n{i}. ")
+        line.append(f"[{sev}]", style=_STYLE.get(sev, ""))
+        line.append(f" {f.get('title')}", style="bold")
+        stake = at_stake_text(f, duration if isinstance(duration, int | float) else None)
+        if stake:
+            line.append(f" · {stake}")
+        con.print(line)
+        ev = f.get("evidence") or {}
+        for text in ev.get("lines") or []:
+            _hang(con, "   - ", text)
+        ranges = ev.get("time_ranges") or []
+        if ranges:
+            spans = ", ".join(
+                f"{r.get('start_seconds', 0):,.1f}-{r.get('end_seconds', 0):,.1f} s" for r in ranges
+            )
+            _hang(con, "   when: ", f"{spans} from the run's start")
+        _hang(con, "   suggestion: ", str(f.get("suggestion")), style="green")
+    skipped = result.get("not_applicable") or {}
+    failed = result.get("failed") or {}
+    if skipped or failed:
+        con.print()
+    for rule, why in skipped.items():
+        _hang(con, "not checked: ", f"{rule}: {why}", style="dim")
+    for rule, why in failed.items():
+        _hang(con, "rule failed: ", f"{rule}: {why}", style="yellow")
+
+
+def _hang(con: Console, prefix: str, text: str, style: str = "") -> None:
+    """``prefix`` then ``text``, wrapped lines indented under the text (a hanging indent)."""
+    grid = Table.grid(padding=0)
+    grid.add_column(width=len(prefix), no_wrap=True)
+    grid.add_column(ratio=1)
+    grid.add_row(Text(prefix, style=style), Text(text, style=style))
+    con.print(grid)
+
+
+def _diagnosis_width(out: TextIO) -> int:
+    try:
+        return max(Console(file=out).width, 100) if out.isatty() else 100
+    except Exception:
+        return 100
