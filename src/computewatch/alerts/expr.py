@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from computewatch.errors import ComputewatchError
-from computewatch.metrics.model import MetricLabels, MetricSample
+from computewatch.metrics.model import MetricSample
 from computewatch.readings import Labels  # a series' labels, sorted by name, without __name__
 from computewatch.units import format_promql_duration
 
@@ -336,7 +336,7 @@ def parse_condition(text: str) -> Condition:
 # -- evaluation --------------------------------------------------------------------------------
 
 
-def series_labels(labels: MetricLabels) -> Labels:
+def series_labels(labels: Labels) -> Labels:
     return tuple(sorted(labels))
 
 

@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from typing import IO, TypedDict
 
 from computewatch.metrics.families import family
-from computewatch.metrics.model import MetricLabels, MetricSample
+from computewatch.metrics.model import MetricSample
+from computewatch.readings import Labels
 
 __all__ = ["MAX_DIMENSIONS", "MAX_METRICS", "EmfDocument", "EmfSink", "emf_documents", "emf_unit"]
 
@@ -82,11 +83,11 @@ def emf_documents(
     now: float,
     *,
     namespace: str = "computewatch",
-    last: dict[tuple[str, MetricLabels], float] | None = None,
+    last: dict[tuple[str, Labels], float] | None = None,
 ) -> list[EmfDocument]:
     """The EMF documents of one tick. ``last`` keeps counters between calls (their increase is
     written); without it, counters are written as they are (cumulative)."""
-    groups: dict[MetricLabels, dict[str, float]] = {}
+    groups: dict[Labels, dict[str, float]] = {}
     for s in samples:
         fam = family(s.name)
         if fam.type == "info" or not math.isfinite(s.value):
@@ -142,7 +143,7 @@ class EmfSink:
         self.path = path
         self.namespace = namespace
         self._log = log if log is not None else sys.stderr
-        self._last: dict[tuple[str, MetricLabels], float] = {}
+        self._last: dict[tuple[str, Labels], float] = {}
         self._lock = threading.Lock()
         self._out: IO[str] | None
         if path == "-":

@@ -33,7 +33,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from computewatch.escape import decode_text
-from computewatch.metrics.model import MetricLabels
+from computewatch.readings import Labels
 from computewatch.sampling.channel import ENV_MODEL, ENV_STAGE
 from computewatch.sources.procfs import read_file
 
@@ -190,11 +190,11 @@ class JobIdentity:
     stage: str = ""  # COMPUTEWATCH_STAGE
     time_limit_seconds: float | None = None  # Slurm: SLURM_JOB_END_TIME - SLURM_JOB_START_TIME
 
-    def labels(self, node: str) -> MetricLabels:
+    def labels(self, node: str) -> Labels:
         """The labels of the job's series (sorted)."""
         return (("job", self.job), ("node", node), ("team", self.team), ("user", self.user))
 
-    def info_labels(self, node: str) -> MetricLabels:
+    def info_labels(self, node: str) -> Labels:
         """The labels of ``computewatch_job_info``."""
         pairs = {
             "job": self.job,

@@ -43,7 +43,8 @@ from typing import Protocol
 from computewatch.errors import ComputewatchError
 from computewatch.fleet.attribution import JobIdentity
 from computewatch.fleet.node import JobGpus
-from computewatch.metrics.model import MetricLabels, MetricSample
+from computewatch.metrics.model import MetricSample
+from computewatch.readings import Labels
 from computewatch.redact import redact_urls
 from computewatch.traces.records import METRICS
 
@@ -242,7 +243,7 @@ class _JobState:
 
     def __init__(self, job: JobGpus, now: float) -> None:
         self.ident = job.ident
-        self.labels: MetricLabels = job.labels
+        self.labels: Labels = job.labels
         self.first_seen = now
         self.series: dict[str, _Series] = {}
         self.gpu_names: dict[str, str] = {}

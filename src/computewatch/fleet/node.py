@@ -41,8 +41,8 @@ from computewatch.metrics.families import (
     gpu_value_key,
     reading_energy_method,
 )
-from computewatch.metrics.model import MetricLabels, MetricSample
-from computewatch.readings import Reading
+from computewatch.metrics.model import MetricSample
+from computewatch.readings import Labels, Reading
 from computewatch.redact import redact_argv
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.gpus import GpuBackend, GpuSource, open_backend
@@ -91,7 +91,7 @@ class JobGpus:
     that tick (``computewatch.traces.METRICS`` names, SI units) with the GPUs' names."""
 
     ident: JobIdentity
-    labels: MetricLabels
+    labels: Labels
     gpus: Mapping[str, Mapping[str, float]]  # GPU UUID -> readings
     gpu_names: Mapping[str, str]  # GPU UUID -> name as NVML gives it
 
@@ -173,10 +173,10 @@ class _Proc:
         self.rss = 0.0
         self.noticed = False
         self.cmdline = ""
-        self.lbl: MetricLabels = ()
+        self.lbl: Labels = ()
 
 
-def _lbl(**pairs: str) -> MetricLabels:
+def _lbl(**pairs: str) -> Labels:
     return tuple(sorted(pairs.items()))
 
 
@@ -222,10 +222,10 @@ class NodeSampler:
         self._gpu_energy_last: dict[str, float] = {}
         self._gpu_xid_last: dict[str, float] = {}
         self._gpu_counters = GpuCounters()
-        self._gpu_lbl: dict[str, MetricLabels] = {}
+        self._gpu_lbl: dict[str, Labels] = {}
         self._gpu_names: dict[str, str] = {}
         self._gpu_values: dict[str, dict[str, float]] = {}  # this tick's readings, per GPU
-        self._node_lbl: MetricLabels = (("node", self._node),)
+        self._node_lbl: Labels = (("node", self._node),)
         self._cpu_model = CpuPowerModel.for_cpu(
             cpu_model, os.cpu_count() or 1, options.cpu_tdp_watts
         )

@@ -32,8 +32,9 @@ from computewatch.metrics.families import (
     gpu_value_key,
     reading_energy_method,
 )
-from computewatch.metrics.model import MetricLabels, MetricSample, MetricsSink
+from computewatch.metrics.model import MetricSample, MetricsSink
 from computewatch.metrics.server import MetricsServer, ServerSecurity
+from computewatch.readings import Labels
 from computewatch.sampling.observers import RunInfo, RunObserver, Tick
 from computewatch.sources.rapl import SUMMED_DOMAINS
 
@@ -62,9 +63,9 @@ class RunExport:
         self.sinks = list(sinks)
         self._filesystems = tuple(filesystems)
         self._node = socket.gethostname()
-        self._job_lbl: MetricLabels = ()
-        self._info_lbl: MetricLabels = ()
-        self._gpu_lbl: dict[str, MetricLabels] = {}
+        self._job_lbl: Labels = ()
+        self._info_lbl: Labels = ()
+        self._gpu_lbl: dict[str, Labels] = {}
         self._simulated = False
         self._last_mono: float | None = None
         self._start_mono: float | None = None
@@ -133,7 +134,7 @@ class RunExport:
                 pass
 
     # -- mapping ------------------------------------------------------------------------------
-    def _gpu_label(self, uuid: str, index: Any, name: Any, simulated: Any) -> MetricLabels:
+    def _gpu_label(self, uuid: str, index: Any, name: Any, simulated: Any) -> Labels:
         pairs = {
             "gpu": uuid,
             "gpu_index": "" if index is None else str(index),

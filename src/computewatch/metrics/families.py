@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from computewatch.catalog.clock_events import CLOCK_EVENT_REASONS, decode_clock_events
-from computewatch.metrics.model import MetricLabels, MetricSample
+from computewatch.metrics.model import MetricSample
+from computewatch.readings import Labels
 
 __all__ = [
     "ENERGY_METHODS",
@@ -364,9 +365,9 @@ class GpuCounters:
     counted for the interval before it, the way DCGM's violation counters sample)."""
 
     def __init__(self) -> None:
-        self._throttle: dict[MetricLabels, dict[str, float]] = {}
+        self._throttle: dict[Labels, dict[str, float]] = {}
 
-    def throttle(self, lbl: MetricLabels, mask: float, dt: float) -> dict[str, float]:
+    def throttle(self, lbl: Labels, mask: float, dt: float) -> dict[str, float]:
         """Add ``dt`` seconds to every reason set in ``mask``; the GPU's totals by reason."""
         acc = self._throttle.get(lbl)
         if acc is None:
@@ -378,7 +379,7 @@ class GpuCounters:
 
 def gpu_samples(
     out: list[MetricSample],
-    lbl: MetricLabels,
+    lbl: Labels,
     values: Mapping[str, float],
     *,
     allocated: bool,
@@ -450,7 +451,7 @@ def gpu_samples(
     out.append(MetricSample("computewatch_gpu_allocated", lbl, 1.0 if allocated else 0.0))
 
 
-def _with(lbl: MetricLabels, **more: str) -> MetricLabels:
+def _with(lbl: Labels, **more: str) -> Labels:
     return tuple(sorted((*lbl, *more.items())))
 
 

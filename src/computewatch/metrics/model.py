@@ -13,10 +13,6 @@ from typing import Protocol
 
 from computewatch.readings import Labels
 
-MetricLabels = Labels
-"""The labels of an exported sample: the same type as a reading's (sorted ``(key, value)``
-pairs), under the name the exporters have always used."""
-
 DEFAULT_LISTEN = "127.0.0.1:9464"
 """Where the agent serves ``/metrics`` unless told otherwise: loopback only."""
 
@@ -29,7 +25,7 @@ class MetricSample:
     """One exported value: ``name`` is the full Prometheus name (``_total`` for counters)."""
 
     name: str
-    labels: MetricLabels
+    labels: Labels  # sorted (key, value) pairs, the same type as a reading's
     value: float
 
     def label(self, key: str, default: str = "") -> str:
