@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from computewatch.alerts import FIRING, RESOLVED, Engine, parse_rules
-from computewatch.alerts.expr import History, Tick, evaluate, parse_condition
+from computewatch.alerts.expr import History, InstantSamples, evaluate, parse_condition
 from computewatch.metrics.model import MetricSample
 
 
@@ -16,7 +16,7 @@ def engine(rules_yaml: str) -> Engine:
 
 
 def values(expr: str, samples: list[MetricSample], now: float = 0.0) -> dict[str, float]:
-    result = evaluate(parse_condition(expr), Tick(now, samples, History()))
+    result = evaluate(parse_condition(expr), InstantSamples(now, samples, History()))
     return {",".join(f"{k}={v}" for k, v in labels): value for labels, value in result.items()}
 
 
@@ -67,7 +67,7 @@ def test_rate_increase_and_over_time_with_counter_reset() -> None:
     points = [(0, 0.0), (10, 10.0), (20, 20.0), (30, 5.0), (40, 15.0)]  # reset at 30
     for t, v in points:
         h.record(t, [s("c", v, job="j"), s("g", v, job="j")])
-    tick = Tick(40, [], h)
+    tick = InstantSamples(40, [], h)
     rate = evaluate(parse_condition("rate(c[1m]) > 0"), tick)
     assert list(rate.values()) == [(10 + 10 + 5 + 10) / 40]
     inc = evaluate(parse_condition("increase(c[1m]) > 0"), tick)

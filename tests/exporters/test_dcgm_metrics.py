@@ -197,7 +197,7 @@ def test_busy_but_idle_alert_fires_on_low_sm_activity_under_high_utilization() -
 def test_run_prometheus_exports_the_runs_sm_activity_per_gpu() -> None:
     from computewatch.fleet.run_export import RunExport
     from computewatch.readings import counter, gauge, labels
-    from computewatch.sampling.observers import RunInfo, Tick
+    from computewatch.sampling.observers import RunInfo, SamplerTick
 
     got: list[list[MetricSample]] = []
 
@@ -221,7 +221,7 @@ def test_run_prometheus_exports_the_runs_sm_activity_per_gpu() -> None:
         gauge("gpu_other_processes_sm_utilization_ratio", 0.1, g),
     ]
     for k in range(2):
-        ex.on_tick(Tick(k, 10.0 + 2 * k, 1000.0 + 2 * k, readings, []))
+        ex.on_tick(SamplerTick(k, 10.0 + 2 * k, 1000.0 + 2 * k, readings, []))
     s = got[-1]
     assert one(s, "computewatch_job_gpu_sm_active_ratio", job="r1", gpu="GPU-1") == 0.25
     assert one(s, "computewatch_gpu_sm_active_ratio", method="gpm") == pytest.approx(0.3)

@@ -15,7 +15,7 @@ from computewatch.fleet.run_export import run_observer
 from computewatch.metrics.families import ENERGY_METHODS, gpu_samples, reading_energy_method
 from computewatch.metrics.model import MetricSample
 from computewatch.readings import counter, gauge, labels
-from computewatch.sampling.observers import RunInfo, Tick
+from computewatch.sampling.observers import RunInfo, SamplerTick
 from computewatch.sources.nvidia import NvidiaSource
 from computewatch.sources.tpu import TpuSource
 from computewatch.testing import ManualClock, from_preset
@@ -101,7 +101,7 @@ def test_run_export_labels_energy_the_same_way() -> None:
             ),
             counter("gpu_energy_joules_total", 2 * joules, labels(gpu="GPU-1", method="counter")),
         ]
-        obs.on_tick(Tick(seq, float(seq), 1000.0 + seq, readings, []))
+        obs.on_tick(SamplerTick(seq, float(seq), 1000.0 + seq, readings, []))
     got = energies(list(sink.got[-1]))
     assert got == {"TPU-0000:00:04.0": ("modeled", 120.0), "GPU-1": ("counter", 240.0)}
 

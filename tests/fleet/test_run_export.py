@@ -13,7 +13,7 @@ from computewatch.metrics.model import MetricSample
 from computewatch.metrics.server import ServerError
 from computewatch.readings import counter, gauge, labels
 from computewatch.records import StepRecord
-from computewatch.sampling.observers import RunInfo, Tick
+from computewatch.sampling.observers import RunInfo, SamplerTick
 
 GPU = "GPU-aaaaaaaa-0000-4000-8000-000000000001"
 
@@ -38,7 +38,7 @@ def tick(
     busy: float,
     idle: float,
     steps: list[StepRecord],
-) -> Tick:
+) -> SamplerTick:
     g = labels(gpu=GPU)
     readings = [
         counter("tree_cpu_seconds_total", cpu),
@@ -55,7 +55,7 @@ def tick(
         gauge("gpu_other_processes_memory_used_bytes", 3e9, g),
         gauge("gpu_process_memory_used_bytes", 1e9, labels(gpu=GPU, pid=42)),
     ]
-    return Tick(seq, mono, 1000.0 + mono, readings, steps)
+    return SamplerTick(seq, mono, 1000.0 + mono, readings, steps)
 
 
 def value(samples: Sequence[MetricSample], name: str, **lbl: str) -> float:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from computewatch.alerts.budget import J_PER_KWH, Pricing
-from computewatch.alerts.expr import Tick, format_duration, parse_duration
+from computewatch.alerts.expr import InstantSamples, format_duration, parse_duration
 from computewatch.readings import Labels
 
 __all__ = [
@@ -94,11 +94,11 @@ def _param(key: str, p: Param, value: object) -> float:
 
 
 class Detector(Protocol):
-    def evaluate(self, tick: Tick) -> dict[Labels, tuple[float, str]]:
+    def evaluate(self, tick: InstantSamples) -> dict[Labels, tuple[float, str]]:
         """Jobs for which the detector fires now: labels -> (value, detail)."""
 
 
-def _job_sums(tick: Tick, name: str) -> dict[Labels, float]:
+def _job_sums(tick: InstantSamples, name: str) -> dict[Labels, float]:
     """A per-job metric summed over its other labels (``method`` and the like)."""
     out: dict[Labels, float] = {}
     for labels, value in tick.by_name.get(name, ()):
@@ -129,7 +129,7 @@ class StepTimeRegression:
         self.min_steps = params["min_steps"]
         self.jobs: dict[Labels, _Steps] = {}
 
-    def evaluate(self, tick: Tick) -> dict[Labels, tuple[float, str]]:
+    def evaluate(self, tick: InstantSamples) -> dict[Labels, tuple[float, str]]:
         now = tick.now
         steps = _job_sums(tick, "computewatch_job_steps_total")
         times = _job_sums(tick, "computewatch_job_step_time_seconds_total")
@@ -187,7 +187,7 @@ class EnergyBudget:
     def __init__(self, params: Mapping[str, float]) -> None:
         self.kwh = params["kwh"]
 
-    def evaluate(self, tick: Tick) -> dict[Labels, tuple[float, str]]:
+    def evaluate(self, tick: InstantSamples) -> dict[Labels, tuple[float, str]]:
         out: dict[Labels, tuple[float, str]] = {}
         for key, joules in _job_sums(tick, "computewatch_job_energy_joules_total").items():
             kwh = joules / J_PER_KWH
@@ -208,7 +208,7 @@ class CostBudget:
         self.pricing = pricing
         self.first_seen: dict[Labels, float] = {}
 
-    def evaluate(self, tick: Tick) -> dict[Labels, tuple[float, str]]:
+    def evaluate(self, tick: InstantSamples) -> dict[Labels, tuple[float, str]]:
         now = tick.now
         energy = _job_sums(tick, "computewatch_job_energy_joules_total")
         gpu_s = _job_sums(tick, "computewatch_job_gpu_seconds_total")

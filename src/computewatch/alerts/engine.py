@@ -17,7 +17,7 @@ from typing import Any
 from computewatch.alerts.budget import Pricing
 from computewatch.alerts.detectors import Detector, make_detector
 from computewatch.alerts.event import FIRING, RESOLVED, AlertEvent, fingerprint, iso, with_ends_at
-from computewatch.alerts.expr import History, Tick, evaluate, range_names
+from computewatch.alerts.expr import History, InstantSamples, evaluate, range_names
 from computewatch.alerts.rules import Rule, RuleSet, render
 from computewatch.metrics.model import MetricSample
 from computewatch.readings import Labels
@@ -68,7 +68,7 @@ class Engine:
     def evaluate(self, now: float, samples: Sequence[MetricSample]) -> list[AlertEvent]:
         """Advance every rule to ``now``; the alerts that fired or resolved at this tick."""
         self.history.record(now, samples)
-        tick = Tick(now, samples, self.history)
+        tick = InstantSamples(now, samples, self.history)
         events: list[AlertEvent] = []
         for c in self.compiled:
             try:
@@ -81,7 +81,7 @@ class Engine:
             events.extend(self._advance(c, now, hits))
         return events
 
-    def _hits(self, c: _Compiled, tick: Tick) -> dict[Labels, tuple[float, str]]:
+    def _hits(self, c: _Compiled, tick: InstantSamples) -> dict[Labels, tuple[float, str]]:
         if c.detector is not None:
             return c.detector.evaluate(tick)
         assert c.rule.condition is not None

@@ -340,8 +340,9 @@ def series_labels(labels: Labels) -> Labels:
     return tuple(sorted(labels))
 
 
-class Tick:
-    """One tick's samples by metric name, plus the history that range functions read."""
+class InstantSamples:
+    """What a condition is evaluated over at one instant (PromQL's instant evaluation): that
+    instant's exported samples by metric name, plus the history that range functions read."""
 
     def __init__(self, now: float, samples: Sequence[MetricSample], history: History) -> None:
         self.now = now
@@ -387,7 +388,7 @@ class History:
                 del self.points[key]
 
 
-def _range(tick: Tick, term: Term) -> dict[Labels, float]:
+def _range(tick: InstantSamples, term: Term) -> dict[Labels, float]:
     out: dict[Labels, float] = {}
     start = tick.now - term.window
     for (name, labels), dq in tick.history.points.items():
@@ -417,7 +418,7 @@ def _range(tick: Tick, term: Term) -> dict[Labels, float]:
     return out
 
 
-def _term(tick: Tick, term: Term) -> dict[Labels, float]:
+def _term(tick: InstantSamples, term: Term) -> dict[Labels, float]:
     return tick.current(term.selector) if term.function is None else _range(tick, term)
 
 
@@ -442,7 +443,7 @@ def _unique(series: dict[Labels, float], on: tuple[str, ...] | None) -> dict[Lab
     return out
 
 
-def _operand(tick: Tick, op: Operand) -> dict[Labels, float]:
+def _operand(tick: InstantSamples, op: Operand) -> dict[Labels, float]:
     left = _term(tick, op.left)
     if op.right is None:
         return left
@@ -457,12 +458,12 @@ def _operand(tick: Tick, op: Operand) -> dict[Labels, float]:
     return out
 
 
-def _comparison(tick: Tick, c: Comparison) -> dict[Labels, float]:
+def _comparison(tick: InstantSamples, c: Comparison) -> dict[Labels, float]:
     test = COMPARISONS[c.op]
     return {k: v for k, v in _operand(tick, c.operand).items() if test(v, c.threshold)}
 
 
-def evaluate(cond: Condition, tick: Tick) -> dict[Labels, float]:
+def evaluate(cond: Condition, tick: InstantSamples) -> dict[Labels, float]:
     """The series for which the condition holds now, each with its first operand's value."""
     out = _comparison(tick, cond.first)
     for on, c in cond.rest:

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 
 from computewatch.alerts.detectors import StepTimeRegression
-from computewatch.alerts.expr import History, Tick
+from computewatch.alerts.expr import History, InstantSamples
 from computewatch.alerts.rules import builtin_rules
 from computewatch.metrics.model import MetricSample
 from computewatch.profiling.anomaly import AnomalyCapture
@@ -56,7 +56,7 @@ class RegressionCapture:
         self.fired = 0
 
     def on_metrics(self, now: float, samples: Sequence[MetricSample]) -> None:
-        hits = self.detector.evaluate(Tick(now, samples, self._history))
+        hits = self.detector.evaluate(InstantSamples(now, samples, self._history))
         for labels, (value, detail) in hits.items():
             job = dict(labels).get("job", "")
             self.fired += 1

@@ -35,7 +35,7 @@ from computewatch.metrics.families import (
 from computewatch.metrics.model import MetricSample, MetricsSink
 from computewatch.metrics.server import MetricsServer, ServerSecurity
 from computewatch.readings import Labels
-from computewatch.sampling.observers import RunInfo, RunObserver, Tick
+from computewatch.sampling.observers import RunInfo, RunObserver, SamplerTick
 from computewatch.sources.rapl import SUMMED_DOMAINS
 
 __all__ = ["PrometheusSink", "RunExport", "prometheus_sink", "run_observer"]
@@ -116,7 +116,7 @@ class RunExport:
             str(facts.get("cpu_model") or "unknown"), int(facts.get("logical_cpus") or 1)
         )
 
-    def on_tick(self, tick: Tick) -> None:
+    def on_tick(self, tick: SamplerTick) -> None:
         samples = self.samples(tick)
         for sink in list(self.sinks):
             try:
@@ -146,7 +146,7 @@ class RunExport:
         lbl = self._gpu_lbl[uuid] = tuple(sorted(pairs.items()))
         return lbl
 
-    def samples(self, tick: Tick) -> list[MetricSample]:
+    def samples(self, tick: SamplerTick) -> list[MetricSample]:
         """The exported samples of one tick (counters updated)."""
         if self._start_mono is None:
             self._start_mono = tick.mono - max(tick.wall - self._started_at, 0.0)

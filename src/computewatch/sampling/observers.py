@@ -29,8 +29,9 @@ class RunInfo:
 
 
 @dataclass(frozen=True, slots=True)
-class Tick:
-    """One sampler tick as observers see it."""
+class SamplerTick:
+    """One sampler tick as run observers see it: its readings and the step records that
+    arrived since the previous tick."""
 
     seq: int
     mono: float
@@ -43,7 +44,7 @@ class RunObserver(Protocol):
     def start(self, run: RunInfo) -> None:
         """Called once, before the first tick."""
 
-    def on_tick(self, tick: Tick) -> None:
+    def on_tick(self, tick: SamplerTick) -> None:
         """Called after every tick; must not block."""
 
     def finish(self, status: str, summary: RunSummary | None) -> None:

@@ -23,7 +23,7 @@ from computewatch.readings import Kind, Labels, Reading
 from computewatch.records import PhaseRecord, StepRecord
 from computewatch.sampling.channel import SpoolReader
 from computewatch.sampling.live import GpuLine, LiveView, Snapshot
-from computewatch.sampling.observers import RunObserver, Tick
+from computewatch.sampling.observers import RunObserver, SamplerTick
 from computewatch.sources.base import Source
 from computewatch.sources.process_tree import ProcessTreeSource
 from computewatch.store import Store
@@ -205,7 +205,7 @@ class Sampler:
                     self.on_writer(meta)
         self.last_tick_wall = wall
         if observed is not None:
-            self._observe(Tick(seq, mono, wall, observed, step_events))
+            self._observe(SamplerTick(seq, mono, wall, observed, step_events))
         if figures:
             self._update_live(mono, latest, gpu_latest)
         if pend.size() > MAX_PENDING_ROWS:
@@ -216,7 +216,7 @@ class Sampler:
             self.flush()
         self.tick_cpu_seconds += time.thread_time() - c0
 
-    def _observe(self, tick: Tick) -> None:
+    def _observe(self, tick: SamplerTick) -> None:
         for obs in list(self.observers):
             try:
                 obs.on_tick(tick)

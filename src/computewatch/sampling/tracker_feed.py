@@ -17,7 +17,7 @@ from typing import Any
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.readings import Kind, Reading
 from computewatch.records import StepRecord
-from computewatch.sampling.observers import RunInfo, Tick
+from computewatch.sampling.observers import RunInfo, SamplerTick
 from computewatch.sampling.repro import ENV_RUN_DB
 from computewatch.store import Store, StoreError
 from computewatch.trackers import TrackerBackend, TrackerLogger, TrackerRun
@@ -54,7 +54,7 @@ class TrackerObserver:
             maker=point_maker(run.facts),
         ).start()
 
-    def on_tick(self, tick: Tick) -> None:
+    def on_tick(self, tick: SamplerTick) -> None:
         if self.logger is not None:
             self.logger.tick(tick.seq, tick.mono, tick.wall, tick.readings, tick.steps)
 
