@@ -11,7 +11,8 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from computewatch.alerts.engine import FIRING, RESOLVED, AlertEvent, Engine
+    from computewatch.alerts.engine import Engine
+    from computewatch.alerts.event import FIRING, RESOLVED, AlertEvent
     from computewatch.alerts.notify import Target, parse_target
     from computewatch.alerts.rules import (
         AlertsError,
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 # The names below load their module on first use, so that the command line (which only needs
 # the flag definitions of computewatch.cli.alerts) starts without the rules engine.
 _HOME = {
-    "FIRING": "engine", "RESOLVED": "engine", "AlertEvent": "engine", "Engine": "engine",
+    "FIRING": "event", "RESOLVED": "event", "AlertEvent": "event", "Engine": "engine",
     "Target": "notify", "parse_target": "notify",
     "AlertsError": "rules", "Rule": "rules", "RulesError": "rules", "RuleSet": "rules",
     "builtin_rules": "rules", "load_rules": "rules", "parse_rules": "rules",

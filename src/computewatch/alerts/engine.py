@@ -16,15 +16,13 @@ from typing import Any
 
 from computewatch.alerts.budget import Pricing
 from computewatch.alerts.detectors import Detector, make_detector
-from computewatch.alerts.event import FIRING, RESOLVED, AlertEvent, fingerprint, iso, with_ends_at
+from computewatch.alerts.event import FIRING, RESOLVED, AlertEvent, fingerprint
 from computewatch.alerts.expr import History, InstantSamples, evaluate, range_names
 from computewatch.alerts.rules import Rule, RuleSet, render
 from computewatch.metrics.model import MetricSample
 from computewatch.readings import Labels
 
-# FIRING, RESOLVED, AlertEvent, iso, fingerprint and with_ends_at live in alerts.event and are
-# re-exported here, where callers have always found them.
-__all__ = ["FIRING", "RESOLVED", "AlertEvent", "Engine", "fingerprint", "iso", "with_ends_at"]
+__all__ = ["Engine"]
 
 RESOLVED_RETENTION_S = 900.0  # resolved alerts kept for re-sending, as Prometheus does (15 m)
 

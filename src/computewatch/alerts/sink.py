@@ -16,7 +16,8 @@ from dataclasses import replace
 from typing import Any, TextIO
 
 from computewatch.alerts.budget import NoPriceError, Pricing, pricing_from_config
-from computewatch.alerts.engine import AlertEvent, Engine
+from computewatch.alerts.engine import Engine
+from computewatch.alerts.event import AlertEvent
 from computewatch.alerts.notify import (
     Delivery,
     Target,

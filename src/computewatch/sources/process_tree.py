@@ -27,7 +27,6 @@ from computewatch.readings import Labels, Reading, counter, gauge, labels
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.procfs import (
     PAGE_SIZE,
-    PidBirths,
     ProcessCache,
     StatHandle,
     close_fd,
@@ -36,18 +35,9 @@ from computewatch.sources.procfs import (
     read_cmdline,
     read_file,
     stat_cpu_seconds,
-    stat_fields,
 )
 
-# PidBirths, parse_stat and stat_fields moved to computewatch.sources.procfs; kept importable here.
-__all__ = [
-    "HWM_SECONDS",
-    "PidBirths",
-    "ProcessInfo",
-    "ProcessTreeSource",
-    "parse_stat",
-    "stat_fields",
-]
+__all__ = ["HWM_SECONDS", "ProcessInfo", "ProcessTreeSource"]
 
 HWM_SECONDS = 1.0
 
