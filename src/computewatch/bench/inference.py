@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from computewatch.analysis.summary_types import energy_components
 from computewatch.bench.loadgen import ScenarioSettings, calibrate, run_scenario
 from computewatch.bench.records import (
     BenchError,
@@ -156,7 +157,7 @@ def resources_from_summary(
         if facility["value"] is not None:
             energy_j = facility["value"] * _KWH_J
             per_query = energy_j * share / queries if queries else None
-        parts = ", ".join(f"{n} {f['method']}" for n, f in _components(energy))
+        parts = ", ".join(f"{n} {f['method']}" for n, f in energy_components(energy))
         method = f"{facility['method']} ({parts}; at the facility, PUE {energy['pue']['value']:g})"
         notes += facility["assumptions"]
     cost_1m = carbon_1k = None
@@ -204,13 +205,6 @@ def resources_from_summary(
         step_time_p50_seconds=p50,
         assumptions=notes,
     )
-
-
-def _components(energy: Any) -> list[tuple[str, Any]]:
-    # the accounting's own list of components (analysis.summary_types.energy_components)
-    from computewatch.analysis.summary_types import energy_components
-
-    return energy_components(energy)
 
 
 def store_bench_meta(db_path: Path | None, run_id: str, doc: object) -> None:

@@ -164,7 +164,8 @@ def _describe(r: Rule) -> dict[str, Any]:
 def cmd_alerts(args: argparse.Namespace) -> int:
     """Run ``alerts check`` or ``alerts list``; a bad file raises AlertsError (main: one line on
     stderr, exit 1)."""
-    from computewatch.alerts.rules import builtin_rules, load_rules  # the rules engine, on use
+    # the rules engine loads when this command runs, not at every start (start-up time)
+    from computewatch.alerts.rules import builtin_rules, load_rules
 
     rules = builtin_rules() if args.file is None else load_rules(args.file)
     rows = [_describe(r) for r in rules.rules]

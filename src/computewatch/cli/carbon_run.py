@@ -19,6 +19,7 @@ from computewatch.carbon.providers import (
     FILE,
     UK,
     WATTTIME,
+    FileProvider,
     IntensityProvider,
     make_provider,
     settings_from_config,
@@ -82,8 +83,6 @@ def resolve_source(
 ) -> Source:
     """The provider and region to ask; UsageError (with close matches) for a bad one."""
     if intensity_file:
-        from computewatch.carbon.providers import FileProvider  # the file is read now
-
         return Source(FileProvider(Path(intensity_file).expanduser()), FILE, "file")
     name = provider or cfg.carbon_provider
     code = region or cfg.region

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from computewatch.errors import ComputewatchError
 from computewatch.escape import clean_text
 
 __all__ = ["add_card_parser", "cmd_card"]
@@ -42,8 +43,8 @@ def add_card_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def cmd_card(args: argparse.Namespace) -> int:
+    # this command's own: cli.main imports this module for its parser at every start
     from computewatch.analysis.summary import current_summary
-    from computewatch.errors import ComputewatchError
     from computewatch.paths import resolve_db_path
     from computewatch.store.spooled import open_store
     from computewatch.views.card import card_data, render_card

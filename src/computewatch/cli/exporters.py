@@ -8,6 +8,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from computewatch.errors import UsageError
+
 if TYPE_CHECKING:
     from computewatch.metrics.model import MetricsSink
 
@@ -42,8 +44,6 @@ def export_sinks(
     """The sinks of ``--otlp`` and ``--emf`` (none without them). Raises
     :class:`~computewatch.errors.UsageError` for a bad URL or an EMF file that cannot be
     opened; ``prefix`` starts the sinks' messages (``computewatch agent``)."""
-    from computewatch.errors import UsageError
-
     sinks: list[MetricsSink] = []
     try:
         if args.otlp:
@@ -62,6 +62,7 @@ def export_sinks(
                     "pip install 'computewatch[otel]'"
                 ) from None
         if args.emf:
+            # only with --emf: the exporter and the metric contract (start-up of `run`, `agent`)
             from computewatch.exporters.emf import EmfSink
 
             try:

@@ -9,6 +9,8 @@ import argparse
 import sys
 from typing import Any
 
+from computewatch import jsonout
+
 __all__ = ["add_nodekey_parser", "cmd_node_key"]
 
 
@@ -28,7 +30,6 @@ def add_nodekey_parser(sub: Any) -> argparse.ArgumentParser:
 
 def cmd_node_key(args: argparse.Namespace) -> int:
     # this command's modules load when it runs, not when `computewatch` starts (start-up time)
-    from computewatch import jsonout
     from computewatch.ledger.keys import encode_public, key_id, load_or_create_private_key
     from computewatch.upload.signing import node_key_path
 

@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from computewatch import jsonout
 from computewatch.errors import PROG, ComputewatchError, UsageError
 from computewatch.escape import clean_text
 
@@ -60,7 +61,6 @@ def cmd_push(args: argparse.Namespace) -> int:
     """Push; exit 0 when everything chosen went (or was already there), 1 when the server
     could not be reached or refused (the runs stay local), 2 for bad settings."""
     # this command's modules load when it runs, not when `computewatch` starts (start-up time)
-    from computewatch import jsonout
     from computewatch.config import ConfigError, load_config
     from computewatch.paths import resolve_db_path
     from computewatch.redact import use_names

@@ -299,6 +299,7 @@ class OtlpSink:
     def push(self, samples: Sequence[MetricSample]) -> bool:
         """Map, collect and export ``samples`` now, on the calling thread (the worker's, or a
         benchmark's); True when the endpoint took them."""
+        # the OpenTelemetry SDK (the optional `otel` extra): only once OTLP export is asked for
         from opentelemetry.sdk.metrics.export import MetricExportResult
 
         t0 = time.perf_counter()
@@ -348,6 +349,7 @@ class OtlpSink:
     def _callback(
         self, key: tuple[str, Instrument, str]
     ) -> Callable[[CallbackOptions], Iterable[Observation]]:
+        # the OpenTelemetry API (the optional `otel` extra): only once OTLP export is asked for
         from opentelemetry.metrics import Observation
 
         def observe(options: CallbackOptions) -> Iterable[Observation]:

@@ -31,11 +31,12 @@ from typing import Any, Final
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from computewatch.ledger.chain import GENESIS, Entry, LedgerError
+from computewatch.ledger.chain import GENESIS, Entry, LedgerError, canonical
 from computewatch.ledger.keys import (
     CHECKPOINT_KIND,
     checkpoint_valid,
     decode_public,
+    encode_public,
     key_id,
     report_valid,
 )
@@ -106,8 +107,6 @@ def header_json(
     first_seq: int = 1,
     first_prev: str = GENESIS,
 ) -> dict[str, Any]:
-    from computewatch.ledger.keys import encode_public
-
     return {
         "format": FORMAT,
         "version": VERSION,
@@ -364,8 +363,6 @@ def _fail(v: Verdict, seq: int, what: str, message: str) -> Verdict:
 
 def export_lines(header: Mapping[str, Any], entries: Iterable[Entry]) -> Iterable[bytes]:
     """The lines of an export file (each ending in a newline): the header, then the entries."""
-    from computewatch.ledger.chain import canonical
-
     yield canonical(header) + b"\n"
     for e in entries:
         yield canonical(e.to_json()) + b"\n"

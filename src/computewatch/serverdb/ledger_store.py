@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import delete, func, select, text
 from sqlalchemy.orm import Session
 
-from computewatch.ledger.chain import GENESIS, Entry, canonical, next_entry
+from computewatch.ledger.chain import GENESIS, Entry, canonical, entry_hash, next_entry, utc_now
 from computewatch.ledger.keys import CHECKPOINT_KIND, checkpoint_body
 from computewatch.ledger.verify import PRUNE_KIND
 from computewatch.serverdb.governance_models import LedgerEntryRow, LedgerStart, ModelRun
@@ -76,8 +76,6 @@ def append(session: Session, kind: str, body: Mapping[str, Any]) -> Entry:
 
 
 def _following(seq: int, prev: str, kind: str, body: Mapping[str, Any]) -> Entry:
-    from computewatch.ledger.chain import entry_hash, utc_now
-
     when = utc_now()
     clean = json.loads(canonical(body))
     return Entry(seq, when, kind, clean, prev, entry_hash(seq, when, kind, clean, prev))

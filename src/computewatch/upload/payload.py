@@ -18,6 +18,7 @@ from __future__ import annotations
 import getpass
 import math
 import os
+import pwd
 import socket
 from collections.abc import Iterable, Mapping
 from typing import Any, cast
@@ -59,11 +60,9 @@ def current_user() -> str:
         return getpass.getuser()
     except (OSError, KeyError):
         pass
-    try:
-        import pwd  # POSIX only; getpass already tried the variables
-
+    try:  # getpass already tried the variables
         return pwd.getpwuid(os.getuid()).pw_name
-    except (ImportError, KeyError):
+    except KeyError:
         return str(os.getuid())
 
 

@@ -43,7 +43,7 @@ class ReportSigner:
         if self._key is not None or self.problem is not None:
             return self._key
         try:
-            # cryptography is a dependency of the ledger, not of every install: optional here
+            # the ledger's keys need cryptography, the optional `governance` extra
             from computewatch.ledger.keys import load_or_create_private_key
         except ImportError as e:
             self.problem = f"cannot sign: {e.name or 'cryptography'} is not installed"

@@ -1094,7 +1094,6 @@ def fleet_page(
     if by not in ("job", "user", "team", "gpu-model"):
         return _error_page(request, principal, 400, f"by: job, user, team or gpu-model, not {by!r}")
     # the fleet report's modules (PromQL client, catalog) load only for this page
-    from computewatch.config import load_config
     from computewatch.fleet.promql import PrometheusClient
     from computewatch.fleet.report import FleetOptions, fleet_charts, fleet_report
     from computewatch.views.html.fleet import build_fleet_html
