@@ -459,11 +459,12 @@ class RunAggregates:
         return None
 
     def cpu_method(self) -> str | None:
-        """Which counter :meth:`cpu_seconds` reads: ``"cgroup"`` or ``"process tree"``."""
+        """Which counter :meth:`cpu_seconds` reads: ``"cgroup"`` (the run's own cgroup), the
+        cgroup series' ``method`` label (``"systemd scope"``) or ``"process tree"``."""
         s = self._cpu()
         if s is None or not s.n:
             return None
-        return "cgroup" if s.name == CGROUP_CPU else "process tree"
+        return s.labels.get("method", "cgroup") if s.name == CGROUP_CPU else "process tree"
 
     def _cpu(self) -> _Series | None:
         for name in (CGROUP_CPU, "tree_cpu_seconds_total"):

@@ -17,6 +17,7 @@ inside it: no fork can escape before a move. Elsewhere the process tree counts t
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sqlite3
 import sys
@@ -55,6 +56,8 @@ from computewatch.sources.cgroup import (
     DEFAULT_CGROUP_ROOT,
     CgroupCpuSource,
     RunCgroup,
+    await_scope_exec,
+    find_systemd_run,
     open_run_cgroup,
 )
 from computewatch.sources.environment import Capture
@@ -181,21 +184,71 @@ def own_hwm_bytes() -> float:
 def _spawn_in(
     cg: RunCgroup | None, notes: list[str], command: list[str], env: dict[str, str]
 ) -> tuple[int, RunCgroup | None]:
-    """Spawn the command inside ``cg`` when there is one (joined for the spawn, then left);
-    the cgroup that counts it, None when it could not be joined (then removed)."""
+    """Spawn the command inside ``cg`` when there is one (joined for the spawn, then left),
+    else in a systemd transient scope where a manager is reachable (:func:`_spawn_scoped`);
+    the cgroup that counts it, None when none does (``cg`` not joined is removed)."""
     if cg is None:
-        return _spawn(command, env), None
+        return _spawn_scoped(notes, command, env)
     why = cg.join()
     if why is not None:
-        notes.append(f"CPU counted by the process tree: {why}")
+        notes.append(f"{_TREE}: {why}")
         cg.remove()
-        return _spawn(command, env), None
+        return _spawn_scoped(notes, command, env)
     try:
         return _spawn(command, env), cg
     finally:
         why = cg.leave()
         if why is not None:  # we stay inside: our own CPU is counted with the run's
             notes.append(f"the run's cgroup also counts the supervisor: {why}")
+
+
+_TREE = "CPU counted by the process tree"
+
+
+def _spawn_scoped(
+    notes: list[str], command: list[str], env: dict[str, str]
+) -> tuple[int, RunCgroup | None]:
+    """Without a cgroup of our own: start the command through ``systemd-run --scope`` where a
+    systemd manager is reachable (``sources/cgroup.py``), so that the scope's cgroup counts
+    its CPU; else, or when systemd-run fails or hangs before it execs the command, start the
+    command ourselves, exactly once, with a note saying why. Nothing but a few ``stat`` calls
+    where no manager runs; ``COMPUTEWATCH_CGROUP_ROOT=off`` turns the scope off too."""
+    root = env.get(ENV_CGROUP_ROOT) or DEFAULT_CGROUP_ROOT
+    run_id = env.get(ENV_RUN_ID)
+    sd = None if root == "off" or not run_id else find_systemd_run(env)
+    if sd is None:
+        return _spawn(command, env), None
+    if isinstance(sd, str):
+        notes.append(f"{_TREE}: {sd}")
+        return _spawn(command, env), None
+    # systemd-run resolves the command itself, failing as systemd-run (exit 1): resolved here,
+    # a command that cannot run fails with its own error (127, 126), as without a scope
+    exe = shutil.which(command[0], path=env.get("PATH", os.defpath)) if command[0] else None
+    if exe is None or os.path.isdir(exe):
+        return _spawn(command, env), None
+    exe = os.path.abspath(exe)
+    unit = f"computewatch-{run_id}"
+    try:
+        pid = _spawn(sd.argv(unit, [exe, *command[1:]]), env)
+    except CommandNotStarted as e:  # systemd-run went away since it was found
+        notes.append(f"{_TREE}: systemd-run could not be started: {e}")
+        return _spawn(command, env), None
+    got = await_scope_exec(
+        pid,
+        f"--unit={unit}",
+        unit,
+        os.path.basename(sd.path).encode()[:15],  # comm: TASK_COMM_LEN is 16 with its NUL
+        os.path.basename(exe).encode()[:15],
+        cgroup_root=root,
+    )
+    if not got.started:
+        notes.append(f"{_TREE}: {got.note}; the command was started without a systemd scope")
+        return _spawn(command, env), None
+    if got.scope is None:
+        notes.append(f"{_TREE}: {got.note}")
+        return pid, None
+    notes[:] = [n for n in notes if not n.startswith(_TREE)]  # the scope counts it after all
+    return pid, got.scope
 
 
 def _spawn(command: list[str], env: dict[str, str]) -> int:
