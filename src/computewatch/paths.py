@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 DB_FILENAME = "computewatch.db"
@@ -61,6 +63,32 @@ def create_private_file(path: str | os.PathLike[str]) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def check_private_file(
+    path: str | os.PathLike[str], what: str, error: Callable[[str], Exception]
+) -> None:
+    """Refuse a secret file (a token, a password, a TLS or signing key) that another user could
+    read or change: its mode gives group or others any access, or another user owns it.
+
+    The one check of every secret file computewatch reads (docs/security.md). ``what`` names
+    the file in the message ("TLS key", "token file"); ``error`` builds the exception the caller
+    raises, with the message: it names the file, its mode and the fix (``chmod 600 FILE``)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise error(f"cannot read the {what} {os.fspath(path)}: {e.strerror or e}") from None
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o077:
+        raise error(
+            f"the {what} {os.fspath(path)} is readable or writable by other users (mode "
+            f"{mode:04o}): make it private with chmod 600 {os.fspath(path)}"
+        )
+    if st.st_uid != os.geteuid():
+        raise error(
+            f"the {what} {os.fspath(path)} belongs to another user (uid {st.st_uid}), who could "
+            f"change it: use a copy of your own (cp {os.fspath(path)} FILE; chmod 600 FILE)"
+        )
 
 
 def current_dir() -> str | None:

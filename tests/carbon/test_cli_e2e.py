@@ -76,6 +76,7 @@ def _config(tmp_path: Path, text: str) -> Path:
 
 def test_when_with_each_provider(cw: Any, tmp_path: Path, srv: FakeCarbonServer) -> None:
     (tmp_path / "wt-password").write_text("secret\n")
+    (tmp_path / "wt-password").chmod(0o600)  # a secret file others can read is refused
     cfg = _config(
         tmp_path,
         f'[carbon]\nelectricitymaps_token = "test-token"\nelectricitymaps_url = "{srv.url}/v3"\n'

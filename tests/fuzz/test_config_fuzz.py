@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -15,12 +19,19 @@ from computewatch.config import (
     _SCHEMA,
     NUMBERS,
     Config,
+    ConfigError,
+    TomlError,
     load_config,
     parse_config,
     parse_toml,
 )
 from computewatch.config.thresholds import DEFAULTS
-from computewatch.fleet.agent_config import _AGENT_KEYS, _TEAM_TABLES, parse_agent_config
+from computewatch.fleet.agent_config import (
+    _AGENT_KEYS,
+    _TEAM_TABLES,
+    AgentConfigError,
+    parse_agent_config,
+)
 
 BASE = settings.get_profile("computewatch-fuzz")  # tests/fuzz/conftest.py
 
@@ -140,3 +151,55 @@ def test_parse_config_of_any_structure(fz: ModuleType, data: st.DataObject) -> N
         _check_config(parse_config(doc))
     except fz.OWN_ERRORS:
         pass
+
+
+# Deep nesting: Hypothesis never draws documents this deep; tomllib recurses once per level.
+DEPTHS = [500, 1000, 2000, 20000]
+
+
+def _deep(depth: int, kind: str) -> str:
+    value = "[" * depth + "]" * depth if kind == "array" else "{a = " * depth + "1" + "}" * depth
+    return f"[energy]\nx = {value}\n"
+
+
+@pytest.mark.parametrize("kind", ["array", "inline table"])
+@pytest.mark.parametrize("depth", DEPTHS)
+def test_deep_nesting_is_a_configuration_error(depth: int, kind: str) -> None:
+    text = _deep(depth, kind)
+    with pytest.raises(TomlError, match=r"^deep\.toml: not valid TOML: nests too deeply"):
+        parse_toml(text, "deep.toml")
+    with pytest.raises(AgentConfigError, match="not valid TOML: nests too deeply"):
+        parse_agent_config(text)
+    p = _write(text.encode())
+    try:
+        with pytest.raises(ConfigError, match="nests too deeply"):
+            load_config(p)
+    finally:
+        p.unlink()
+        p.parent.rmdir()
+
+
+def test_deep_nesting_on_the_command_line(cw: Any, tmp_path: Path) -> None:
+    """run --config, $COMPUTEWATCH_CONFIG and the agent's --config: one line, exit 2."""
+    cfg = tmp_path / "deep.toml"
+    cfg.write_text(_deep(2000, "array"))
+    marker = tmp_path / "ran"
+    job = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    env_run = subprocess.run(
+        [sys.executable, "-m", "computewatch", "run", "--quiet", *job],
+        capture_output=True,
+        text=True,
+        env=cw.env(COMPUTEWATCH_CONFIG=str(cfg)),
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    for r in (
+        cw("run", "--config", cfg, *job),
+        env_run,
+        cw("agent", "--config", cfg, "--once", "--gpu-backend", "none"),
+    ):
+        assert r.returncode == 2, r.stderr
+        assert "nests too deeply" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+        assert "Traceback" not in r.stderr and "internal error" not in r.stderr
+    assert not marker.exists()

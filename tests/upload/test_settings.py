@@ -32,6 +32,7 @@ def test_precedence_flag_env_config(tmp_path: Path) -> None:
 def test_token_file(tmp_path: Path) -> None:
     tok = tmp_path / "token"
     tok.write_text("filetok\n")
+    tok.chmod(0o600)  # a token file others can read is refused (tests/security)
     cfg = tmp_path / "config.toml"
     cfg.write_text(f'[server]\nurl = "{URL}"\ntoken_file = "token"\n')
     s = server_settings(load_config(cfg), environ={})

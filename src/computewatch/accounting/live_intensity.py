@@ -112,6 +112,8 @@ def _parse(body: bytes, zone: str) -> LiveIntensity:
         data = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise LiveIntensityError("Electricity Maps answer is not valid JSON") from None
+    except RecursionError:  # json's decoder recurses once per nested array or object
+        raise LiveIntensityError("Electricity Maps answer nests too deeply") from None
     if not isinstance(data, dict):
         raise LiveIntensityError("Electricity Maps answer is not a JSON object")
     value = data.get("carbonIntensity")

@@ -72,7 +72,7 @@ class CachedProvider:
             series = IntensitySeries(
                 str(data["region"]), str(data["provider"]), pts, tuple(data["notes"])
             )
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):  # a broken cache: miss
             return None
         self.hits += 1
         return series

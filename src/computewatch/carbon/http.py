@@ -84,6 +84,8 @@ def get_json(
         parsed: JsonValue = json.loads(body.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise ProviderError(f"{provider}: the answer is not valid JSON") from None
+    except RecursionError:  # json's decoder recurses once per nested array or object
+        raise ProviderError(f"{provider}: the answer nests too deeply") from None
     return parsed
 
 

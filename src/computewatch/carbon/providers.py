@@ -53,6 +53,7 @@ from computewatch.carbon.records import (
 )
 from computewatch.catalog.reference import grid_rows, normalize_code
 from computewatch.config import Config
+from computewatch.paths import check_private_file
 
 __all__ = [
     "ELECTRICITYMAPS",
@@ -445,9 +446,11 @@ def settings_from_config(
     cfg: Config, *, intensity_file: Path | None = None, environ: Mapping[str, str] = os.environ
 ) -> ProviderSettings:
     """The providers' settings from the configuration; the WattTime password from
-    ``[carbon] watttime_password_file`` (its first line), else ``WATTTIME_PASSWORD``."""
+    ``[carbon] watttime_password_file`` (its first line; refused when other users could read or
+    change it), else ``WATTTIME_PASSWORD``."""
     password = environ.get("WATTTIME_PASSWORD") or None
     if cfg.watttime_password_file is not None:
+        check_private_file(cfg.watttime_password_file, "WattTime password file", ProviderError)
         try:
             password = cfg.watttime_password_file.read_text(encoding="utf-8").splitlines()[0]
         except (OSError, UnicodeDecodeError, IndexError) as e:

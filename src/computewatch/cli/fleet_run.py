@@ -19,6 +19,7 @@ from computewatch.config import ConfigError, load_config
 from computewatch.errors import ComputewatchError, UsageError
 from computewatch.fleet.promql import PrometheusClient
 from computewatch.fleet.report import FleetOptions, fleet_charts, fleet_report
+from computewatch.paths import check_private_file
 from computewatch.units import format_grams, format_kwh, format_number, format_percent, format_usd
 from computewatch.views.text import add_row, make_console
 
@@ -42,8 +43,10 @@ def cmd_fleet(args: argparse.Namespace) -> int:
         raise UsageError("--timeout must be a positive number of seconds")
     headers: dict[str, str] = {}
     if args.bearer_token_file:
+        token_file = Path(args.bearer_token_file).expanduser()
+        check_private_file(token_file, "token file (--bearer-token-file)", UsageError)
         try:
-            token = Path(args.bearer_token_file).expanduser().read_text().strip()
+            token = token_file.read_text().strip()
         except OSError as e:
             raise ComputewatchError(
                 f"cannot read {args.bearer_token_file}: {e.strerror or e}"

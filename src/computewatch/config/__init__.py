@@ -307,11 +307,15 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     return parse_config(parse_toml(read_config_text(p), str(p)), p)
 
 
+TOO_DEEP = "nests too deeply (arrays or inline tables inside one another past the parser's limit)"
+"""The reason given for a configuration text nested deeper than tomllib can parse."""
+
+
 class TomlError(ConfigError):
     """A configuration text that is not valid TOML: ``WHERE: not valid TOML: ERROR``, with the
     error's ``line`` (1-based, None when not given) and its ``reason`` without the position."""
 
-    def __init__(self, where: str, error: tomllib.TOMLDecodeError) -> None:
+    def __init__(self, where: str, error: tomllib.TOMLDecodeError | str) -> None:
         super().__init__(f"{where}: not valid TOML: {error}")
         # tomllib ends its messages with "(at line L, column C)".
         m = re.search(r"\(at line (\d+), column \d+\)", str(error))
@@ -336,6 +340,8 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise TomlError(where, e) from None
+    except RecursionError:  # tomllib recurses once per nested array or inline table
+        raise TomlError(where, TOO_DEEP) from None
 
 
 def parse_config(data: dict[str, Any], path: Path | None = None) -> Config:

@@ -124,6 +124,8 @@ def parse_model(text: str, where: str) -> Forest:
         )
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         raise DetectError(f"{where}: not a usable detector model: {e}") from None
+    except RecursionError:  # json's decoder recurses once per nested array or object
+        raise DetectError(f"{where}: not a usable detector model: nests too deeply") from None
 
 
 def load_model(path: str | Path | None = None) -> Forest:

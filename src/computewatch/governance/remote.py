@@ -40,7 +40,7 @@ class Remote:
         except urllib.error.HTTPError as e:
             try:
                 detail = json.loads(e.read() or b"{}").get("detail", "")
-            except (ValueError, OSError, AttributeError):
+            except (ValueError, OSError, AttributeError, RecursionError):  # any body: no detail
                 detail = ""
             finally:
                 e.close()
@@ -60,7 +60,7 @@ class Remote:
         with self._open(path, data) as resp:
             try:
                 return json.loads(resp.read())
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
                 raise ServerFailed(f"the server at {redact_urls(self.url)} sent no JSON") from None
 
     def governance_status(self) -> list[Any]:

@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from computewatch.ledger.chain import Entry, LedgerError, canonical
-from computewatch.paths import create_private_file, make_private_dirs
+from computewatch.paths import check_private_file, create_private_file, make_private_dirs
 
 CHECKPOINT_KIND = "checkpoint"
 _CHECKPOINT_CONTEXT = b"computewatch-ledger-checkpoint:v1:"
@@ -70,7 +70,7 @@ def read_public_key(path: Path) -> Ed25519PublicKey:
 
 def load_or_create_private_key(path: Path) -> Ed25519PrivateKey:
     """The private key in ``path``; a new one written there (mode 0600) when the file is
-    missing."""
+    missing. An existing key other users could read or change is refused (``chmod 600``)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -91,6 +91,7 @@ def load_or_create_private_key(path: Path) -> Ed25519PrivateKey:
         return key
     except OSError as e:
         raise LedgerError(f"cannot read the signing key {path}: {e}") from None
+    check_private_file(path, "signing key", LedgerError)
     try:
         loaded = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as e:

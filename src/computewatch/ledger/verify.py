@@ -153,6 +153,8 @@ def read_export(path: Path) -> tuple[Header, list[Entry]]:
             docs.append(json.loads(line.decode("utf-8")))
         except (UnicodeDecodeError, ValueError) as e:
             raise LedgerError(f"{path}:{n}: not a JSON line ({e})") from None
+        except RecursionError:  # json's decoder recurses once per nested array or object
+            raise LedgerError(f"{path}:{n}: not a ledger entry (nests too deeply)") from None
     header = _header(docs[0], f"{path}:1")
     entries = [entry_from_json(d, f"{path}:{n}") for n, d in enumerate(docs[1:], 2)]
     return header, entries

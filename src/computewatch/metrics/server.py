@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
-import os
 import socket
 import ssl
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -25,13 +23,13 @@ from pathlib import Path
 from computewatch.errors import ComputewatchError
 from computewatch.metrics.exposition import LatestSamples, render
 from computewatch.metrics.model import DEFAULT_LISTEN
+from computewatch.paths import check_private_file
 
 __all__ = [
     "DEFAULT_LISTEN",
     "MetricsServer",
     "ServerError",
     "ServerSecurity",
-    "check_private_file",
     "is_loopback",
     "parse_listen",
     "read_token",
@@ -83,29 +81,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_private_file(path: str | Path, what: str) -> None:
-    """Refuse a secret file (a token, a TLS key) that another user could read or change: its
-    mode gives group or others any access, or another user owns it. The message says the fix."""
-    try:
-        st = os.stat(path)
-    except OSError as e:
-        raise ServerError(f"cannot read the {what} {path}: {e.strerror or e}") from None
-    if stat.S_IMODE(st.st_mode) & 0o077:
-        raise ServerError(
-            f"the {what} {path} is readable or writable by other users (mode "
-            f"{stat.S_IMODE(st.st_mode):04o}): make it private with chmod 600 {path}"
-        )
-    if st.st_uid != os.geteuid():
-        raise ServerError(
-            f"the {what} {path} belongs to another user (uid {st.st_uid}), who could change "
-            f"it: use a copy of your own (cp {path} FILE; chmod 600 FILE)"
-        )
-
-
 def read_token(path: str | Path) -> str:
     """The bearer token in ``path`` (surrounding whitespace stripped); it must not be empty,
     and only its owner may read or write it (:func:`check_private_file`)."""
-    check_private_file(path, "token file")
+    check_private_file(path, "token file", ServerError)
     try:
         token = Path(path).read_text().strip()
     except (OSError, UnicodeDecodeError) as e:
@@ -136,7 +115,7 @@ class ServerSecurity:
         if bool(tls_cert) != bool(tls_key):
             raise ServerError(f"TLS needs both a certificate ({flags[0]}) and a key ({flags[1]})")
         if tls_key:
-            check_private_file(tls_key, "TLS key")
+            check_private_file(tls_key, "TLS key", ServerError)
         return cls(read_token(token_file) if token_file else None, tls_cert, tls_key)
 
     def ssl_context(self) -> ssl.SSLContext | None:

@@ -111,7 +111,7 @@ def collect_manifests(store: Store, run_key: int, directory: Path) -> int:
     for path in found:
         try:
             doc = json.loads(path.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):  # RecursionError: nested too deeply
             continue
         if not (isinstance(doc, dict) and isinstance(doc.get("files"), dict) and "tool" in doc):
             continue

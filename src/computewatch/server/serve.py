@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from computewatch.errors import UsageError
+from computewatch.paths import check_private_file
 from computewatch.serverdb.engine import display_url, parse_url
 
 __all__ = [
@@ -142,6 +143,7 @@ def serve(
     if tls_cert and tls_key:
         _check_file(tls_cert, "--tls-cert")
         _check_file(tls_key, "--tls-key")
+        check_private_file(tls_key, "TLS key (--tls-key)", UsageError)
     tls = bool(tls_cert)
     check_listen(where, tls=tls, allow_insecure=allow_insecure_listen)
     url = parse_url(db)
@@ -149,6 +151,7 @@ def serve(
     import uvicorn
     from sqlalchemy.exc import DBAPIError
 
+    # The app and its database layer load the same stack (FastAPI, SQLAlchemy): at run time too.
     from computewatch.server.app import create_app
     from computewatch.serverdb.errors import ServerDbError
 

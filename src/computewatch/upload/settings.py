@@ -15,6 +15,7 @@ from pathlib import Path
 
 from computewatch.config import Config
 from computewatch.errors import UsageError
+from computewatch.paths import check_private_file
 from computewatch.redact import redact_urls
 
 __all__ = [
@@ -62,7 +63,12 @@ def _check_url(url: str, where: str) -> str:
     return url
 
 
+def _token_file_error(message: str) -> SettingsError:
+    return SettingsError(f"[server] token_file: {message}")
+
+
 def _read_token_file(path: Path) -> str:
+    check_private_file(path, "token file", _token_file_error)
     try:
         token = path.read_text().strip()
     except (OSError, UnicodeDecodeError) as e:
@@ -82,7 +88,8 @@ def server_settings(
 ) -> ServerSettings | None:
     """The server to upload to, or None when none is configured anywhere. ``url`` and
     ``token`` are the command line's flags; each wins over its variable, which wins over the
-    file. :class:`SettingsError` for a URL that is not http(s) or a token file not readable."""
+    file. :class:`SettingsError` for a URL that is not http(s), or a token file not readable or
+    that other users could read or change (``chmod 600`` is the fix)."""
     env = os.environ if environ is None else environ
     if url:
         chosen, where = url, "--server"
