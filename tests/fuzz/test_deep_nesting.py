@@ -32,7 +32,7 @@ def _deep(depth: int) -> str:
 
 @pytest.mark.parametrize("depth", DEPTHS)
 def test_detector_model(depth: int) -> None:
-    with pytest.raises(DetectError, match="model.json: not a usable detector model: nests too"):
+    with pytest.raises(DetectError, match=r"model\.json: not a usable detector model: nests too"):
         parse_model(_deep(depth), "model.json")
     with pytest.raises(DetectError, match="nests too deeply"):
         parse_model('{"format": ' + _deep(depth) + "}", "model.json")
@@ -90,5 +90,5 @@ def deep_server() -> Iterator[str]:
 
 
 def test_carbon_provider_answer(deep_server: str) -> None:
-    with pytest.raises(ProviderError, match="^test-provider: the answer nests too deeply$"):
+    with pytest.raises(ProviderError, match=r"^test-provider: the answer nests too deeply$"):
         get_json(f"{deep_server}/v3", provider="test-provider", what="zone 'DE'", timeout=10)
