@@ -98,6 +98,8 @@ class ProcTree:
             (d / "environ").write_bytes(
                 b"".join(f"{k}={v}".encode() + b"\0" for k, v in env.items())
             )
+        else:  # root reads any file: a directory stands for EACCES (a missing file is a gone PID)
+            (d / "environ").mkdir()
         self.last_pid = max(self.last_pid, pid)
         self._write_loadavg()
 

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,10 +13,13 @@ import pytest
 
 from computewatch.sources.procfs import (
     CLK_TCK,
+    ENVIRON_LIMIT,
     PidBirths,
     ProcessCache,
     StatHandle,
+    environ_values,
     parse_stat,
+    read_environ,
     split_stat,
     stat_cpu_seconds,
     stat_fields,
@@ -102,3 +108,77 @@ def test_births_without_loadavg(tmp_path: Path) -> None:
     assert b.last_pid() is None
     assert b.moved() and b.moved()  # unknown: always list
     b.close()
+
+
+def test_environ_values_first_entry_wins_and_bytes_are_escaped() -> None:
+    raw = b"A=1\0COMPUTEWATCH_RUN_ID=r1\0B=caf\xe9\0COMPUTEWATCH_RUN_ID=r2\0EMPTY=\0C=x=y"
+    got = environ_values(raw, ("COMPUTEWATCH_RUN_ID", "B", "EMPTY", "C", "MISSING", "A"))
+    assert got == {"COMPUTEWATCH_RUN_ID": "r1", "B": "caf\\xe9", "EMPTY": "", "C": "x=y", "A": "1"}
+    # a name is matched whole, at the start of an entry, never inside another name or a value
+    assert environ_values(b"XA=1\0V=A=2\0", ("A",)) == {}
+    assert environ_values(b"", ("A",)) == {}
+    assert environ_values(b"A=cut-by-the-limi", ("A",)) == {"A": "cut-by-the-limi"}
+
+
+def test_read_environ_of_a_real_process_keeps_only_the_names_asked() -> None:
+    env = {b"PATH": os.fsencode(os.environ["PATH"]), b"COMPUTEWATCH_RUN_ID": b"0123abcd",
+           b"SECRET": b"hunter2", b"ODD": b"\xff\xfeok"}  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env
+    )
+    try:
+        got = read_environ("/proc", child.pid, ("COMPUTEWATCH_RUN_ID", "ODD", "NOT_SET"))
+        assert got == {"COMPUTEWATCH_RUN_ID": "0123abcd", "ODD": "\\xff\\xfeok"}
+    finally:
+        child.communicate(b"")
+    # once reaped, the PID is gone: no environment, which is not a refusal
+    assert read_environ("/proc", child.pid, ("COMPUTEWATCH_RUN_ID",)) == {}
+
+
+def test_a_zombie_has_an_empty_environment() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "pass"], env={"COMPUTEWATCH_RUN_ID": "z"})
+    try:
+        while True:  # exited but not waited for: a zombie, without an address space
+            with open(f"/proc/{child.pid}/stat", "rb") as f:
+                if split_stat(f.read())[1][0] == b"Z":
+                    break
+            time.sleep(0.005)
+        assert read_environ("/proc", child.pid, ("COMPUTEWATCH_RUN_ID",)) == {}
+    finally:
+        child.wait()
+
+
+def test_another_users_environment_is_refused() -> None:
+    """The kernel's ptrace check (proc(5), PTRACE_MODE_READ_FSCREDS): an unprivileged reader of
+    a root process's environment gets EACCES, which reads as None, not as an empty one."""
+    if os.geteuid() == 0:  # a forked reader drops to nobody and reads this (root) process
+        target = os.getpid()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: no pytest machinery past this point, only os._exit
+            try:
+                os.setgroups([])
+                os.setresgid(65534, 65534, 65534)
+                os.setresuid(65534, 65534, 65534)
+                os.write(w, repr(read_environ("/proc", target, ("PATH",))).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            said = f.read()
+        os.waitpid(pid, 0)
+        assert said == b"None"
+    else:  # an unprivileged test reads init's, which root owns
+        assert os.stat("/proc/1").st_uid != os.geteuid(), "init is this user's: nothing to refuse"
+        assert read_environ("/proc", 1, ("PATH",)) is None
+
+
+def test_read_environ_reads_a_recorded_tree_within_its_limit(tmp_path: Path) -> None:
+    d = write_proc(tmp_path, 9, "job")
+    (d / "environ").write_bytes(b"A=" + b"x" * ENVIRON_LIMIT + b"\0B=late\0")
+    got = read_environ(str(tmp_path), 9, ("A", "B"))
+    assert got == {"A": "x" * (ENVIRON_LIMIT - 2)}  # B lies past the first MiB
+    assert read_environ(str(tmp_path), 9, ("B",), limit=-1) == {"B": "late"}
+    (d / "environ").unlink()
+    (d / "environ").mkdir()  # a read error other than a gone process: refused
+    assert read_environ(str(tmp_path), 9, ("A",)) is None

@@ -13,6 +13,8 @@ from computewatch.errors import PROG, ComputewatchError, UsageError
 from computewatch.paths import resolve_db_path
 from computewatch.profiling.artifacts import Artifact, add_artifact, artifact_dir
 from computewatch.profiling.pyspy import record
+from computewatch.sampling.channel import ENV_RUN_ID
+from computewatch.sources.procfs import read_environ
 from computewatch.store import RunRow, Store, StoreError
 
 __all__ = ["cmd_profile"]
@@ -21,15 +23,8 @@ __all__ = ["cmd_profile"]
 def _run_id_of(pid: int) -> str | None:
     """The computewatch run a process belongs to (``COMPUTEWATCH_RUN_ID`` in its environment,
     readable by its owner and root)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            env = f.read()
-    except OSError:
-        return None
-    for item in env.split(b"\0"):
-        if item.startswith(b"COMPUTEWATCH_RUN_ID="):
-            return item.split(b"=", 1)[1].decode("utf-8", "replace") or None
-    return None
+    env = read_environ("/proc", pid, (ENV_RUN_ID,))
+    return (env or {}).get(ENV_RUN_ID) or None
 
 
 def _alive(pid: int) -> bool:

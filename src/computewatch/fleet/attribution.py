@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 
 from computewatch.escape import decode_text
 from computewatch.readings import Labels
-from computewatch.sampling.channel import ENV_MODEL, ENV_STAGE
-from computewatch.sources.procfs import read_file
+from computewatch.sampling.channel import ENV_MODEL, ENV_RUN_ID, ENV_STAGE
+from computewatch.sources.procfs import environ_values, read_environ, read_file
 
 __all__ = [
     "Attributor",
@@ -48,21 +48,20 @@ __all__ = [
 ]
 
 TAGS_VAR = "COMPUTEWATCH_TAGS"
-RUN_ID_VAR = "COMPUTEWATCH_RUN_ID"
+RUN_ID_VAR = ENV_RUN_ID
 MODEL_VAR = ENV_MODEL  # what `computewatch run --model/--stage` set in its command's environment
 STAGE_VAR = ENV_STAGE
-_ENV_KEYS = (
-    b"SLURM_JOB_ID",
-    b"SLURM_JOB_ACCOUNT",
-    b"SLURM_JOB_USER",
-    b"SLURM_JOB_START_TIME",
-    b"SLURM_JOB_END_TIME",
-    RUN_ID_VAR.encode(),
-    TAGS_VAR.encode(),
-    MODEL_VAR.encode(),
-    STAGE_VAR.encode(),
+_ENV_NAMES = (
+    "SLURM_JOB_ID",
+    "SLURM_JOB_ACCOUNT",
+    "SLURM_JOB_USER",
+    "SLURM_JOB_START_TIME",
+    "SLURM_JOB_END_TIME",
+    RUN_ID_VAR,
+    TAGS_VAR,
+    MODEL_VAR,
+    STAGE_VAR,
 )
-_MAX_ENVIRON = 1 << 20  # an environment is at most a few hundred KiB (ARG_MAX)
 _MAX_LABEL = 128  # tag values are cut here: a label value is not a place for a document
 _TAG_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 
@@ -132,12 +131,12 @@ def parse_tags(text: str) -> dict[str, str]:
 
 def parse_environ(raw: bytes) -> dict[str, str]:
     """The variables attribution uses, from a ``/proc/PID/environ`` image; nothing else."""
-    out: dict[str, str] = {}
-    for entry in raw.split(b"\0"):
-        key, sep, value = entry.partition(b"=")
-        if sep and key in _ENV_KEYS:
-            out[key.decode()] = decode_text(value)[: _MAX_LABEL * 8]
-    return out
+    return _kept(environ_values(raw, _ENV_NAMES))
+
+
+def _kept(env: Mapping[str, str]) -> dict[str, str]:
+    """Attribution's variables with each value cut to a bounded length."""
+    return {k: v[: _MAX_LABEL * 8] for k, v in env.items()}
 
 
 def _time_limit(env: Mapping[str, str]) -> float | None:
@@ -280,12 +279,12 @@ class Attributor:
     def _environ(self, pid: int) -> dict[str, str]:
         if not self._read_environ:
             return {}
-        raw = self._read(pid, "environ", _MAX_ENVIRON)
-        if raw is None:
+        env = read_environ(self._root, pid, _ENV_NAMES)
+        if env is None:
             self.environ_denied += 1
             return {}
         self.environ_read += 1
-        return parse_environ(raw)
+        return _kept(env)
 
     def _identify(self, pid: int, uid: int) -> JobIdentity:
         cg_raw = self._read(pid, "cgroup")

@@ -19,7 +19,6 @@ top's ``%CPU``; the host's ``cpu_ratio`` is of all its online CPUs.
 from __future__ import annotations
 
 import dataclasses
-import errno
 import os
 import pwd
 import socket
@@ -41,6 +40,7 @@ from computewatch.sources.procfs import (
     ProcessCache,
     StatHandle,
     default_fd_budget,
+    read_environ,
     read_file,
     split_stat,
     status_effective_uid,
@@ -60,9 +60,6 @@ __all__ = [
 
 SortKey = Literal["cpu", "memory", "gpu-memory", "gpu", "pid"]
 SORT_KEYS: tuple[SortKey, ...] = ("cpu", "memory", "gpu-memory", "gpu", "pid")
-
-_RUN_ID_KEY = b"\0" + ENV_RUN_ID.encode() + b"="
-_MAX_ENVIRON = 1 << 20  # an environment larger than this is not searched past its first MiB
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -197,17 +194,6 @@ class _Proc:
     run_id_readable: bool
     ticks: int  # utime + stime at the last read
     generation: int  # the refresh that last saw it
-
-
-def _read_environ(path: str) -> bytes | None:
-    """A process's initial environment; None when not allowed (another user's process without
-    CAP_SYS_PTRACE: proc(5), ptrace access mode PTRACE_MODE_READ_FSCREDS). A process without
-    an address space (a zombie) reads ESRCH: no environment, b""."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(_MAX_ENVIRON)
-    except OSError as e:
-        return b"" if e.errno in (errno.ESRCH, errno.ENOENT) else None
 
 
 class TopCollector:
@@ -484,17 +470,9 @@ class TopCollector:
         text = " ".join(shown) if args else f"[{decode_text(comm)}]"
         p.command = "".join(c if c.isprintable() else " " for c in text[: self._command_width])
         kthread = int(fields[6]) & PF_KTHREAD
-        environ = b"" if kthread else _read_environ(os.path.join(base, "environ"))
-        p.run_id_readable = environ is not None
-        p.run_id = None
-        if environ:
-            data = b"\0" + environ
-            i = data.find(_RUN_ID_KEY)
-            if i >= 0:
-                start = i + len(_RUN_ID_KEY)
-                end = data.find(b"\0", start)
-                value = data[start : end if end >= 0 else len(data)]
-                p.run_id = decode_text(value) or None
+        env = {} if kthread else read_environ(self._root, p.pid, (ENV_RUN_ID,))
+        p.run_id_readable = env is not None
+        p.run_id = (env or {}).get(ENV_RUN_ID) or None
 
     def _user_of(self, base: str) -> str:
         """The effective user, from the Uid line of /proc/PID/status (as ps's USER)."""

@@ -1,5 +1,7 @@
 """procfs, read once per tick: the parser of ``/proc/PID/stat`` and friends, and the cache of
 process handles shared by the process-tree source, ``computewatch top`` and the node agent.
+A process's environment is read by :func:`read_environ` alone (``computewatch top``'s run ids,
+``computewatch profile PID``, the agent's attribution).
 
 Every function takes the procfs root (``/proc`` on a real host, a recorded tree in tests).
 
@@ -12,15 +14,17 @@ process was born since the last listing (:class:`PidBirths`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import resource
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 from computewatch.escape import decode_text
 
 __all__ = [
     "CLK_TCK",
+    "ENVIRON_LIMIT",
     "IDLE_CPU_MODES",
     "PAGE_SIZE",
     "PF_KTHREAD",
@@ -28,14 +32,17 @@ __all__ = [
     "ProcessCache",
     "StatHandle",
     "close_fd",
+    "environ_values",
     "open_ro",
     "parse_stat",
     "pread_all",
     "read_cmdline",
+    "read_environ",
     "read_file",
     "split_stat",
     "stat_cpu_seconds",
     "stat_fields",
+    "status_effective_uid",
     "status_uid",
 ]
 
@@ -51,6 +58,10 @@ IDLE_CPU_MODES = frozenset({"idle", "iowait"})
 STATE, PPID, FLAGS = 0, 1, 6
 UTIME, STIME, CUTIME, CSTIME = 11, 12, 13, 14
 NUM_THREADS, STARTTIME, RSS = 17, 19, 21
+
+ENVIRON_LIMIT = 1 << 20
+"""The most of ``/proc/PID/environ`` read (1 MiB): an environment counts against ARG_MAX, a few
+hundred KiB on Linux; a larger one is searched in its first MiB only."""
 
 _CHUNK = 65536
 _STAT_MAX = 4096
@@ -109,7 +120,46 @@ def read_cmdline(procfs_root: str, pid: int, limit: int = -1) -> list[str]:
     return [decode_text(a) for a in (raw or b"").split(b"\0") if a]
 
 
+def read_environ(
+    procfs_root: str, pid: int, names: Iterable[str], limit: int = ENVIRON_LIMIT
+) -> dict[str, str] | None:
+    """The variables ``names`` of a process's initial environment (``/proc/PID/environ``, its
+    first ``limit`` bytes), as :func:`environ_values` gives them; nothing else is kept.
+
+    None when the kernel refuses the read: another user's process without CAP_SYS_PTRACE
+    (proc(5): ptrace access mode ``PTRACE_MODE_READ_FSCREDS``, EACCES). A process without an
+    address space (a kernel thread, a zombie) reads empty, and one gone before the open (ENOENT)
+    or during it (ESRCH, fs/proc/base.c ``proc_mem_open``) has no environment either: ``{}``.
+    """
+    try:
+        with open(os.path.join(procfs_root, str(pid), "environ"), "rb") as f:
+            raw = f.read(limit)
+    except OSError as e:
+        return {} if e.errno in (errno.ENOENT, errno.ESRCH) else None
+    return environ_values(raw, names)
+
+
 # --- parsing ---------------------------------------------------------------------------------
+
+
+def environ_values(raw: bytes, names: Iterable[str]) -> dict[str, str]:
+    """The variables ``names`` of an environment image (``NAME=value`` entries separated by
+    NUL bytes, as ``/proc/PID/environ``), each value decoded by
+    :func:`computewatch.escape.decode_text` (an undecodable byte as ``\\xNN``).
+
+    A name absent from the image is absent from the result. A name given twice keeps its first
+    entry, the value getenv(3) returns. An entry cut by a read limit keeps what was read.
+    """
+    data = b"\0" + raw
+    out: dict[str, str] = {}
+    for name in names:
+        key = b"\0" + os.fsencode(name) + b"="
+        i = data.find(key)
+        if i >= 0:
+            start = i + len(key)
+            end = data.find(b"\0", start)
+            out[name] = decode_text(data[start : end if end >= 0 else len(data)])
+    return out
 
 
 def split_stat(raw: bytes) -> tuple[bytes, list[bytes]]:
