@@ -245,7 +245,7 @@ def _check_tpu_preset(preset: str) -> None:
     # the catalog and the preset parser load only for fake: backends
     from computewatch.catalog import load_accelerators
     from computewatch.catalog.tpu import tpu_rows
-    from computewatch.testing._script import parse_preset
+    from computewatch.testing.presets import parse_preset
 
     rows = tpu_rows()
     try:

@@ -1,6 +1,7 @@
 """What the fake vendor libraries share (:mod:`~computewatch.testing.fake_nvml`,
 :mod:`~computewatch.testing.fake_amdsmi`): scripted readings, scheduled failures, energy as an
-integral of scripted power, ``COUNTxMODEL`` presets and deterministic noise.
+integral of scripted power and deterministic noise (``COUNTxMODEL`` presets are public:
+:mod:`computewatch.testing.presets`).
 
 Each fake keeps its own public API (its ``script``/``fail`` methods, field names, error
 classes); these helpers hold the logic behind it.
@@ -9,10 +10,7 @@ classes); these helpers hold the logic behind it.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Sequence
-
-from computewatch.catalog import Accelerator
 
 Value = float | int | None
 Script = float | int | None | Sequence[float | int | None] | Callable[[float], float | None]
@@ -126,30 +124,8 @@ class Integral:
         return self.total
 
 
-# -- presets ----------------------------------------------------------------------------------
+# -- deterministic noise --------------------------------------------------------------------
 _MASK64 = (1 << 64) - 1
-_PRESET = re.compile(r"\s*(?:(\d+)\s*[xX×]\s*)?(\S+)\s*")
-
-
-def parse_preset(
-    preset: str, catalog: dict[str, Accelerator], vendor: str = ""
-) -> tuple[int, Accelerator]:
-    """``COUNTxMODEL`` (a bare model means one) as (count, the catalog row of the model, any
-    case); ``vendor`` ("AMD ") names the models in errors."""
-    m = _PRESET.fullmatch(preset)
-    valid = ", ".join(sorted(catalog))
-    if m is None:
-        raise ValueError(f"preset {preset!r} is not COUNTxMODEL; {vendor}models: {valid}")
-    count = int(m.group(1) or 1)
-    by_lower = {k.lower(): a for k, a in catalog.items()}
-    acc = by_lower.get(m.group(2).lower())
-    if acc is None:
-        raise ValueError(
-            f"unknown {vendor}model {m.group(2)!r} in preset {preset!r}; models: {valid}"
-        )
-    if not 1 <= count <= 64:
-        raise ValueError(f"preset {preset!r}: count must be 1 to 64")
-    return count, acc
 
 
 def mix(*parts: int) -> int:

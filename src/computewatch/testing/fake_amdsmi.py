@@ -40,11 +40,11 @@ from computewatch.testing._script import (
     Value,
     due,
     mix,
-    parse_preset,
     schedule,
     str_seed,
     unit,
 )
+from computewatch.testing.presets import parse_preset
 
 __all__ = [
     "AMD_FIELDS",

@@ -33,11 +33,11 @@ from computewatch.testing._script import (
     Scripted,
     due,
     mix,
-    parse_preset,
     schedule,
     str_seed,
     unit,
 )
+from computewatch.testing.presets import parse_preset
 
 __all__ = [
     "FIELDS",

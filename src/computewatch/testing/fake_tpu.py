@@ -33,7 +33,8 @@ import grpc  # type: ignore[import-untyped]
 
 from computewatch.catalog import load_accelerators
 from computewatch.catalog.tpu import TPU_VENDOR_ID, tpu_rows
-from computewatch.testing._script import mix, parse_preset, str_seed, unit
+from computewatch.testing._script import mix, str_seed, unit
+from computewatch.testing.presets import parse_preset
 
 __all__ = [
     "DUTY_CYCLE",
