@@ -47,6 +47,8 @@ ONCE = """
 import os, sys
 with open(os.environ["RAN"], "a") as f:
     f.write(f"{os.getpid()} {sys.argv[1:]}\\n")
+print("out of the command")
+print("err of the command", file=sys.stderr)
 """
 
 DOUBLE_FORK = """
@@ -144,7 +146,8 @@ def test_the_command_runs_once_in_the_scope_with_its_arguments(
     r = cw("run", "--quiet", "--", sys.executable, script, "$HOME", "a b")
     assert r.returncode == 0, r.stderr
     ran = _ran(tmp_path)
-    assert len(ran) == 1 and ran[0].endswith("['$HOME', 'a b']"), ran
+    assert len(ran) == 1 and ran[0].endswith("['$HOME', 'a b']"), ran  # "$HOME" not expanded
+    assert "out of the command" in r.stdout and "err of the command" in r.stderr
     s = cw.show()
     # the fake made no scope here (no cgroup v2 mounted): the tree counts, and says why
     assert s["cpu"]["method"] == "process tree"

@@ -15,8 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from computewatch.analysis.aggregates import RunAggregates
+from computewatch.sources import cgroup as cgroup_mod
 from computewatch.sources.cgroup import (
     SCOPE_METHOD,
     CgroupCpuSource,
@@ -267,3 +270,27 @@ def test_same_comm_for_launcher_and_command_never_runs_it_twice(launcher: Path) 
     )
     assert got.started
     os.waitpid(pid, 0)
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(stat=st.binary(max_size=200), cg=st.binary(max_size=200))
+def test_proc_files_of_any_shape_never_raise(tmp_path: Path, stat: bytes, cg: bytes) -> None:
+    """/proc/<pid>/stat (a comm may hold spaces and parentheses) and /proc/<pid>/cgroup as the
+    kernel, or a racing exit, may leave them: a value or None, never an exception."""
+    d = tmp_path / "proc" / "7"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "stat").write_bytes(stat)
+    (d / "cgroup").write_bytes(cg)
+    got = cgroup_mod._state_comm(str(tmp_path / "proc"), 7)
+    assert got is None or (isinstance(got[0], str) and isinstance(got[1], bytes))
+    sc = scope_cgroup(7, "computewatch-r1", cgroup_root=str(tmp_path), procfs_root=str(d.parent))
+    assert isinstance(sc, str)  # no scope there: a reason
+
+
+def test_comm_with_parentheses_and_spaces(tmp_path: Path) -> None:
+    d = tmp_path / "proc" / "7"
+    d.mkdir(parents=True)
+    (d / "stat").write_bytes(b"7 (a) (b c) Z 1 7 7 0 -1\n")
+    assert cgroup_mod._state_comm(str(tmp_path / "proc"), 7) == ("Z", b"a) (b c")
