@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import signal
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -151,7 +152,7 @@ def test_start_when_green_waits_for_the_threshold_then_runs(cw: Any, tmp_path: P
     f = write_csv(tmp_path / "soon.csv", now - dt.timedelta(seconds=10), [500, 10, 10], 12)
     r = cw.ok(
         "run", "--quiet", "--start-when-green", "--threshold", "50", "--intensity-file", f,
-        "--", "python", "-c", "pass",
+        "--", sys.executable, "-c", "pass",
     )  # fmt: skip
     assert "waiting until" in r.stderr and "at or below the threshold 50" in r.stderr
     assert cw.show()["status"] == "completed"
@@ -192,7 +193,7 @@ def test_run_carbon_is_summed_over_its_hours_with_sci(cw: Any, tmp_path: Path) -
     )
     cw.ok(
         "run", "--quiet", "--config", cfg, "--region", "FR", "--gpu-backend", "fake:2xTPU-v5e",
-        "--", "python", "-c", "import time; time.sleep(1.5)",
+        "--", sys.executable, "-c", "import time; time.sleep(1.5)",
     )  # fmt: skip
     s = cw.json("show", "last", "--config", str(cfg), "--sci-unit", "run")
     carbon = s["carbon"]

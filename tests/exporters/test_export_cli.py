@@ -5,6 +5,7 @@ CloudWatch's documented format (with aws-embedded-metrics' own validators)."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def test_run_otlp_pushes_the_runs_metrics(
     emf = tmp_path / "run-emf.log"
     cw.ok(
         "run", "--quiet", "--interval", "0.2", "--otlp", otlp_receiver.url, "--emf", str(emf),
-        "--", "python", str(script),
+        "--", sys.executable, str(script),
     )  # fmt: skip
     otlp_receiver.wait(lambda rec: rec.points("computewatch.job.steps"))
     run_id = cw.show()["id"]

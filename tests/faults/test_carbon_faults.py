@@ -5,6 +5,7 @@ never a failed or lost run."""
 from __future__ import annotations
 
 import datetime as dt
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -97,7 +98,7 @@ def test_run_keeps_the_yearly_figure_when_the_provider_is_down(
     cw: Any, tmp_path: Path, free_port: Callable[[], int]
 ) -> None:
     cfg = _config(tmp_path, f"http://127.0.0.1:{free_port()}")
-    r = cw("run", "--quiet", "--config", cfg, "--region", "GB", "--", "python", "-c", "pass")
+    r = cw("run", "--quiet", "--config", cfg, "--region", "GB", "--", sys.executable, "-c", "pass")
     assert r.returncode == 0, r.stderr
     s = cw.show()
     carbon = s["carbon"]

@@ -90,7 +90,7 @@ def test_regression_during_a_run_captures_and_names_it(
         "regression_threshold = 0.5\n"
     )
     job = make_script("train.py", JOB)
-    r = cw("run", "--interval", "0.25", "--config", str(cfg), "--", "python", str(job))
+    r = cw("run", "--interval", "0.25", "--config", str(cfg), "--", sys.executable, str(job))
     assert r.returncode == 0, r.stderr
     assert "step time regression of" in r.stderr and "py-spy sample" in r.stderr
     shown = cw.json("show", "last")

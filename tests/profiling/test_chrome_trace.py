@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ with computewatch.track() as run:
 def test_two_ranks_on_one_timeline(cw: Any, make_script: Any, tmp_path: Path) -> None:
     worker = make_script("worker.py", WORKER)
     launcher = make_script("launch.py", RANKS)
-    cw.ok("run", "--quiet", "--name", "ddp", "--", "python", str(launcher), str(worker))
+    cw.ok("run", "--quiet", "--name", "ddp", "--", sys.executable, str(launcher), str(worker))
     out = tmp_path / "trace.json"
     cw.ok("export", "ddp", "--format", "chrome-trace", "-o", str(out))
     doc = json.loads(out.read_text())
@@ -78,7 +79,7 @@ def test_chrome_trace_to_stdout_of_a_plain_run(cw: Any, make_script: Any) -> Non
                 run.step()
         """,
     )
-    cw.ok("run", "--quiet", "--", "python", str(job))
+    cw.ok("run", "--quiet", "--", sys.executable, str(job))
     doc = json.loads(cw.ok("export", "last", "--format", "chrome-trace").stdout)
     tracks = {e["pid"] for e in doc["traceEvents"] if e["ph"] == "X"}
     assert len(tracks) == 1  # no ranks: the process id

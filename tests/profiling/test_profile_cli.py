@@ -57,7 +57,9 @@ def check_svg(path: Path, must_have: str) -> None:
 @pytest.mark.slow
 def test_profile_a_running_run_links_the_files(cw: Any, make_script: Any) -> None:
     job = make_script("busy.py", BUSY)
-    p = cw.popen("run", "--quiet", "--name", "busy", "--interval", "0.2", "--", "python", str(job))
+    p = cw.popen(
+        "run", "--quiet", "--name", "busy", "--interval", "0.2", "--", sys.executable, str(job)
+    )
     cw.wait_for(
         lambda: cw("runs", "--json").returncode == 0 and cw.json("runs")[0]["status"] == "running",
         what="the run to start",

@@ -7,6 +7,7 @@ import json
 import os
 import pstats
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def torch_artifact(shown: dict[str, Any]) -> dict[str, Any]:
 @pytest.mark.slow
 def test_run_profile_steps_window(cw: Any, make_script: Any) -> None:
     job = make_script("train.py", TORCH_JOB.format(extra="pass"))
-    cw.ok("run", "--quiet", "--profile-steps", "3:5", "--", "python", str(job))
+    cw.ok("run", "--quiet", "--profile-steps", "3:5", "--", sys.executable, str(job))
     shown = cw.json("show", "last")
     art = torch_artifact(shown)
     assert art["trigger"] == "steps" and art["note"] == "steps 3 to 5"
@@ -84,7 +85,7 @@ def test_cprofile(cw: Any, make_script: Any) -> None:
         sys.exit(3)
         """,
     )
-    r = cw("run", "--cprofile", "--", "python", str(job))
+    r = cw("run", "--cprofile", "--", sys.executable, str(job))
     assert r.returncode == 3  # the command's status, under cProfile too
     (art,) = cw.json("show", "last")["artifacts"]
     assert art["tool"] == "cprofile" and art["trigger"] == "run"
@@ -99,7 +100,7 @@ def test_cprofile(cw: Any, make_script: Any) -> None:
 
 def test_cprofile_of_a_module(cw: Any, tmp_path: Path) -> None:
     (tmp_path / "mymod.py").write_text("def f():\n    return sum(range(10**5))\nf()\n")
-    cw.ok("run", "--quiet", "--cprofile", "--", "python", "-m", "mymod")
+    cw.ok("run", "--quiet", "--cprofile", "--", sys.executable, "-m", "mymod")
     (art,) = cw.json("show", "last")["artifacts"]
     assert Path(art["files"]["pstats"]).exists()
 

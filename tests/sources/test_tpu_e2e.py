@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,7 @@ import pytest
 def test_tpu_run_through_the_fake(cw: Any) -> None:
     cw.ok(
         "run", "--quiet", "--accelerator-backend", "fake:4xTPU-v5e",
-        "--", "python", "-c", "import time; time.sleep(1.5)",
+        "--", sys.executable, "-c", "import time; time.sleep(1.5)",
     )  # fmt: skip
     s = cw.show()
     assert [g["model"] for g in s["gpus"]] == ["TPU-v5e"] * 4
