@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from computewatch.analysis.summary import build_summary
 from computewatch.records import figure
 from computewatch.store import COMPLETED, RunRow, Store
 from computewatch.views.html.run import build_html
+from computewatch.views.html.steps import phases_table, requests_table
 from computewatch.views.summary_text import print_summary
 
 T0 = 1_700_000_000.0
@@ -320,3 +322,41 @@ def test_the_sections_charts_are_drawn_in_a_browser(store: Store, tmp_path: Path
     assert {"phase_time", "rank_step_time"} <= set(drawn)
     assert series[1:] == ["rank 0", "rank 1"]
     assert errors == []
+
+
+def _cells(html_text: str) -> list[str]:
+    """The text of each table cell, in order."""
+    return [
+        re.sub(r"<[^>]+>", "", c).strip()
+        for c in re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", html_text)
+    ]
+
+
+def test_the_phase_table_prints_what_is_missing_as_n_a(store: Store) -> None:
+    run = write_run(store, steps=[(1, 101.0), (1, 102.0)], phases=ANATOMY_PHASES)
+    cells = _cells(phases_table(steps_sections(store, run)["phases"]))
+    # phase, share, seconds, self seconds, steps, mean/step, p50/step, p90/step, accelerator,
+    # within (the shares and seconds are worked out in the test above)
+    data = cells[cells.index("data") :][:10]
+    assert data[1:3] == ["35.0%", "700.0 ms"]
+    assert data[8:] == ["n/a", "n/a"]  # no accelerator time; a top-level phase
+    forward = cells[cells.index("forward") :][:10]
+    assert forward[8:] == ["450.0 ms", "n/a"]  # 0.25 + 0.2 s on the accelerator
+    comm = cells[cells.index("comm") :][:10]
+    assert comm[9] == "backward"
+    unaccounted = cells[cells.index("unaccounted") :]
+    assert unaccounted[1:3] == ["15.0%", "300.0 ms"]  # 0.1 + 0.2 s of the two 1 s steps
+    assert unaccounted[3:] == ["n/a"] * 7
+    assert "—" not in cells
+
+
+def test_the_request_figures_ranges_are_in_the_units_of_their_values(store: Store) -> None:
+    run = requests_run(store)
+    rq = steps_sections(store, run)["requests"]
+    assert rq is not None
+    energy = {"facility": figure(0.011, "kWh", "modeled", low=0.0099, high=0.0121)}
+    cells = _cells(requests_table(request_accounting(rq, energy, None)))
+    # 11 requests: 0.011 kWh / 11 = 0.001 kWh = 3,600 J = 1.0 Wh a request; low 0.0009 kWh =
+    # 3,240 J, high 0.0011 kWh = 3,960 J = 1.1 Wh (J below 1 Wh, then Wh: units.format_energy)
+    row = cells[cells.index("energy per request") :][:4]
+    assert row == ["energy per request", "1.0 Wh", "modeled", "3,240 J–1.1 Wh"]

@@ -193,3 +193,22 @@ def test_a_real_training_loop_that_slows_down(cw, make_script):
     # is above 1.5 while c, the work, stays under 0.13 s. With 0.02 -> 0.05 s it was not.
     assert abs(f["evidence"]["numbers"]["step"] - 61) <= 3, f
     assert f["evidence"]["numbers"]["ratio"] > 1.5
+
+
+def test_after_gc_the_stored_diagnosis_is_shown_with_a_note(cw, tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[diagnosis]\ngpu_utilization_low = 0.99\nmin_seconds_at_stake = 0\n")
+    cw.ok(
+        "run", "--quiet", "--interval", "0.1", "--gpu-backend", "fake:1xH100-SXM",
+        "--config", cfg, "--", cw_python(), "-c", "import time; time.sleep(1)",
+    )  # fmt: skip
+    stored = cw.show()["diagnosis"]
+    assert "low_gpu_utilization" in _ids(stored)
+    cw.ok("gc", "--older-than", "0s")
+    result = _diagnosis(cw)
+    # the stored section as it is, a note after it, then the thresholds (the JSON's order)
+    note = "samples deleted by gc: the diagnosis stored when the run ended"
+    assert list(result) == ["run", *stored, "note", "thresholds"]
+    assert {k: result[k] for k in stored} == stored and result["note"] == note
+    text = " ".join(cw.ok("diagnose", "last").stdout.split())
+    assert note in text and "GPU utilization" in text

@@ -10,7 +10,7 @@ a run); ``X | None`` keys are always there and null when unknown.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast, final
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast, final
 
 from computewatch.carbon.sci import SciScore
 from computewatch.records import Figure
@@ -19,8 +19,10 @@ if TYPE_CHECKING:  # the record's type only: the environment module loads git an
     from computewatch.sources.environment import Environment
 
 __all__ = [
+    "AccountedSection",
     "Accounting",
     "AccountingFailure",
+    "AtStakeJson",
     "CarbonIntensity",
     "CarbonSection",
     "CostPerUnit",
@@ -28,10 +30,15 @@ __all__ = [
     "CpuEnergyFigure",
     "CpuModelInputs",
     "CpuStats",
+    "DiagnosedRun",
+    "DiagnosisReport",
+    "DiagnosisSection",
     "DiskStats",
     "Distribution",
     "EnergyComponents",
     "EnergySection",
+    "EvidenceJson",
+    "FindingJson",
     "FlopThreshold",
     "FlopsDevice",
     "FlopsSection",
@@ -39,6 +46,7 @@ __all__ = [
     "GpuDevice",
     "GpuStats",
     "HostInfo",
+    "Hyperparameters",
     "MemoryStats",
     "NetworkStats",
     "PhaseStats",
@@ -50,10 +58,13 @@ __all__ = [
     "RequestStats",
     "RunSummary",
     "SampleStats",
+    "Severity",
     "StepStats",
     "StepTimes",
+    "TimeRangeJson",
     "UnaccountedTime",
     "energy_components",
+    "stored_diagnosis",
     "stored_summary",
 ]
 
@@ -430,6 +441,10 @@ class Accounting(TypedDict):
     forecast: NotRequired[Forecast]  # with a step target
 
 
+AccountedSection = EnergySection | CarbonSection | CostSection | FlopsSection | Forecast
+"""Any one of the summary's accounting sections (the report shows each as a table)."""
+
+
 @final
 class AccountingFailure(TypedDict):
     """What ``accounted`` adds instead when the accounting failed: the summary's notes, and why."""
@@ -437,7 +452,93 @@ class AccountingFailure(TypedDict):
     notes: list[str]
 
 
+# -- diagnosis ------------------------------------------------------------------------------
+# The JSON form of diagnosis/findings.py's records (their ``as_dict``), as stored in a summary
+# and printed by ``computewatch diagnose --json``; the views read only this form.
+
+Severity = Literal["high", "medium", "low"]
+"""How much of the run a finding puts at stake (diagnosis/findings.py ``severity_for``)."""
+
+
+class TimeRangeJson(TypedDict):
+    """A stretch of the run the evidence comes from, in seconds from its start."""
+
+    start_seconds: float
+    end_seconds: float
+
+
+class EvidenceJson(TypedDict):
+    """What a rule saw: sentences quoting the numbers, the numbers (SI units) by name, and the
+    stretches of the run they come from."""
+
+    lines: list[str]
+    numbers: dict[str, float | int | str | None]
+    time_ranges: list[TimeRangeJson]
+
+
+class AtStakeJson(TypedDict):
+    """Wall-clock seconds of the allocation the finding costs, and those seconds at the run's
+    price (null without a price, or when nothing measurable is at stake)."""
+
+    seconds: float | None
+    usd: float | None
+
+
+class FindingJson(TypedDict):
+    """One bottleneck; ``id`` names the rule (``data_starvation``, ``step_regression`` ...)."""
+
+    id: str
+    title: str
+    severity: Severity
+    at_stake: AtStakeJson
+    evidence: EvidenceJson
+    suggestion: str
+
+
+class DiagnosisSection(TypedDict):
+    """The summary's ``diagnosis``: findings ranked, most at stake first; the rules applied,
+    those that did not apply (and why) and those that failed. When the diagnosis itself
+    failed, ``findings`` is empty and ``error`` says why (the other lists are then absent)."""
+
+    schema_version: int
+    findings: list[FindingJson]
+    checked: NotRequired[list[str]]
+    not_applicable: NotRequired[dict[str, str]]
+    failed: NotRequired[dict[str, str]]
+    error: NotRequired[str]
+    note: NotRequired[str]  # from ``diagnose`` only: why it shows the diagnosis stored at the end
+
+
+class DiagnosedRun(TypedDict):
+    """Which run ``computewatch diagnose`` looked at."""
+
+    id: str
+    name: str | None
+    status: str
+    duration_seconds: float | None
+
+
+class DiagnosisReport(DiagnosisSection):
+    """What ``computewatch diagnose`` prints (``--json``): the run, its diagnosis (with a
+    ``note`` when it is the one stored at the run's end) and the thresholds applied."""
+
+    run: DiagnosedRun
+    thresholds: dict[str, float]
+
+
+def stored_diagnosis(raw: object) -> DiagnosisSection | None:
+    """A ``diagnosis`` section read back from the store (JSON) as the typed record, or None
+    when ``raw`` is not a mapping. Not validated further: the views read a stored section
+    defensively (a finding that is not a mapping is skipped, a missing list is empty)."""
+    return cast(DiagnosisSection, raw) if isinstance(raw, dict) else None
+
+
 # -- the summary ----------------------------------------------------------------------------
+
+Hyperparameters = dict[str, Any]
+"""The run's hyperparameters as the program recorded them (``run.config(...)`` of a tracked run,
+the framework integrations; secrets redacted): a free mapping of the user's own names to any
+JSON values, nested mappings included. computewatch reads no key of it: it shows and compares."""
 
 
 class RunSummary(TypedDict):
@@ -472,11 +573,10 @@ class RunSummary(TypedDict):
     cost: NotRequired[CostSection]
     flops: NotRequired[FlopsSection]
     forecast: NotRequired[Forecast]
-    # diagnosis/engine.py's report (``DiagnosisReport.as_dict``): typed there, above this layer
-    diagnosis: NotRequired[dict[str, Any]]
+    diagnosis: NotRequired[DiagnosisSection]  # diagnosis/engine.py ``Diagnosis.as_dict``
     # the reproducibility record (analysis/repro.py adds them when reading a stored run)
     environment: NotRequired[Environment]
-    config: NotRequired[dict[str, Any]]
+    config: NotRequired[Hyperparameters]
 
 
 def energy_components(energy: EnergySection) -> list[tuple[str, Figure]]:

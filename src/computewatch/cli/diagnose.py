@@ -44,10 +44,15 @@ def add_diagnose_parser(sub: Any) -> argparse.ArgumentParser:
 def cmd_diagnose(args: argparse.Namespace) -> int:
     """Diagnose one run; exit 0 whether or not anything was found."""
     # this command's modules load when it runs, not when `computewatch` starts (start-up time)
+    from computewatch.analysis.summary_types import (
+        DiagnosisReport,
+        DiagnosisSection,
+        stored_diagnosis,
+    )
     from computewatch.config import ConfigError, load_config
     from computewatch.diagnosis.engine import as_thresholds, diagnose_run
     from computewatch.paths import resolve_db_path
-    from computewatch.store import Store
+    from computewatch.store.spooled import open_store
     from computewatch.views.text import print_diagnosis
 
     try:
@@ -59,20 +64,21 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         raise ComputewatchError(
             f"no database at {path}" if args.db else f"no runs recorded yet ({path})"
         )
-    with Store.open(path, create=False) as store:
+    # read-only when it cannot be written (a read-only mount), as `runs`, `show` and `report`
+    with open_store(path) as store:
         run = store.find_run(args.run)
         if run.samples_deleted_at is not None:
-            stored = (run.summary or {}).get("diagnosis")
-            if not isinstance(stored, dict):
+            stored = stored_diagnosis((run.summary or {}).get("diagnosis"))
+            if stored is None:
                 raise ComputewatchError(
                     f"the samples of run {run.id} were deleted by gc and it has no stored diagnosis"
                 )
-            result = dict(stored)
-            result["note"] = "samples deleted by gc: the diagnosis stored when the run ended"
+            note = "samples deleted by gc: the diagnosis stored when the run ended"
+            section: DiagnosisSection = {**stored, "note": note}
         else:
-            result = diagnose_run(store, run, thresholds=thresholds).as_dict()
+            section = diagnose_run(store, run, thresholds=thresholds).as_dict()
     summary = run.summary or {}
-    result = {
+    result: DiagnosisReport = {
         "run": {
             "id": run.id,
             "name": run.name,
@@ -80,7 +86,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             "duration_seconds": summary.get("duration_seconds")
             or (run.ended_at - run.started_at if run.ended_at else None),
         },
-        **result,
+        **section,
         "thresholds": thresholds.as_dict(),
     }
     if args.json:

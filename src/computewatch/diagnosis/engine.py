@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from computewatch.analysis.summary_types import DiagnosisSection
 from computewatch.config.thresholds import DEFAULTS, Thresholds
 from computewatch.diagnosis.findings import Finding, ranked
 from computewatch.diagnosis.loader import NotApplicable, RunData
@@ -52,7 +53,8 @@ class Diagnosis:
     failed: dict[str, str] = field(default_factory=dict)
     checked: tuple[str, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> DiagnosisSection:
+        """The JSON form: what the summary stores and ``diagnose --json`` prints."""
         return {
             "schema_version": DIAGNOSIS_SCHEMA_VERSION,
             "findings": [f.as_dict() for f in self.findings],
@@ -122,7 +124,7 @@ def diagnose(
 
 def diagnosed(
     store: Store, run: RunRow, summary: Mapping[str, Any], options: Any = None
-) -> dict[str, Any]:
+) -> DiagnosisSection:
     """The summary's ``diagnosis`` section, never raising (a run ends whatever the rules do).
     Thresholds come from the ``[diagnosis]`` section of ``options``: a
     :class:`computewatch.config.Config`, or accounting options holding one as ``config``."""

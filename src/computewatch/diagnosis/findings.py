@@ -5,9 +5,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
 
-Severity = Literal["high", "medium", "low"]
+from computewatch.analysis.summary_types import (
+    AtStakeJson,
+    EvidenceJson,
+    FindingJson,
+    Severity,
+    TimeRangeJson,
+)
+
+__all__ = [
+    "SEVERITIES",
+    "AtStake",
+    "Evidence",
+    "Finding",
+    "Number",
+    "Severity",
+    "TimeRange",
+    "ranked",
+    "severity_for",
+    "span_text",
+]
+
 SEVERITIES: tuple[Severity, ...] = ("high", "medium", "low")
 
 Number = float | int | str | None
@@ -24,11 +43,16 @@ class TimeRange:
     def seconds(self) -> float:
         return max(self.end - self.start, 0.0)
 
-    def as_dict(self) -> dict[str, float]:
+    def as_dict(self) -> TimeRangeJson:
         return {"start_seconds": round(self.start, 3), "end_seconds": round(self.end, 3)}
 
     def text(self) -> str:
-        return f"{self.start:,.1f}-{self.end:,.1f} s"
+        return span_text(self.start, self.end)
+
+
+def span_text(start: float, end: float) -> str:
+    """A stretch of the run as the evidence and the views write it: ``1,200.0-1,830.5 s``."""
+    return f"{start:,.1f}-{end:,.1f} s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +64,7 @@ class AtStake:
     seconds: float | None = None
     usd: float | None = None
 
-    def as_dict(self) -> dict[str, float | None]:
+    def as_dict(self) -> AtStakeJson:
         return {
             "seconds": None if self.seconds is None else round(self.seconds, 3),
             "usd": None if self.usd is None else round(self.usd, 6),
@@ -56,7 +80,7 @@ class Evidence:
     numbers: Mapping[str, Number] = field(default_factory=dict)
     ranges: tuple[TimeRange, ...] = ()
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> EvidenceJson:
         return {
             "lines": list(self.lines),
             "numbers": {k: _round(v) for k, v in self.numbers.items()},
@@ -75,7 +99,7 @@ class Finding:
     evidence: Evidence
     suggestion: str
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> FindingJson:
         return {
             "id": self.id,
             "title": self.title,

@@ -68,8 +68,8 @@ def final_record(summary: RunSummary | None, status: str) -> FinalRecord:
     )
     if gpu_seconds:
         metrics["computewatch/gpu_hours"] = gpu_seconds / 3600.0
-    diagnosis = summary.get("diagnosis") or {}
-    for f in (diagnosis.get("findings") or [])[:TOP_FINDINGS]:
+    diagnosis = summary.get("diagnosis")
+    for f in ((diagnosis.get("findings") if diagnosis else None) or [])[:TOP_FINDINGS]:
         if isinstance(f, dict):
             at = f.get("at_stake") or {}
             stake = []

@@ -1,30 +1,40 @@
 """The diagnosis as rows of the run summary and as an HTML section of the report
-(``computewatch diagnose`` prints it with rich: ``views.text.print_diagnosis``). Works on the
-JSON form (``Diagnosis.as_dict()``), so a stored summary renders as a fresh diagnosis does."""
+(``computewatch diagnose`` prints it: ``views.text.print_diagnosis``). Works on the JSON form
+(``Diagnosis.as_dict()``, typed in ``analysis.summary_types``), so a stored summary renders as
+a fresh diagnosis does; a stored one is read defensively (an entry that is not a mapping is
+skipped, a missing list is empty)."""
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
 
-from computewatch.units import format_seconds, format_usd
+from computewatch.analysis.summary_types import (
+    DiagnosisSection,
+    FindingJson,
+    RunSummary,
+    TimeRangeJson,
+)
+from computewatch.diagnosis.findings import span_text
+from computewatch.units import format_percent, format_seconds, format_usd
+
+__all__ = ["at_stake_text", "diagnosis_html", "diagnosis_rows", "findings", "time_ranges_text"]
 
 
-def findings(diagnosis: Any) -> list[dict[str, Any]]:
-    """The findings of a diagnosis in its JSON form; none for anything else."""
+def findings(diagnosis: DiagnosisSection | None) -> list[FindingJson]:
+    """The findings of a diagnosis in its JSON form; none without one."""
     if not isinstance(diagnosis, dict):
         return []
     return [f for f in diagnosis.get("findings") or [] if isinstance(f, dict)]
 
 
-def at_stake_text(finding: dict[str, Any], duration: float | None = None) -> str:
+def at_stake_text(finding: FindingJson, duration: float | None = None) -> str:
     """``12.3 s (8% of the run), $0.42 at stake``; empty when nothing measurable is."""
-    stake = finding.get("at_stake") or {}
+    stake = finding.get("at_stake") or {"seconds": None, "usd": None}
     parts = []
     seconds = stake.get("seconds")
     if isinstance(seconds, int | float):
-        share = f" ({100 * seconds / duration:.0f}% of the run)" if duration else ""
+        share = f" ({format_percent(seconds / duration, 0)} of the run)" if duration else ""
         parts.append(f"{format_seconds(seconds)}{share}")
     usd = stake.get("usd")
     if isinstance(usd, int | float):
@@ -32,21 +42,35 @@ def at_stake_text(finding: dict[str, Any], duration: float | None = None) -> str
     return ", ".join(parts) + " at stake" if parts else ""
 
 
-def diagnosis_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
+def time_ranges_text(ranges: Sequence[TimeRangeJson]) -> str:
+    """``12.0-30.5 s, 80.0-95.2 s``: the stretches of the run, in seconds from its start, as
+    the rules write them."""
+    return ", ".join(
+        span_text(r.get("start_seconds", 0), r.get("end_seconds", 0))
+        for r in ranges
+        if isinstance(r, dict)
+    )
+
+
+def _duration(summary: RunSummary) -> float | None:
+    duration = summary.get("duration_seconds")
+    return duration if isinstance(duration, int | float) else None
+
+
+def diagnosis_rows(summary: RunSummary) -> list[tuple[str, str]]:
     """Rows for the summary table: one per finding, or one saying none was found."""
     diag = summary.get("diagnosis")
     if not isinstance(diag, dict):
         return []
     if diag.get("error"):
-        return [("diagnosis", str(diag["error"]))]
+        return [("diagnosis", str(diag.get("error")))]
     found = findings(diag)
     if not found:
         n = len(diag.get("checked") or [])
         return [("diagnosis", f"no bottleneck found ({n} rules applied)")]
-    duration = summary.get("duration_seconds")
     rows = []
     for f in found:
-        stake = at_stake_text(f, duration if isinstance(duration, int | float) else None)
+        stake = at_stake_text(f, _duration(summary))
         rows.append(
             (
                 "diagnosis",
@@ -57,23 +81,23 @@ def diagnosis_rows(summary: Mapping[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def diagnosis_html(summary: Mapping[str, Any]) -> str:
+def diagnosis_html(summary: RunSummary) -> str:
     """The report's "Diagnosis" section; empty when the summary has none."""
     diag = summary.get("diagnosis")
     if not isinstance(diag, dict):
         return ""
     e = html.escape
     parts = ['<section id="section-diagnosis"><h2>Diagnosis</h2>']
-    if diag.get("error"):
-        parts.append(f'<p class="warn">{e(str(diag["error"]))}</p>')
+    error = diag.get("error")
+    if error:
+        parts.append(f'<p class="warn">{e(str(error))}</p>')
     found = findings(diag)
-    if not found and not diag.get("error"):
+    if not found and not error:
         n = len(diag.get("checked") or [])
         parts.append(f"<p>No bottleneck found by the {n} rules applied.</p>")
-    duration = summary.get("duration_seconds")
     for f in found:
         sev = str(f.get("severity"))
-        stake = at_stake_text(f, duration if isinstance(duration, int | float) else None)
+        stake = at_stake_text(f, _duration(summary))
         parts.append(
             f'<article class="finding severity-{e(sev)}" id="finding-{e(str(f.get("id")))}">'
             f"<h3>{e(str(f.get('title')))} <small>({e(sev)}"
@@ -82,18 +106,9 @@ def diagnosis_html(summary: Mapping[str, Any]) -> str:
         )
         ev = f.get("evidence") or {}
         items = [e(str(x)) for x in ev.get("lines") or []]
-        ranges = ev.get("time_ranges") or []
-        if ranges:
-            items.append(
-                "when: "
-                + e(
-                    ", ".join(
-                        f"{r.get('start_seconds', 0):,.1f}-{r.get('end_seconds', 0):,.1f} s"
-                        for r in ranges
-                    )
-                )
-                + " from the run's start"
-            )
+        spans = time_ranges_text(ev.get("time_ranges") or [])
+        if spans:
+            items.append(f"when: {e(spans)} from the run's start")
         parts.append("<ul>" + "".join(f"<li>{x}</li>" for x in items) + "</ul>")
         parts.append(f"<p><strong>Suggestion:</strong> {e(str(f.get('suggestion')))}</p></article>")
     skipped = diag.get("not_applicable") or {}

@@ -68,24 +68,64 @@ def format_value(v: object) -> str:
     return str(v)
 
 
+def _per_second_flop(v: float) -> str:
+    return f"{format_flop(v)}/s"
+
+
+def _per_gpu_hour(v: float) -> str:
+    return f"{format_usd(v)}/GPU-hour"
+
+
 _FIGURE_FORMATS: dict[str, Callable[[float], str]] = {
     "ratio": format_percent,  # MFU, HFU: a share of the peak
     "kWh": format_kwh,  # J, Wh or kWh: never 9.616e-06 kWh
     "gCO2e": format_grams,
     "USD": format_usd,
     "FLOP": format_flop,
+    "FLOP/s": _per_second_flop,
+    "s": format_seconds,  # the forecast's wall time: H:MM:SS from 100 s
+    "USD/GPU-hour": _per_gpu_hour,  # the fleet report's prices
 }
+
+
+def _unit_format(unit: object) -> Callable[[float], str] | None:
+    """The formatter of ``unit``; ``gCO2e per step`` (an SCI score) is the grams' one with
+    `` per step`` after it."""
+    text = str(unit)
+    fmt = _FIGURE_FORMATS.get(text)
+    if fmt is not None:
+        return fmt
+    head, sep, per = text.partition(" per ")
+    base = _FIGURE_FORMATS.get(head) if sep else None
+    if base is None:
+        return None
+    return lambda v: f"{base(v)} per {per}"
+
+
+def value_text(v: object, unit: object = None) -> str:
+    """A number in ``unit`` through the unit's formatter when it has one, else
+    :func:`format_value` followed by the unit; a missing value as ``n/a`` alone."""
+    fmt = _unit_format(unit)
+    if fmt is not None and isinstance(v, int | float) and not isinstance(v, bool):
+        return fmt(v)
+    text = format_value(v)
+    return f"{text} {unit}" if unit and text != MISSING else text
 
 
 def figure_text(f: Mapping[str, Any]) -> str:
     """A figure's value with its unit, through the unit's formatter when there is one."""
-    v = f.get("value")
+    return value_text(f.get("value"), f.get("unit"))
+
+
+def range_text(f: Mapping[str, Any]) -> str:
+    """A figure's low–high range, each end through the unit's formatter as :func:`figure_text`
+    writes the value (so ``0.32 J–0.39 J``, never ``8.925e-05–0.0001091 kWh``); in a unit
+    with no formatter, the two numbers then the unit once. ``n/a`` for a missing end."""
     unit = f.get("unit")
-    fmt = _FIGURE_FORMATS.get(str(unit))
-    if fmt is not None and isinstance(v, int | float):
-        return fmt(v)
-    text = format_value(v)
-    return f"{text} {unit}" if unit and v is not None else text
+    lo, hi = f.get("low"), f.get("high")
+    if _unit_format(unit) is not None:
+        return f"{value_text(lo, unit)}–{value_text(hi, unit)}"
+    return f"{format_value(lo)}–{format_value(hi)}" + (f" {unit}" if unit else "")
 
 
 def status_text(s: RunSummary) -> str:
@@ -232,10 +272,11 @@ def _kwh(f: Figure) -> str:
     return format_kwh(f["value"])
 
 
-def _range(f: Figure, fmt: Callable[[Figure], str]) -> str:
+def _range(f: Figure) -> str:
+    """`` (low–high)`` after a figure's value, when it has a range."""
     if f["low"] is None or f["low"] == f["high"]:
         return ""
-    return f" ({fmt({**f, 'value': f['low']})}–{fmt({**f, 'value': f['high']})})"
+    return f" ({range_text(f)})"
 
 
 def _grams(f: Figure) -> str:
@@ -257,10 +298,10 @@ def flops_text(flops: FlopsSection) -> str:
     regulatory thresholds crossed or approached."""
     if flops.get("value") is None:
         return "; ".join(flops.get("assumptions") or ["not estimated"])
-    parts = [f"{_flop(flops)}{_range(flops, _flop)} {flops['method']}"]
+    parts = [f"{_flop(flops)}{_range(flops)} {flops['method']}"]
     rate = flops.get("flops_per_second")
     if rate and rate["value"] is not None:
-        parts.append(f"{rate['value']:.3g} FLOP/s")
+        parts.append(value_text(rate["value"], "FLOP/s"))
     mfu = flops.get("mfu")
     if isinstance(mfu, dict):
         if mfu.get("value") is None:
@@ -268,14 +309,14 @@ def flops_text(flops: FlopsSection) -> str:
         else:
             peak = flops.get("peak_flops")
             at = f" {flops['precision']}" if flops.get("precision") else ""
-            of = f" of {peak:.3g} FLOP/s{at} peak" if peak else ""
-            parts.append(f"MFU {mfu['value']:.1%}{of}")
+            of = f" of {value_text(peak, 'FLOP/s')}{at} peak" if peak else ""
+            parts.append(f"MFU {format_percent(mfu['value'])}{of}")
     hfu = flops.get("hfu")
     if isinstance(hfu, dict) and hfu.get("value") is not None:
-        parts.append(f"HFU {hfu['value']:.1%}")
+        parts.append(f"HFU {format_percent(hfu['value'])}")
     est = flops.get("hardware_estimate")
     if isinstance(est, dict) and est.get("value") is not None:
-        parts.append(f"hardware estimate {_flop(est)}{_range(est, _flop)}")
+        parts.append(f"hardware estimate {_flop(est)}{_range(est)}")
     for t in flops.get("thresholds") or []:
         if t.get("crossed"):
             parts.append(f"crosses {t['flop']:.0e} FLOP ({t['name']})")
@@ -298,7 +339,7 @@ def accounting_lines(summary: RunSummary) -> list[tuple[str, str]]:
         out.append(
             (
                 "energy",
-                f"{_kwh(fac)}{_range(fac, _kwh)} at the facility (PUE {energy['pue']['value']:g})"
+                f"{_kwh(fac)}{_range(fac)} at the facility (PUE {energy['pue']['value']:g})"
                 f" · {', '.join(parts)}",
             )
         )
@@ -314,7 +355,7 @@ def accounting_lines(summary: RunSummary) -> list[tuple[str, str]]:
         out.append(
             (
                 "carbon",
-                f"{_grams(tot)}{_range(tot, _grams)} · {inten['g_per_kwh']:g} g/kWh, {where} "
+                f"{_grams(tot)}{_range(tot)} · {inten['g_per_kwh']:g} g/kWh, {where} "
                 f"({inten['source']})",
             )
         )
@@ -324,7 +365,7 @@ def accounting_lines(summary: RunSummary) -> list[tuple[str, str]]:
                 f"{format_grams(sci['value'])} per {i['R_unit']}"
                 f" ({format_grams(sci['low'])}–{format_grams(sci['high'])})"
                 if sci["value"] is not None
-                else "; ".join(sci["notes"]) or "n/a"
+                else "; ".join(sci["notes"]) or MISSING
             )
             out.append(
                 (
@@ -342,7 +383,7 @@ def accounting_lines(summary: RunSummary) -> list[tuple[str, str]]:
         else:
             per = cost.get("per_unit") or {}
             extra = [
-                f"${v:.4g} {label}"
+                f"{format_usd(v)} {label}"
                 for v, label in (
                     (per.get("usd_per_1m_tokens"), "per 1M tokens"),
                     (per.get("usd_per_1k_samples"), "per 1k samples"),
@@ -350,7 +391,7 @@ def accounting_lines(summary: RunSummary) -> list[tuple[str, str]]:
                 )
                 if v is not None
             ]
-            out.append(("cost", " · ".join([f"{_usd(tot)}{_range(tot, _usd)}", *extra])))
+            out.append(("cost", " · ".join([f"{_usd(tot)}{_range(tot)}", *extra])))
     flops = summary.get("flops")
     if flops:
         out.append(("flops", flops_text(flops)))
@@ -361,8 +402,8 @@ def accounting_lines(summary: RunSummary) -> list[tuple[str, str]]:
         elif "wall_seconds_at_completion" in fc:
             w = fc["wall_seconds_at_completion"]
             bits = [
-                f"at {fc['total_steps']} steps: {format_duration(w['value'] or 0.0)} "
-                f"({format_duration(w['low'] or 0.0)}–{format_duration(w['high'] or 0.0)})"
+                f"at {fc['total_steps']} steps: {format_duration(w['value'])} "
+                f"({format_duration(w['low'])}–{format_duration(w['high'])})"
             ]
             if "energy_kwh" in fc:
                 bits.append(_kwh(fc["energy_kwh"]))

@@ -14,6 +14,7 @@ from rich.text import Text
 
 from computewatch.analysis.common import iso
 from computewatch.analysis.compare import Comparison, lookup
+from computewatch.analysis.summary_types import DiagnosisReport
 from computewatch.store import RunRow
 from computewatch.units import (
     format_bytes,
@@ -24,7 +25,7 @@ from computewatch.units import (
     format_seconds,
     format_usd,
 )
-from computewatch.views.diagnosis import at_stake_text, findings
+from computewatch.views.diagnosis import at_stake_text, findings, time_ranges_text
 from computewatch.views.repro import change_lines
 from computewatch.views.summary_rows import format_value
 
@@ -159,16 +160,19 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
 _STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan"}
 
 
-def print_diagnosis(result: dict[str, Any], out: TextIO) -> None:
+def print_diagnosis(result: DiagnosisReport, out: TextIO) -> None:
     """The full diagnosis: each finding with its evidence, time ranges and suggestion."""
     con = Console(file=out, highlight=False, soft_wrap=False, width=_diagnosis_width(out))
-    run = result.get("run") or {}
+    run = result["run"]
     head = f"diagnosis of run {run.get('id')}" + (f" · {run['name']}" if run.get("name") else "")
     con.print(Text(head, style="bold"))
-    if result.get("error"):
-        con.print(Text(str(result["error"]), style="yellow"))
+    if result.get("note"):  # the diagnosis stored when the run ended
+        con.print(Text(str(result.get("note")), style="dim"))
+    error = result.get("error")
+    if error:
+        con.print(Text(str(error), style="yellow"))
     found = findings(result)
-    if not found and not result.get("error"):
+    if not found and not error:
         con.print(f"no bottleneck found by the {len(result.get('checked') or [])} rules applied")
     duration = run.get("duration_seconds")
     for i, f in enumerate(found, 1):
@@ -182,12 +186,9 @@ def print_diagnosis(result: dict[str, Any], out: TextIO) -> None:
         con.print(line)
         ev = f.get("evidence") or {}
         for text in ev.get("lines") or []:
-            _hang(con, "   - ", text)
-        ranges = ev.get("time_ranges") or []
-        if ranges:
-            spans = ", ".join(
-                f"{r.get('start_seconds', 0):,.1f}-{r.get('end_seconds', 0):,.1f} s" for r in ranges
-            )
+            _hang(con, "   - ", str(text))
+        spans = time_ranges_text(ev.get("time_ranges") or [])
+        if spans:
             _hang(con, "   when: ", f"{spans} from the run's start")
         _hang(con, "   suggestion: ", str(f.get("suggestion")), style="green")
     skipped = result.get("not_applicable") or {}

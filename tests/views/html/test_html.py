@@ -318,22 +318,30 @@ def test_accounting_sections_show_the_engines_figures(store: Store, tmp_path: Pa
     #   high (81,217.5 + 1,309 + 392.7) x 1.5 / 3.6e6 = 0.034550 kWh
     energy = cells(section(page, "energy", "carbon"))
     # (the sections list what they hold by name: the stored summary's keys are sorted)
-    assert "components.cpu|1,190 J|measured|0.0002975–0.0003636 kWh" in energy
-    assert "components.gpu|21.5 Wh|measured|0.02041–0.02256 kWh" in energy
-    assert "components.memory|357 J|measured|8.925e-05–0.0001091 kWh" in energy
-    assert "device|21.9 Wh|measured|0.0208–0.02303 kWh" in energy
-    assert "facility|32.9 Wh|measured|0.0312–0.03455 kWh|PUE 1.5 (--pue)" in energy
+    # Range ends are written as the values are (units.format_energy: J below 1 Wh = 3,600 J,
+    # then Wh with one decimal), never in scientific notation:
+    #   CPU 1,071-1,309 J; GPUs 73,482.5 J = 20.4 Wh, 81,217.5 J = 22.6 Wh; DRAM 321.3-392.7 J
+    #   device 74,874.8 J = 20.8 Wh, 82,919.2 J = 23.0 Wh
+    #   facility 112,312.2 J = 31.2 Wh, 124,378.8 J = 34.5 Wh
+    assert "components.cpu|1,190 J|measured|1,071 J–1,309 J" in energy
+    assert "components.gpu|21.5 Wh|measured|20.4 Wh–22.6 Wh" in energy
+    assert "components.memory|357 J|measured|321 J–393 J" in energy
+    assert "device|21.9 Wh|measured|20.8 Wh–23.0 Wh" in energy
+    assert "facility|32.9 Wh|measured|31.2 Wh–34.5 Wh|PUE 1.5 (--pue)" in energy
     assert "pue|1.5|1.5–1.5|--pue" in energy
+    assert "e-0" not in energy
     # Carbon: 0.032874 kWh x 103 g/kWh = 3.386 g; the range widened by the grid's +/-15 %:
-    #   0.031198 x 103 x 0.85 = 2.731 g, 0.034550 x 103 x 1.15 = 4.092 g
+    #   0.031198 x 103 x 0.85 = 2.731 g, 0.034550 x 103 x 1.15 = 4.092 g (three digits)
     carbon = cells(section(page, "carbon", "cost"))
-    assert "operational|3.39 g CO2e|modeled|2.731–4.092 gCO2e" in carbon
-    assert "total|3.39 g CO2e|modeled|2.731–4.092 gCO2e" in carbon
+    assert "operational|3.39 g CO2e|modeled|2.73 g CO2e–4.09 g CO2e" in carbon
+    assert "total|3.39 g CO2e|modeled|2.73 g CO2e–4.09 g CO2e" in carbon
+    # the SCI score of one run is the total, per run
+    assert "sci|3.39 g CO2e per run|2.73 g CO2e per run–4.09 g CO2e per run" in carbon
     assert "intensity.g_per_kwh|103" in carbon and "intensity.name|Austria" in carbon
     # Cost: 120 s = 1/30 h x $3.60/h = $0.12; 120 steps: $0.001 a step; 3,840 samples (32 a
     # step): $0.03125 per 1,000
     cost = cells(section(page, "cost", "flops"))
-    assert "compute|$0.12|modeled|0.12–0.12 USD|0.0333 h x $3.6/hour (configured)" in cost
+    assert "compute|$0.12|modeled|$0.12–$0.12|0.0333 h x $3.6/hour (configured)" in cost
     assert "total|$0.12|modeled" in cost
     assert "per_unit.usd_per_1k_samples|0.03125|per_unit.usd_per_step|0.001" in cost
     assert 'id="section-forecast"' not in page  # no step target

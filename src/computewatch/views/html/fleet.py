@@ -17,6 +17,7 @@ from typing import Any
 
 from computewatch._version import __version__
 from computewatch.analysis.summary import iso
+from computewatch.records import Figure, figure
 from computewatch.units import format_grams, format_kwh, format_number, format_percent, format_usd
 from computewatch.views.html.page import (
     UPLOT_VERSION,
@@ -151,13 +152,12 @@ def _kv(rows: Sequence[tuple[str, str]]) -> str:
     return kv_table((k, escape(v)) for k, v in rows)
 
 
-def _price_figures(prices: dict[str, Any]) -> dict[str, Any]:
+def _price_figures(prices: dict[str, Any]) -> dict[str, Figure]:
     """Each GPU model's price of a GPU-hour as a figure for the run report's table layout."""
-    out: dict[str, Any] = {}
+    out: dict[str, Figure] = {}
     for model, r in prices.items():
         if r is None:
-            out[model] = {"value": None, "unit": "USD/GPU-hour", "method": "none",
-                          "assumptions": ["no price known"]}  # fmt: skip
+            out[model] = figure(None, "USD/GPU-hour", "none", assumptions=["no price known"])
             continue
         out[model] = {
             "value": r["usd"],

@@ -16,25 +16,11 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from computewatch import jsonout
 from computewatch._version import __version__
-from computewatch.analysis.repro import with_repro
-from computewatch.analysis.summary import build_summary, iso
-from computewatch.analysis.summary_types import GpuStats, RunSummary, stored_summary
-from computewatch.profiling.artifacts import Artifact, artifacts_of
-from computewatch.store import RUNNING, RunRow, SeriesRow, StepRow, Store
-from computewatch.units import (
-    format_bytes,
-    format_duration,
-    format_energy,
-    format_percent,
-    format_seconds,
-)
-from computewatch.views.diagnosis import diagnosis_html
-from computewatch.views.html.bench import bench_section
-from computewatch.views.html.downsample import (
+from computewatch.analysis.downsample import (
     MAX_BUCKETS,
     bucket_size,
     counter_rates,
@@ -43,6 +29,27 @@ from computewatch.views.html.downsample import (
     grid_band,
     grid_times,
 )
+from computewatch.analysis.repro import with_repro
+from computewatch.analysis.summary import build_summary, iso
+from computewatch.analysis.summary_types import (
+    AccountedSection,
+    GpuStats,
+    RunSummary,
+    stored_summary,
+)
+from computewatch.profiling.artifacts import Artifact, artifacts_of
+from computewatch.records import Figure
+from computewatch.store import RUNNING, RunRow, SeriesRow, StepRow, Store
+from computewatch.units import (
+    MISSING,
+    format_bytes,
+    format_duration,
+    format_energy,
+    format_percent,
+    format_seconds,
+)
+from computewatch.views.diagnosis import diagnosis_html
+from computewatch.views.html.bench import bench_section
 from computewatch.views.html.page import (
     UPLOT_VERSION,
     chart_figure,
@@ -61,6 +68,7 @@ from computewatch.views.summary_rows import (
     command_text,
     figure_text,
     format_value,
+    range_text,
     run_rows,
     samples_row,
     usage_rows,
@@ -429,10 +437,10 @@ def chart_data(
 # -- formatting ---------------------------------------------------------------------------------
 
 
-def _plain(v: Any) -> str:
+def _plain(v: object) -> str:
     """Any JSON value as short text (already escaped)."""
     if v is None:
-        return '<span class="na">n/a</span>'
+        return f'<span class="na">{MISSING}</span>'
     if isinstance(v, bool | int | float):
         return escape(format_value(v))
     if isinstance(v, str):
@@ -492,7 +500,7 @@ def _cards(s: RunSummary) -> str:
         cards.append(
             (
                 f"GPU util{sim}",
-                format_percent(sum(utils) / len(utils)) if utils else "n/a",
+                format_percent(sum(utils) / len(utils) if utils else None),
                 f"mean over {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}",
             )
         )
@@ -508,10 +516,8 @@ def _cards(s: RunSummary) -> str:
                 f"{format_value(rate)} steps/s" if rate is not None else "",
             )
         )
-    for section, data in _accounting(s):
-        found = _headline(data)
-        if found is not None and found[1].get("value") is not None:
-            which, head = found
+    for section, which, head in _headlines(s):
+        if head.get("value") is not None:
             sub = ", ".join(str(x) for x in (which, head.get("method")) if x)
             cards.append((section, figure_text(head), sub))
     return cards_section(cards)
@@ -616,7 +622,7 @@ def _gpu_table(gpus: list[GpuStats]) -> str:
     )  # fmt: skip
     body: list[list[str]] = []
     for g in gpus:
-        name = escape(g.get("name") or "?")
+        name = escape(g.get("name") or MISSING)
         if g.get("simulated"):
             name += ' <span class="badge">simulated</span>'
         if g.get("mig_parent_uuid"):
@@ -639,7 +645,7 @@ def _gpu_table(gpus: list[GpuStats]) -> str:
             escape(format_percent(g.get("tensor_active_mean"))),
             escape(mem),
             escape(format_bytes(g.get("process_memory_peak_bytes"))),
-            escape("n/a" if not isinstance(power, int | float) else f"{power:.0f} W"),
+            escape(MISSING if not isinstance(power, int | float) else f"{power:.0f} W"),
             escape(energy),
             escape(", ".join(f"{k} {format_seconds(v)}" for k, v in throttled.items()) or "no"),
         ]
@@ -650,9 +656,9 @@ def _gpu_table(gpus: list[GpuStats]) -> str:
 # -- accounting sections: written for any shape ----------------------------------------------
 
 
-def _accounting(s: RunSummary) -> list[tuple[str, Mapping[str, object]]]:
+def _accounting(s: RunSummary) -> list[tuple[str, AccountedSection]]:
     """The accounting sections the summary has, in the order of ACCOUNTING_SECTIONS."""
-    found: list[tuple[str, Mapping[str, object] | None]] = [
+    found: list[tuple[str, AccountedSection | None]] = [
         ("energy", s.get("energy")),
         ("carbon", s.get("carbon")),
         ("cost", s.get("cost")),
@@ -662,7 +668,23 @@ def _accounting(s: RunSummary) -> list[tuple[str, Mapping[str, object]]]:
     return [(name, section) for name, section in found if section is not None]
 
 
-def _is_figure(v: Any) -> bool:
+def _headlines(s: RunSummary) -> list[tuple[str, str, Mapping[str, object]]]:
+    """The figure that sums up each accounting section the summary has, with where it is in
+    the section: the facility energy, the total carbon and cost, the FLOPs themselves (the
+    forecast has none). A stored summary of another shape gives no card rather than a wrong one."""
+    found: list[tuple[str, str, object]] = []
+    if (energy := s.get("energy")) is not None:
+        found.append(("energy", "facility", energy.get("facility")))
+    if (carbon := s.get("carbon")) is not None:
+        found.append(("carbon", "total", carbon.get("total")))
+    if (cost := s.get("cost")) is not None:
+        found.append(("cost", "total", cost.get("total")))
+    if (flops := s.get("flops")) is not None:
+        found.append(("flops", "", flops))
+    return [(name, where, f) for name, where, f in found if _is_figure(f)]
+
+
+def _is_figure(v: object) -> TypeGuard[Mapping[str, object]]:
     """A figure with its provenance: ``{value, unit, method, assumptions, low, high, source}``,
     a number (or null) ``value`` and at least one of the others; other keys may ride along."""
     return (
@@ -673,20 +695,11 @@ def _is_figure(v: Any) -> bool:
     )
 
 
-def _headline(section: Any) -> tuple[str, dict[str, Any]] | None:
-    """The figure that sums up an accounting section, and where it was: the section itself,
-    or its total (the facility energy for ``energy``)."""
-    if _is_figure(section):
-        return "", dict(section)
-    if isinstance(section, dict):
-        for key in ("total", "facility"):
-            if _is_figure(section.get(key)):
-                return key, dict(section[key])
-    return None
-
-
 def _flatten(
-    prefix: str, v: Any, figures: list[tuple[str, dict[str, Any]]], other: list[tuple[str, Any]]
+    prefix: str,
+    v: object,
+    figures: list[tuple[str, Mapping[str, object]]],
+    other: list[tuple[str, object]],
 ) -> None:
     if _is_figure(v):
         figures.append((prefix, {k: x for k, x in v.items() if k in _FIGURE_KEYS}))
@@ -703,7 +716,7 @@ def _flatten(
         other.append((prefix or "value", v))
 
 
-def _assumptions(v: Any) -> str:
+def _assumptions(v: object) -> str:
     if v is None:
         return ""
     if isinstance(v, list):
@@ -715,11 +728,12 @@ def _assumptions(v: Any) -> str:
     return _plain(v)
 
 
-def accounting_section(name: str, data: Any) -> str:
+def accounting_section(name: str, data: AccountedSection | Mapping[str, Figure]) -> str:
     """One accounting section (energy, carbon, cost, flops, forecast) as tables: figures with
-    value and unit, method, low–high range and assumptions; anything else as key/value rows."""
-    figures: list[tuple[str, dict[str, Any]]] = []
-    other: list[tuple[str, Any]] = []
+    value and unit, method, low–high range and assumptions; anything else as key/value rows.
+    Walks the section's JSON, so a stored section with keys added since renders too."""
+    figures: list[tuple[str, Mapping[str, object]]] = []
+    other: list[tuple[str, object]] = []
     _flatten("", data, figures, other)
     out = [
         f'<section class="accounting" id="section-{escape(name)}">'
@@ -728,16 +742,8 @@ def accounting_section(name: str, data: Any) -> str:
     if figures:
         rows = []
         for label, f in figures:
-            lo, hi = f.get("low"), f.get("high")
-            unit = f" {f['unit']}" if f.get("unit") else ""
-            rng = ""
-            if lo is not None or hi is not None:
-                if f.get("unit") == "ratio":
-                    ends = [f"{x:.1%}" if x is not None else "?" for x in (lo, hi)]
-                    unit = ""
-                else:
-                    ends = [format_value(x) if x is not None else "?" for x in (lo, hi)]
-                rng = f"{ends[0]}–{ends[1]}{unit}"
+            has_range = f.get("low") is not None or f.get("high") is not None
+            rng = range_text(f) if has_range else ""
             notes = _assumptions(f.get("assumptions"))
             extra = f.get("note") or f.get("notes")
             if extra:

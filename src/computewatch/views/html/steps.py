@@ -8,18 +8,18 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from computewatch.analysis.downsample import MAX_BUCKETS
 from computewatch.analysis.steps import StepAnatomy, step_anatomy
 from computewatch.analysis.summary_types import PhaseStats, RankStats, RequestStats, RunSummary
 from computewatch.store import RunRow, Store
-from computewatch.units import format_percent, format_seconds
-from computewatch.views.html.downsample import MAX_BUCKETS
+from computewatch.units import MISSING, format_percent, format_seconds
 from computewatch.views.html.page import chart_figure, escape, grid_table, kv_table
-from computewatch.views.summary_rows import figure_text, format_value
+from computewatch.views.summary_rows import figure_text, format_value, range_text
 
 MAX_PHASE_SERIES = 8  # the rest of the phases are summed into "other phases"
 
 
-def _secs(v: Any) -> str:
+def _secs(v: float | None) -> str:
     return format_seconds(v, clock=False)
 
 
@@ -42,10 +42,8 @@ def phases_table(ph: PhaseStats) -> str:
                 escape(_secs(dist.get("mean"))),
                 escape(_secs(dist.get("p50"))),
                 escape(_secs(dist.get("p90"))),
-                escape(
-                    _secs(p.get("accel_seconds")) if p.get("accel_seconds") is not None else "—"
-                ),
-                escape(p.get("within") or "—"),
+                escape(_secs(p.get("accel_seconds"))),
+                escape(p.get("within") or MISSING),
             ]
         )
     un = ph["unaccounted"]
@@ -55,7 +53,7 @@ def phases_table(ph: PhaseStats) -> str:
             escape(format_percent(un.get("share"))),
             escape(_secs(un.get("seconds"))),
         ]
-        + ["—"] * 7
+        + [MISSING] * 7
     )
     head = (
         "phase", "share", "seconds", "self seconds", "steps", "mean/step", "p50/step",
@@ -138,7 +136,7 @@ def requests_table(rq: RequestStats) -> str:
                     escape(label),
                     escape(figure_text(f)),
                     escape(f.get("method") or ""),
-                    escape(f"{format_value(f.get('low'))}–{format_value(f.get('high'))}"),
+                    escape(range_text(f)),
                     escape("; ".join(f.get("assumptions") or [])),
                 ]
             )

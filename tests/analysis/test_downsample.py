@@ -1,4 +1,5 @@
-"""Downsampling for the report: envelopes keep every bucket's extremes, counters become rates."""
+"""Downsampling for the report and the upload payload: envelopes keep every bucket's
+extremes, counters become rates."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import random
 
 import pytest
 
-from computewatch.views.html.downsample import (
+from computewatch.analysis.downsample import (
     MAX_BUCKETS,
     bucket_size,
     counter_rates,
