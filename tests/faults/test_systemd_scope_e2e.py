@@ -38,6 +38,19 @@ parent = os.environ.get("FAKE_SCOPE_PARENT")
 if parent:
     d = os.path.join(parent, unit + ".scope")
     os.mkdir(d)
+    if os.environ.get("FAKE_COLLECT"):  # the manager's part: remove the scope once empty
+        worker = os.fork()
+        if worker == 0:
+            if os.fork() == 0:
+                for want in ("populated 1", "populated 0"):  # filled, then emptied
+                    while True:
+                        with open(os.path.join(d, "cgroup.events")) as f:
+                            if want in f.read():
+                                break
+                        time.sleep(0.001)
+                os.rmdir(d)
+            os._exit(0)
+        os.waitpid(worker, 0)  # nothing of ours left for the command to wait for
     with open(os.path.join(d, "cgroup.procs"), "w") as f:
         f.write(f"{os.getpid()}\\n")
 os.execv(cmd[0], cmd)
@@ -227,3 +240,36 @@ def test_off_turns_the_scope_off(
     assert cw("run", "--quiet", "--", sys.executable, script).returncode == 0
     assert len(_ran(tmp_path)) == 1
     assert not [n for n in cw.show()["notes"] if "systemd" in n]
+
+
+LEAVES_ITS_SCOPE = (
+    DOUBLE_FORK
+    + """
+time.sleep(0.6)  # a reading or more with the whole burn counted
+with open(os.path.join(os.environ["FAKE_SCOPE_PARENT"], "cgroup.procs"), "w") as f:
+    f.write(f"{os.getpid()}\\n")  # the scope empties: the fake manager removes it
+time.sleep(0.6)  # readings that find it gone
+"""
+)
+
+
+@pytest.mark.slow
+def test_a_scope_removed_before_the_final_reading_is_said(
+    cw: Any,
+    systemd: Path,
+    hybrid: Path,
+    make_script: Callable[[str, str], Path],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    script = make_script("leaves.py", LEAVES_ITS_SCOPE)
+    monkeypatch.setenv("DONE", str(tmp_path / "done"))
+    monkeypatch.setenv("FAKE_COLLECT", "1")
+    r = cw("run", "--quiet", "--interval", "0.2", "--", sys.executable, script)
+    assert r.returncode == 0, r.stderr
+    s = cw.show()
+    assert not (hybrid / f"computewatch-{s['id']}.scope").exists()  # collected
+    assert s["cpu"]["method"] == "systemd scope", (s["cpu"], s["notes"])
+    assert s["cpu"]["seconds_total"] >= 1.8, s["cpu"]  # the last figures stand
+    said = [n for n in s["notes"] if "before the final reading" in n]
+    assert len(said) == 1 and f"computewatch-{s['id']}.scope" in said[0], s["notes"]

@@ -136,11 +136,13 @@ def test_scope_cgroup_found_and_counted(tmp_path: Path, unified: bool) -> None:
     assert sc.path.is_dir()
     (sc.path / "cgroup.procs").write_text("")
     assert sc.remove() is None
-    # collected by systemd: the last figures stand
+    # collected by systemd before the final reading: the last figures stand, and that is said
     for f in sc.path.iterdir():
         f.unlink()
     sc.path.rmdir()
     assert src.read()[0].value == 2.5 and sc.remove() is None
+    assert src.read()[0].value == 2.5
+    assert len(src.notes) == 1 and "before the final reading" in src.notes[0], src.notes
 
 
 def test_scope_cgroup_refuses_what_is_not_the_scope(tmp_path: Path) -> None:
@@ -159,8 +161,11 @@ def test_the_runs_own_cgroup_keeps_its_unlabelled_series(tmp_path: Path) -> None
     d = tmp_path / "computewatch-r1"
     d.mkdir()
     (d / "cpu.stat").write_text(STAT)
-    r = CgroupCpuSource(d).read()[0]
-    assert r.labels == () and CgroupCpuSource(d).method == "cgroup"
+    src = CgroupCpuSource(d)
+    r = src.read()[0]
+    assert r.labels == () and src.method == "cgroup"
+    (d / "cpu.stat").unlink()  # removed by us after the final reading: nothing to say
+    assert src.read()[0].value == 2.5 and src.notes == []
 
 
 def test_summary_names_the_scope(tmp_path: Path) -> None:

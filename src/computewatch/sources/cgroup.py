@@ -221,6 +221,9 @@ class CgroupCpuSource:
         except (OSError, ValueError) as e:
             raise SourceUnavailable(f"cpu.stat of {cgroup_dir} unreadable: {e}") from None
         self._last: list[Reading] = []
+        self._last_mono: float | None = None
+        self.notes: list[str] = []
+        """Said once in the run's notes (the sampler reads a source's ``notes``)."""
 
     def read(self) -> list[Reading]:
         try:
@@ -228,9 +231,20 @@ class CgroupCpuSource:
         except OSError as e:
             # Removed at the end (rmdir by us, or systemd collecting an empty scope; a read of
             # a removed cgroup's open file is ENODEV): its last figures stand.
-            if e.errno in (errno.ENOENT, errno.ENODEV):
-                return self._last
-            raise
+            if e.errno not in (errno.ENOENT, errno.ENODEV):
+                raise
+            if self.method == SCOPE_METHOD and self._last_mono is not None:
+                # systemd removes a scope's cgroup as soon as its last process exits, which
+                # may be before the run's final reading: say what that reading missed
+                ago = time.monotonic() - self._last_mono
+                self.notes.append(
+                    f"systemd removed the scope {self.path.name} when its last process exited,"
+                    f" before the final reading: its CPU figure is that of the reading {ago:.2f}"
+                    " s earlier (CPU used after it is not counted)"
+                )
+                self._last_mono = None  # said once
+            return self._last
+        self._last_mono = time.monotonic()
         lb = self._labels
         self._last = [
             counter("run_cgroup_cpu_seconds_total", st["usage_usec"] / 1e6, lb),
