@@ -189,6 +189,8 @@ args = sys.argv[1:]
 cmd = args[args.index("--") + 1:]
 if mode == "fail":
     sys.exit(3)
+if mode == "crash":
+    os.abort()
 if mode == "hang":
     time.sleep(600)
 if mode == "slow":
@@ -248,6 +250,13 @@ def test_systemd_run_failing_is_reaped_and_the_command_never_ran(launcher: Path)
     pid = _start(launcher, "fail", ["/bin/true"])
     got = _await(pid, "/bin/true")
     assert not got.started and "systemd-run failed (exit status 3)" in (got.note or "")
+    assert _gone(pid)
+
+
+def test_systemd_run_crashing_is_reaped_and_the_command_never_ran(launcher: Path) -> None:
+    pid = _start(launcher, "crash", ["/bin/true"])
+    got = _await(pid, "/bin/true")
+    assert not got.started and "systemd-run failed (killed by SIGABRT)" in (got.note or "")
     assert _gone(pid)
 
 

@@ -390,6 +390,9 @@ def _exited(pid: int) -> os.waitid_result | None:
         return None
 
 
+_INTERRUPTS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT})
+
+
 def _reap(pid: int) -> int:
     while True:
         try:
@@ -450,10 +453,12 @@ def _after_exit(
     comm = sc[1] if sc is not None else launcher
     if comm != launcher or launcher == command:  # it exec'd the command, which already ended
         return ScopeStart(True, None, "the command ended before its scope's cgroup was read")
-    if done.si_code in (os.CLD_KILLED, os.CLD_DUMPED):  # e.g. Ctrl-C while it started
+    if done.si_code in (os.CLD_KILLED, os.CLD_DUMPED) and done.si_status in _INTERRUPTS:
+        # Ctrl-C (or a kill) while the scope was being made: the run ends as interrupted,
+        # without the command, as it would have had the command received it first
         sig = signal.Signals(done.si_status).name
         return ScopeStart(True, None, f"systemd-run was killed by {sig} before the command ran")
-    status = _reap(pid)
+    status = _reap(pid)  # failed, or crashed: the command is the caller's to start
     return ScopeStart(False, None, f"systemd-run failed ({_status_text(status)})")
 
 
@@ -490,7 +495,7 @@ def _stop_hung(
         for root in _v2_roots(cgroup_root):
             procs = _read(f"{root}{path}/cgroup.procs")
             if procs is not None:
-                others = any(int(x) != pid for x in procs.split())
+                others = any(x != str(pid).encode() for x in procs.split())
                 break
     if marker.encode() in argv.split(b"\0") and not others:
         os.kill(pid, signal.SIGKILL)  # stopped before its exec: the command never ran
