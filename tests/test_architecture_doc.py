@@ -68,11 +68,11 @@ def _top_level() -> set[str]:
     return found
 
 
-def _exists_in_tree(name: str) -> bool:
-    """Some file or folder of the package whose path ends with ``name``'s parts."""
+def _exists_in_tree(name: str, under: Path = PACKAGE) -> bool:
+    """Some file or folder below ``under`` whose path ends with ``name``'s parts."""
     parts = tuple(name.rstrip("/").split("/"))
     want_dir = name.endswith("/")
-    for path in PACKAGE.rglob(parts[-1]):
+    for path in under.rglob(parts[-1]):
         if "__pycache__" in path.parts or path.is_dir() != want_dir:
             continue
         if path.relative_to(PACKAGE).parts[-len(parts) :] == parts:
@@ -97,12 +97,26 @@ def test_every_package_and_top_level_module_is_in_the_table() -> None:
 
 
 def test_the_table_names_only_what_exists() -> None:
+    """The package column names what is at the top of the package; the text beside it names
+    files and folders of that layer's own packages (`grid.py` is in views/)."""
     rows = _table(DOC.read_text())
     top = _top_level() | {f"{p.name}/" for p in PACKAGE.iterdir() if p.is_dir()}
     packages = sorted({n for row in rows for n in _names(row.package)} - top)
     assert not packages, f"the table's package column names what is not in the tree: {packages}"
-    described = sorted({n for row in rows for n in _names(row.text) if not _exists_in_tree(n)})
-    assert not described, f"the table names files or folders that do not exist: {described}"
+    layers: dict[str, list[Row]] = {}
+    for row in rows:
+        layers.setdefault(row.layer, []).append(row)
+    wrong = []
+    for layer, members in layers.items():
+        own = {n for row in members for n in _names(row.package)}
+        dirs = [PACKAGE / n for n in own if n.endswith("/")]
+        for row in members:
+            for name in _names(row.text):
+                if name not in own and not any(_exists_in_tree(name, d) for d in dirs):
+                    wrong.append(f"line {row.line} ({layer}): {name} is not in {sorted(own)}")
+    assert not wrong, "the table names files or folders its packages do not hold:\n" + (
+        "\n".join(wrong)
+    )
 
 
 def test_every_path_the_document_names_exists() -> None:
@@ -151,6 +165,8 @@ def test_the_checks_themselves() -> None:
     assert _names("cli/<group>_run.py, /api/v1, `run --prometheus`") == []
     assert _exists_in_tree("views/html/page.py") and _exists_in_tree("grid.py")
     assert _exists_in_tree("html/") and not _exists_in_tree("html.py")
+    assert _exists_in_tree("grid.py", PACKAGE / "views")
+    assert not _exists_in_tree("grid.py", PACKAGE / "sampling")
     assert not _exists_in_tree("nothing_here.py") and not _exists_in_tree("views/nothing/")
     first = _table(DOC.read_text())[0]
     assert (first.layer, _names(first.package)) == ("interfaces", ["cli/"])
