@@ -90,6 +90,8 @@ def test_thermal_throttling_with_clock_drop(crafted):
     assert abs(drop - (1 - 1.4 / 1.98)) < 0.02
     assert abs(f.at_stake.seconds - 40 * drop) < 2
     assert any("91 °C" in line for line in f.evidence.lines)
+    # 40 ticks of 1 s throttled (40 s to 79 s) of the 100 s run; three significant digits
+    assert "throttled 40 s (40% of the run): sw_thermal_slowdown 40 s" in f.evidence.lines[0]
     assert "cooling" in f.suggestion
     assert f.evidence.ranges[0].start >= 39
 
@@ -118,6 +120,12 @@ def test_idle_allocation_burns_money(crafted):
     assert abs(f.at_stake.usd - idle * 0.9 / 900) < 1e-6
     assert abs(f.evidence.numbers["gpu_hours_idle"] - idle / 3600) < 1e-9
     assert "$0.40 at the run's price" in f.evidence.lines[0]
+    # durations as every view writes them (units.format_seconds: H:MM:SS from 100 s): the
+    # 400 ticks from 300 s to 699 s idle, at least the default 300 s; 30 GiB held throughout
+    assert (
+        "idle for 0:06:40 in 1 stretch(es) of at least 0:05:00, holding up to 30.0 GiB"
+        in f.evidence.lines[1]
+    )
     assert f.severity == "high"
     assert run.diagnose().findings[0].id == "idle_allocation"  # the most money at stake
 

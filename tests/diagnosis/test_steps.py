@@ -27,6 +27,19 @@ def test_slowdown_halfway_is_found_at_the_right_step(crafted):
     assert "step 5" in f.title
 
 
+def test_the_evidence_writes_step_times_in_the_views_units(crafted):
+    run = crafted()
+    run.ticks(10)
+    run.writer(10)
+    # a warm-up step (skipped), 50 steps around 20 ms, then 50 around 60 ms from step 52 on
+    run.steps(10, [0.02] + [0.019, 0.021] * 25 + [0.058, 0.062] * 25)
+    f = run.finding("step_regression")
+    assert f.evidence.numbers["step"] == 52
+    # medians 0.02 s and 0.06 s, below a second: milliseconds with one decimal
+    # (units.format_seconds, as the report and `show` write every short span)
+    assert f.evidence.lines[0].startswith("step time rose from 20.0 ms to 60.0 ms (medians, 3.00x)")
+
+
 def test_steady_steps_do_not_fire(crafted):
     rng = random.Random(2)
     run = crafted()

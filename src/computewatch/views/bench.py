@@ -22,6 +22,7 @@ from computewatch.units import (
 
 __all__ = [
     "format_metric",
+    "format_qps",
     "print_check",
     "print_compare",
     "print_inference",
@@ -43,7 +44,8 @@ def table(head: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
 
 
-def _qps(v: float | None) -> str:
+def format_qps(v: float | None) -> str:
+    """Queries (samples) per second, the benchmarks' throughput: ``1,234.5/s``."""
     return MISSING if v is None else f"{format_number(v, 1)}/s"
 
 
@@ -59,7 +61,7 @@ def format_metric(name: str, v: float | None) -> str:
     if unit == "usd":
         return format_usd(v)
     if unit == "per_second":
-        return _qps(v)
+        return format_qps(v)
     if unit == "cpu_seconds":
         return MISSING if v is None else f"{format_number(v, 2)} CPU-s"
     return MISSING if v is None else format_number(v, 3)
@@ -77,7 +79,10 @@ def print_inference(r: InferenceResult, out: TextIO) -> None:
         ("scenario", f"{r.scenario} (MLCommons LoadGen, PerformanceOnly)"),
         ("run", res.run_id or MISSING),
         ("loadgen", f"{format_count(lg.query_count)} queries · {valid}"),
-        ("throughput", f"{_qps(lg.qps)} (LoadGen) · {_qps(res.samples_per_second)} (ours)"),
+        (
+            "throughput",
+            f"{format_qps(lg.qps)} (LoadGen) · {format_qps(res.samples_per_second)} (ours)",
+        ),
         (
             "latency",
             " · ".join(f"{k} {format_seconds(lat.get(k))}" for k in ("p50", "p90", "p99", "max")),
@@ -108,7 +113,7 @@ def print_inference(r: InferenceResult, out: TextIO) -> None:
             (
                 "server search",
                 f"highest QPS meeting p99 ≤ {format_seconds(s.latency_bound_seconds)}: "
-                f"{_qps(s.best_qps)} (tried {tried})",
+                f"{format_qps(s.best_qps)} (tried {tried})",
             )
         )
     width = max(len(k) for k, _ in rows)
@@ -127,7 +132,7 @@ def print_compare(c: CompareResult, out: TextIO) -> None:
             v.status,
             format_seconds(v.latency_p50_seconds),
             format_seconds(v.latency_p90_seconds),
-            _qps(v.samples_per_second),
+            format_qps(v.samples_per_second),
             format_energy(v.energy_per_query_joules),
             format_bytes(v.peak_rss_bytes),
             format_bytes(v.model_bytes),
@@ -156,7 +161,7 @@ def print_sweep(s: SweepResult, out: TextIO) -> None:
         [
             *(str(p.params.get(n)) for n in names),
             p.status,
-            _qps(p.samples_per_second),
+            format_qps(p.samples_per_second),
             format_seconds(p.step_time_p50_seconds),
             format_bytes(p.peak_rss_bytes),
             format_energy(p.energy_per_sample_joules),

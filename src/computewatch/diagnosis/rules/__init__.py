@@ -43,17 +43,3 @@ def build(
 def pct(v: float) -> str:
     """Whole percents, as the findings' evidence reads (``37%``)."""
     return format_percent(v, 0)
-
-
-def secs(v: float) -> str:
-    if v < 1:
-        return f"{v * 1e3:.1f} ms"
-    if v < 120:
-        return f"{v:.2f} s"
-    if v < 7200:
-        return f"{v / 60:.1f} min"
-    return f"{v / 3600:.2f} h"
-
-
-def gib(v: float) -> str:
-    return f"{v / 2**30:.1f} GiB"

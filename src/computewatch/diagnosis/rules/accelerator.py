@@ -8,8 +8,9 @@ from typing import Any
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
-from computewatch.diagnosis.rules import build, gib, pct
+from computewatch.diagnosis.rules import build, pct
 from computewatch.diagnosis.stats import mean, median
+from computewatch.units import format_bytes, format_percent
 
 SPEEDUPS = (
     "bf16 mixed precision (torch.autocast(device_type='cuda', dtype=torch.bfloat16)), "
@@ -111,7 +112,7 @@ def low_mfu(data: RunData, th: Thresholds) -> list[Finding]:
         return []
     target = max(th.mfu_target, th.mfu_low, 1e-9)
     at_stake = max(1 - mfu / target, 0.0) * data.duration
-    lines = [f"MFU {100 * mfu:.1f}% (threshold {pct(th.mfu_low)}, well-tuned: {pct(target)})"]
+    lines = [f"MFU {format_percent(mfu)} (threshold {pct(th.mfu_low)}, well-tuned: {pct(target)})"]
     numbers: dict[str, float | int | str | None] = {"mfu": mfu, "mfu_target": target}
     assert isinstance(flops, dict)
     for key in ("hfu", "peak_flops", "precision"):
@@ -154,8 +155,9 @@ def gpu_memory_headroom(data: RunData, th: Thresholds) -> list[Finding]:
         if share >= th.gpu_memory_used_low:
             continue
         lines.append(
-            f"{gpu_label(g)}: peak {gib(peak)} of {gib(total)} ({pct(share)}, {whose}); "
-            f"{gib(total - peak)} never used"
+            f"{gpu_label(g)}: peak {format_bytes(peak)} of {format_bytes(total)} "
+            f"({pct(share)}, {whose}); "
+            f"{format_bytes(total - peak)} never used"
         )
         numbers[f"gpu{g.get('index')}_memory_peak_bytes"] = peak
         numbers[f"gpu{g.get('index')}_memory_total_bytes"] = total

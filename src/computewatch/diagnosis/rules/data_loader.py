@@ -6,7 +6,8 @@ from __future__ import annotations
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, overlap, stretches
-from computewatch.diagnosis.rules import build, pct, secs
+from computewatch.diagnosis.rules import build, pct
+from computewatch.units import format_seconds
 
 DATA_PHASE = "data"
 
@@ -37,10 +38,11 @@ def data_starvation(data: RunData, th: Thresholds) -> list[Finding]:
     ]
     ranges = sorted(stretches(flags), key=lambda r: r[1] - r[0], reverse=True)[:3]
     lines = [
-        f"{pct(share)} of step time was spent waiting for data: {secs(wait_total)} of "
-        f"{secs(step_total)} over {n_steps} steps"
+        f"{pct(share)} of step time was spent waiting for data: {format_seconds(wait_total)} of "
+        f"{format_seconds(step_total)} over {n_steps} steps"
         + (f" in {procs} processes" if procs > 1 else ""),
-        f"mean wait per step {secs(wait_total / n_steps)} (threshold {pct(th.data_wait_share)})",
+        f"mean wait per step {format_seconds(wait_total / n_steps)} "
+        f"(threshold {pct(th.data_wait_share)})",
     ]
     numbers: dict[str, float | int | str | None] = {
         "data_wait_share": share,

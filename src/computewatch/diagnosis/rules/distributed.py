@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, phase_matches
-from computewatch.diagnosis.rules import build, pct, secs
+from computewatch.diagnosis.rules import build, pct
 from computewatch.diagnosis.stats import median
+from computewatch.units import format_seconds
 
 COMM_PHASE = "comm"
 
@@ -68,10 +69,11 @@ def stragglers(data: RunData, th: Thresholds) -> list[Finding]:
     has_comm = any(phase_matches(p.name, {COMM_PHASE}) for p in data.phases)
     lines = [
         f"rank {slow.rank} is {pct(excess)} slower than the other ranks (median): "
-        f"{secs(slow.compute_per_step)} of compute per step against {secs(med)}, over "
+        f"{format_seconds(slow.compute_per_step)} of compute per step against "
+        f"{format_seconds(med)}, over "
         f"{slow.steps} steps",
         "compute per step by rank: "
-        + ", ".join(f"{r.rank}: {secs(r.compute_per_step)}" for r in ranks[:16])
+        + ", ".join(f"{r.rank}: {format_seconds(r.compute_per_step)}" for r in ranks[:16])
         + (" ..." if len(ranks) > 16 else ""),
     ]
     if has_comm:
@@ -124,7 +126,8 @@ def collective_communication(data: RunData, th: Thresholds) -> list[Finding]:
     lo = min(ranks, key=lambda r: r.comm_share)
     hi = max(ranks, key=lambda r: r.comm_share)
     lines = [
-        f"{pct(share)} of step time was in collective communication: {secs(comm / len(ranks))} "
+        f"{pct(share)} of step time was in collective communication: "
+        f"{format_seconds(comm / len(ranks))} "
         f"per rank over {ranks[0].steps} steps",
         f"comm share by rank from {pct(lo.comm_share)} (rank {lo.rank}) to "
         f"{pct(hi.comm_share)} (rank {hi.rank})",

@@ -8,8 +8,9 @@ import itertools
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, Series, rates, stretches
-from computewatch.diagnosis.rules import build, gib, pct, secs
+from computewatch.diagnosis.rules import build, pct
 from computewatch.diagnosis.stats import median
+from computewatch.units import format_bytes, format_seconds
 
 _NOT_BUSY = frozenset({"idle", "iowait"})
 SINGLE_CORE_MAX = 1.15  # above this the tree uses more than one core's worth
@@ -64,7 +65,8 @@ def cpu_bound(data: RunData, th: Thresholds) -> list[Finding]:
     if data.duration <= 0 or bound / data.duration < th.cpu_bound_share:
         return []
     lines = [
-        f"for {secs(bound)} ({pct(bound / data.duration)} of the run) the run's processes used "
+        f"for {format_seconds(bound)} ({pct(bound / data.duration)} of the run) the run's "
+        "processes used "
         f"one core's worth ({th.single_core_busy:g} to {SINGLE_CORE_MAX:g} cores) of the "
         f"{allowed:g} allowed",
     ]
@@ -78,7 +80,9 @@ def cpu_bound(data: RunData, th: Thresholds) -> list[Finding]:
         numbers["other_cores_busy_median"] = median(others_seen)
     if hottest:
         core = max(hottest, key=lambda c: hottest[c])
-        lines.append(f"busiest core: cpu {core} ({secs(hottest[core])} busy in those stretches)")
+        lines.append(
+            f"busiest core: cpu {core} ({format_seconds(hottest[core])} busy in those stretches)"
+        )
         numbers["busiest_cpu"] = core
     return build(
         data,
@@ -137,7 +141,9 @@ def memory_pressure(data: RunData, th: Thresholds) -> list[Finding]:
     if under / data.duration < th.memory_pressure_share and not swapped:
         return []
     low = min(pressure.values()) if pressure else None
-    lines = [f"memory was short for {secs(under)} ({pct(under / data.duration)} of the run)"]
+    lines = [
+        f"memory was short for {format_seconds(under)} ({pct(under / data.duration)} of the run)"
+    ]
     numbers: dict[str, float | int | str | None] = {"pressure_seconds": under}
     if low is not None:
         lines.append(
@@ -145,14 +151,16 @@ def memory_pressure(data: RunData, th: Thresholds) -> list[Finding]:
         )
         numbers["memory_available_min_share"] = low
     if cg_limit and cg_peak is not None:
-        lines.append(f"cgroup memory peak {gib(cg_peak)} of its {gib(cg_limit)} limit")
+        lines.append(
+            f"cgroup memory peak {format_bytes(cg_peak)} of its {format_bytes(cg_limit)} limit"
+        )
         numbers["cgroup_memory_peak_bytes"] = cg_peak
     if swap_pts:
-        lines.append(f"swap in use grew by {gib(max(swap_growth, 0.0))} during the run")
+        lines.append(f"swap in use grew by {format_bytes(max(swap_growth, 0.0))} during the run")
         numbers["swap_growth_bytes"] = swap_growth
     rss = (data.summary.get("memory") or {}).get("peak_rss_bytes")
     if isinstance(rss, int | float):
-        lines.append(f"the run's peak resident memory: {gib(rss)}")
+        lines.append(f"the run's peak resident memory: {format_bytes(rss)}")
     return build(
         data,
         th,
@@ -195,7 +203,7 @@ def io_bound(data: RunData, th: Thresholds) -> list[Finding]:
         return []
     lines = [
         f"iowait was {pct(median(shares))} (median) of the busy-or-waiting CPU time for "
-        f"{secs(io_time)} ({pct(io_time / data.duration)} of the run)"
+        f"{format_seconds(io_time)} ({pct(io_time / data.duration)} of the run)"
     ]
     numbers: dict[str, float | int | str | None] = {
         "iowait_seconds": io_time,
@@ -216,8 +224,8 @@ def io_bound(data: RunData, th: Thresholds) -> list[Finding]:
             if ratio < th.io_step_slowdown:
                 return []
             lines.append(
-                f"steps during high iowait took {secs(median(slow))} (median), "
-                f"{ratio:.1f}x the {secs(median(rest))} of the others"
+                f"steps during high iowait took {format_seconds(median(slow))} (median), "
+                f"{ratio:.1f}x the {format_seconds(median(rest))} of the others"
             )
             numbers["step_slowdown"] = ratio
             at_stake = sum(max(d - median(rest), 0.0) for d in slow)

@@ -8,8 +8,9 @@ from typing import Any
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
-from computewatch.diagnosis.rules import build, gib, secs
+from computewatch.diagnosis.rules import build
 from computewatch.diagnosis.rules.accelerator import gpu_label
+from computewatch.units import format_bytes, format_seconds
 
 
 def _usd_per_gpu_second(data: RunData, n_gpus: int) -> float | None:
@@ -53,8 +54,9 @@ def idle_allocation(data: RunData, th: Thresholds) -> list[Finding]:
         gpu_seconds += idle
         mem = max(held.get(t, 0.0) for t in times if any(a <= t <= b for a, b in spans))
         lines.append(
-            f"{gpu_label(g)}: idle for {secs(idle)} in {len(spans)} stretch(es) of at least "
-            f"{secs(th.idle_min_seconds)}, holding up to {gib(mem)} ({whose})"
+            f"{gpu_label(g)}: idle for {format_seconds(idle)} in {len(spans)} stretch(es) of "
+            "at least "
+            f"{format_seconds(th.idle_min_seconds)}, holding up to {format_bytes(mem)} ({whose})"
         )
         for a, b in sorted(spans, key=lambda r: r[0] - r[1])[:3]:
             ranges.append(TimeRange(data.rel(a), data.rel(b)))

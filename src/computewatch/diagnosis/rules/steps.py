@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, StepTime
-from computewatch.diagnosis.rules import build, secs
+from computewatch.diagnosis.rules import build
 from computewatch.diagnosis.stats import (
     MAD_TO_SIGMA,
     best_split,
@@ -18,6 +18,7 @@ from computewatch.diagnosis.stats import (
     mean,
     median,
 )
+from computewatch.units import format_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,8 @@ def step_regression(data: RunData, th: Thresholds) -> list[Finding]:
     if c.kind == "regression":
         title = f"Step time regression from step {first.index}"
         lines = [
-            f"step time rose from {secs(c.before)} to {secs(c.after)} (medians, "
+            f"step time rose from {format_seconds(c.before)} to {format_seconds(c.after)} "
+            "(medians, "
             f"{c.after / c.before:.2f}x) at step {first.index}, {data.rel(first.end):,.1f} s "
             f"into the run{multi}",
         ]
@@ -105,11 +107,14 @@ def step_regression(data: RunData, th: Thresholds) -> list[Finding]:
     else:
         title = "Step time drift: steps slow down over the run"
         lines = [
-            f"step time drifted from {secs(c.before)} (first tenth) to {secs(c.after)} "
+            f"step time drifted from {format_seconds(c.before)} (first tenth) to "
+            f"{format_seconds(c.after)} "
             f"(last tenth), {c.after / c.before:.2f}x{multi}",
         ]
         span = TimeRange(data.rel(times[0].start), data.rel(times[-1].end))
-    lines.append(f"Mann-Whitney U p = {c.p_value:.2g}; {secs(c.lost)} lost to the slower steps")
+    lines.append(
+        f"Mann-Whitney U p = {c.p_value:.2g}; {format_seconds(c.lost)} lost to the slower steps"
+    )
     return build(
         data,
         th,
@@ -166,11 +171,11 @@ def outlier_steps(data: RunData, th: Thresholds) -> list[Finding]:
     worst = sorted(outliers, key=lambda x: x[0].seconds - x[1], reverse=True)[:5]
     total = sum(len(ts) for ts in series.values())
     lines = [
-        f"{len(outliers)} of {total} steps were outliers, {secs(excess)} above the median in all"
-        + (" (per process)" if len(series) > 1 else ""),
+        f"{len(outliers)} of {total} steps were outliers, {format_seconds(excess)} above the "
+        "median in all" + (" (per process)" if len(series) > 1 else ""),
         "worst: "
         + "; ".join(
-            f"step {t.index} at {data.rel(t.end):,.1f} s took {secs(t.seconds)} "
+            f"step {t.index} at {data.rel(t.end):,.1f} s took {format_seconds(t.seconds)} "
             f"({t.seconds / m:.1f}x the median)"
             if m > 0
             else f"step {t.index}"

@@ -8,9 +8,10 @@ from computewatch.catalog.clock_events import decode_clock_events
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
-from computewatch.diagnosis.rules import build, pct, secs
+from computewatch.diagnosis.rules import build, pct
 from computewatch.diagnosis.rules.accelerator import gpu_label
 from computewatch.diagnosis.stats import mean
+from computewatch.units import format_seconds
 
 THERMAL = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
 POWER = frozenset({"sw_power_cap", "hw_power_brake_slowdown", "board_limit"})
@@ -51,10 +52,10 @@ def gpu_throttling(data: RunData, th: Thresholds) -> list[Finding]:
         slowdown = _clock_drop(data, uuid, spans)
         lost += throttled * (slowdown if slowdown is not None else 1.0)
         kinds |= {"thermal" if r in THERMAL else "power" for r in per_reason}
-        detail = ", ".join(f"{r} {secs(v)}" for r, v in sorted(per_reason.items()))
+        detail = ", ".join(f"{r} {format_seconds(v)}" for r, v in sorted(per_reason.items()))
         lines.append(
-            f"{gpu_label(g)}: throttled {secs(throttled)} ({pct(throttled / data.duration)} of the "
-            f"run): {detail}"
+            f"{gpu_label(g)}: throttled {format_seconds(throttled)} "
+            f"({pct(throttled / data.duration)} of the run): {detail}"
         )
         numbers[f"gpu{g.get('index')}_throttled_seconds"] = throttled
         if slowdown is not None:

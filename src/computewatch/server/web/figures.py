@@ -12,6 +12,7 @@ from typing import Any, Final
 
 from computewatch.serverdb.queries import RunRow
 from computewatch.units import (
+    MISSING,
     format_count,
     format_duration,
     format_kwh,
@@ -34,7 +35,6 @@ __all__ = [
 
 IDLE_UTILIZATION: Final = 0.05
 """A run holding GPUs whose utilization is below this is flagged "idle while held"."""
-MISSING: Final = "n/a"
 
 
 def _pos(v: object) -> float | None:

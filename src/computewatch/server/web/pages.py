@@ -48,7 +48,6 @@ from computewatch.server.budgets import (
 from computewatch.server.web.charts import SeriesData, compare_charts, run_charts
 from computewatch.server.web.figures import (
     IDLE_UTILIZATION,
-    MISSING,
     efficiency,
     gpu_hours_text,
     gpus_text,
@@ -75,6 +74,7 @@ from computewatch.serverdb.queries import (
     visible_teams,
 )
 from computewatch.units import (
+    MISSING,
     format_duration,
     format_grams,
     format_kwh,

@@ -10,12 +10,13 @@ from typing import Any
 
 from computewatch.bench.records import CompareResult, SweepPoint, SweepResult
 from computewatch.units import (
+    MISSING,
     format_bytes,
     format_energy,
-    format_number,
     format_percent,
     format_seconds,
 )
+from computewatch.views.bench import format_qps
 from computewatch.views.html.page import (
     asset,
     escape,
@@ -49,7 +50,7 @@ def _bars(
         y = i * row_h + 5
         parts.append(f'<text x="0" y="{y + 15}">{escape(name)}</text>')
         if v is None:
-            parts.append(f'<text x="{label_w}" y="{y + 15}">n/a</text>')
+            parts.append(f'<text x="{label_w}" y="{y + 15}">{MISSING}</text>')
             continue
         w = max(1.0, bar_w * v / top)
         color = _PALETTE[i % len(_PALETTE)]
@@ -109,10 +110,6 @@ def _scatter(
     return "".join(parts)
 
 
-def _qps(v: float) -> str:
-    return f"{format_number(v, 1)}/s"
-
-
 def compare_page(c: CompareResult) -> str:
     """The comparison as one self-contained page."""
     v = c.variants
@@ -121,14 +118,14 @@ def compare_page(c: CompareResult) -> str:
          "accuracy", "Pareto"],
         [[escape(x.name), escape(x.status), format_seconds(x.latency_p50_seconds),
           format_seconds(x.latency_p90_seconds),
-          escape(_qps(x.samples_per_second)) if x.samples_per_second is not None else "n/a",
+          escape(format_qps(x.samples_per_second)),
           format_energy(x.energy_per_query_joules), format_bytes(x.peak_rss_bytes),
           format_bytes(x.model_bytes), format_percent(x.accuracy), "yes" if x.pareto else ""]
          for x in v],
     )  # fmt: skip
     charts = [
         _bars("latency p50", [(x.name, x.latency_p50_seconds) for x in v], format_seconds),
-        _bars("throughput", [(x.name, x.samples_per_second) for x in v], _qps),
+        _bars("throughput", [(x.name, x.samples_per_second) for x in v], format_qps),
         _bars("energy per query", [(x.name, x.energy_per_query_joules) for x in v], format_energy),
         _bars("peak memory (RSS)", [(x.name, _float(x.peak_rss_bytes)) for x in v], format_bytes),
         _bars("model size", [(x.name, _float(x.model_bytes)) for x in v], format_bytes),
@@ -222,7 +219,7 @@ def _sweep_body(s: SweepResult) -> list[str]:
     }
     rows = [
         [*(escape(p.params.get(n)) for n in names), escape(p.status),
-         escape(_qps(p.samples_per_second)) if p.samples_per_second is not None else "n/a",
+         escape(format_qps(p.samples_per_second)),
          format_seconds(p.step_time_p50_seconds), format_bytes(p.peak_rss_bytes),
          format_energy(p.energy_per_sample_joules)]
         for p in s.points
