@@ -65,7 +65,8 @@ def relative_range(value: float, rel: float) -> tuple[float, float]:
 @dataclass(frozen=True, slots=True)
 class StepRecord:
     """A step closed in user code: its process, end time (monotonic), counts and FLOPs; what
-    the spool carries, the sampler hands its observers, and the store keeps (with wall time)."""
+    the spool carries, the sampler hands its observers, and the store keeps (the store's
+    ``StepRow`` is this record with the wall-clock time the sampler gave it)."""
 
     pid: int
     mono: float

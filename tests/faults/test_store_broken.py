@@ -52,7 +52,13 @@ def test_corrupt_database(cw: Any, spoil: Any) -> None:
         got = cw(*reader)
         assert got.returncode != 0
         lines = got.stderr.strip().splitlines()
-        assert len(lines) == 1 and "not a usable computewatch database" in lines[0], got.stderr
+        assert "not a usable computewatch database" in lines[-1], got.stderr
+        if reader == ("runs",):  # and, before it, the run that waits in the spool, with why
+            assert len(lines) == 2, got.stderr
+            assert "1 run(s) waiting to be stored" in lines[0], got.stderr
+            assert "(corrupt database)" in lines[0], got.stderr
+        else:
+            assert len(lines) == 1, got.stderr
     assert _digest(cw.db) == before  # never modified
     assert len(list((cw.home / "spool").glob("*.run.sqlite"))) == 1  # the run waits
 
@@ -82,6 +88,9 @@ def test_read_only_store_is_read(cw: Any, what: str) -> None:
     assert report.returncode == 0, report.stderr
     export = _in_mounts(cw, binds, "export", "last", "--format", "csv", "-o", str(cw.tmp / "x.csv"))
     assert export.returncode == 0, export.stderr
+    diagnose = _in_mounts(cw, binds, "diagnose", "last", "--json")
+    assert diagnose.returncode == 0, diagnose.stderr
+    assert json.loads(diagnose.stdout)["run"]["name"] == "kept"
     assert _digest(cw.db) == before
 
 
@@ -142,26 +151,32 @@ def test_full_disk_at_the_start(cw: Any, small_disk: Path) -> None:
     assert "status" in r.stderr  # the summary, from memory
 
 
-def _listed(cw: Any) -> int:
-    """How many runs ``runs --json`` lists now (0 while the store is still being made)."""
-    r = cw("runs", "--json")
-    return len(json.loads(r.stdout)) if r.returncode == 0 else 0
+def _running_row(db: Path) -> bool:
+    """Whether the run's row is in the store (read directly: no command writes to the disk)."""
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as c:
+            return c.execute("SELECT count(*) FROM runs WHERE status='running'").fetchone()[0] > 0
+    except sqlite3.Error:
+        return False
 
 
 def test_full_disk_mid_run(cw: Any, small_disk: Path) -> None:
+    """The disk fills while the job runs: the job's status still reaches the store (the run's
+    reserve is released for its end row, written before the data the disk refuses)."""
     go = cw.tmp / "go"
     p = cw.popen(
         "run", "--quiet", "--interval", "0.1", "--", "sh", "-c",
-        'echo start; while [ ! -e "$0" ]; do sleep 0.05; done; exit 4', str(go),
+        'echo start; while [ ! -e "$0" ]; do sleep 0.05; done; sleep 0.5; exit 4', str(go),
     )  # fmt: skip
-    # mid-run: the run is registered (a non-empty file can still be only the schema)
-    cw.wait_for(lambda: _listed(cw) == 1, what="the run's row")
+    cw.wait_for(lambda: _running_row(cw.db), what="the run's row")  # mid-run, deterministically
     filler = _fill(small_disk)
     go.touch()
     out, err = p.communicate(timeout=TIMEOUT)
     assert p.returncode == 4, err
     assert out == "start\n"
-    assert "could not be stored" in err
+    assert "cannot rollback" not in err  # the real error, not the failed ROLLBACK's
     filler.unlink()
     runs = cw.json("runs")
-    assert len(runs) == 1  # listed, whatever the full disk let it keep
+    assert [(x["status"], x["exit_code"]) for x in runs] == [("failed", 4)], err
+    assert runs[0]["ended_at"] is not None
+    assert not list(small_disk.glob("spool/*.reserve"))  # the reserve is not left behind

@@ -9,6 +9,7 @@ import json
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -157,3 +158,33 @@ def test_waiting_run_is_listed_then_ingested_once(
         dup = "SELECT count(*) - count(DISTINCT run_key || ':' || seq) FROM ticks"
         assert c.execute(dup).fetchone()[0] == 0
     assert json.dumps(cw.show()["exit_code"]) == "5"
+
+
+def test_a_lock_held_at_the_end_delays_the_exit_by_about_a_second_at_most(
+    cw: Any, tmp_path: Path, locks: list[Lock]
+) -> None:
+    """The end of a run has one deadline, 1 s from the job's end, for all its writes: past it the
+    run goes to the spool. A bound with a wide margin (a behaviour check, not a benchmark:
+    without the deadline the exit came 1.5 to 2 s after the job's end, without a lock 0.04 s)."""
+    go, ended = tmp_path / "go", tmp_path / "ended"
+    p = cw.popen(
+        "run", "--quiet", "--interval", "0.1", "--", "sh", "-c",
+        'while [ ! -e "$0" ]; do sleep 0.02; done; sleep 1.3; date +%s.%N > "$1"; exit 4',
+        str(go), str(ended),
+    )  # fmt: skip
+    cw.wait_for(lambda: _running_row(cw.db), what="the run's row")
+    lock = Lock(cw.db, tmp_path)  # taken mid-run: the sampler's flushes meet it before the end
+    locks.append(lock)
+    go.touch()
+    try:
+        _, err = p.communicate(timeout=120)
+        exited = time.time()
+    finally:
+        still_held = lock.held
+        lock.release()
+    assert still_held
+    assert p.returncode == 4, err
+    assert "could not be stored now (database locked)" in err
+    after_job = exited - float(ended.read_text())
+    assert after_job < 1.5, f"the exit came {after_job:.2f} s after the job's end"
+    assert [(x["status"], x["exit_code"]) for x in _stored_runs(cw)] == [("failed", 4)]

@@ -291,12 +291,23 @@ def test_final_tick_failure_is_noted(
 ) -> None:
     s, _ = make(store, run_key, [])
 
-    def broken_tick() -> None:
+    def broken_tick(*, flush: bool = True) -> None:
         raise ValueError("late")
 
     monkeypatch.setattr(s, "tick", broken_tick)
     s.final_tick()
     assert s.notes == ["the last reading failed: ValueError: late"]
+
+
+def test_final_tick_leaves_the_write_to_the_end_of_the_run(store: Store, run_key: int) -> None:
+    """The last reading is written by the end of the run's own flush, within its deadline:
+    the final tick itself never waits on the store, however long since the last flush."""
+    src = FakeSource("cpu", cpu_source)
+    s, _ = make(store, run_key, [src], flush_seconds=0.0)  # every tick would flush
+    s.final_tick()
+    assert store.sample_count(run_key) == 0
+    assert s.flush()
+    assert store.sample_count(run_key) > 0
 
 
 class RaisingLive:

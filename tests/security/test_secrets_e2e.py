@@ -4,6 +4,7 @@ database is private to its user: through the real CLI."""
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 import sys
 from pathlib import Path
@@ -79,3 +80,40 @@ def test_an_existing_home_keeps_its_mode(cw: Any) -> None:
     cw.ok("run", "--quiet", "--", sys.executable, "-c", "pass")
     assert mode(cw.home) == 0o755  # the user chose it (docs/security.md)
     assert mode(cw.db) == 0o600
+
+
+TRACKED = """
+import computewatch
+
+with computewatch.track(name="tracked", tags={"token": "SEKRITD", "api_key": "KEYVALUE7",
+                                              "team": "vision"}) as run:
+    run.step(samples=8)
+"""
+
+
+def test_secret_named_tags_from_track_are_stored_redacted(cw: Any, tmp_path: Path) -> None:
+    """Tags that ``track()`` sets inside ``computewatch run`` reach the store through the
+    writer's metadata and the run's final row: both redacted, as ``--tag`` is."""
+    script = tmp_path / "t.py"
+    script.write_text(TRACKED)
+    cw.ok("run", "--quiet", "--interval", "0.1", "--", sys.executable, str(script))
+    leaks = ("SEKRITD", "KEYVALUE7")
+
+    def clean(data: str | bytes, where: str) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        for s in leaks:
+            assert s.encode() not in raw, f"{s!r} leaked into {where}"
+
+    runs = cw.json("runs")
+    assert runs[0]["tags"] == {"api_key": "***", "team": "vision", "token": "***"}
+    clean(cw.ok("runs", "--json").stdout, "runs --json")
+    shown = cw.ok("show", "last", "--json").stdout
+    clean(shown, "show --json")
+    report = tmp_path / "r.html"
+    cw.ok("report", "last", "-o", report)
+    clean(report.read_bytes(), "the HTML report")
+    with sqlite3.connect(cw.db) as c:  # everything in the main file, not only in the WAL
+        c.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    for f in cw.home.rglob("*"):  # the database, its -wal/-shm and the spool, byte for byte
+        if f.is_file():
+            clean(f.read_bytes(), str(f.relative_to(cw.home)))

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from computewatch.readings import Kind, labels
+from computewatch.records import StepRecord
 from computewatch.store import (
     COMPLETED,
     INTERRUPTED,
@@ -25,6 +26,7 @@ from computewatch.store import (
     StoreError,
 )
 from computewatch.store.db import process_start_ticks
+from computewatch.store.reserve import RESERVE_BYTES, make_reserve, reserve_path
 
 T0 = 1_700_000_000.0
 
@@ -201,9 +203,13 @@ def test_write_batch_round_trip(store: Store) -> None:
     assert store.sample_count(rk) == 6
     assert store.sample_count(other) == 1
     assert store.steps(rk) == [
-        StepRow(42, 10.2, T0 + 0.7, 32.0, None),
-        StepRow(42, 10.9, T0 + 1.4, None, 512.0),
+        StepRow(StepRecord(42, 10.2, 32.0, None), T0 + 0.7),
+        StepRow(StepRecord(42, 10.9, None, 512.0), T0 + 1.4),
     ]
+    first = store.steps(rk)[0]  # the stored step reads as the record it holds
+    assert (first.pid, first.mono, first.wall, first.samples, first.tokens, first.flops) == (
+        42, 10.2, T0 + 0.7, 32.0, None, None,
+    )  # fmt: skip
     assert store.writers(rk) == {42: (10.0, {"name": "train", "started_mono": 10.0})}
     assert store.processes(rk) == [
         {
@@ -468,3 +474,88 @@ def test_delete_samples_before_keeps_run_and_summary(store: Store) -> None:
     assert store.delete_samples_before(T0 + 500) == []
     store.vacuum()
     assert store.run_by_key(old).summary == {"cpu": {"x": 1}}
+
+
+def _new_run(store: Store, run_id: str = "r1", **kw: Any) -> int:
+    fields: dict[str, Any] = dict(
+        run_id=run_id, name=None, tags={}, command=["python"], cwd=None, mode="run",
+        started_at=T0, interval_seconds=1.0, host={},
+    )  # fmt: skip
+    fields.update(kw)
+    return store.create_run(**fields)
+
+
+def test_a_full_database_raises_its_own_error_not_the_rollbacks(tmp_path: Path) -> None:
+    """SQLite ends the transaction itself on SQLITE_FULL: the ROLLBACK after it must not
+    replace "database or disk is full" with "cannot rollback - no transaction is active"."""
+    with Store.open(tmp_path / "cw.db") as store:
+        rk = _new_run(store)
+        pages = store.conn.execute("PRAGMA page_count").fetchone()[0]
+        store.conn.execute(f"PRAGMA max_page_count={pages + 2}")  # a full disk, in miniature
+        with pytest.raises(sqlite3.OperationalError, match="full"):
+            store.write_batch(rk, ticks=[(i, float(i), T0 + i) for i in range(20_000)])
+        assert not store.conn.in_transaction
+        store.update_run(rk, status="failed", exit_code=4)  # a small row still fits
+        assert (store.run_by_key(rk).status, store.run_by_key(rk).exit_code) == ("failed", 4)
+
+
+def test_tags_and_writer_metadata_are_stored_redacted(tmp_path: Path) -> None:
+    db = tmp_path / "cw.db"
+    with Store.open(db) as store:
+        rk = _new_run(store, tags={"team": "a", "db_password": "HUNTER2"})
+        store.update_run(rk, tags={"token": "SEKRITD", "url": "https://u:PW9@h/x"}, name="n")
+        store.write_batch(
+            rk, writers=[(7, 1.0, {"name": "n", "tags": {"api_key": "KEYVAL"}, "total_steps": 3})]
+        )
+        assert store.run_by_key(rk).tags == {"token": "***", "url": "https://u:***@h/x"}
+        assert store.writers(rk)[7][1] == {
+            "name": "n",
+            "tags": {"api_key": "***"},
+            "total_steps": 3,
+        }
+        store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
+    for secret in (b"HUNTER2", b"SEKRITD", b"PW9", b"KEYVAL"):
+        assert secret not in raw
+
+
+def test_a_write_waiting_for_a_lock_gives_up_when_told(tmp_path: Path) -> None:
+    """The sampler's flush stops waiting for another process's lock when the command ends
+    (``give_up``), without waiting out its busy timeout."""
+    db = tmp_path / "cw.db"
+    with Store.open(db, busy_timeout=60.0) as store:
+        rk = _new_run(store)
+        holder = sqlite3.connect(db, isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            calls: list[int] = []
+
+            def give_up() -> bool:
+                calls.append(1)
+                return len(calls) >= 3  # the third time it is asked
+
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                store.write_batch(rk, ticks=[(0, 1.0, T0)], give_up=give_up)
+            assert len(calls) == 3  # asked between slices of the wait, not after 60 s
+            assert store.busy_timeout == 60.0  # the store's own timeout is back
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        store.write_batch(rk, ticks=[(0, 1.0, T0)], give_up=lambda: True)  # free: written
+        assert store.ticks(rk) == [(0, 1.0, T0)]
+
+
+def test_reserve_is_allocated_and_released_by_reconcile(tmp_path: Path) -> None:
+    db = tmp_path / "cw.db"
+    path = make_reserve(db, "deadbeef0001")
+    assert path == reserve_path(db, "deadbeef0001")
+    assert path.stat().st_size == RESERVE_BYTES
+    assert path.stat().st_blocks * 512 >= RESERVE_BYTES  # allocated, not a sparse hole
+    assert make_reserve(db, "deadbeef0001") is None  # one per run
+    with Store.open(db) as store:  # its supervisor is gone (a kill -9): marked, reserve freed
+        rk = _new_run(store, run_id="deadbeef0001")
+        store.conn.execute(
+            "UPDATE runs SET supervisor_pid=1, supervisor_start=0 WHERE key=?", (rk,)
+        )
+        assert store.reconcile() == ["deadbeef0001"]
+    assert not path.exists()

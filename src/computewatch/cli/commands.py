@@ -41,7 +41,7 @@ from computewatch.sampling.supervisor import (
     run_command,
 )
 from computewatch.sources.gpus import GpuBackendError
-from computewatch.store import RunRow, Store
+from computewatch.store import RunRow, Store, StoreError
 from computewatch.store.spooled import open_store, waiting_line
 from computewatch.views.live import make_live_view
 from computewatch.views.summary_text import print_artifacts, print_summary
@@ -392,7 +392,14 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    with _open_store(args) as store:
+    try:
+        store = _open_store(args)
+    except StoreError:  # unreadable: still say which runs wait in the spool (and why) first
+        waiting = waiting_line(resolve_db_path(args.db))
+        if waiting is not None:
+            print(f"{PROG}: {waiting}", file=sys.stderr)
+        raise
+    with store:
         runs = store.list_runs(limit=args.limit, tags=dict(args.tag) or None)
         if args.json:
             _emit_json(

@@ -17,13 +17,18 @@ from computewatch.analysis.summary_types import RunSummary
 from computewatch.diagnosis import diagnosed
 from computewatch.profiling.artifacts import link_pending, name_captures
 from computewatch.sampling.channel import SpoolReader
+from computewatch.sampling.repro import ReproRecord, store_repro
 from computewatch.sampling.sampler import Sampler
 from computewatch.store import RunRow, Store, StoreError
+from computewatch.store.reserve import release_reserve
 from computewatch.store.spooled import ingest_pending, pending_file, problem_of, write_reason
 
 __all__ = [
     "END_BUSY_TIMEOUT",
+    "END_DEADLINE_SECONDS",
     "RUN_BUSY_TIMEOUT",
+    "SPOOL_SECONDS",
+    "Deadline",
     "RunOutcome",
     "RunStore",
     "end_run",
@@ -35,9 +40,16 @@ __all__ = [
 
 RUN_BUSY_TIMEOUT = 0.5
 """How long a flush during a run waits for another process's lock: a failed flush keeps its
-batch and retries, and a sampler waiting on a lock does not see the command end."""
-END_BUSY_TIMEOUT = 1.0
-"""How long the run's last writes wait for a lock before the run goes to the spool."""
+batch and retries, and stops waiting as soon as the command ends."""
+END_DEADLINE_SECONDS = 1.0
+"""The end of a supervised run (its final row, last flush, reproducibility record, summary) is
+over this long after the job's end: each write waits only for what is left, and what the store
+has not taken by then goes to the spool, stored by the next command."""
+SPOOL_SECONDS = 0.2
+"""Of :data:`END_DEADLINE_SECONDS`, the part kept for writing the spool file when the store
+refuses the run's end: the store's writes wait for a lock until 0.8 s after the job's end."""
+END_BUSY_TIMEOUT = END_DEADLINE_SECONDS
+"""How long the spool file's writes wait for a lock (nothing else writes it)."""
 
 
 @dataclass(slots=True)
@@ -52,6 +64,8 @@ class RunStore:
     kind: str = "store"  # store | spool | memory
     messages: list[str] = field(default_factory=list)
     """What the user should hear once (waiting runs stored now, problems)."""
+    reserve: Path | None = None
+    """Disk space set aside for the run's end (``store.reserve``), given back before it."""
 
     def fall_back(self, run_id: str, reason: str) -> Store:
         """Take the run to the spool (or to memory) because the store cannot: ``reason``. The
@@ -63,12 +77,29 @@ class RunStore:
             write_reason(store, reason)
             self.kind = "spool"
         except (StoreError, sqlite3.Error) as e:  # the home refuses writes too (full, read-only)
-            path.unlink(missing_ok=True)
+            _remove(path)
             store = Store.memory()
             self.kind = "memory"
             self.reason = f"{reason}; the spool cannot be written either: {_short(e)}"
         self.store = store
         return store
+
+    def drop_spool(self, run_id: str, reason: str, e: BaseException) -> None:
+        """The spool file refused the run too (a full disk): remove what it holds of it."""
+        if self.store is not None and self.kind == "spool":
+            self.store.close()
+            _remove(pending_file(self.db_path, run_id))
+        self.kind = "memory"
+        self.reason = f"{reason}; the spool cannot be written either: {problem_of(e)}"
+
+
+def _remove(path: Path) -> None:
+    """Remove a spool file that could not take the run; a read-only place refuses even that
+    (EROFS, whether or not the file is there): nothing to do then."""
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _short(e: BaseException) -> str:
@@ -113,6 +144,24 @@ def spool_dir(db_path: Path, run_id: str) -> Path:
     return db_path.parent / "spool" / run_id
 
 
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """When the end of a run must be over, on the monotonic clock (None: no bound)."""
+
+    at: float | None = None
+
+    def left(self) -> float:
+        return float("inf") if self.at is None else max(self.at - time.monotonic(), 0.0)
+
+    def bound(self, store: Store) -> None:
+        """Let the store's next write wait for another process's lock only for what is left
+        of the time: past the deadline, a write is tried once, without waiting (a store that
+        is free takes it at once, however long the summary took to compute; a locked one
+        refuses it, and the run's end goes to the spool)."""
+        if self.at is not None:
+            store.set_busy_timeout(self.left())
+
+
 def finish_run(
     store: Store,
     sampler: Sampler,
@@ -126,27 +175,46 @@ def finish_run(
     facts: dict[str, Any] | None = None,
     accounting: AccountingOptions | None = None,
     retry: bool = True,
+    deadline: Deadline | None = None,
+    repro: ReproRecord | None = None,
 ) -> RunOutcome:
-    """Last flush, then the run's final row: status, exit code, notes, summary. ``ended_at``
-    defaults to now."""
-    ok = sampler.flush()
-    if not ok and retry:  # one more try before giving up on the tail of the data
-        time.sleep(0.5)
-        ok = sampler.flush()
+    """The run's final row (status, exit code, end, notes) first, in a transaction of its own,
+    then the last flush, the reproducibility record and the summary. ``ended_at`` defaults to
+    now.
+
+    With a ``deadline`` (the supervisor's end of a run), each write waits only for what is left
+    of it, and a flush the store refuses raises (``sqlite3.Error``: the caller takes what is
+    left to the spool); without, a refused flush keeps its spooled steps for a later reader."""
+    dl = deadline or Deadline()
     run = store.run_by_key(run_key)
+    notes = list(run.notes)
     name, tags = _named(run.name, dict(run.tags), app_meta)
     ended = ended_at if ended_at is not None else time.time()
+    # The status before the bulk of the data: a store that takes a small row but not the
+    # batch (a full disk) still knows how the job ended.
+    dl.bound(store)
     store.update_run(
         run_key,
         status=status,
         exit_code=exit_code,
         ended_at=ended,
-        notes=list(run.notes) + sampler.notes,
+        notes=notes + sampler.notes,
         name=name,
         tags=tags,
         **({"host": facts} if facts is not None else {}),
     )
+    dl.bound(store)
+    ok = sampler.flush()
+    if not ok and deadline is not None:
+        raise sqlite3.OperationalError(sampler.last_store_error or "write refused")
+    if not ok and retry:  # one more try before giving up on the tail of the data
+        time.sleep(0.5)
+        ok = sampler.flush()
+    if repro is not None:
+        dl.bound(store)
+        store_repro(store, run_key, repro)
     run = store.run_by_key(run_key)
+    dl.bound(store)
     link_pending(store, run_key, run.id)  # profiles the job wrote (PyTorch Profiler, py-spy)
     # The sampler's aggregates hold what the store accepted: no sample is read back. Without
     # them (an internal error, a source that repeated a series within a tick), the summary is
@@ -161,7 +229,8 @@ def finish_run(
     )
     summary["diagnosis"] = diagnosed(store, run, summary, accounting)  # never raises
     name_captures(summary["diagnosis"], store, run_key)  # profiles taken on an anomaly
-    store.update_run(run_key, summary=summary)
+    dl.bound(store)
+    store.update_run(run_key, summary=summary, notes=notes + sampler.notes)
     if reader is not None:
         if ok:
             reader.remove()
@@ -183,21 +252,27 @@ def end_run(
     ended_at: float | None,
     facts: dict[str, Any] | None,
     accounting: AccountingOptions | None,
+    job_ended: float | None = None,
+    repro: ReproRecord | None = None,
 ) -> tuple[RunOutcome, list[str]]:
-    """The end of a supervised run, bounded in time: in the store when it takes the last
-    writes within :data:`END_BUSY_TIMEOUT`, else the run's final record goes to the spool.
+    """The end of a supervised run, bounded in time: in the store when it takes every last
+    write within :data:`END_DEADLINE_SECONDS` of ``job_ended`` (the monotonic time the job
+    ended; default now), else what it did not take goes to the spool, stored by the next
+    command. The run's reserve (:mod:`computewatch.store.reserve`) is given back first.
     Returns the outcome and what to tell the user (one line each)."""
     store = target.store
     assert store is not None
+    release_reserve(target.reserve)
+    target.reserve = None
     said: list[str] = []
     if target.kind == "store":
-        store.set_busy_timeout(END_BUSY_TIMEOUT)
+        start = job_ended if job_ended is not None else time.monotonic()
+        deadline = Deadline(start + END_DEADLINE_SECONDS - SPOOL_SECONDS)
         try:
-            if not sampler.flush():
-                raise sqlite3.OperationalError(sampler.last_store_error or "write refused")
             return finish_run(
                 store, sampler, run_key, status, exit_code, app_meta, reader,
                 ended_at=ended_at, facts=facts, accounting=accounting, retry=False,
+                deadline=deadline, repro=repro,
             ), said  # fmt: skip
         except sqlite3.Error as e:
             reason = problem_of(e)
@@ -215,10 +290,11 @@ def end_run(
                 notes=[*sampler.notes, f"stored later: the store refused the run's end ({reason})"],
                 name=name, tags=tags, **({"host": facts} if facts is not None else {}),
             )  # fmt: skip
+            if repro is not None:
+                store_repro(store, key, repro)
             run = store.run_by_key(key)
         except sqlite3.Error as e:
-            target.kind = "memory"
-            target.reason = f"{reason}; the spool cannot be written either: {problem_of(e)}"
+            target.drop_spool(str(run_fields["run_id"]), reason, e)
             run = None
         if target.kind == "memory":  # last resort: a row update is small, and may still fit
             run = _end_row_only(main, run_key, status, exit_code, ended_at, sampler.notes)
@@ -232,7 +308,7 @@ def end_run(
     # The whole run is in the spool file or in memory: end it there, summary and all.
     outcome = finish_run(
         store, sampler, run_key, status, exit_code, app_meta, reader,
-        ended_at=ended_at, facts=facts, accounting=accounting,
+        ended_at=ended_at, facts=facts, accounting=accounting, repro=repro,
     )  # fmt: skip
     said.append(_waiting_line(target, run_fields["run_id"]))
     return outcome, said
@@ -246,18 +322,24 @@ def _end_row_only(
     ended_at: float | None,
     notes: list[str],
 ) -> RunRow | None:
-    """The run's status, exit code and end in its row, without the data the store refused."""
+    """The run's status, exit code and end in its row, without the data the store refused;
+    None when the row does not hold them (the store refused even that)."""
     try:
+        store.set_busy_timeout(0.0)  # past the end's deadline: one try
         row = store.run_by_key(run_key)
         lost = "the last samples were lost: the store and its spool refused writes"
-        store.update_run(
-            run_key, status=status, exit_code=exit_code,
-            ended_at=ended_at if ended_at is not None else time.time(),
-            notes=[*row.notes, *notes, lost],
-        )  # fmt: skip
-        return store.run_by_key(run_key)
+        try:
+            store.update_run(
+                run_key, status=status, exit_code=exit_code,
+                ended_at=ended_at if ended_at is not None else time.time(),
+                notes=[*row.notes, *[n for n in notes if n not in row.notes], lost],
+            )  # fmt: skip
+        except sqlite3.Error:
+            pass  # the end row written first may hold them already
+        row = store.run_by_key(run_key)
     except sqlite3.Error:
         return None
+    return row if row.status == status and row.exit_code == exit_code else None
 
 
 def _waiting_line(target: RunStore, run_id: object) -> str:

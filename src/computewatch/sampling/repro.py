@@ -13,6 +13,7 @@ import json
 import os
 import sqlite3
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,12 @@ from computewatch.store import Store
 __all__ = [
     "CONFIG_PREFIX",
     "ENV_RUN_DB",
+    "ReproRecord",
     "read_configs",
     "read_declaration",
     "record_repro",
+    "repro_record",
+    "store_repro",
     "write_config",
     "write_declaration",
 ]
@@ -91,6 +95,49 @@ def read_configs(spool: str | os.PathLike[str]) -> dict[str, Any]:
     return merged
 
 
+@dataclass(frozen=True, slots=True)
+class ReproRecord:
+    """What a run's end stores for reproducibility: documents by kind (``environment``,
+    ``config``, ``governance``) and a note on what is missing."""
+
+    docs: dict[str, object]
+    note: str | None = None
+
+
+def repro_record(
+    capture: Capture | None, facts: Mapping[str, Any] | None, spool: str | os.PathLike[str]
+) -> ReproRecord:
+    """Gather the run's ``environment``, ``config`` and declared ``governance`` (files and the
+    capture only: nothing is written). Never raises."""
+    docs: dict[str, object] = {}
+    notes: list[str] = []
+    try:
+        env = capture.result(facts) if capture is not None else None
+        if env is not None:
+            docs["environment"] = env
+        elif capture is not None:
+            notes.append(f"environment not recorded: {capture.error}")
+        config = read_configs(spool)
+        if config:
+            docs["config"] = config
+        declared = read_declaration(spool)
+        if declared is not None:
+            docs["governance"] = declared
+    except (OSError, ValueError, TypeError) as e:
+        notes.append(f"reproducibility record not read: {type(e).__name__}: {e}")
+    return ReproRecord(docs, "; ".join(notes) or None)
+
+
+def store_repro(store: Store, run_key: int, record: ReproRecord) -> None:
+    """Store the record's documents for the run; a governance declaration given to ``run``
+    (stored when the run started) wins over the one user code wrote. Raises what the store
+    raises (``sqlite3.Error``): the caller decides where the run's end goes."""
+    for kind, doc in record.docs.items():
+        if kind == "governance" and "governance" in store.meta(run_key):
+            continue
+        store.set_meta(run_key, kind, doc)
+
+
 def record_repro(
     store: Store,
     run_key: int,
@@ -100,19 +147,10 @@ def record_repro(
 ) -> str | None:
     """Store the run's ``environment`` and ``config``; a note when something is missing. Never
     raises: the record must not cost the run its end."""
-    notes: list[str] = []
+    record = repro_record(capture, facts, spool)
+    notes = [record.note] if record.note else []
     try:
-        env = capture.result(facts) if capture is not None else None
-        if env is not None:
-            store.set_meta(run_key, "environment", env)
-        elif capture is not None:
-            notes.append(f"environment not recorded: {capture.error}")
-        config = read_configs(spool)
-        if config:
-            store.set_meta(run_key, "config", config)
-        declared = read_declaration(spool)
-        if declared is not None and "governance" not in store.meta(run_key):  # run's flags win
-            store.set_meta(run_key, "governance", declared)
-    except (sqlite3.Error, OSError, ValueError, TypeError) as e:
+        store_repro(store, run_key, record)
+    except (sqlite3.Error, ValueError, TypeError) as e:
         notes.append(f"reproducibility record not stored: {type(e).__name__}: {e}")
     return "; ".join(notes) or None

@@ -84,6 +84,7 @@ class Sampler:
         self._reported: set[str] = set()
         self._store_failing = False
         self.last_store_error: str | None = None
+        self._give_up: Callable[[], bool] | None = None  # while looping: the command has ended
         self._clock = clock  # the monotonic clock that stamps ticks (a fake one in tests)
         self._last_flush = clock()
         self._mono0 = clock()
@@ -120,8 +121,9 @@ class Sampler:
             self._note_cb(message)
 
     # -- ticking ----------------------------------------------------------------------------
-    def tick(self) -> None:
-        """Read every source once and stamp the tick with monotonic and wall-clock time."""
+    def tick(self, *, flush: bool = True) -> None:
+        """Read every source once and stamp the tick with monotonic and wall-clock time; with
+        ``flush``, write the batch when :attr:`flush_seconds` have passed since the last."""
         c0 = time.thread_time()
         mono = self._clock()
         wall = self._wall0 + (mono - self._mono0)
@@ -212,7 +214,7 @@ class Sampler:
             drop = pend.size() - MAX_PENDING_ROWS
             del pend.samples[:drop]
             self.note("the store is not accepting writes; the oldest pending samples were dropped")
-        if mono - self._last_flush >= self.flush_seconds:
+        if flush and mono - self._last_flush >= self.flush_seconds:
             self.flush()
         self.tick_cpu_seconds += time.thread_time() - c0
 
@@ -292,6 +294,7 @@ class Sampler:
             writers=pend.writers,
             heartbeat_at=time.time(),
             data_until=self.last_tick_wall,
+            give_up=self._give_up,
         )
         self._pending = _Pending()
 
@@ -320,6 +323,9 @@ class Sampler:
         """Tick until ``stop`` is set. An unexpected error ends sampling (noted with the time
         at which data stops), never the caller."""
         next_at = time.monotonic()
+        # A flush waiting for another process's lock stops waiting when the command ends: the
+        # end of the run has a deadline of its own (sampling/lifecycle.py).
+        self._give_up = stop.is_set
         try:
             while not stop.is_set():
                 self.tick()
@@ -335,13 +341,16 @@ class Sampler:
                 f"the sampler stopped at {time.strftime('%H:%M:%S')} after an internal error "
                 f"({type(e).__name__}: {e}); data stops there"
             )
+        finally:
+            self._give_up = None
 
     def final_tick(self) -> None:
-        """One last reading after the command ended (exited children, last steps)."""
+        """One last reading after the command ended (exited children, last steps); written by
+        the end of the run's own flush, within its deadline."""
         if self.stopped_at is not None:
             return
         try:
-            self.tick()
+            self.tick(flush=False)
         except Exception as e:
             self.note(f"the last reading failed: {type(e).__name__}: {e}")
 

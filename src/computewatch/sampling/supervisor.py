@@ -48,7 +48,7 @@ from computewatch.sampling.lifecycle import (
 )
 from computewatch.sampling.live import LiveView, QuietView, ViewFactory
 from computewatch.sampling.observers import RunInfo, RunObserver
-from computewatch.sampling.repro import ENV_RUN_DB, record_repro
+from computewatch.sampling.repro import ENV_RUN_DB, repro_record
 from computewatch.sampling.sampler import Sampler
 from computewatch.sampling.sources_for_run import build_monitor
 from computewatch.sources.base import Source, SourceUnavailable
@@ -62,6 +62,7 @@ from computewatch.sources.cgroup import (
 )
 from computewatch.sources.environment import Capture
 from computewatch.store import COMPLETED, FAILED, INTERRUPTED, Store
+from computewatch.store.reserve import make_reserve, release_reserve
 from computewatch.store.spooled import problem_of
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
@@ -276,6 +277,7 @@ class _ChildState:
     maxrss_bytes: float | None = None
     signals: list[int] = field(default_factory=list)
     ended_at: float | None = None
+    ended_mono: float | None = None  # the job's end on the monotonic clock: the end's deadline
     spawn_hwm: float = 0.0  # the supervisor's VmHWM when it spawned the command
 
 
@@ -289,6 +291,7 @@ def _wait_child(state: _ChildState) -> None:
             continue
         break
     state.status = status
+    state.ended_mono = time.monotonic()
     state.ended_at = time.time()
     if ru is not None:
         state.rusage_cpu = ru.ru_utime + ru.ru_stime
@@ -354,6 +357,7 @@ def _supervise(
             cg_notes or [],
         )
     except Exception as e:  # the monitor failed, never the command: wait for it, keep its status
+        release_reserve(store.reserve)
         live.close()
         capture.close()
         stderr.write(
@@ -418,6 +422,8 @@ def _monitor(
     store = target.store
     if store is None:
         store = target.fall_back(run_id, target.reason or "the store cannot be opened")
+    else:  # room for the run's end on a disk that fills meanwhile (store/reserve.py)
+        target.reserve = make_reserve(target.db_path, run_id)
     try:
         run_key = store.create_run(**run_fields)
     except sqlite3.Error as e:  # locked past RUN_BUSY_TIMEOUT, full, read-only, corrupt
@@ -500,12 +506,13 @@ def _monitor(
         sampler.note(
             f"received {names} during the run (forwarded to the command when sent by kill)"
         )
-    repro_note = record_repro(store, run_key, capture, mon.final_facts(), spool)
-    if repro_note is not None:
-        sampler.note(repro_note, show=False)
+    repro = repro_record(capture, mon.final_facts(), spool)  # stored by end_run, in time
+    if repro.note is not None:
+        sampler.note(repro.note, show=False)
     outcome, said = end_run(
         target, sampler, run_key, run_fields, status, exit_code, app_meta, reader,
         ended_at=state.ended_at, facts=mon.final_facts(), accounting=opts.accounting,
+        job_ended=state.ended_mono, repro=repro,
     )  # fmt: skip
     for line in said:
         stderr.write(f"computewatch: {line}\n")

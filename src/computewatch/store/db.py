@@ -8,7 +8,7 @@ import socket
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,11 +18,14 @@ from computewatch.errors import ComputewatchError
 from computewatch.escape import clean_text
 from computewatch.paths import create_private_file, make_private_dirs
 from computewatch.readings import Kind, Labels
-from computewatch.records import PhaseRecord, RequestRecord
+from computewatch.records import PhaseRecord, RequestRecord, StepRecord
 from computewatch.redact import configured_names, redact_argv, redact_mapping
+from computewatch.store.reserve import release_reserve, reserve_path
 from computewatch.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 BUSY_TIMEOUT_SECONDS = 60.0
+BUSY_SLICE_SECONDS = 0.05
+"""The longest one wait for a lock lasts when the caller may give up (``write_batch``)."""
 
 RUNNING = "running"
 COMPLETED = "completed"
@@ -68,12 +71,31 @@ class SeriesRow:
 
 @dataclass(frozen=True, slots=True)
 class StepRow:
-    pid: int
-    mono: float
+    """A stored step: the record user code spooled (``computewatch.records.StepRecord``, the one
+    step type) and the wall-clock time the sampler gave it."""
+
+    step: StepRecord
     wall: float
-    samples: float | None
-    tokens: float | None
-    flops: float | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.step.pid
+
+    @property
+    def mono(self) -> float:
+        return self.step.mono
+
+    @property
+    def samples(self) -> float | None:
+        return self.step.samples
+
+    @property
+    def tokens(self) -> float | None:
+        return self.step.tokens
+
+    @property
+    def flops(self) -> float | None:
+        return self.step.flops
 
 
 PhaseRow = PhaseRecord
@@ -98,6 +120,21 @@ _RUN_COLUMNS = (
     "interval_seconds, host, supervisor_host, supervisor_pid, heartbeat_at, data_until, notes, "
     "summary, samples_deleted_at"
 )
+
+
+def _safe_tags(tags: Mapping[str, object]) -> dict[str, str]:
+    """Tags as stored: valid UTF-8 (undecodable bytes as \\xNN, computewatch.escape), the value of
+    every secret-named key replaced and URL passwords removed (computewatch.redact)."""
+    clean = {clean_text(str(k)): clean_text(str(v)) for k, v in tags.items()}
+    return redact_mapping(clean, configured_names())
+
+
+def _safe_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A writer's metadata as stored: the tags ``track()`` was given, redacted."""
+    tags = meta.get("tags")
+    if isinstance(tags, Mapping):
+        return {**meta, "tags": _safe_tags(tags)}
+    return dict(meta)
 
 
 def _run_row(r: Sequence[Any]) -> RunRow:
@@ -149,6 +186,8 @@ class Store:
         """Opened with :meth:`open_readonly`: nothing is written."""
         self.notices: list[str] = []
         """What a read-only store could not do (mark a run interrupted), for the reader to say."""
+        self.busy_timeout = BUSY_TIMEOUT_SECONDS
+        """How long a write waits for another process's lock (:meth:`set_busy_timeout`)."""
 
     # -- opening ------------------------------------------------------------------------------
     @classmethod
@@ -183,6 +222,7 @@ class Store:
         except sqlite3.Error as e:
             raise StoreError(f"cannot open {p}: {e}") from None
         store = cls(conn, p)
+        store.busy_timeout = busy_timeout
         try:
             store._setup()
         except sqlite3.OperationalError as e:  # disk full, read-only, locked too long: the place
@@ -245,7 +285,33 @@ class Store:
 
     def set_busy_timeout(self, seconds: float) -> None:
         """How long a write waits for another process's lock before it fails."""
+        self.busy_timeout = max(seconds, 0.0)
+        self._busy_pragma(self.busy_timeout)
+
+    def _busy_pragma(self, seconds: float) -> None:
         self.conn.execute(f"PRAGMA busy_timeout={max(int(seconds * 1000), 0)}")
+
+    def _begin(self, give_up: Callable[[], bool] | None) -> None:
+        """``BEGIN IMMEDIATE``: take the write lock, waiting up to :attr:`busy_timeout` for
+        another process's. With ``give_up``, the wait is cut in slices of
+        :data:`BUSY_SLICE_SECONDS` and abandoned as soon as ``give_up()`` says so (SQLite's own
+        wait cannot be interrupted: ``sqlite3_interrupt`` does not reach its busy handler)."""
+        c = self.conn
+        if give_up is None:
+            c.execute("BEGIN IMMEDIATE")
+            return
+        end = time.monotonic() + self.busy_timeout
+        self._busy_pragma(min(BUSY_SLICE_SECONDS, self.busy_timeout))
+        try:
+            while True:
+                try:
+                    c.execute("BEGIN IMMEDIATE")
+                    return
+                except sqlite3.OperationalError as e:
+                    if not _is_busy(e) or give_up() or time.monotonic() >= end:
+                        raise
+        finally:
+            self._busy_pragma(self.busy_timeout)
 
     def _check_readable(self) -> None:
         c = self.conn
@@ -299,7 +365,7 @@ class Store:
                 c.execute(f"PRAGMA user_version={i + 1}")
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            rollback(c)
             raise
 
     def close(self) -> None:
@@ -328,7 +394,6 @@ class Store:
         """Insert a run in state ``running`` owned by this process; returns its integer key."""
         # Only valid UTF-8 is stored: undecodable bytes (argv, cwd) as \xNN (computewatch.escape)
         name = None if name is None else clean_text(name)
-        tags = {clean_text(k): clean_text(v) for k, v in tags.items()}
         command = [clean_text(a) for a in command]
         cwd = None if cwd is None else clean_text(cwd)
         pid = os.getpid()
@@ -339,7 +404,7 @@ class Store:
             (
                 run_id,
                 name,
-                json.dumps(redact_mapping(tags, configured_names()), sort_keys=True),
+                json.dumps(_safe_tags(tags), sort_keys=True),
                 json.dumps(redact_argv(command, configured_names())),
                 cwd,
                 mode,
@@ -370,14 +435,16 @@ class Store:
         writers: Iterable[tuple[int, float, dict[str, Any]]] = (),
         heartbeat_at: float | None = None,
         data_until: float | None = None,
+        give_up: Callable[[], bool] | None = None,
     ) -> None:
         """Write one batch in one transaction.
 
         ``samples`` rows are ``(run_key, seq, series idx, value)``, built by the caller so that
         the hot path hands them to SQLite without copying. ``steps`` rows are ``(pid, mono,
-        wall, samples, tokens[, flops])``."""
+        wall, samples, tokens[, flops])``. ``give_up``: stop waiting for another process's
+        lock as soon as it returns true (the sampler's flush when the command has ended)."""
         c = self.conn
-        c.execute("BEGIN IMMEDIATE")
+        self._begin(give_up)
         try:
             c.executemany(
                 "INSERT OR IGNORE INTO series (run_key, idx, name, labels, kind) "
@@ -418,7 +485,10 @@ class Store:
             c.executemany(
                 "INSERT OR REPLACE INTO writers (run_key, pid, started_mono, meta) "
                 "VALUES (?,?,?,?)",
-                [(run_key, pid, t, json.dumps(m, sort_keys=True)) for pid, t, m in writers],
+                [
+                    (run_key, pid, t, json.dumps(_safe_meta(m), sort_keys=True))
+                    for pid, t, m in writers
+                ],
             )
             if heartbeat_at is not None or data_until is not None:
                 c.execute(
@@ -428,11 +498,16 @@ class Store:
                 )
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            rollback(c)
             raise
 
     def update_run(self, run_key: int, **fields: Any) -> None:
-        """Set columns of a run; dicts and lists are stored as JSON."""
+        """Set columns of a run; dicts and lists are stored as JSON. Tags are redacted (secret
+        names' values replaced) and the name and tags made valid UTF-8, as at :meth:`create_run`."""
+        if fields.get("tags") is not None:
+            fields["tags"] = _safe_tags(fields["tags"])
+        if fields.get("name") is not None:
+            fields["name"] = clean_text(str(fields["name"]))
         allowed = {
             "name", "tags", "status", "exit_code", "ended_at", "data_until", "notes", "summary",
             "heartbeat_at", "host", "samples_deleted_at",
@@ -670,8 +745,8 @@ class Store:
 
     def steps(self, run_key: int) -> list[StepRow]:
         return [
-            StepRow(*r)
-            for r in self.conn.execute(
+            StepRow(StepRecord(pid, mono, samples, tokens, flops), wall)
+            for pid, mono, wall, samples, tokens, flops in self.conn.execute(
                 "SELECT pid, mono, wall, samples, tokens, flops FROM steps WHERE run_key=? "
                 "ORDER BY pid, mono",
                 (run_key,),
@@ -760,6 +835,8 @@ class Store:
                 ),
             )
             marked.append(rid)
+            if self.path.name != ":memory:":  # the space its supervisor set aside
+                release_reserve(reserve_path(self.path, rid))
         return marked
 
     def delete_samples_before(self, cutoff: float) -> list[RunRow]:
@@ -784,7 +861,7 @@ class Store:
                 c.execute("UPDATE runs SET samples_deleted_at=? WHERE key=?", (now, run.key))
                 c.execute("COMMIT")
             except BaseException:
-                c.execute("ROLLBACK")
+                rollback(c)
                 raise
         return runs
 
@@ -795,6 +872,22 @@ class Store:
 
 # The seqs 0, N, 2N ... up to a last one (parameters: N, N, last), as a table t(seq) to join.
 _SEQS_CTE = "WITH RECURSIVE t(seq) AS (SELECT 0 UNION ALL SELECT seq + ? FROM t WHERE seq + ? <= ?)"
+
+
+def _is_busy(e: sqlite3.Error) -> bool:
+    text = str(e).lower()
+    return "locked" in text or "busy" in text
+
+
+def rollback(c: sqlite3.Connection) -> None:
+    """Roll back the transaction, when there still is one: SQLite ends it itself on some errors
+    (SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM: "Error Codes" in its docs), and a failed ROLLBACK
+    must not hide the error that matters (the caller re-raises that one)."""
+    if c.in_transaction:
+        try:
+            c.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
 
 
 def _split_sql(script: str) -> list[str]:

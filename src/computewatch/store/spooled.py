@@ -18,7 +18,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from computewatch.store.db import BUSY_TIMEOUT_SECONDS, RUNNING, Store, StoreError
+from computewatch.store.db import BUSY_TIMEOUT_SECONDS, RUNNING, Store, StoreError, rollback
 
 __all__ = [
     "PendingRun",
@@ -122,7 +122,7 @@ def ingest_file(store: Store, path: Path) -> tuple[str, int, bool] | None:
             result = _copy(store)
             c.execute("COMMIT")
         except BaseException:
-            c.execute("ROLLBACK")
+            rollback(c)
             raise
     finally:
         c.execute("DETACH DATABASE sp")
