@@ -105,10 +105,11 @@ def offenders_in(path: Path, shown: str) -> list[Offender]:
     source = path.read_text(encoding="utf-8")
     tree = ast.parse(source, filename=str(path))
     lines = source.splitlines()
-    reasons = _reasons(source)
+    reasons: dict[int, str] | None = None  # tokenized only for a file with such imports
     found: list[Offender] = []
 
     def visit(node: ast.AST, in_scope: bool) -> None:
+        nonlocal reasons
         scoped = in_scope or isinstance(node, _SCOPES)
         for block in _blocks(node):
             if scoped:
@@ -123,6 +124,8 @@ def offenders_in(path: Path, shown: str) -> list[Offender]:
                     previous_was_import = is_import
                 for group in groups:
                     header = _header(block, lines) if group[0] is block[0] else None
+                    if reasons is None:
+                        reasons = _reasons(source)
                     if not _has_reason(group, header, reasons, lines):
                         found.extend(
                             Offender(shown, s.lineno, lines[s.lineno - 1].strip()) for s in group
