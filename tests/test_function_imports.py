@@ -123,7 +123,8 @@ def offenders_in(path: Path, shown: str) -> list[Offender]:
                         groups.append([statement])
                     previous_was_import = is_import
                 for group in groups:
-                    header = _header(block, lines) if group[0] is block[0] else None
+                    opens = group[0] is block[0] and not isinstance(node, _SCOPES)
+                    header = _header(block, lines) if opens else None
                     if reasons is None:
                         reasons = _reasons(source)
                     if not _has_reason(group, header, reasons, lines):
@@ -177,6 +178,7 @@ def test_the_check_finds_what_it_should(tmp_path: Path) -> None:
         == []
     )
     assert _check(tmp_path, "def f():  # heavy\n    import a\n") == [2]
+    assert _check(tmp_path, "def f(\n    x: int,\n) -> None:  # heavy\n    import a\n") == [4]
     # a # inside a string is not a comment
     assert _check(tmp_path, 'def f():\n    x = "#"\n    import a\n') == [3]
     # type-checking imports and module-level ones need none; methods and nested code count
