@@ -40,6 +40,7 @@ from computewatch.sources.procfs import (
     ProcessCache,
     StatHandle,
     default_fd_budget,
+    read_cmdline,
     read_environ,
     read_file,
     split_stat,
@@ -463,11 +464,9 @@ class TopCollector:
         base = os.path.join(self._root, str(p.pid))
         p.comm = comm
         p.user = self._user_of(base)
-        cmdline = read_file(os.path.join(base, "cmdline"), self._command_width * 4 + 4)
-        args = [a for a in (cmdline or b"").split(b"\0") if a]
+        args = read_cmdline(self._root, p.pid, self._command_width * 4 + 4)
         # Shown for every user's processes: secrets redacted as in stored command lines.
-        shown = redact_argv([decode_text(a) for a in args])
-        text = " ".join(shown) if args else f"[{decode_text(comm)}]"
+        text = " ".join(redact_argv(args)) if args else f"[{decode_text(comm)}]"
         p.command = "".join(c if c.isprintable() else " " for c in text[: self._command_width])
         kthread = int(fields[6]) & PF_KTHREAD
         env = {} if kthread else read_environ(self._root, p.pid, (ENV_RUN_ID,))
