@@ -152,7 +152,7 @@ def run_rows(s: RunSummary) -> list[Row]:
         else Row("tags", "none", missing=True),
         Row("status", status_text(s)),
         Row("started", started) if started else Row("started", MISSING, missing=True),
-        Row("duration", format_duration(float(s.get("duration_seconds") or 0.0))),
+        Row("duration", format_duration(s.get("duration_seconds"))),
     ]
 
 
@@ -288,8 +288,7 @@ def _usd(f: Figure) -> str:
 
 
 def _flop(f: Figure) -> str:
-    v = f["value"]
-    return "unknown FLOP" if v is None else format_flop(v)
+    return format_flop(f["value"])
 
 
 def flops_text(flops: FlopsSection) -> str:

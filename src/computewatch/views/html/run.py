@@ -473,7 +473,7 @@ def _cards(s: RunSummary) -> str:
     if s.get("exit_code") not in (None, 0):
         status += f" (exit {s['exit_code']})"
     cards.append(("status", status, s.get("started_at") or ""))
-    cards.append(("duration", format_duration(float(s.get("duration_seconds") or 0.0)), ""))
+    cards.append(("duration", format_duration(s.get("duration_seconds")), ""))
     cpu = s["cpu"]
     cards.append(
         (
