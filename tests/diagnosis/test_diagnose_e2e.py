@@ -118,13 +118,20 @@ def test_a_fast_dataset_is_not_starved(cw, make_script):
     assert "data_starvation" not in _ids(result)
 
 
-def test_fake_gpu_with_thresholds_from_the_configuration(cw, tmp_path):
+def _fake_gpu_run(cw, tmp_path, seconds: float):
+    """A run on a fake H100 with a configuration under which its 70-95 % utilization is low;
+    returns the configuration file."""
     cfg = tmp_path / "config.toml"
     cfg.write_text("[diagnosis]\ngpu_utilization_low = 0.99\nmin_seconds_at_stake = 0\n")
     cw.ok(
         "run", "--quiet", "--interval", "0.1", "--gpu-backend", "fake:1xH100-SXM",
-        "--config", cfg, "--", cw_python(), "-c", "import time; time.sleep(1.5)",
+        "--config", cfg, "--", cw_python(), "-c", f"import time; time.sleep({seconds})",
     )  # fmt: skip
+    return cfg
+
+
+def test_fake_gpu_with_thresholds_from_the_configuration(cw, tmp_path):
+    cfg = _fake_gpu_run(cw, tmp_path, 1.5)
     stored = cw.show()["diagnosis"]
     assert "low_gpu_utilization" in _ids(stored)  # the fake's 70-95 % is below 99 %
     f = stored["findings"][_ids(stored).index("low_gpu_utilization")]
@@ -196,12 +203,7 @@ def test_a_real_training_loop_that_slows_down(cw, make_script):
 
 
 def test_after_gc_the_stored_diagnosis_is_shown_with_a_note(cw, tmp_path):
-    cfg = tmp_path / "config.toml"
-    cfg.write_text("[diagnosis]\ngpu_utilization_low = 0.99\nmin_seconds_at_stake = 0\n")
-    cw.ok(
-        "run", "--quiet", "--interval", "0.1", "--gpu-backend", "fake:1xH100-SXM",
-        "--config", cfg, "--", cw_python(), "-c", "import time; time.sleep(1)",
-    )  # fmt: skip
+    _fake_gpu_run(cw, tmp_path, 1)
     stored = cw.show()["diagnosis"]
     assert "low_gpu_utilization" in _ids(stored)
     cw.ok("gc", "--older-than", "0s")
