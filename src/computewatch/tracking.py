@@ -90,6 +90,14 @@ def _name(what: str, value: object) -> str:
     return value
 
 
+def _flops(what: str, value: object) -> float:
+    """Declared FLOPs (or FLOP/s): a finite number > 0."""
+    number = _count(what, value)
+    if number == 0:
+        raise ValueError(f"{what}: FLOPs must be a positive number, not {value!r}")
+    return number
+
+
 class Phase:
     """A named phase of a step; reusable, re-entrant, also a decorator. Two appends' cost."""
 
@@ -265,8 +273,9 @@ class Run:
         """A PyTorch Profiler window the monitor asked for (on a step-time regression: see
         computewatch.profiling.anomaly), armed when no window is open. Never raises."""
         try:
+            # the profiler's request file: read when the steps poll, not at `import computewatch`
             from computewatch.profiling.anomaly import read_torch_request
-            from computewatch.profiling.artifacts import artifact_dir
+            from computewatch.profiling.artifacts import artifact_dir  # the same: on use
 
             db = self._db()
             if db is None or self._window is not None:
@@ -366,8 +375,8 @@ class Run:
             ("per_token", per_token),
             ("peak_flops", peak_flops),
         ):
-            if v is not None and _count(what, v) == 0:
-                raise ValueError(f"{what}: FLOPs must be a positive number, not {v!r}")
+            if v is not None:
+                _flops(what, v)
         if recompute is not None and not isinstance(recompute, str):
             recompute = _count("recompute", recompute)
         if per_step is not None:
@@ -387,7 +396,9 @@ class Run:
         """Record the run's hyperparameters (merged with those given before; secrets in keys
         such as ``api_key`` and in values are redacted before anything is written). Stored
         with the run as its ``config`` (``show``, ``compare``, the report). Returns them all.
-        Never raises for a write that fails: one warning line."""
+        A value that is not JSON (an object, a tensor, NaN) is stored as its ``repr`` (at most
+        200 characters), as docs/security.md says. Never raises for a write that fails: one
+        warning line."""
         if values is not None and not isinstance(values, Mapping):
             raise TypeError(f"config takes a mapping, not {type(values).__name__}")
         # on use: `import computewatch` stays light
@@ -515,26 +526,53 @@ class track:
         (:meth:`Run.config`). ``model``, ``base_model``, ``stage``, ``parameters``: what the run
         trains, as ``computewatch run --model ...`` declares it (docs/governance.md; the
         command's flags win when both are given)."""
+        # Every argument is checked here, before start() runs a sampler or writes anything: a
+        # wrong type is a TypeError, a wrong value a ValueError, each naming the argument.
         # GPU backends load when a standalone run starts (`import computewatch` stays cheap)
         from computewatch.sources.gpus import check_spec
 
-        check_spec(gpu_backend)
-        if not 0.05 <= interval <= 3600:
-            raise ValueError(f"interval must be between 0.05 and 3600 seconds, not {interval}")
+        check_spec(_name("gpu_backend", gpu_backend))
+        seconds = _count("interval", interval)
+        if not 0.05 <= seconds <= 3600:
+            raise ValueError(f"interval must be between 0.05 and 3600 seconds, not {interval!r}")
         if name is not None:
             name = clean_text(_name("name", name))
         self.name = name
+        if tags is not None and not isinstance(tags, Mapping):
+            raise TypeError(f"tags must be a mapping (a dict of str), not {type(tags).__name__}")
         self.tags = {clean_text(str(k)): clean_text(str(v)) for k, v in (tags or {}).items()}
-        self.interval = interval
+        self.interval = seconds
+        if db is not None and not isinstance(db, str | os.PathLike):
+            raise TypeError(f"db must be a path (str or os.PathLike), not {type(db).__name__}")
         self.db = db
         self.gpu_backend = gpu_backend
-        if total_steps is not None and total_steps < 1:
-            raise ValueError(f"total_steps must be at least 1, not {total_steps}")
+        if total_steps is not None:
+            if isinstance(total_steps, bool) or not isinstance(total_steps, int):
+                raise TypeError(f"total_steps must be an int, not {type(total_steps).__name__}")
+            if total_steps < 1:
+                raise ValueError(f"total_steps must be at least 1, not {total_steps}")
         self.total_steps = total_steps
+        if flops_per_step is not None and flops_per_token is not None:
+            raise ValueError("give flops per step or per token, not both")
+        for what, v in (
+            ("flops_per_step", flops_per_step),
+            ("flops_per_token", flops_per_token),
+            ("peak_flops", peak_flops),
+        ):
+            if v is not None:
+                _flops(what, v)
+        if recompute is not None:
+            recompute_factor(
+                recompute if isinstance(recompute, str) else _count("recompute", recompute)
+            )
         self.flops_per_step = flops_per_step
         self.flops_per_token = flops_per_token
         self.recompute = recompute
         self.peak_flops = peak_flops
+        if isinstance(log_to, str | bytes) or not (log_to is None or isinstance(log_to, Iterable)):
+            raise TypeError(
+                f'log_to takes a list of trackers (log_to=["mlflow"]), not {type(log_to).__name__}'
+            )
         self.log_to = None if log_to is None else list(log_to)
         if self.log_to is not None:  # a wrong name is an error here, at the call
             from computewatch.trackers.base import check_names  # only with trackers
@@ -544,6 +582,11 @@ class track:
             raise TypeError(f"config takes a mapping, not {type(config).__name__}")
         self.config = None if config is None else dict(config)
         self.declaration: dict[str, Any] | None = None
+        for what, text in (("model", model), ("base_model", base_model), ("stage", stage)):
+            if text is not None:
+                _name(what, text)
+        if parameters is not None:
+            _count("parameters", parameters)
         if model is not None or base_model or stage or parameters:
             from computewatch.lineage.compute import GovernanceError, declaration  # light
 
@@ -552,8 +595,6 @@ class track:
             except GovernanceError as e:
                 raise ValueError(str(e)) from None
             self.declaration = None if found is None else found.to_json()
-        if flops_per_step is not None and flops_per_token is not None:
-            raise ValueError("give flops per step or per token, not both")
         self._run: Run | None = None
 
     def start(self) -> Run:

@@ -9,6 +9,7 @@ Each script runs in a real interpreter under the real CLI.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -130,3 +131,113 @@ def test_a_failing_spool_write_is_one_warning_and_the_status_is_the_programs(
     summary = cw.show()
     assert (summary["status"], summary["exit_code"]) == ("failed", 4)
     assert summary["steps"]["count"] == 5  # what was written before the disk filled up
+
+
+TRACK_MISUSE = """
+import json
+import computewatch
+
+results = {}
+
+def attempt(label, **kw):
+    try:
+        computewatch.track(**kw)
+    except (TypeError, ValueError) as e:
+        results[label] = [type(e).__name__, str(e)]
+    else:
+        results[label] = None
+
+attempt("tags str", tags="x")
+attempt("interval str", interval="1")
+attempt("interval nan", interval=float("nan"))
+attempt("interval small", interval=0.001)
+attempt("flops_per_step str", flops_per_step="x")
+attempt("flops_per_token zero", flops_per_token=0)
+attempt("peak_flops str", peak_flops="x")
+attempt("recompute bad", recompute="half")
+attempt("recompute str number", recompute="1.5")
+attempt("total_steps str", total_steps="5")
+attempt("total_steps zero", total_steps=0)
+attempt("db int", db=5)
+attempt("gpu_backend int", gpu_backend=3)
+attempt("log_to str", log_to="mlflow")
+attempt("model int", model=3)
+attempt("parameters str", model="m", parameters="x")
+
+# The context-manager form raises before the block and before any sampler starts.
+try:
+    with computewatch.track(name="never", flops_per_step="x"):
+        results["block ran"] = True
+except TypeError:
+    pass
+print(json.dumps(results))
+"""
+
+TRACK_EXPECTED = {
+    "tags str": ("TypeError", "tags must be a mapping"),
+    "interval str": ("TypeError", "interval must be a number"),
+    "interval nan": ("ValueError", "interval must be a finite number"),
+    "interval small": ("ValueError", "interval must be between 0.05 and 3600 seconds"),
+    "flops_per_step str": ("TypeError", "flops_per_step must be a number"),
+    "flops_per_token zero": ("ValueError", "flops_per_token: FLOPs must be a positive number"),
+    "peak_flops str": ("TypeError", "peak_flops must be a number"),
+    "recompute bad": ("ValueError", "recompute must be 'none', 'full' or a number"),
+    "recompute str number": ("ValueError", "recompute must be 'none', 'full' or a number"),
+    "total_steps str": ("TypeError", "total_steps must be an int"),
+    "total_steps zero": ("ValueError", "total_steps must be at least 1"),
+    "db int": ("TypeError", "db must be a path"),
+    "gpu_backend int": ("TypeError", "gpu_backend must be a str"),
+    "log_to str": ("TypeError", "log_to takes a list of trackers"),
+    "model int": ("TypeError", "model must be a str"),
+    "parameters str": ("TypeError", "parameters must be a number"),
+}
+
+
+def test_track_checks_its_arguments_before_anything_starts(
+    cw: Any, make_script: Callable[[str, str], Path]
+) -> None:
+    """Standalone (no supervisor): a bad argument raises in track() itself, so no sampler
+    starts, no database is made and no interrupted run is left behind."""
+    script = make_script("track_misuse.py", TRACK_MISUSE)
+    r = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env=cw.env(),
+        cwd=cw.tmp,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == "", r.stderr  # no "[computewatch] ... without closing the run"
+    results = json.loads(r.stdout.splitlines()[-1])
+    assert "block ran" not in results
+    for label, (kind, start) in TRACK_EXPECTED.items():
+        got = results[label]
+        assert got is not None, f"{label}: accepted"
+        assert got[0] == kind and got[1].startswith(start), (label, got)
+    assert set(results) == set(TRACK_EXPECTED)
+    assert not cw.home.exists() or not cw.db.exists()  # nothing was started or stored
+
+
+CONFIG_VALUES = """
+import computewatch
+
+class Opaque:
+    def __repr__(self):
+        return "Opaque(lr=0.1)"
+
+with computewatch.track(config={"obj": Opaque()}) as run:
+    run.config(x=Opaque(), nan=float("nan"), ok=3)
+    run.step(samples=1)
+"""
+
+
+def test_config_values_that_are_not_json_are_stored_as_their_repr(
+    cw: Any, make_script: Callable[[str, str], Path]
+) -> None:
+    script = make_script("config_values.py", CONFIG_VALUES)
+    r = cw("run", "--quiet", "--", sys.executable, script)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    config = cw.show()["config"]
+    assert config == {"obj": "Opaque(lr=0.1)", "x": "Opaque(lr=0.1)", "nan": "nan", "ok": 3}

@@ -1,8 +1,8 @@
 """The HTTP endpoint of the exporters: ``/metrics`` and ``/healthz``, in threads of its own.
 
-Binds 127.0.0.1 unless told otherwise (DESIGN.md, "Privacy and safety by default"). A bearer
-token (read from a file, so it is not on the command line or in ``ps``) is required on every
-path but ``/healthz`` when set; TLS wraps the socket when a certificate and key are given.
+Binds 127.0.0.1 unless told otherwise (docs/security.md: privacy and safety by default). A
+bearer token (read from a file, so it is not on the command line or in ``ps``) is required on
+every path but ``/healthz`` when set; TLS wraps the socket when a certificate and key are given.
 Scrapes run on the server's threads: a slow or stuck scraper never delays sampling, which only
 swaps a reference in :class:`~computewatch.metrics.exposition.LatestSamples`.
 """
