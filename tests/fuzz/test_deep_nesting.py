@@ -18,6 +18,7 @@ from computewatch.accounting.live_intensity import LiveIntensityError, _parse
 from computewatch.carbon.http import get_json
 from computewatch.carbon.records import ProviderError
 from computewatch.detect.model import DetectError, parse_model
+from computewatch.fleet.promql import PrometheusClient, PromQLError
 from computewatch.ledger.chain import LedgerError
 from computewatch.ledger.verify import read_export
 from computewatch.profiling.artifacts import MANIFEST_SUFFIX, collect_manifests
@@ -92,3 +93,8 @@ def deep_server() -> Iterator[str]:
 def test_carbon_provider_answer(deep_server: str) -> None:
     with pytest.raises(ProviderError, match=r"^test-provider: the answer nests too deeply$"):
         get_json(f"{deep_server}/v3", provider="test-provider", what="zone 'DE'", timeout=10)
+
+
+def test_prometheus_answer(deep_server: str) -> None:
+    with pytest.raises(PromQLError, match="not the Prometheus query API"):
+        PrometheusClient(deep_server, timeout=10).instant("up")

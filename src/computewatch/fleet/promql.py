@@ -167,7 +167,7 @@ class PrometheusClient:
             raise PromQLError(f"cannot reach Prometheus at {self.url}: {e.strerror or e}") from None
         try:
             doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError):
+        except (ValueError, UnicodeDecodeError, RecursionError):  # Recursion: nested too deeply
             doc = None
         if not isinstance(doc, dict) or "status" not in doc:
             what = ctype.split(";")[0] or "no content type"
