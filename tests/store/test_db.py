@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from computewatch.readings import Kind, labels
-from computewatch.records import StepRecord
+from computewatch.records import PhaseRecord, StepRecord
 from computewatch.store import (
     COMPLETED,
     INTERRUPTED,
@@ -505,8 +505,14 @@ def test_tags_and_writer_metadata_are_stored_redacted(tmp_path: Path) -> None:
         rk = _new_run(store, tags={"team": "a", "db_password": "HUNTER2"})
         store.update_run(rk, tags={"token": "SEKRITD", "url": "https://u:PW9@h/x"}, name="n")
         store.write_batch(
-            rk, writers=[(7, 1.0, {"name": "n", "tags": {"api_key": "KEYVAL"}, "total_steps": 3})]
+            rk,
+            writers=[(7, 1.0, {"name": "n", "tags": {"api_key": "KEYVAL"}, "total_steps": 3})],
+            phases=[(7, "fetch --token PHASETOK", 1.0, 2.0, None), (7, "data", 2.0, 3.0, 0.5)],
+            requests=[(7, "POST /login password=REQPW", 1.0, 2.0, 3.0, 4.0, True)],
         )
+        assert [p.name for p in store.phases(rk)] == ["fetch --token ***", "data"]
+        assert store.phases(rk)[1] == PhaseRecord(7, "data", 2.0, 3.0, 0.5)
+        assert [r.name for r in store.requests(rk)] == ["POST /login password=***"]
         assert store.run_by_key(rk).tags == {"token": "***", "url": "https://u:***@h/x"}
         assert store.writers(rk)[7][1] == {
             "name": "n",
@@ -515,7 +521,7 @@ def test_tags_and_writer_metadata_are_stored_redacted(tmp_path: Path) -> None:
         }
         store.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     raw = b"".join(p.read_bytes() for p in tmp_path.iterdir() if p.is_file())
-    for secret in (b"HUNTER2", b"SEKRITD", b"PW9", b"KEYVAL"):
+    for secret in (b"HUNTER2", b"SEKRITD", b"PW9", b"KEYVAL", b"PHASETOK", b"REQPW"):
         assert secret not in raw
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import socket
@@ -19,7 +20,7 @@ from computewatch.escape import clean_text
 from computewatch.paths import create_private_file, make_private_dirs
 from computewatch.readings import Kind, Labels
 from computewatch.records import PhaseRecord, RequestRecord, StepRecord
-from computewatch.redact import configured_names, redact_argv, redact_mapping
+from computewatch.redact import configured_names, redact_argv, redact_mapping, redact_text
 from computewatch.store.reserve import release_reserve, reserve_path
 from computewatch.store.schema import MIGRATIONS, SCHEMA_VERSION
 
@@ -127,6 +128,14 @@ def _safe_tags(tags: Mapping[str, object]) -> dict[str, str]:
     every secret-named key replaced and URL passwords removed (computewatch.redact)."""
     clean = {clean_text(str(k)): clean_text(str(v)) for k, v in tags.items()}
     return redact_mapping(clean, configured_names())
+
+
+@functools.lru_cache(maxsize=4096)
+def _safe_name(name: str, extra: tuple[str, ...]) -> str:
+    """A phase's or request's name as stored: valid UTF-8, secrets redacted as in a command
+    line (``fetch --token X``; ``extra``: the configured names). Names repeat step after step:
+    each is worked out once."""
+    return redact_text(clean_text(str(name)), extra)
 
 
 def _safe_meta(meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -444,6 +453,7 @@ class Store:
         wall, samples, tokens[, flops])``. ``give_up``: stop waiting for another process's
         lock as soon as it returns true (the sampler's flush when the command has ended)."""
         c = self.conn
+        names = configured_names()
         self._begin(give_up)
         try:
             c.executemany(
@@ -467,12 +477,15 @@ class Store:
             c.executemany(
                 "INSERT INTO phases (run_key, pid, name, start, end, accel_seconds) "
                 "VALUES (?,?,?,?,?,?)",
-                [(run_key, *ph) for ph in phases],
+                [(run_key, pid, _safe_name(n, names), a, b, acc) for pid, n, a, b, acc in phases],
             )
             c.executemany(
                 "INSERT INTO requests (run_key, pid, name, start, end, tokens_in, tokens_out, ok) "
                 "VALUES (?,?,?,?,?,?,?,?)",
-                [(run_key, p, n, a, b, ti, to, int(ok)) for p, n, a, b, ti, to, ok in requests],
+                [
+                    (run_key, p, _safe_name(n, names), a, b, ti, to, int(ok))
+                    for p, n, a, b, ti, to, ok in requests
+                ],
             )
             c.executemany(
                 "INSERT OR IGNORE INTO processes (run_key, pid, ppid, name, cmdline, first_seen) "
