@@ -120,6 +120,20 @@ def test_push_refuses_a_shared_token_file(cw: Any, tmp_path: Path) -> None:
     _one_line_refusal(r, tok, 0o666)
 
 
+def test_run_with_a_shared_token_file_runs_the_job_without_uploading(
+    cw: Any, tmp_path: Path
+) -> None:
+    tok = _secret(tmp_path / "token", mode=0o644)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[server]\nurl = "http://127.0.0.1:9"\ntoken_file = "{tok}"\n')
+    marker = tmp_path / "ran"
+    r = cw(
+        "run", "--quiet", "--config", cfg, "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"
+    )
+    assert r.returncode == 0 and marker.exists(), r.stderr
+    assert "not uploading" in r.stderr and f"chmod 600 {tok}" in r.stderr, r.stderr
+
+
 # --- [carbon] watttime_password_file ------------------------------------------------------------
 
 
