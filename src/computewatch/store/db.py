@@ -454,6 +454,10 @@ class Store:
         lock as soon as it returns true (the sampler's flush when the command has ended)."""
         c = self.conn
         names = configured_names()
+        phases = list(phases)
+        requests = list(requests)
+        # each distinct phase or request name redacted once per batch (they repeat every step)
+        safe = {n: _safe_name(n, names) for n in {x[1] for x in phases} | {x[1] for x in requests}}
         self._begin(give_up)
         try:
             c.executemany(
@@ -477,13 +481,13 @@ class Store:
             c.executemany(
                 "INSERT INTO phases (run_key, pid, name, start, end, accel_seconds) "
                 "VALUES (?,?,?,?,?,?)",
-                [(run_key, pid, _safe_name(n, names), a, b, acc) for pid, n, a, b, acc in phases],
+                [(run_key, pid, safe[n], a, b, acc) for pid, n, a, b, acc in phases],
             )
             c.executemany(
                 "INSERT INTO requests (run_key, pid, name, start, end, tokens_in, tokens_out, ok) "
                 "VALUES (?,?,?,?,?,?,?,?)",
                 [
-                    (run_key, p, _safe_name(n, names), a, b, ti, to, int(ok))
+                    (run_key, p, safe[n], a, b, ti, to, int(ok))
                     for p, n, a, b, ti, to, ok in requests
                 ],
             )
