@@ -29,6 +29,7 @@ FORMATTERS: list[Callable[[float | None], str]] = [
     u.format_flop,
     u.format_count,
     u.format_number,
+    u.format_significant,
 ]
 
 
@@ -80,6 +81,10 @@ def test_a_missing_value_is_n_a_everywhere(
         (u.format_flop, 250, "250 FLOP"),
         (u.format_count, 1234567, "1,234,567"),
         (u.format_number, 1234.56, "1,234.6"),
+        (u.format_significant, 8.925e-05, "0.00008925"),  # the report's old range end
+        (u.format_significant, 12.345, "12.35"),  # 12.34500000000000063 in binary
+        (u.format_significant, 1234.5, "1,234"),  # whole from 1,000 on; .5 rounds to even
+        (u.format_significant, 0.5, "0.5"),
     ],
 )
 def test_hand_worked(fmt: Callable[[float | None], str], value: float, text: str) -> None:

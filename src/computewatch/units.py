@@ -25,6 +25,7 @@ __all__ = [
     "format_promql_duration",
     "format_rate",
     "format_seconds",
+    "format_significant",
     "format_usd",
 ]
 
@@ -59,6 +60,13 @@ def _sig(v: float, digits: int) -> str:
     if "." in text:
         text = text.rstrip("0").rstrip(".")
     return text
+
+
+def format_significant(v: float | None, digits: int = 4) -> str:
+    """About ``digits`` significant digits in fixed point, thousands separated, never in
+    scientific notation: ``0.00008925``, ``12.35``, ``123,457``."""
+    x = _value(v)
+    return MISSING if x is None else _sig(x, digits)
 
 
 def format_number(v: float | None, decimals: int = 1) -> str:

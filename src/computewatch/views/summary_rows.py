@@ -26,6 +26,7 @@ from computewatch.units import (
     format_kwh,
     format_percent,
     format_seconds,
+    format_significant,
     format_usd,
 )
 from computewatch.views.diagnosis import diagnosis_rows
@@ -51,8 +52,9 @@ class Row:
 
 
 def format_value(v: object) -> str:
-    """A number as a person reads it: four significant digits, thousands separated, a year
-    kept as 2024, booleans as yes/no, a missing value as ``n/a``; anything else as ``str``."""
+    """A number as a person reads it: four significant digits, thousands separated, never in
+    scientific notation below 10⁹ (``0.00008925``), a year kept as 2024, booleans as yes/no, a
+    missing value as ``n/a``; anything else as ``str``."""
     if v is None:
         return MISSING
     if isinstance(v, bool):
@@ -60,11 +62,9 @@ def format_value(v: object) -> str:
     if isinstance(v, int):
         return f"{v:,}" if abs(v) >= 10_000 else str(v)
     if isinstance(v, float):
-        if not math.isfinite(v):
-            return MISSING
-        if v != 0 and (abs(v) >= 1e9 or abs(v) < 1e-3):
-            return f"{v:.4g}"
-        return f"{v:,.4g}" if abs(v) < 1000 else f"{v:,.0f}"
+        if math.isfinite(v) and abs(v) >= 1e9:
+            return f"{v:.4g}"  # FLOP counts and rates, as the compute thresholds are written
+        return format_significant(v, 4)
     return str(v)
 
 
