@@ -12,7 +12,9 @@ import sqlite3
 import subprocess
 import sys
 from contextlib import closing
+from itertools import pairwise
 from pathlib import Path
+from statistics import median
 from typing import Any
 
 import pytest
@@ -28,13 +30,18 @@ STEP, N = 0.05, 30
 NAME = f"steps-{FORM}-{WHERE}"
 
 
+MARKS = []  # when each step ended, by the script's clock: the truth the summary must match
+
+
 def loop(step):
     # Deadline-paced sleeps: every step lasts 50 ms on average, whatever one sleep overshoots.
     nxt = time.monotonic()
+    MARKS.append(nxt)
     for _ in range(N):
         nxt += STEP
         time.sleep(max(0.0, nxt - time.monotonic()))
         step(samples=16, tokens=128)
+        MARKS.append(time.monotonic())
 
 
 runs = []
@@ -51,7 +58,7 @@ else:
     train()
 run = runs[0]
 with open(OUT, "w") as f:
-    json.dump({"id": run.id, "attached": run.attached, "summary": run.summary}, f)
+    json.dump({"id": run.id, "attached": run.attached, "summary": run.summary, "marks": MARKS}, f)
 """
 
 
@@ -113,11 +120,16 @@ def test_step_statistics(cw, tmp_path, form, where):
     assert steps["processes"] == 1
     assert steps["samples_total"] == 30 * 16
     assert steps["tokens_total"] == 30 * 128
-    assert steps["step_time_seconds"]["p50"] == pytest.approx(0.05, rel=0.10)
-    assert steps["step_time_seconds"]["mean"] == pytest.approx(0.05, rel=0.15)
-    assert steps["steps_per_second"] == pytest.approx(1 / 0.05, rel=0.15)
-    assert steps["samples_per_second"] == pytest.approx(16 / 0.05, rel=0.15)
-    assert steps["tokens_per_second"] == pytest.approx(128 / 0.05, rel=0.15)
+    # The script's own clock says how long its steps took (50 ms each when the machine keeps
+    # up; longer on a loaded one, for the script and the summary alike).
+    marks = result["marks"]
+    times = [b - a for a, b in pairwise(marks)]
+    mean = (marks[-1] - marks[0]) / len(times)
+    assert steps["step_time_seconds"]["p50"] == pytest.approx(median(times), rel=0.10)
+    assert steps["step_time_seconds"]["mean"] == pytest.approx(mean, rel=0.10)
+    assert steps["steps_per_second"] == pytest.approx(1 / mean, rel=0.10)
+    assert steps["samples_per_second"] == pytest.approx(16 / mean, rel=0.10)
+    assert steps["tokens_per_second"] == pytest.approx(128 / mean, rel=0.10)
 
 
 STANDALONE = """
@@ -179,6 +191,7 @@ def test_track_standalone_stores_a_run(cw, tmp_path):
 SAMPLER_KILLED = """
 import json, os, signal, sqlite3, sys, time
 from contextlib import closing
+from itertools import pairwise
 import computewatch
 
 db, out = sys.argv[1], sys.argv[2]

@@ -191,12 +191,21 @@ _INGEST_SCHEMA: Final[dict[str, Any]] = {
 }
 
 
+DRAIN_BYTES = 4 * MAX_BODY_BYTES
+"""How much of a body over the limit is read and thrown away before the 413 answer. A reverse
+proxy writes the whole request before it reads the answer (nginx buffers it): a server that
+answers and closes without reading it makes the proxy's write fail, and the client gets the
+proxy's 502 instead of the 413 that says what to do. Past this, the connection is closed."""
+
+
 async def _read_body(request: Request) -> bytes | None:
-    """The body, or None when it is larger than MAX_BODY_BYTES (read no further)."""
+    """The body, or None when it is larger than MAX_BODY_BYTES (the rest read and dropped, up
+    to DRAIN_BYTES in all)."""
     declared = request.headers.get("content-length")
     if declared is not None:
         try:
             if int(declared) > MAX_BODY_BYTES:
+                await _drain(request, 0)
                 return None
         except ValueError:
             pass
@@ -205,6 +214,7 @@ async def _read_body(request: Request) -> bytes | None:
     async for chunk in request.stream():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
+            await _drain(request, size)
             return None
         chunks.append(chunk)
     body = b"".join(chunks)
@@ -224,6 +234,17 @@ async def _read_body(request: Request) -> bytes | None:
     if not inflate.eof:
         raise _BadEncoding("body: gzip stream ends early")
     return out
+
+
+async def _drain(request: Request, size: int) -> None:
+    """Read the rest of a refused body (``size`` bytes read so far) and drop it, up to
+    DRAIN_BYTES."""
+    if size > DRAIN_BYTES:
+        return
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > DRAIN_BYTES:
+            return
 
 
 class _BadEncoding(ComputewatchError):
