@@ -10,15 +10,26 @@ import html
 from collections.abc import Sequence
 
 from computewatch.analysis.summary_types import (
+    AtStakeJson,
     DiagnosisSection,
+    EvidenceJson,
     FindingJson,
     RunSummary,
     TimeRangeJson,
 )
 from computewatch.diagnosis.findings import span_text
-from computewatch.units import format_percent, format_seconds, format_usd
+from computewatch.units import MISSING, format_percent, format_seconds, format_usd
 
-__all__ = ["at_stake_text", "diagnosis_html", "diagnosis_rows", "findings", "time_ranges_text"]
+__all__ = [
+    "at_stake_text",
+    "diagnosis_html",
+    "diagnosis_rows",
+    "evidence_of",
+    "finding_head",
+    "findings",
+    "rule_notes",
+    "time_ranges_text",
+]
 
 
 def findings(diagnosis: DiagnosisSection | None) -> list[FindingJson]:
@@ -28,9 +39,22 @@ def findings(diagnosis: DiagnosisSection | None) -> list[FindingJson]:
     return [f for f in diagnosis.get("findings") or [] if isinstance(f, dict)]
 
 
+def finding_head(finding: FindingJson) -> tuple[str, str]:
+    """A finding's severity and title as text (``n/a`` where a stored one lacks them)."""
+    return str(finding.get("severity") or MISSING), str(finding.get("title") or MISSING)
+
+
+def evidence_of(finding: FindingJson) -> EvidenceJson:
+    """A finding's evidence; an empty one where a stored finding has none, or not a mapping."""
+    ev = finding.get("evidence")
+    return ev if isinstance(ev, dict) else {"lines": [], "numbers": {}, "time_ranges": []}
+
+
 def at_stake_text(finding: FindingJson, duration: float | None = None) -> str:
     """``12.3 s (8% of the run), $0.42 at stake``; empty when nothing measurable is."""
-    stake = finding.get("at_stake") or {"seconds": None, "usd": None}
+    stake: AtStakeJson | None = finding.get("at_stake")
+    if not isinstance(stake, dict):
+        stake = {"seconds": None, "usd": None}
     parts = []
     seconds = stake.get("seconds")
     if isinstance(seconds, int | float):
@@ -52,6 +76,12 @@ def time_ranges_text(ranges: Sequence[TimeRangeJson]) -> str:
     )
 
 
+def rule_notes(notes: dict[str, str] | None) -> dict[str, str]:
+    """``not_applicable`` or ``failed``: why, by rule; empty where a stored one is not a
+    mapping."""
+    return notes if isinstance(notes, dict) else {}
+
+
 def _duration(summary: RunSummary) -> float | None:
     duration = summary.get("duration_seconds")
     return duration if isinstance(duration, int | float) else None
@@ -71,12 +101,8 @@ def diagnosis_rows(summary: RunSummary) -> list[tuple[str, str]]:
     rows = []
     for f in found:
         stake = at_stake_text(f, _duration(summary))
-        rows.append(
-            (
-                "diagnosis",
-                f"{f.get('severity')}: {f.get('title')}" + (f" · {stake}" if stake else ""),
-            )
-        )
+        sev, title = finding_head(f)
+        rows.append(("diagnosis", f"{sev}: {title}" + (f" · {stake}" if stake else "")))
     rows.append(("", f"evidence and suggestions: computewatch diagnose {summary.get('id')}"))
     return rows
 
@@ -96,22 +122,22 @@ def diagnosis_html(summary: RunSummary) -> str:
         n = len(diag.get("checked") or [])
         parts.append(f"<p>No bottleneck found by the {n} rules applied.</p>")
     for f in found:
-        sev = str(f.get("severity"))
+        sev, title = finding_head(f)
         stake = at_stake_text(f, _duration(summary))
         parts.append(
             f'<article class="finding severity-{e(sev)}" id="finding-{e(str(f.get("id")))}">'
-            f"<h3>{e(str(f.get('title')))} <small>({e(sev)}"
+            f"<h3>{e(title)} <small>({e(sev)}"
             + (f"; {e(stake)}" if stake else "")
             + ")</small></h3>"
         )
-        ev = f.get("evidence") or {}
+        ev = evidence_of(f)
         items = [e(str(x)) for x in ev.get("lines") or []]
         spans = time_ranges_text(ev.get("time_ranges") or [])
         if spans:
             items.append(f"when: {e(spans)} from the run's start")
         parts.append("<ul>" + "".join(f"<li>{x}</li>" for x in items) + "</ul>")
         parts.append(f"<p><strong>Suggestion:</strong> {e(str(f.get('suggestion')))}</p></article>")
-    skipped = diag.get("not_applicable") or {}
+    skipped = rule_notes(diag.get("not_applicable"))
     if skipped:
         parts.append(
             "<details><summary>Rules not applied to this run</summary><ul>"

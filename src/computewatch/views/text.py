@@ -25,7 +25,14 @@ from computewatch.units import (
     format_seconds,
     format_usd,
 )
-from computewatch.views.diagnosis import at_stake_text, findings, time_ranges_text
+from computewatch.views.diagnosis import (
+    at_stake_text,
+    evidence_of,
+    finding_head,
+    findings,
+    rule_notes,
+    time_ranges_text,
+)
 from computewatch.views.repro import change_lines
 from computewatch.views.summary_rows import format_value
 
@@ -176,23 +183,23 @@ def print_diagnosis(result: DiagnosisReport, out: TextIO) -> None:
         con.print(f"no bottleneck found by the {len(result.get('checked') or [])} rules applied")
     duration = run.get("duration_seconds")
     for i, f in enumerate(found, 1):
-        sev = str(f.get("severity"))
+        sev, title = finding_head(f)
         line = Text(f"\n{i}. ")
         line.append(f"[{sev}]", style=_STYLE.get(sev, ""))
-        line.append(f" {f.get('title')}", style="bold")
+        line.append(f" {title}", style="bold")
         stake = at_stake_text(f, duration if isinstance(duration, int | float) else None)
         if stake:
             line.append(f" · {stake}")
         con.print(line)
-        ev = f.get("evidence") or {}
+        ev = evidence_of(f)
         for text in ev.get("lines") or []:
             _hang(con, "   - ", str(text))
         spans = time_ranges_text(ev.get("time_ranges") or [])
         if spans:
             _hang(con, "   when: ", f"{spans} from the run's start")
         _hang(con, "   suggestion: ", str(f.get("suggestion")), style="green")
-    skipped = result.get("not_applicable") or {}
-    failed = result.get("failed") or {}
+    skipped = rule_notes(result.get("not_applicable"))
+    failed = rule_notes(result.get("failed"))
     if skipped or failed:
         con.print()
     for rule, why in skipped.items():
