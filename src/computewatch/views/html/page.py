@@ -9,12 +9,51 @@ import re
 from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from computewatch import jsonout
 from computewatch._version import __version__
 
 UPLOT_VERSION = "1.6.32"
+
+
+class ChartSeries(TypedDict):
+    """One line of a chart: its bucket means, and each bucket's minimum and maximum where
+    the series was downsampled (``report.js`` shades the band between them)."""
+
+    label: str
+    mean: list[float | None]
+    lo: NotRequired[list[float | None]]
+    hi: NotRequired[list[float | None]]
+
+
+class ChartSpec(TypedDict):
+    """A chart as ``report.js`` draws it: its x values are the page data's ``grids[grid]``."""
+
+    id: str
+    title: str
+    subtitle: str
+    unit: str  # ratio, bytes, bytes_per_second, watts, per_second, seconds
+    grid: str
+    per_bucket: int
+    series: list[ChartSeries]
+
+
+class PageRun(TypedDict):
+    id: str
+    name: str | None
+    started_at: float
+
+
+class ChartData(TypedDict):
+    """The run report's data for its script: shared x grids (wall-clock seconds) by name and
+    the charts; the run it belongs to once the page is built."""
+
+    grids: dict[str, list[float]]
+    charts: list[ChartSpec]
+    run: NotRequired[PageRun]
+
+
 _CLOSERS = re.compile(r"</(script|style)", re.IGNORECASE)
 
 

@@ -52,6 +52,9 @@ from computewatch.views.diagnosis import diagnosis_html
 from computewatch.views.html.bench import bench_section
 from computewatch.views.html.page import (
     UPLOT_VERSION,
+    ChartData,
+    ChartSeries,
+    ChartSpec,
     chart_figure,
     escape,
     grid_table,
@@ -103,9 +106,9 @@ class _Chart:
     unit: str  # ratio, bytes, bytes_per_second, watts, per_second, seconds
     grid: str
     per_bucket: int
-    series: list[dict[str, Any]]
+    series: list[ChartSeries]
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> ChartSpec:
         return {
             "id": self.id,
             "title": self.title,
@@ -169,13 +172,11 @@ class _TickData:
         rates = counter_rates([mono[p] for p, _ in pts], [v for _, v in pts])
         return [(p, r) for (p, _), r in zip(pts, rates, strict=True) if r is not None]
 
-    def band(
-        self, label: str, points: list[tuple[int, float]], scale: float = 1.0
-    ) -> dict[str, Any]:
+    def band(self, label: str, points: list[tuple[int, float]], scale: float = 1.0) -> ChartSeries:
         if scale != 1.0:
             points = [(p, v * scale) for p, v in points]
         b = grid_band(self.n, self.k, points)
-        out: dict[str, Any] = {"label": label, "mean": _nums(b.mean)}
+        out: ChartSeries = {"label": label, "mean": _nums(b.mean)}
         if self.k > 1:
             out["lo"] = _nums(b.lo)
             out["hi"] = _nums(b.hi)
@@ -251,7 +252,7 @@ def _tick_charts(
         found = by_name.get(name)
         return found[0] if found else None
 
-    def chart(cid: str, title: str, sub: str, unit: str, series: list[dict[str, Any]]) -> None:
+    def chart(cid: str, title: str, sub: str, unit: str, series: list[ChartSeries]) -> None:
         series = [s for s in series if _has_data(s["mean"])]
         if series:
             charts.append(_Chart(cid, title, sub, unit, "ticks", td.k, series))
@@ -360,7 +361,7 @@ def _step_charts(
     if durations:
         env = envelope([t for t, _ in durations], [d for _, d in durations], max_buckets)
         grids["steps"] = [round(t, 3) for t in env.t]
-        series: dict[str, Any] = {"label": "step time", "mean": _nums(env.mean)}
+        series: ChartSeries = {"label": "step time", "mean": _nums(env.mean)}
         if env.per_bucket > 1:
             series["lo"], series["hi"] = _nums(env.lo), _nums(env.hi)
         charts.append(
@@ -398,7 +399,7 @@ def _step_charts(
         grids["throughput"] = [round(t, 3) for t in grid_times(starts_at, k)]
         for key, label, rates in rate_series:
             env = envelope(starts_at, rates, max_buckets)
-            s_json: dict[str, Any] = {"label": label, "mean": _nums(env.mean)}
+            s_json: ChartSeries = {"label": label, "mean": _nums(env.mean)}
             if env.per_bucket > 1:
                 s_json["lo"], s_json["hi"] = _nums(env.lo), _nums(env.hi)
             title = "Throughput" if key == "steps" else f"Throughput: {key}"
@@ -418,7 +419,7 @@ def _step_charts(
 
 def chart_data(
     store: Store, run: RunRow, summary: RunSummary, *, max_buckets: int = MAX_BUCKETS
-) -> dict[str, Any]:
+) -> ChartData:
     """The charts' data: shared x grids (wall-clock seconds) and, per chart, each series'
     bucket means with min/max envelopes when the series was downsampled."""
     if run.samples_deleted_at is not None:

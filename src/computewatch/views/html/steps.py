@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
 
 from computewatch.analysis.downsample import MAX_BUCKETS
 from computewatch.analysis.steps import StepAnatomy, step_anatomy
 from computewatch.analysis.summary_types import PhaseStats, RankStats, RequestStats, RunSummary
 from computewatch.store import RunRow, Store
 from computewatch.units import MISSING, format_percent, format_seconds
-from computewatch.views.html.page import chart_figure, escape, grid_table, kv_table
+from computewatch.views.html.page import (
+    ChartData,
+    ChartSeries,
+    ChartSpec,
+    chart_figure,
+    escape,
+    grid_table,
+    kv_table,
+)
 from computewatch.views.summary_rows import figure_text, format_value, range_text
 
 MAX_PHASE_SERIES = 8  # the rest of the phases are summed into "other phases"
@@ -179,9 +186,9 @@ def _bins(
 
 def _series(
     label: str, points: Sequence[tuple[float, float]], start: float, width: float, count: int
-) -> dict[str, Any]:
+) -> ChartSeries:
     mean, lo, hi = _bins(points, start, width, count)
-    s: dict[str, Any] = {"label": label, "mean": [_r(v) for v in mean]}
+    s: ChartSeries = {"label": label, "mean": [_r(v) for v in mean]}
     if any(a is not None and b is not None and a != b for a, b in zip(lo, hi, strict=True)):
         s["lo"], s["hi"] = [_r(v) for v in lo], [_r(v) for v in hi]
     return s
@@ -193,7 +200,7 @@ def _r(v: float | None) -> float | None:
 
 def step_charts(
     store: Store, run: RunRow, summary: RunSummary, max_buckets: int = MAX_BUCKETS
-) -> tuple[dict[str, list[float]], list[dict[str, Any]]]:
+) -> tuple[dict[str, list[float]], list[ChartSpec]]:
     """Grids and chart specs (the shape ``report.js`` draws) for phase time per step and, in a
     distributed run, each rank's step time; bucketed on wall-clock time."""
     if run.samples_deleted_at is not None or not (summary.get("phases") or summary.get("ranks")):
@@ -210,7 +217,7 @@ def step_charts(
         return {}, []
     t0, t1 = timed[0][0], timed[-1][0]
     grids: dict[str, list[float]] = {}
-    charts: list[dict[str, Any]] = []
+    charts: list[ChartSpec] = []
     ph = summary.get("phases")
     if ph and ph.get("by_name"):
         procs = len({a.pid for _, a in timed})  # a bucket per step of one process: ranks meet
@@ -276,7 +283,7 @@ def steps_section(
     store: Store,
     run: RunRow,
     summary: RunSummary,
-    data: dict[str, Any],
+    data: ChartData,
     max_buckets: int = MAX_BUCKETS,
 ) -> str:
     """The section's HTML ("" when the run had no phases, ranks or requests); its charts are
@@ -285,8 +292,8 @@ def steps_section(
     if not (ph or rk or rq):
         return ""
     grids, charts = step_charts(store, run, summary, max_buckets)
-    data.setdefault("grids", {}).update(grids)
-    data.setdefault("charts", []).extend(charts)
+    data["grids"].update(grids)
+    data["charts"].extend(charts)
     out = ['<section id="section-steps"><h2>Inside the steps</h2>']
     if charts:
         out.append('<div class="charts">')
