@@ -7,7 +7,7 @@ import math
 import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from computewatch.analysis.summary_types import (
     FlopsSection,
@@ -112,12 +112,12 @@ def value_text(v: object, unit: object = None) -> str:
     return f"{text} {unit}" if unit and text != MISSING else text
 
 
-def figure_text(f: Mapping[str, Any]) -> str:
+def figure_text(f: Mapping[str, object]) -> str:
     """A figure's value with its unit, through the unit's formatter when there is one."""
     return value_text(f.get("value"), f.get("unit"))
 
 
-def range_text(f: Mapping[str, Any]) -> str:
+def range_text(f: Mapping[str, object]) -> str:
     """A figure's low–high range, each end through the unit's formatter as :func:`figure_text`
     writes the value (so ``0.32 J–0.39 J``, never ``8.925e-05–0.0001091 kWh``); in a unit
     with no formatter, the two numbers then the unit once. ``n/a`` for a missing end."""
