@@ -14,7 +14,6 @@ import re
 import statistics
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeGuard
 
@@ -96,28 +95,6 @@ def summary_of(store: Store, run: RunRow) -> RunSummary:
 
 
 # -- the data behind the charts ---------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class _Chart:
-    id: str
-    title: str
-    subtitle: str
-    unit: str  # ratio, bytes, bytes_per_second, watts, per_second, seconds
-    grid: str
-    per_bucket: int
-    series: list[ChartSeries]
-
-    def as_json(self) -> ChartSpec:
-        return {
-            "id": self.id,
-            "title": self.title,
-            "subtitle": self.subtitle,
-            "unit": self.unit,
-            "grid": self.grid,
-            "per_bucket": self.per_bucket,
-            "series": self.series,
-        }
 
 
 def _num(v: float | None) -> float | None:
@@ -214,7 +191,7 @@ def _gpu_labels(run: RunRow, summary: RunSummary) -> dict[str, tuple[str, bool]]
 
 def _tick_charts(
     store: Store, run: RunRow, summary: RunSummary, max_buckets: int
-) -> tuple[list[float], list[_Chart]]:
+) -> tuple[list[float], list[ChartSpec]]:
     td = _TickData(store, run, max_buckets)
     if td.n == 0:
         return [], []
@@ -255,9 +232,19 @@ def _tick_charts(
     def chart(cid: str, title: str, sub: str, unit: str, series: list[ChartSeries]) -> None:
         series = [s for s in series if _has_data(s["mean"])]
         if series:
-            charts.append(_Chart(cid, title, sub, unit, "ticks", td.k, series))
+            charts.append(
+                ChartSpec(
+                    id=cid,
+                    title=title,
+                    subtitle=sub,
+                    unit=unit,
+                    grid="ticks",
+                    per_bucket=td.k,
+                    series=series,
+                )
+            )
 
-    charts: list[_Chart] = []
+    charts: list[ChartSpec] = []
     allowed = float(run.host.get("allowed_cores") or run.host.get("logical_cpus") or 1.0)
     cpu = first("tree_cpu_seconds_total")
     if cpu is not None:
@@ -348,12 +335,12 @@ def _step_durations(steps: list[StepRow], starts: dict[int, float]) -> list[tupl
 
 def _step_charts(
     store: Store, run: RunRow, max_buckets: int
-) -> tuple[dict[str, list[float]], list[_Chart]]:
+) -> tuple[dict[str, list[float]], list[ChartSpec]]:
     steps = store.steps(run.key)
     if not steps:
         return {}, []
     grids: dict[str, list[float]] = {}
-    charts: list[_Chart] = []
+    charts: list[ChartSpec] = []
     starts = {pid: t for pid, (t, _) in store.writers(run.key).items()}
     durations = _step_durations(steps, starts)
     procs = len({s.pid for s in steps})
@@ -365,14 +352,14 @@ def _step_charts(
         if env.per_bucket > 1:
             series["lo"], series["hi"] = _nums(env.lo), _nums(env.hi)
         charts.append(
-            _Chart(
-                "step_time",
-                "Step time",
-                f"time between consecutive steps of {who}",
-                "seconds",
-                "steps",
-                env.per_bucket,
-                [series],
+            ChartSpec(
+                id="step_time",
+                title="Step time",
+                subtitle=f"time between consecutive steps of {who}",
+                unit="seconds",
+                grid="steps",
+                per_bucket=env.per_bucket,
+                series=[series],
             )
         )
     walls = sorted(s.wall for s in steps)
@@ -404,14 +391,14 @@ def _step_charts(
                 s_json["lo"], s_json["hi"] = _nums(env.lo), _nums(env.hi)
             title = "Throughput" if key == "steps" else f"Throughput: {key}"
             charts.append(
-                _Chart(
-                    f"throughput_{key}",
-                    title,
-                    f"{key} per second of {who}, counted in {width:.3g} s buckets",
-                    "per_second",
-                    "throughput",
-                    k,
-                    [s_json],
+                ChartSpec(
+                    id=f"throughput_{key}",
+                    title=title,
+                    subtitle=f"{key} per second of {who}, counted in {width:.3g} s buckets",
+                    unit="per_second",
+                    grid="throughput",
+                    per_bucket=k,
+                    series=[s_json],
                 )
             )
     return grids, charts
@@ -430,9 +417,9 @@ def chart_data(
         grids["ticks"] = x
     charts = sorted(
         tick_charts + step_charts,
-        key=lambda c: _CHART_ORDER.index(c.id) if c.id in _CHART_ORDER else len(_CHART_ORDER),
+        key=lambda c: _CHART_ORDER.index(c["id"]) if c["id"] in _CHART_ORDER else len(_CHART_ORDER),
     )
-    return {"grids": grids, "charts": [c.as_json() for c in charts]}
+    return {"grids": grids, "charts": charts}
 
 
 # -- formatting ---------------------------------------------------------------------------------
