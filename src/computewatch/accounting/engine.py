@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from computewatch.accounting.cpu_power import CPU_IDLE_FRACTION, CpuPowerModel
@@ -42,7 +42,7 @@ from computewatch.records import (
     figure,
     relative_range,
 )
-from computewatch.store import RunRow, Store
+from computewatch.store import RunRow, StepRow, Store
 
 J_PER_KWH = 3.6e6
 GPU_COUNTER_UNCERTAINTY = 0.05  # NVML: power readings within +/-5% of the draw (nvml.h docs)
@@ -74,9 +74,16 @@ class AccountingOptions:
     carbon_provider: Callable[[str, Any], Any] | None = None  # (name, settings) -> provider
 
 
-def account(store: Store, run: RunRow, summary: RunSummary, opts: AccountingOptions) -> Accounting:
+def account(
+    store: Store,
+    run: RunRow,
+    summary: RunSummary,
+    opts: AccountingOptions,
+    steps: Sequence[StepRow] | None = None,
+) -> Accounting:
     """The ``energy``, ``carbon``, ``cost``, ``flops`` (and with a step target ``forecast``)
-    sections of a run's summary."""
+    sections of a run's summary. ``steps``: the run's, when already read (the end of a run
+    reads them once for the accounting and the diagnosis)."""
     cfg = opts.config
     location = resolve_location(
         opts.region, config_region=cfg.region, environ=opts.environ, dmi_root=opts.dmi_root
@@ -86,7 +93,7 @@ def account(store: Store, run: RunRow, summary: RunSummary, opts: AccountingOpti
     energy = _energy(store, run, summary, opts, location, duration)
     carbon = _carbon(energy, summary, opts, location, duration, store, run)
     cost = _cost(energy, summary, opts, host_cloud, duration)
-    flops = run_flops(store, run, summary, opts.precision or cfg.precision)
+    flops = run_flops(store, run, summary, opts.precision or cfg.precision, steps)
     out: Accounting = {"energy": energy, "carbon": carbon, "cost": cost, "flops": flops}
     if requests := summary.get("requests"):  # energy and cost per request and per 1M tokens
         out["requests"] = request_accounting(requests, energy, cost)
@@ -97,12 +104,16 @@ def account(store: Store, run: RunRow, summary: RunSummary, opts: AccountingOpti
 
 
 def accounted(
-    store: Store, run: RunRow, summary: RunSummary, opts: AccountingOptions
+    store: Store,
+    run: RunRow,
+    summary: RunSummary,
+    opts: AccountingOptions,
+    steps: Sequence[StepRow] | None = None,
 ) -> Accounting | AccountingFailure:
     """:func:`account`, never raising: a failure becomes a note in the summary (the run and
     its measurements are stored whatever happens to the accounting)."""
     try:
-        return account(store, run, summary, opts)
+        return account(store, run, summary, opts, steps)
     except Exception as e:
         return {"notes": [*summary.get("notes", []), f"accounting failed: {type(e).__name__}: {e}"]}
 

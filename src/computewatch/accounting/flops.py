@@ -143,13 +143,18 @@ def thresholds(flop: float) -> list[FlopThreshold]:
 
 
 def run_flops(
-    store: Store, run: RunRow, summary: RunSummary, precision: str | None = None
+    store: Store,
+    run: RunRow,
+    summary: RunSummary,
+    precision: str | None = None,
+    steps: Sequence[StepRow] | None = None,
 ) -> FlopsSection:
     """The ``flops`` section of a run's summary: counted (with MFU) when its steps carry
-    FLOPs, else the hardware-time estimate."""
+    FLOPs, else the hardware-time estimate. ``steps``: the run's, when already read."""
     gpus = list(summary.get("gpus") or [])
     estimate = hardware_estimate(gpus, float(summary.get("duration_seconds") or 0.0), precision)
-    steps = store.steps(run.key)
+    if steps is None:
+        steps = store.steps(run.key)
     if not any(s.flops is not None for s in steps):
         return estimate
     return counted_flops(steps, store.writers(run.key), gpus, estimate, precision)

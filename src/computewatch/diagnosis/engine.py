@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +20,7 @@ from computewatch.diagnosis.rules import (
     steps,
     throttling,
 )
-from computewatch.store import RunRow, Store
+from computewatch.store import RunRow, StepRow, Store
 
 DIAGNOSIS_SCHEMA_VERSION = 1
 
@@ -105,10 +105,12 @@ def diagnose_run(
     *,
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     summary: Mapping[str, Any] | None = None,
+    steps: Sequence[StepRow] | None = None,
 ) -> Diagnosis:
-    """Load what the rules need from the store once, then run them all."""
+    """Load what the rules need from the store once (``steps``: the run's, when already read),
+    then run them all."""
     th = as_thresholds(thresholds)
-    return run_rules(RunData.load(store, run, summary), th)
+    return run_rules(RunData.load(store, run, summary, steps), th)
 
 
 def diagnose(
@@ -123,7 +125,11 @@ def diagnose(
 
 
 def diagnosed(
-    store: Store, run: RunRow, summary: Mapping[str, Any], options: Any = None
+    store: Store,
+    run: RunRow,
+    summary: Mapping[str, Any],
+    options: Any = None,
+    steps: Sequence[StepRow] | None = None,
 ) -> DiagnosisSection:
     """The summary's ``diagnosis`` section, never raising (a run ends whatever the rules do).
     Thresholds come from the ``[diagnosis]`` section of ``options``: a
@@ -131,7 +137,9 @@ def diagnosed(
     try:
         config = getattr(options, "config", options)
         overrides = getattr(config, "diagnosis", None) or None
-        return diagnose_run(store, run, thresholds=overrides, summary=summary).as_dict()
+        return diagnose_run(
+            store, run, thresholds=overrides, summary=summary, steps=steps
+        ).as_dict()
     except Exception as e:
         return {
             "schema_version": DIAGNOSIS_SCHEMA_VERSION,

@@ -82,8 +82,15 @@ class RunData:
     )
 
     @classmethod
-    def load(cls, store: Store, run: RunRow, summary: Mapping[str, Any] | None = None) -> RunData:
-        """Read the run's steps, phases, requests, writers, ticks and the wanted series."""
+    def load(
+        cls,
+        store: Store,
+        run: RunRow,
+        summary: Mapping[str, Any] | None = None,
+        steps: Sequence[StepRow] | None = None,
+    ) -> RunData:
+        """Read the run's steps (unless given: already read), phases, requests, writers, ticks
+        and the wanted series."""
         if summary is None:
             summary = run.summary if run.summary is not None else build_summary(store, run)
         # A long run is read thinned to about MAX_POINTS per series: the rules look at
@@ -103,7 +110,7 @@ class RunData:
         for s in wanted:
             points = [(seq_mono[q], v) for q, v in pts[s.idx] if q in seq_mono]
             series.setdefault(s.name, []).append(Series(s.name, dict(s.labels), points))
-        steps = store.steps(run.key)
+        steps = store.steps(run.key) if steps is None else list(steps)
         data = cls(
             run=run,
             summary=summary,

@@ -71,11 +71,12 @@ def linear_sse(values: Sequence[float]) -> tuple[float, float]:
         return 0.0, 0.0
     xm = (n - 1) / 2
     ym = mean(values)
-    sxx = sum((i - xm) ** 2 for i in range(n))
-    sxy = sum((i - xm) * (v - ym) for i, v in enumerate(values))
+    sxx = n * (n * n - 1) / 12  # the sum of (i - xm)^2 over 0..n-1
+    sxy = sum(i * v for i, v in enumerate(values)) - xm * ym * n
+    syy = sum((v - ym) ** 2 for v in values)
     slope = sxy / sxx
-    sse = sum((v - (ym + slope * (i - xm))) ** 2 for i, v in enumerate(values))
-    return slope, sse
+    # the residuals' sum of squares: what the line leaves of syy (one pass, not two)
+    return slope, max(syy - slope * sxy, 0.0)
 
 
 def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:

@@ -19,7 +19,7 @@ from computewatch.profiling.artifacts import link_pending, name_captures
 from computewatch.sampling.channel import SpoolReader
 from computewatch.sampling.repro import ReproRecord, store_repro
 from computewatch.sampling.sampler import Sampler
-from computewatch.store import RunRow, Store, StoreError
+from computewatch.store import RunRow, StepRow, Store, StoreError
 from computewatch.store.reserve import release_reserve
 from computewatch.store.spooled import ingest_pending, pending_file, problem_of, write_reason
 
@@ -224,10 +224,14 @@ def finish_run(
         summary = summary_of(store, run, agg)
     else:
         summary = build_summary(store, run)
+    try:  # read once for the accounting's FLOPs and the diagnosis (a long run has many)
+        steps: list[StepRow] | None = store.steps(run_key)
+    except sqlite3.Error:
+        steps = None  # each reads them itself, and says so if it cannot
     summary = with_accounting(
-        summary, accounted(store, run, summary, accounting or AccountingOptions())
+        summary, accounted(store, run, summary, accounting or AccountingOptions(), steps)
     )
-    summary["diagnosis"] = diagnosed(store, run, summary, accounting)  # never raises
+    summary["diagnosis"] = diagnosed(store, run, summary, accounting, steps)  # never raises
     name_captures(summary["diagnosis"], store, run_key)  # profiles taken on an anomaly
     dl.bound(store)
     store.update_run(run_key, summary=summary, notes=notes + sampler.notes)
