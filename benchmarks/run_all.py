@@ -35,6 +35,7 @@ import bench_server
 import bench_signing
 import bench_step
 import bench_store
+import bench_systemd_scope
 import bench_trackers
 import bench_upload
 from common import HERE, OthersMeter, Section, machine_markdown, table
@@ -63,6 +64,7 @@ BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
     ("detect", bench_detect.run),
     ("agent-detection", bench_agent_detection.run),
     ("prices", bench_prices.run),
+    ("systemd-scope", bench_systemd_scope.run),
 )
 
 

@@ -139,6 +139,10 @@ with computewatch.track(name="ddp") as run:
         dist.all_reduce(loss.detach())
         run.step(samples=16)
     coll.unwatch()
+# Both ranks done with their collectives before either tears gloo down: a rank that destroys
+# its group while its peer's last transfer is in flight aborts the peer (std::terminate), as
+# seen on a loaded machine.
+dist.barrier()
 dist.destroy_process_group()
 """
 
