@@ -213,3 +213,34 @@ def test_run_prometheus_still_refuses(cw: Any, tmp_path: Path) -> None:
         "run", "--prometheus", "0", "--prometheus-token-file", tf, "--", sys.executable, "-c", ""
     )
     _one_line_refusal(r, tf, 0o640)
+
+
+def test_an_accounts_key_others_can_read_is_refused(tmp_path: Path) -> None:
+    from computewatch.governance.accounts import GovernanceError, cipher
+
+    path = tmp_path / "accounts.key"
+    token = cipher(path).encrypt(b"x")  # created 0600 on first use
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert cipher(path).decrypt(token) == b"x"
+    path.chmod(0o644)
+    with pytest.raises(GovernanceError, match=f"accounts key {path} .*mode 0644.*chmod 600 {path}"):
+        cipher(path)
+
+
+def test_the_servers_sqlite_database_is_created_private(tmp_path: Path) -> None:
+    from computewatch.serverdb.engine import open_database
+
+    path = tmp_path / "srv" / "server.db"
+    db = open_database(f"sqlite:///{path}")
+    try:
+        with db.engine.connect() as conn:
+            conn.exec_driver_sql("CREATE TABLE t (x)")
+            conn.exec_driver_sql("INSERT INTO t VALUES (1)")
+            conn.commit()
+    finally:
+        db.engine.dispose()
+    assert (path.stat().st_mode & 0o777) == 0o600
+    assert (path.parent.stat().st_mode & 0o777) == 0o700
+    for extra in (path.with_name("server.db-wal"), path.with_name("server.db-shm")):
+        if extra.exists():  # SQLite gives them the database's mode
+            assert (extra.stat().st_mode & 0o077) == 0

@@ -34,7 +34,7 @@ from computewatch.catalog import load_accelerators
 from computewatch.governance.status import load_models
 from computewatch.governance.tiers import CUMULATIVE, DEFAULT_TIERS, Tier
 from computewatch.lineage.compute import GovernanceError
-from computewatch.paths import create_private_file, data_home
+from computewatch.paths import check_private_file, create_private_file, data_home
 from computewatch.serverdb.accounts_models import AccessLogRow, AccountRow
 from computewatch.serverdb.governance_models import ModelRun
 from computewatch.serverdb.ledger_store import append
@@ -120,6 +120,7 @@ def cipher(path: Path | None = None) -> Fernet:
         data = p.read_bytes().strip()
     except OSError as e:
         raise GovernanceError(f"cannot read the accounts key {p}: {e.strerror or e}") from None
+    check_private_file(p, "accounts key", GovernanceError)  # it unlocks personal data
     try:
         return Fernet(data)
     except ValueError:

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from computewatch.jsonout import dumps as json_dumps
-from computewatch.paths import data_home, make_private_dirs
+from computewatch.paths import create_private_file, data_home, make_private_dirs
 from computewatch.serverdb.errors import BadDatabaseURL
 
 __all__ = [
@@ -151,6 +151,10 @@ def open_database(url: URL | str | None = None, *, pool_size: int = 10) -> Datab
     if u.get_backend_name() == "sqlite":
         path = Path(u.database or "").expanduser()
         make_private_dirs(path.parent)
+        # made 0600 before SQLite opens it (its -wal and -shm files take the file's mode):
+        # the server's database holds tokens' hashes and every team's runs (docs/security.md)
+        with contextlib.suppress(OSError):  # SQLite then says why it cannot open the file
+            create_private_file(path)
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": SQLITE_BUSY_MS / 1000}
     else:
         kwargs["pool_size"] = pool_size
