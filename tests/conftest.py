@@ -46,6 +46,16 @@ PY = sys.executable
 CW = [PY, "-m", "computewatch"]
 TIMEOUT = 120.0  # a loaded 2-core CI machine can be slow to start interpreters
 
+# A shell without job control starts its background commands with SIGINT and SIGQUIT ignored
+# (`bash -c '...' &`, a CI runner's nohup), and an ignored signal stays ignored across exec: every
+# child a test starts would then ignore the Ctrl-C and SIGQUIT the tests send it. The suite
+# restores what a terminal gives (Python's KeyboardInterrupt handler, the default action), which
+# children start with; each pytest-xdist worker imports this file too.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+if signal.getsignal(signal.SIGQUIT) == signal.SIG_IGN:
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
 
 # -- under CI, a skip is a failure ----------------------------------------------------------------
 
