@@ -12,6 +12,7 @@ import functools
 import json
 import math
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -50,6 +51,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 SAMPLER_EXIT_TIMEOUT = 15.0
+SAMPLER_DEAD_BUSY_TIMEOUT = 1.0
+"""How long closing a run whose sampler died waits for another process's lock on the store."""
 _mono = time.monotonic
 
 _active: list[Run] = []
@@ -830,8 +833,17 @@ def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> Ru
     from computewatch.store import RUNNING, Store, StoreError
 
     assert run.db_path is not None
+    if returncode == 0:  # the sampler ended the run: its summary is read, no lock waited for
+        try:
+            with Store.open_readonly(run.db_path) as store:
+                row = store.find_run(run.id)
+                if row.summary is None:
+                    return None
+                return with_repro(stored_summary(row.summary), store.meta(row.key))
+        except (StoreError, sqlite3.Error):  # the run waits in the spool (the sampler said so)
+            return None
     try:
-        with Store.open(run.db_path) as store:
+        with Store.open(run.db_path, busy_timeout=SAMPLER_DEAD_BUSY_TIMEOUT) as store:
             row = store.find_run(run.id)
             if row.status == RUNNING or row.summary is None:
                 _ingest_spool(store, row.key, row.started_at)
@@ -851,7 +863,7 @@ def _finish_without_sampler(run: Run, returncode: int | None, status: str) -> Ru
                 return summary
             # with the environment and config, as `show` gives them (analysis/repro.py)
             return with_repro(stored_summary(row.summary), store.meta(row.key))
-    except StoreError as e:
+    except (StoreError, sqlite3.Error) as e:
         print(f"computewatch: run {run.id} could not be stored: {e}", file=sys.stderr)
         return None
 

@@ -188,3 +188,63 @@ def test_a_lock_held_at_the_end_delays_the_exit_by_about_a_second_at_most(
     after_job = exited - float(ended.read_text())
     assert after_job < 1.5, f"the exit came {after_job:.2f} s after the job's end"
     assert [(x["status"], x["exit_code"]) for x in _stored_runs(cw)] == [("failed", 4)]
+
+
+TRACKED = """
+import json, sys, time
+from pathlib import Path
+import computewatch
+
+go, out = Path(sys.argv[1]), Path(sys.argv[2])
+with computewatch.track(name="tracked", interval=0.1) as run:
+    while not go.exists():
+        time.sleep(0.02)
+    for _ in range(5):
+        time.sleep(0.05)
+        run.step(samples=1)
+    ended = time.time()
+out.write_text(json.dumps([ended, time.time(), run.summary is not None]))
+"""
+
+
+@pytest.mark.parametrize("when", ["at-the-start", "mid-run"])
+def test_a_tracked_block_is_not_held_by_a_locked_store(
+    cw: Any, tmp_path: Path, locks: list[Lock], when: str
+) -> None:
+    """track() ends as `computewatch run` does: its sampler's writes wait for a lock only until
+    the end's deadline, then the run goes to the spool (said once), and the program goes on.
+    Without it, the block's end waited for the lock to be released (10 s and more)."""
+    cw.ok("run", "--quiet", "--", "true")  # the database exists
+    go, out = tmp_path / "go", tmp_path / "out"
+    script = tmp_path / "tracked.py"
+    script.write_text(TRACKED)
+    if when == "at-the-start":
+        locks.append(Lock(cw.db, tmp_path))
+    p = subprocess.Popen(
+        [sys.executable, str(script), str(go), str(out)],
+        env=cw.env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    if when == "mid-run":
+        cw.wait_for(lambda: _running_row(cw.db), what="the tracked run's row")
+        locks.append(Lock(cw.db, tmp_path))
+    go.touch()
+    try:
+        _, err = p.communicate(timeout=120)
+    finally:
+        still_held = locks[-1].held
+        locks[-1].release()
+    assert still_held  # the program ended while the store was still locked
+    assert p.returncode == 0, err
+    ended, left, has_summary = json.loads(out.read_text())
+    assert left - ended < 1.5, f"the block's end took {left - ended:.2f} s"
+    assert not has_summary  # the run is not in the store yet
+    assert "could not be stored now (database locked)" in err, err
+    assert "Traceback" not in err
+    runs = _stored_runs(cw)  # the next command stores it, once
+    assert [(x["name"], x["status"]) for x in runs] == [
+        ("tracked", "completed"),
+        (None, "completed"),
+    ]
+    assert _stored_runs(cw) == runs
+    steps = cw.show("tracked")["steps"]
+    assert steps["count"] == 5

@@ -249,7 +249,7 @@ def end_run(
     run_key: int,
     run_fields: dict[str, Any],
     status: str,
-    exit_code: int,
+    exit_code: int | None,
     app_meta: list[dict[str, Any]],
     reader: SpoolReader | None,
     *,
@@ -259,11 +259,11 @@ def end_run(
     job_ended: float | None = None,
     repro: ReproRecord | None = None,
 ) -> tuple[RunOutcome, list[str]]:
-    """The end of a supervised run, bounded in time: in the store when it takes every last
-    write within :data:`END_DEADLINE_SECONDS` of ``job_ended`` (the monotonic time the job
-    ended; default now), else what it did not take goes to the spool, stored by the next
-    command. The run's reserve (:mod:`computewatch.store.reserve`) is given back first.
-    Returns the outcome and what to tell the user (one line each)."""
+    """The end of a supervised or tracked run (``run``, ``track()``), bounded in time: in the
+    store when it takes every last write within :data:`END_DEADLINE_SECONDS` of ``job_ended``
+    (the monotonic time the job ended; default now), else what it did not take goes to the
+    spool, stored by the next command. The run's reserve (:mod:`computewatch.store.reserve`) is
+    given back first. Returns the outcome and what to tell the user (one line each)."""
     store = target.store
     assert store is not None
     release_reserve(target.reserve)
@@ -308,7 +308,7 @@ def end_run(
         if reader is not None:
             reader.close()  # the spooled steps stay for `show` to find
         said.append(_waiting_line(target, run_fields["run_id"]))
-        return RunOutcome(exit_code, run, None), said
+        return RunOutcome(exit_code if exit_code is not None else 0, run, None), said
     # The whole run is in the spool file or in memory: end it there, summary and all.
     outcome = finish_run(
         store, sampler, run_key, status, exit_code, app_meta, reader,
@@ -322,7 +322,7 @@ def _end_row_only(
     store: Store,
     run_key: int,
     status: str,
-    exit_code: int,
+    exit_code: int | None,
     ended_at: float | None,
     notes: list[str],
 ) -> RunRow | None:

@@ -11,36 +11,42 @@ import argparse
 import json
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from computewatch.accounting.engine import AccountingOptions
 from computewatch.config import ConfigError, load_config
 from computewatch.paths import current_dir
 from computewatch.sampling.channel import SpoolReader
-from computewatch.sampling.lifecycle import finish_run, spool_dir
+from computewatch.sampling.lifecycle import end_run, open_run_store, spool_dir
 from computewatch.sampling.live import QuietView
-from computewatch.sampling.repro import record_repro
+from computewatch.sampling.repro import repro_record
 from computewatch.sampling.sampler import Sampler
 from computewatch.sampling.sources_for_run import build_monitor
 from computewatch.sources.environment import Capture
 from computewatch.sources.gpus import GpuBackendError
-from computewatch.store import INTERRUPTED, Store, StoreError
+from computewatch.store import INTERRUPTED
+from computewatch.store.reserve import make_reserve
+from computewatch.store.spooled import problem_of
 
 if TYPE_CHECKING:
     from computewatch.upload.stream import LiveUploader
 
 
-def _read_control(stop: threading.Event, result: list[str]) -> None:
-    """``end STATUS [WALL_TIME]``: the block ended with STATUS at WALL_TIME."""
+def _read_control(stop: threading.Event, result: list[str], ended: list[float]) -> None:
+    """``end STATUS [WALL_TIME]``: the block ended with STATUS at WALL_TIME. ``ended`` gets the
+    monotonic time the block's end (or the tracked process's death) was heard: the end's
+    deadline runs from it."""
     for line in sys.stdin.buffer:
         parts = line.decode("utf-8", "replace").split()
         if len(parts) in (2, 3) and parts[0] == "end":
             result.extend(parts[1:])
             break
+    ended.append(time.monotonic())
     stop.set()
 
 
@@ -61,11 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the tracked process decides when we end
 
     live = QuietView(sys.stderr)
-    try:
-        store = Store.open(a.db)
-    except StoreError as e:
-        print(f"computewatch: not monitoring: {e}", file=sys.stderr)
-        return 2
+    # As for `computewatch run` (lifecycle.open_run_store): never held by the store. One that
+    # cannot take the run (locked past RUN_BUSY_TIMEOUT, full, corrupt, read-only) leaves it to
+    # the spool, stored by a later command, and the tracked program goes on either way.
+    target = open_run_store(Path(a.db))
+    for m in target.messages:
+        print(f"computewatch: {m}", file=sys.stderr)
     try:
         mon = build_monitor(
             a.pid,
@@ -82,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = mon.allowed_cores
     sources = mon.sources
     notes = mon.notes
-    run_key = store.create_run(
+    run_fields: dict[str, Any] = dict(
         run_id=a.run_id,
         name=a.name,
         tags=json.loads(a.tags),
@@ -93,7 +100,21 @@ def main(argv: list[str] | None = None) -> int:
         interval_seconds=a.interval,
         host=facts,
     )
-    capture = Capture(json.loads(a.command), current_dir() or "")  # reproducibility record
+    store = target.store
+    if store is None:
+        store = target.fall_back(a.run_id, target.reason or "the store cannot be opened")
+    else:  # room for the run's end on a disk that fills meanwhile (store/reserve.py)
+        target.reserve = make_reserve(target.db_path, a.run_id)
+    try:
+        run_key = store.create_run(**run_fields)
+    except sqlite3.Error as e:
+        given_up = store
+        store = target.fall_back(a.run_id, problem_of(e))
+        given_up.close()
+        run_key = store.create_run(**run_fields)
+    # The end of the run is bounded as `computewatch run`'s is (lifecycle.end_run): the tracked
+    # program waits for this process, so a store locked at the end sends the run to the spool.
+    capture = Capture(run_fields["command"], run_fields["cwd"] or "")  # reproducibility record
     reader = SpoolReader(spool_dir(Path(a.db), a.run_id))
     sampler = Sampler(
         store, run_key, sources, interval=a.interval, spool=reader, live=live,
@@ -105,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     uploader = _live_uploader(Path(a.db), a.run_id)
     stop = threading.Event()
     result: list[str] = []
-    threading.Thread(target=_read_control, args=(stop, result), daemon=True).start()
+    ended_mono: list[float] = []
+    threading.Thread(target=_read_control, args=(stop, result, ended_mono), daemon=True).start()
     sampler.loop(stop)
     sampler.final_tick()
     sampler.close()
@@ -123,14 +145,19 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         sampler.note(f"configuration ignored: {e}")
         accounting = AccountingOptions()
-    repro_note = record_repro(store, run_key, capture, mon.final_facts(), reader.dir)
-    if repro_note is not None:
-        sampler.note(repro_note, show=False)
-    finish_run(
-        store, sampler, run_key, status, None, [], reader,
+    repro = repro_record(capture, mon.final_facts(), reader.dir)  # stored by end_run, in time
+    if repro.note is not None:
+        sampler.note(repro.note, show=False)
+    _, said = end_run(
+        target, sampler, run_key, run_fields, status, None, [], reader,
         ended_at=ended_at, facts=mon.final_facts(), accounting=accounting,
+        job_ended=ended_mono[0] if ended_mono else None, repro=repro,
     )  # fmt: skip
-    store.close()
+    for line in said:
+        print(f"computewatch: {line}", file=sys.stderr)
+    for opened in {id(store): store, id(target.store): target.store}.values():
+        if opened is not None:
+            opened.close()
     if uploader is not None:
         uploader.close()  # the final upload, 2 s at most; else one line: it waits for `push`
     return 0
