@@ -4,8 +4,10 @@ SQLite: the change table each process polls), filtered by the reader's team."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
+import socket
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +28,7 @@ class EventReader:
         self._client = httpx.Client(timeout=httpx.Timeout(60, read=None))
         self._headers = {"Authorization": f"Bearer {token}", **(headers or {})}
         self._url = url
+        self._socket: socket.socket | None = None
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
         assert self.ready.wait(30), "event stream did not open"
@@ -35,6 +38,7 @@ class EventReader:
             with self._client.stream(
                 "GET", f"{self._url}/api/v1/events", headers=self._headers
             ) as r:
+                self._socket = r.extensions["network_stream"].get_extra_info("socket")
                 self.status = r.status_code
                 self.ready.set()
                 event: dict[str, Any] = {}
@@ -58,6 +62,12 @@ class EventReader:
             pytest.fail(f"no event within {timeout} s")
 
     def close(self) -> None:
+        """End the reading thread before the connection is closed: a thread still blocked in a
+        read of a closed socket reads from whatever socket reuses its descriptor next."""
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
+        self._thread.join(timeout=30)
         self._client.close()
 
 

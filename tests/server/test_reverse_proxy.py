@@ -14,9 +14,11 @@ proxy reaches the server from 127.0.0.1, so the two addresses differ.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import random
+import socket
 import string
 import sys
 import threading
@@ -194,12 +196,14 @@ class _Stream:
         self.lines: queue.Queue[str | BaseException] = queue.Queue()
         self._stop = threading.Event()
         self._client = client
+        self._socket: socket.socket | None = None
         self._thread = threading.Thread(target=self._read, args=(path,), daemon=True)
         self._thread.start()
 
     def _read(self, path: str) -> None:
         try:
             with self._client.stream("GET", path, headers={"Accept": "text/event-stream"}) as r:
+                self._socket = r.extensions["network_stream"].get_extra_info("socket")
                 self.lines.put(f"HTTP {r.status_code} {r.headers.get('content-type')}")
                 for line in r.iter_lines():
                     self.lines.put(line)
@@ -223,7 +227,14 @@ class _Stream:
         raise AssertionError(f"no such line on the event stream within {WAIT:g} s")
 
     def close(self) -> None:
+        """End the reading thread before the connection is closed: a thread still blocked in a
+        read of a closed socket reads from whatever socket reuses its descriptor next (it once
+        took the first bytes, ``HTTP/``, of another client's answer)."""
         self._stop.set()
+        if self._socket is not None:
+            with contextlib.suppress(OSError):
+                self._socket.shutdown(socket.SHUT_RDWR)  # the blocked read returns at once
+        self._thread.join(timeout=WAIT)
         self._client.close()
 
 
