@@ -1,6 +1,6 @@
 """Counted FLOPs, MFU and HFU of a run from its steps, with hand-computed answers.
 
-Steps are StepRow(StepRecord(pid, mono, samples, tokens, flops), wall); writers map a pid to
+Steps are StepRow(pid, mono, samples, tokens, flops, wall=wall); writers map a pid to
 (monotonic start, metadata with ``settings``). H100-SXM dense bf16 peak: 989.4 TFLOP/s.
 """
 
@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from computewatch.accounting.flops import counted_flops, hardware_estimate
-from computewatch.records import StepRecord
 from computewatch.store import StepRow
 from computewatch.views.summary_rows import flops_text
 
@@ -19,7 +18,7 @@ H100 = 989.4e12
 
 
 def steps(pid: int, times: list[float], flops: float | None) -> list[StepRow]:
-    return [StepRow(StepRecord(pid, t, None, None, flops), 1000.0 + t) for t in times]
+    return [StepRow(pid, t, None, None, flops, wall=1000.0 + t) for t in times]
 
 
 def writer(start: float, **settings: float) -> tuple[float, dict[str, Any]]:

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from computewatch.readings import Kind, labels
-from computewatch.records import PhaseRecord, StepRecord
+from computewatch.records import PhaseRecord
 from computewatch.store import (
     COMPLETED,
     INTERRUPTED,
@@ -203,8 +203,8 @@ def test_write_batch_round_trip(store: Store) -> None:
     assert store.sample_count(rk) == 6
     assert store.sample_count(other) == 1
     assert store.steps(rk) == [
-        StepRow(StepRecord(42, 10.2, 32.0, None), T0 + 0.7),
-        StepRow(StepRecord(42, 10.9, None, 512.0), T0 + 1.4),
+        StepRow(42, 10.2, 32.0, None, wall=T0 + 0.7),
+        StepRow(42, 10.9, None, 512.0, wall=T0 + 1.4),
     ]
     first = store.steps(rk)[0]  # the stored step reads as the record it holds
     assert (first.pid, first.mono, first.wall, first.samples, first.tokens, first.flops) == (

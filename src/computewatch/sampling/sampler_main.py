@@ -155,9 +155,9 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     for line in said:
         print(f"computewatch: {line}", file=sys.stderr)
-    for opened in {id(store): store, id(target.store): target.store}.values():
-        if opened is not None:
-            opened.close()
+    store.close()  # closing a store twice is harmless (sqlite3)
+    if target.store is not None:  # the spool's, when the end went there
+        target.store.close()
     if uploader is not None:
         uploader.close()  # the final upload, 2 s at most; else one line: it waits for `push`
     return 0

@@ -10,7 +10,7 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,32 +71,11 @@ class SeriesRow:
 
 
 @dataclass(frozen=True, slots=True)
-class StepRow:
+class StepRow(StepRecord):
     """A stored step: the record user code spooled (``computewatch.records.StepRecord``, the one
-    step type) and the wall-clock time the sampler gave it."""
+    step type) with the wall-clock time the sampler gave it (by keyword: ``wall=``)."""
 
-    step: StepRecord
-    wall: float
-
-    @property
-    def pid(self) -> int:
-        return self.step.pid
-
-    @property
-    def mono(self) -> float:
-        return self.step.mono
-
-    @property
-    def samples(self) -> float | None:
-        return self.step.samples
-
-    @property
-    def tokens(self) -> float | None:
-        return self.step.tokens
-
-    @property
-    def flops(self) -> float | None:
-        return self.step.flops
+    wall: float = field(kw_only=True)
 
 
 PhaseRow = PhaseRecord
@@ -762,7 +741,7 @@ class Store:
 
     def steps(self, run_key: int) -> list[StepRow]:
         return [
-            StepRow(StepRecord(pid, mono, samples, tokens, flops), wall)
+            StepRow(pid, mono, samples, tokens, flops, wall=wall)
             for pid, mono, wall, samples, tokens, flops in self.conn.execute(
                 "SELECT pid, mono, wall, samples, tokens, flops FROM steps WHERE run_key=? "
                 "ORDER BY pid, mono",
