@@ -83,6 +83,15 @@ def test_two_agents_scraped_then_reported_by_team(
                 timeout=90,
                 what="both teams on both nodes",
             )
+            # ... and each team's GPUs already counted (a held-time series with a scraped
+            # sample above zero), so that the window below starts with both teams on their GPUs
+            # even when an agent's first ticks come late on a loaded machine.
+            counted = 'sum by (team) (computewatch_job_gpu_seconds_total{team=~"nlp|vision"}) > 0'
+            cw.wait_for(
+                lambda: len(prom.query(counted)) == 2,
+                timeout=90,
+                what="both teams' GPUs counted",
+            )
             time.sleep(max(0.0, SCRAPE_SECONDS - (time.monotonic() - started)))
             asked = time.monotonic()
             r = cw("fleet", "--prometheus", base, "--since", "5m", "--by", "team", "--json")

@@ -124,9 +124,14 @@ def test_read_environ_of_a_real_process_keeps_only_the_names_asked() -> None:
     env = {b"PATH": os.fsencode(os.environ["PATH"]), b"COMPUTEWATCH_RUN_ID": b"0123abcd",
            b"SECRET": b"hunter2", b"ODD": b"\xff\xfeok"}  # fmt: skip
     child = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE, env=env
-    )
+        [sys.executable, "-c", "import sys; print('up', flush=True); sys.stdin.read()"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
+    )  # fmt: skip
     try:
+        # Popen returns once the exec has begun (its close-on-exec pipe closes), which is before
+        # the kernel sets the new image's environment bounds: until then environ reads empty.
+        # The child's first line says the exec is over.
+        assert child.stdout is not None and child.stdout.readline() == b"up\n"
         got = read_environ("/proc", child.pid, ("COMPUTEWATCH_RUN_ID", "ODD", "NOT_SET"))
         assert got == {"COMPUTEWATCH_RUN_ID": "0123abcd", "ODD": "\\xff\\xfeok"}
     finally:
