@@ -1,5 +1,5 @@
 """Fixtures of the agent tests: ``proc_tree``, a recorded procfs tree under tmp_path that a test
-edits between ticks (the sources take ``procfs_root``, DESIGN.md); ``check_metrics``, the real
+edits between ticks (the sources take ``procfs_root``); ``check_metrics``, the real
 ``promtool check metrics`` on an exposition; ``busy_process``, a tagged child using CPU."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Live grid carbon intensity from the Electricity Maps API, for users who configure a token.
 
-Only called when the user configured a token (the caller decides; DESIGN.md: no network call
+Only called when the user configured a token (the caller decides; docs/carbon.md: no network call
 unless configured). Uses urllib so it needs no dependency. Every failure (HTTP error, timeout,
 refused connection, malformed JSON) becomes a LiveIntensityError with a one-line message the
 caller can print as a warning before falling back to the table figure.

@@ -6,7 +6,7 @@ The location comes, first found wins, from ``--region CODE``, the configuration,
 names it and suggests close matches; nothing is guessed. With no location at all the world
 average is used and said to be so, with a wide uncertainty. The cloud provider is read from
 local DMI files (``/sys/class/dmi/id``); no network call is ever made here (no metadata
-endpoint, no IP geolocation: DESIGN.md, "Privacy and safety by default").
+endpoint, no IP geolocation: docs/security.md).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Providers: Electricity Maps (API token), WattTime (account), the UK's public Car
 API (no account) and a CSV or Parquet file of the user's. Each returns an
 :class:`~computewatch.carbon.records.IntensitySeries` whose points say the provider, their time
 resolution and whether they are a forecast or history. No call is made unless the user chose the
-provider (DESIGN.md: no network call unless configured); every network failure is a
+provider (docs/carbon.md: no network call unless configured); every network failure is a
 :class:`~computewatch.carbon.records.ProviderError` with one line saying why.
 
 Documented answers these clients read:

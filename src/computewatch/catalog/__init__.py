@@ -2,7 +2,7 @@
 
 Peaks are dense TFLOP/s (without the 2:4 sparsity factor of vendor headlines), memory in bytes
 (vendors' "GB" of HBM are GiB: NVML reports an "80GB" H100 as 81,559 MiB usable), board power in
-watts. Every row carries its source and the year of that source (DESIGN.md, "Accounting").
+watts. Every row carries its source and the year of that source (docs/methodology.md).
 """
 
 from __future__ import annotations

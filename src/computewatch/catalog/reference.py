@@ -1,7 +1,7 @@
 """Reference data for accounting: grid intensities, PUE, GPU instance prices, CPU TDPs, defaults.
 
 Each table is a CSV file under ``computewatch/data/`` whose ``#`` lines document units and how
-rows were chosen; every row carries its source and year (DESIGN.md, "Accounting"). Tables are
+rows were chosen; every row carries its source and year (docs/methodology.md). Tables are
 parsed and validated once, then cached: a malformed row raises CatalogError naming the file, the
 line and the column, so a bad edit fails loudly instead of skewing numbers. The returned dicts
 are shared between callers: treat them as read-only.

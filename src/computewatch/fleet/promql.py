@@ -1,6 +1,6 @@
 """A small client of the Prometheus HTTP API (``/api/v1/query`` and ``/api/v1/query_range``).
 
-Fleet reports read Prometheus, never the nodes (DESIGN.md, "Scale-out"). This module only speaks
+Fleet reports read Prometheus, never the nodes (docs/fleet.md). This module only speaks
 the documented JSON API (https://prometheus.io/docs/prometheus/latest/querying/api/), over the
 standard library's ``urllib``, so it works with Prometheus and with the stores that serve the
 same API (Thanos, Mimir, VictoriaMetrics). Every failure (no server, a bad URL, an HTTP error,

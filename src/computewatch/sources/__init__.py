@@ -1,4 +1,4 @@
-"""Sources read hardware or the OS once per tick (DESIGN.md, step 1)."""
+"""Sources read hardware or the OS once per tick (docs/architecture.md, "Sampling")."""
 
 from computewatch.sources.base import Source, SourceUnavailable
 

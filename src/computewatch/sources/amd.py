@@ -3,7 +3,8 @@
 The amdsmi module is a parameter (``amdsmi=``): the real package by default, or
 :class:`computewatch.testing.fake_amdsmi.FakeAmdSmi` in tests and demos. Everything
 amdsmi-specific, its exceptions and status codes included, is reached through that module
-object, and its errors are translated here (DESIGN.md, step 1), as the NVIDIA source does:
+object, and its errors are translated here (docs/architecture.md, "Sampling"), as the NVIDIA
+source does:
 
 - NOT_SUPPORTED or NOT_YET_IMPLEMENTED on a field (or a function this binding lacks) disables
   that field on that device, with the reason in ``GpuDevice.capabilities``; it is not retried.

@@ -1,4 +1,4 @@
-"""The contract every source implements (DESIGN.md, step 1)."""
+"""The contract every source implements (docs/architecture.md, "Sampling")."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The NVML module is a parameter (``nvml=``): the real ``pynvml`` by default, or
 :class:`computewatch.testing.fake_nvml.FakeNVML` in tests and demos. Everything NVML-specific,
 its exceptions included, is reached through that module object, and NVML errors are translated
-here (DESIGN.md, step 1):
+here (docs/architecture.md, "Sampling"):
 
 - NOT_SUPPORTED (or FUNCTION_NOT_FOUND: an older driver) on a field disables that field on that
   device, with the reason in ``GpuDevice.capabilities``; it is not retried every tick.

@@ -1,4 +1,4 @@
-"""The local store: SQLite in WAL mode (DESIGN.md, step 3)."""
+"""The local store: SQLite in WAL mode (docs/architecture.md, "The store")."""
 
 from computewatch.store.db import (
     COMPLETED,

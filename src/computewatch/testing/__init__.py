@@ -1,4 +1,4 @@
-"""Public test and demo helpers: hardware faked at its boundary (DESIGN.md, "Principles").
+"""Public test and demo helpers: hardware faked at its boundary (docs/gpus.md).
 
 ``FakeNVML`` stands in for nvidia-ml-py's ``pynvml`` module (pass it as ``nvml=`` to
 :class:`computewatch.sources.nvidia.NvidiaSource`), ``FakeAmdSmi`` for ``amdsmi`` (``amdsmi=``
