@@ -246,3 +246,41 @@ def test_obligation_reminders_go_once_each_through_the_delivery(
         assert late.kind == "overdue"
         assert due_reminders(session, now + 21 * 86400) == []
     db.engine.dispose()
+
+
+def test_upkeep_failures_are_logged_once_each_and_the_recovery_said(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A loose ledger key or a database away stops the checkpoints: the server says why, once
+    per distinct cause, and says when upkeep works again; the loop itself never ends."""
+    import asyncio
+
+    from computewatch.server import governance_api
+
+    outcomes: list[Exception | None] = [
+        PermissionError("ledger key is readable by others: chmod 600 it"),
+        PermissionError("ledger key is readable by others: chmod 600 it"),
+        OSError("database is locked"),
+        None,
+        None,
+    ]
+
+    def once(db: object) -> None:
+        if not outcomes:
+            raise asyncio.CancelledError
+        outcome = outcomes.pop(0)
+        if outcome is not None:
+            raise outcome
+
+    monkeypatch.setattr(governance_api, "maintain_once", once)
+    monkeypatch.setattr(governance_api, "MAINTAIN_SECONDS", 0.0)
+    caplog.set_level("WARNING", logger="computewatch.server")
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(governance_api.maintain(None))  # type: ignore[arg-type]
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [
+        "ledger upkeep failed (no checkpoint until it is fixed): "
+        "ledger key is readable by others: chmod 600 it",
+        "ledger upkeep failed (no checkpoint until it is fixed): database is locked",
+        "ledger upkeep works again",
+    ]

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import functools
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
@@ -56,6 +57,7 @@ from computewatch.serverdb.ledger_store import (
 )
 
 router = APIRouter(prefix="/api/v1", tags=["governance"])
+log = logging.getLogger("computewatch.server")
 
 
 class CheckRequest(BaseModel):
@@ -223,7 +225,17 @@ def _unsigned_since(session: Session, now: float) -> float:
 
 async def maintain(db: Database) -> None:
     """:func:`maintain_once` every :data:`MAINTAIN_SECONDS` for the server's lifetime."""
+    said = ""
     while True:
-        with contextlib.suppress(Exception):  # the database away, a bad key file: next round
+        try:
             await asyncio.to_thread(maintain_once, db)
+        except Exception as e:  # the database away, a bad key file: said once, tried next round
+            message = str(e) or type(e).__name__
+            if message != said:
+                log.warning("ledger upkeep failed (no checkpoint until it is fixed): %s", message)
+            said = message
+        else:
+            if said:
+                log.warning("ledger upkeep works again")
+            said = ""
         await asyncio.sleep(MAINTAIN_SECONDS)
