@@ -6,14 +6,15 @@ receivers) can read events without importing the engine.
 
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
 import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-__all__ = ["FIRING", "RESOLVED", "AlertEvent", "fingerprint", "iso", "with_ends_at"]
+from computewatch.analysis.common import iso
+
+__all__ = ["FIRING", "RESOLVED", "AlertEvent", "fingerprint", "with_ends_at"]
 
 FIRING = "firing"
 RESOLVED = "resolved"
@@ -58,15 +59,6 @@ def _annotations(e: AlertEvent) -> dict[str, str]:
     if e.detail:
         out["detail"] = e.detail
     return out
-
-
-def iso(t: float) -> str:
-    """RFC 3339 in UTC with milliseconds, as Alertmanager writes times."""
-    return (
-        dt.datetime.fromtimestamp(t, dt.UTC)
-        .isoformat(timespec="milliseconds")
-        .replace("+00:00", "Z")
-    )
 
 
 def fingerprint(labels: Mapping[str, str]) -> str:

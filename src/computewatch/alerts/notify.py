@@ -32,7 +32,8 @@ from typing import TextIO
 
 from computewatch import jsonout
 from computewatch._version import __version__
-from computewatch.alerts.event import AlertEvent, iso
+from computewatch.alerts.event import AlertEvent
+from computewatch.analysis.common import iso
 from computewatch.errors import ComputewatchError
 
 __all__ = [

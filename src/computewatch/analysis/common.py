@@ -6,12 +6,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import overload
 
 __all__ = ["iso", "percentile"]
 
 
+@overload
+def iso(t: float) -> str: ...
+@overload
+def iso(t: None) -> None: ...
+@overload
+def iso(t: float | None) -> str | None: ...
 def iso(t: float | None) -> str | None:
-    """Seconds since the epoch as an ISO 8601 UTC timestamp (millisecond precision)."""
+    """Seconds since the epoch as an RFC 3339 UTC timestamp with milliseconds (``Z`` for UTC,
+    as Alertmanager writes times); None stays None."""
     if t is None:
         return None
     return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
