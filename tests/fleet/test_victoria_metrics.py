@@ -132,17 +132,23 @@ def test_remote_write_into_victoria_metrics_gives_the_same_fleet_report(
         agent.terminate()
         agent.wait(timeout=30)
     a, b = reports["prometheus"], reports["victoria"]
-    groups = {g["group"] for g in a["groups"]}
-    assert "nlp" in groups
-    assert groups == {g["group"] for g in b["groups"]}
+    assert "nlp" in {g["group"] for g in a["groups"]} & {g["group"] for g in b["groups"]}
     na, nb = _numbers(a), _numbers(b)
-    assert set(na) == set(nb)
     nlp_hours = next(g for g in a["groups"] if g["group"] == "nlp")["gpu_hours"]["value"]
     assert nlp_hours == pytest.approx(2 * 20 / 3600, rel=0.1)  # two GPUs held all along
     # The window (20 s) lies inside the data, so both stores see every counter throughout it.
     # Prometheus's increase() extrapolates the samples inside the window to its edges,
     # VictoriaMetrics' takes the last sample before the window as the base: the two differ by
     # at most about one scrape interval's worth (1 s of 20 s).
-    for key, va in na.items():
-        vb = nb[key]
+    # Compared: the nlp team (the test's own job, there all along), the fleet's GPUs and the
+    # GPU time, which only that job holds. The other groups, and the total's CPU and energy,
+    # are the machine's own busy processes (other tests', under load), which come and go inside
+    # the window: a job seen in one sample only counts in VictoriaMetrics' increase(), which
+    # takes its base from before the window, and not in Prometheus's, which needs two samples.
+    kept = (".groups[nlp].", ".fleet.", ".total.gpu_hours", ".total.idle_gpu_hours")
+    compared = [k for k in na if k.startswith(kept)]
+    assert compared == [k for k in nb if k.startswith(kept)]
+    assert any(k.startswith(".groups[nlp].gpu_hours") for k in compared), compared
+    for key in compared:
+        va, vb = na[key], nb[key]
         assert vb == pytest.approx(va, rel=0.08, abs=1e-6), (key, va, vb)
