@@ -26,6 +26,7 @@ FORMATTERS: list[Callable[[float | None], str]] = [
     u.format_kwh,
     u.format_grams,
     u.format_usd,
+    u.format_watts,
     u.format_flop,
     u.format_count,
     u.format_number,
@@ -77,6 +78,8 @@ def test_a_missing_value_is_n_a_everywhere(
         (u.format_usd, 12.5, "$12.50"),
         (u.format_usd, 0.04321, "$0.04321"),
         (u.format_usd, 0.00001234, "$0.00001234"),
+        (u.format_watts, 349.6, "350 W"),
+        (u.format_watts, 5600, "5,600 W"),  # a node's eight GPUs
         (u.format_flop, 5.5e14, "5.5e+14 FLOP"),
         (u.format_flop, 250, "250 FLOP"),
         (u.format_count, 1234567, "1,234,567"),

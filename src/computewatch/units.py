@@ -27,6 +27,7 @@ __all__ = [
     "format_seconds",
     "format_significant",
     "format_usd",
+    "format_watts",
 ]
 
 MISSING = "n/a"
@@ -153,6 +154,12 @@ def format_percent(ratio: float | None, digits: int = 1) -> str:
     """A 0-1 ratio as a percentage: ``0.125`` -> ``12.5%``."""
     x = _value(ratio, 100)
     return MISSING if x is None else f"{x:.{digits}f}%"
+
+
+def format_watts(watts: float | None) -> str:
+    """Power in whole watts with thousands separated: ``350 W``, ``5,600 W``."""
+    x = _value(watts)
+    return MISSING if x is None else f"{x:,.0f} W"
 
 
 def format_energy(joules: float | None) -> str:

@@ -205,7 +205,9 @@ def test_final_record_carries_each_figure_with_its_method_and_range() -> None:
     assert "computewatch/cost_usd" not in m  # unknown: not a made-up zero
     assert m["computewatch/flops"] == 1e18 and t["computewatch.flops.method"] == "estimated"
     assert m["computewatch/gpu_hours"] == 4.0
-    assert rec.findings[0] == ("[high] Data starvation (at stake: 900 s, $3.50): More workers.")
+    assert rec.findings[0] == (
+        "[high] Data starvation — 0:15:00 (12% of the run), $3.50 at stake: More workers."
+    )  # as `computewatch diagnose` writes what is at stake
     tags = model_version_tags(rec)
     assert tags["computewatch.energy_kwh"] == "1.5"
     assert tags["computewatch.energy_kwh.method"] == "measured"

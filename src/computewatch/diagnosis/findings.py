@@ -13,6 +13,7 @@ from computewatch.analysis.summary_types import (
     Severity,
     TimeRangeJson,
 )
+from computewatch.units import format_percent, format_seconds, format_usd
 
 __all__ = [
     "SEVERITIES",
@@ -22,6 +23,7 @@ __all__ = [
     "Number",
     "Severity",
     "TimeRange",
+    "at_stake_text",
     "ranked",
     "severity_for",
     "span_text",
@@ -144,3 +146,19 @@ def _round(v: Number) -> Number:
     if isinstance(v, float):
         return round(v, 6)
     return v
+
+
+def at_stake_text(finding: FindingJson, duration: float | None = None) -> str:
+    """``12.3 s (8% of the run), $0.42 at stake``; empty when nothing measurable is."""
+    stake: AtStakeJson | None = finding.get("at_stake")
+    if not isinstance(stake, dict):
+        stake = {"seconds": None, "usd": None}
+    parts = []
+    seconds = stake.get("seconds")
+    if isinstance(seconds, int | float):
+        share = f" ({format_percent(seconds / duration, 0)} of the run)" if duration else ""
+        parts.append(f"{format_seconds(seconds)}{share}")
+    usd = stake.get("usd")
+    if isinstance(usd, int | float):
+        parts.append(format_usd(usd))
+    return ", ".join(parts) + " at stake" if parts else ""

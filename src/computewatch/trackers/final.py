@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from computewatch.analysis.summary_types import RunSummary
+from computewatch.diagnosis.findings import at_stake_text
 from computewatch.records import Figure
 from computewatch.trackers.base import FinalRecord
 
@@ -69,15 +70,11 @@ def final_record(summary: RunSummary | None, status: str) -> FinalRecord:
     if gpu_seconds:
         metrics["computewatch/gpu_hours"] = gpu_seconds / 3600.0
     diagnosis = summary.get("diagnosis")
+    duration = summary.get("duration_seconds")
     for f in ((diagnosis.get("findings") if diagnosis else None) or [])[:TOP_FINDINGS]:
         if isinstance(f, dict):
-            at = f.get("at_stake") or {}
-            stake = []
-            if at.get("seconds"):
-                stake.append(f"{at['seconds']:.0f} s")
-            if at.get("usd"):
-                stake.append(f"${at['usd']:.2f}")
-            extra = f" (at stake: {', '.join(stake)})" if stake else ""
+            stake = at_stake_text(f, duration if isinstance(duration, int | float) else None)
+            extra = f" — {stake}" if stake else ""
             findings.append(f"[{f.get('severity')}] {f.get('title')}{extra}: {f.get('suggestion')}")
     for i, line in enumerate(findings, 1):
         tags[f"computewatch.finding.{i}"] = line[:500]

@@ -10,18 +10,16 @@ import html
 from collections.abc import Sequence
 
 from computewatch.analysis.summary_types import (
-    AtStakeJson,
     DiagnosisSection,
     EvidenceJson,
     FindingJson,
     RunSummary,
     TimeRangeJson,
 )
-from computewatch.diagnosis.findings import span_text
-from computewatch.units import MISSING, format_percent, format_seconds, format_usd
+from computewatch.diagnosis.findings import at_stake_text, span_text
+from computewatch.units import MISSING
 
 __all__ = [
-    "at_stake_text",
     "diagnosis_html",
     "diagnosis_rows",
     "evidence_of",
@@ -48,22 +46,6 @@ def evidence_of(finding: FindingJson) -> EvidenceJson:
     """A finding's evidence; an empty one where a stored finding has none, or not a mapping."""
     ev = finding.get("evidence")
     return ev if isinstance(ev, dict) else {"lines": [], "numbers": {}, "time_ranges": []}
-
-
-def at_stake_text(finding: FindingJson, duration: float | None = None) -> str:
-    """``12.3 s (8% of the run), $0.42 at stake``; empty when nothing measurable is."""
-    stake: AtStakeJson | None = finding.get("at_stake")
-    if not isinstance(stake, dict):
-        stake = {"seconds": None, "usd": None}
-    parts = []
-    seconds = stake.get("seconds")
-    if isinstance(seconds, int | float):
-        share = f" ({format_percent(seconds / duration, 0)} of the run)" if duration else ""
-        parts.append(f"{format_seconds(seconds)}{share}")
-    usd = stake.get("usd")
-    if isinstance(usd, int | float):
-        parts.append(format_usd(usd))
-    return ", ".join(parts) + " at stake" if parts else ""
 
 
 def time_ranges_text(ranges: Sequence[TimeRangeJson]) -> str:

@@ -42,6 +42,7 @@ from computewatch.units import (
     format_duration,
     format_percent,
     format_rate,
+    format_watts,
 )
 
 __all__ = [
@@ -244,7 +245,7 @@ def _plain_line(snap: Snapshot, *, title: str = "") -> str:
         if gpu.memory_used_bytes is not None and gpu.memory_total_bytes is not None:
             g.append(_format_pair(gpu.memory_used_bytes, gpu.memory_total_bytes))
         if gpu.power_watts is not None:
-            g.append(f"{gpu.power_watts:.0f} W")
+            g.append(format_watts(gpu.power_watts))
         parts.append(" ".join(g))
     return "  ".join(parts)
 
@@ -448,7 +449,7 @@ class _PanelView:
             if gpu.memory_used_bytes is not None and gpu.memory_total_bytes is not None:
                 left += f"  {_format_pair(gpu.memory_used_bytes, gpu.memory_total_bytes)}"
             if gpu.power_watts is not None:
-                left += f"  {gpu.power_watts:.0f} W"
+                left += f"  {format_watts(gpu.power_watts)}"
             label = ("(simulated) " if gpu.simulated else "") + one_line(gpu.name)
             history = list(self._gpu.get(gpu.index, ()))[-spark_w:]
             lines.append(row(left, sparkline(history, 0.0, 1.0), label))

@@ -28,6 +28,7 @@ from computewatch.units import (
     format_seconds,
     format_significant,
     format_usd,
+    format_watts,
 )
 from computewatch.views.diagnosis import diagnosis_rows
 from computewatch.views.repro import repro_lines
@@ -255,7 +256,7 @@ def gpu_text(g: GpuStats) -> str:
             mem += f" (run {format_bytes(g['process_memory_peak_bytes'])})"
         parts.append(mem)
     if g.get("power_mean_watts") is not None:
-        parts.append(f"{g['power_mean_watts']:.0f} W mean")
+        parts.append(f"{format_watts(g['power_mean_watts'])} mean")
     if (joules := g.get("energy_joules")) is not None:
         parts.append(f"{format_energy(joules)} ({g.get('energy_method')})")
     throttled = {k: v for k, v in (g.get("throttle_seconds") or {}).items() if v}

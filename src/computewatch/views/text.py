@@ -15,6 +15,7 @@ from rich.text import Text
 from computewatch.analysis.common import iso
 from computewatch.analysis.compare import Comparison, lookup
 from computewatch.analysis.summary_types import DiagnosisReport
+from computewatch.diagnosis.findings import at_stake_text
 from computewatch.store import RunRow
 from computewatch.units import (
     format_bytes,
@@ -24,9 +25,9 @@ from computewatch.units import (
     format_percent,
     format_seconds,
     format_usd,
+    format_watts,
 )
 from computewatch.views.diagnosis import (
-    at_stake_text,
     evidence_of,
     finding_head,
     findings,
@@ -155,7 +156,7 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
             str(g.get("index")),
             f"{name}\n{g['uuid']}",
             format_bytes(g.get("memory_total_bytes")),
-            "n/a" if g.get("power_limit_watts") is None else f"{g['power_limit_watts']:.0f} W",
+            format_watts(g.get("power_limit_watts")),
             energy,
             format_value(caps.get("gpm")),
             format_value(caps.get("per_process")),

@@ -75,12 +75,15 @@ from computewatch.serverdb.queries import (
 )
 from computewatch.units import (
     MISSING,
+    format_bytes,
     format_duration,
     format_grams,
     format_kwh,
     format_number,
     format_percent,
+    format_seconds,
     format_usd,
+    format_watts,
 )
 from computewatch.views.diagnosis import diagnosis_html
 from computewatch.views.html.page import UPLOT_VERSION, json_for_script
@@ -369,7 +372,7 @@ def _now_data(session: Session, principal: Principal) -> _Now:
                 host=r.host,
                 gpus=gpus_text(r),
                 utilization=format_percent(util),
-                power=MISSING if power is None else f"{power:,.0f} W",
+                power=format_watts(power),
                 energy=format_kwh(r.kwh),
                 cost=format_usd(r.cost_usd),
                 duration=format_duration(now - r.started_at),
@@ -393,7 +396,7 @@ def _now_data(session: Session, principal: Principal) -> _Now:
             runs=n["runs"],
             gpus=n["gpus"],
             models=", ".join(sorted(n["models"])) or "none",
-            power=MISSING if n["power"] is None else f"{n['power']:,.0f} W",
+            power=format_watts(n["power"]),
             idle_gpus=n["idle"],
         )
         for h, n in sorted(nodes.items())
@@ -403,7 +406,7 @@ def _now_data(session: Session, principal: Principal) -> _Now:
     cards = [
         ("running runs", f"{len(rows)}", f"on {len(nodes)} node(s)"),
         ("GPUs held", f"{sum(r.gpu_count for r in rows)}", "by running runs"),
-        ("GPU power now", f"{total_power:,.0f} W" if have_power else MISSING, "latest bucket"),
+        ("GPU power now", format_watts(total_power) if have_power else MISSING, "latest bucket"),
         ("energy so far", format_kwh(sum(kwh)) if kwh else MISSING, "facility, running runs"),
         ("cost so far", format_usd(sum(usd)) if usd else MISSING, "running runs"),
         ("idle GPUs held", f"{idle_gpus}", f"utilization under {IDLE_UTILIZATION:.0%}"),
@@ -616,10 +619,8 @@ def summary_sections(s: Mapping[str, Any]) -> SummaryParts:
                 str(g.get("name") or "?") + (" (simulated)" if g.get("simulated") else ""),
                 format_percent(_num(g.get("utilization_mean"))),
                 format_percent(_num(g.get("sm_active_mean"))),
-                format_number((_num(g.get("memory_peak_bytes")) or 0) / 2**30, 1) + " GiB"
-                if _num(g.get("memory_peak_bytes")) is not None
-                else MISSING,
-                MISSING if power is None else f"{power:,.0f} W",
+                format_bytes(_num(g.get("memory_peak_bytes"))),
+                format_watts(power),
                 format_kwh(energy / 3.6e6 if energy is not None else None),
                 str(g.get("energy_method") or ""),
             ]
@@ -636,9 +637,9 @@ def summary_sections(s: Mapping[str, Any]) -> SummaryParts:
             phases.append(
                 [
                     str(name),
-                    format_number(_num(p.get("seconds")), 3) + " s",
+                    format_seconds(_num(p.get("seconds")), clock=False),
                     format_percent(_num(p.get("share"))),
-                    MISSING if mean is None else f"{mean * 1000:,.1f} ms",
+                    format_seconds(mean, clock=False),
                     str(p.get("steps", "")),
                 ]
             )

@@ -46,6 +46,7 @@ from computewatch.units import (
     format_energy,
     format_percent,
     format_seconds,
+    format_watts,
 )
 from computewatch.views.diagnosis import diagnosis_html
 from computewatch.views.html.bench import bench_section
@@ -633,7 +634,7 @@ def _gpu_table(gpus: list[GpuStats]) -> str:
             escape(format_percent(g.get("tensor_active_mean"))),
             escape(mem),
             escape(format_bytes(g.get("process_memory_peak_bytes"))),
-            escape(MISSING if not isinstance(power, int | float) else f"{power:.0f} W"),
+            escape(format_watts(power if isinstance(power, int | float) else None)),
             escape(energy),
             escape(", ".join(f"{k} {format_seconds(v)}" for k, v in throttled.items()) or "no"),
         ]
