@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
+from computewatch.analysis.summary_types import DiagnosisSection
 from computewatch.paths import make_private_dirs
 from computewatch.store import Store
 
@@ -132,7 +133,7 @@ def link_pending(store: Store, run_key: int, run_id: str) -> None:
         pass
 
 
-def name_captures(diagnosis: object, store: Store, run_key: int) -> None:
+def name_captures(diagnosis: DiagnosisSection, store: Store, run_key: int) -> None:
     """Name the captures taken on a step-time regression in the diagnosis's
     ``step_regression`` finding (one evidence line per capture; in place). Never raises."""
     try:
@@ -141,17 +142,12 @@ def name_captures(diagnosis: object, store: Store, run_key: int) -> None:
         pass
 
 
-def _name_captures(diagnosis: object, artifacts: list[Artifact]) -> None:
+def _name_captures(diagnosis: DiagnosisSection, artifacts: list[Artifact]) -> None:
     caught = [a for a in artifacts if a.get("trigger") == "anomaly"]
-    if not caught or not isinstance(diagnosis, dict):
-        return
-    for f in diagnosis.get("findings") or []:
-        if not isinstance(f, dict) or f.get("id") != "step_regression":
-            continue
-        evidence = f.get("evidence")
-        if isinstance(evidence, dict) and isinstance(evidence.get("lines"), list):
+    for f in diagnosis["findings"] if caught else ():
+        if f["id"] == "step_regression":
             for a in caught:
                 files = ", ".join(a["files"][k] for k in sorted(a["files"]))
-                evidence["lines"].append(
+                f["evidence"]["lines"].append(
                     f"{a['tool']} capture taken when the regression was detected: {files}"
                 )
