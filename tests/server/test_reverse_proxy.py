@@ -34,6 +34,7 @@ from playwright.sync_api import ConsoleMessage, sync_playwright
 from tests.conftest import CLI
 from tests.server.conftest import ServerProcess, batch, synthetic_upload
 from tests.server.proxies import PROXIES, Pki, Proxy, make_pki
+from tests.server.web.conftest import EVENTS_OPEN
 
 from computewatch.cli import server as cli_server
 from computewatch.governance import accounts
@@ -378,7 +379,7 @@ def test_the_dashboard_through_the_proxy_in_chromium(stack: Stack) -> None:
                 assert response is not None and response.ok, (path, response and response.status)
             # The live path: the "Now" page's event stream, through the proxy, shows a run
             # that starts while the page is open.
-            page.wait_for_function("window.computewatchEvents !== undefined")
+            page.wait_for_function(EVENTS_OPEN)
             events_url = page.evaluate("window.computewatchEvents.source.url")
             assert events_url == f"{base}{EVENTS}"
             up = synthetic_upload("live0001", name="just-started", final=False,

@@ -44,6 +44,14 @@ CHROMIUM_ARGS = [
     "--disable-quic",
 ]
 EVENTS_PATH = "/api/v1/events"
+EVENTS_OPEN = (
+    "window.computewatchEvents !== undefined"
+    " && window.computewatchEvents.source.readyState === EventSource.OPEN"
+)
+"""A page's event stream is subscribed: the server subscribes before it sends the stream's
+headers, and the browser's EventSource is OPEN once it has them. (The page's
+``computewatchEvents`` exists from the moment the EventSource is made, before its request has
+reached the server: a change stored in between is never sent to it.)"""
 
 
 @dataclass

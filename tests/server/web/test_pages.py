@@ -18,7 +18,7 @@ import httpx
 import pytest
 from tests.conftest import Receiver
 from tests.server.conftest import ServerProcess, batch
-from tests.server.web.conftest import Opened, seeded_upload
+from tests.server.web.conftest import EVENTS_OPEN, Opened, seeded_upload
 
 from computewatch.upload.protocol import PROTOCOL_HEADER, RunUpload
 
@@ -306,7 +306,7 @@ def test_now_page_updates_live(
     o = open_page(s.url, admin)
     o.goto("/")
     assert o.page.locator("#none-running").count() == 1
-    o.page.wait_for_function("window.computewatchEvents !== undefined")
+    o.page.wait_for_function(EVENTS_OPEN)
     up = seeded_upload("live0001", name="just-started", status="running", duration=120)
     post(s, ingest, up)
     o.page.wait_for_selector("#running tr[data-run=live0001]", timeout=30_000)
@@ -314,7 +314,7 @@ def test_now_page_updates_live(
     # The run's own page follows it too: it ends while we look at it.
     o.goto("/runs/live0001")
     assert o.page.locator(".cards .card .value").first.inner_text() == "running"
-    o.page.wait_for_function("window.computewatchEvents !== undefined")
+    o.page.wait_for_function(EVENTS_OPEN)
     done = {**up, "seq": 2, "final": True, "status": "completed", "ended_at": time.time()}
     post(s, ingest, done)  # type: ignore[arg-type]
     o.page.wait_for_function(
@@ -422,7 +422,7 @@ def test_live_across_server_processes(
     ingest = a.token("ml", "ingest")
     o = open_page(a.url, admin)
     o.goto("/")
-    o.page.wait_for_function("window.computewatchEvents !== undefined")
+    o.page.wait_for_function(EVENTS_OPEN)
     post(b, ingest, seeded_upload("fan00001", name="elsewhere", status="running", duration=60))
     o.page.wait_for_selector("#running tr[data-run=fan00001]", timeout=30_000)
     o.check_clean()
