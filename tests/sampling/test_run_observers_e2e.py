@@ -90,11 +90,14 @@ def test_alert_rules_fire_and_resolve_during_a_run(
         "builtin: false\n"
         "rules:\n"
         "  - name: Stepping\n"
-        "    expr: rate(computewatch_job_steps_total[1s]) > 5\n"
+        "    expr: rate(computewatch_job_steps_total[3s]) > 5\n"
         "    severity: info\n"
         '    message: "{labels.job} steps at {value:.0f}/s"\n'
     )
-    script = make_script("stepper.py", STEPPER.format(busy=3, idle=3))
+    # A 3 s window with ticks every 0.2 s: a tick or two late on a loaded machine still leaves
+    # two points in it, where a 1 s window would lose the rate (resolve) and fire again. The idle
+    # end (5 s) outlasts the window, so the rate falls to zero before the run ends.
+    script = make_script("stepper.py", STEPPER.format(busy=4, idle=5))
     r = cw(
         "run", "--quiet", "--interval", "0.2", "--alerts", rules, "--notify", "terminal",
         "--notify", f"webhook:{receiver.url}/hook", "--", sys.executable, script,
