@@ -251,9 +251,14 @@ def test_replayed_gpus_are_simulated_too(tmp_path: Path):
 
 def test_a_process_of_a_computewatch_run_shows_its_run_id(tmp_path: Path):
     env = {**os.environ, "COMPUTEWATCH_RUN_ID": "0123abcd4567"}
-    code = "import sys; sys.stdin.readline()"
-    child = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, env=env)
+    code = "import sys; print('up', flush=True); sys.stdin.readline()"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+    )
     try:
+        # Popen returns when the exec begins, before the kernel sets the new image's command
+        # line and environment: a read then finds them empty. The child's line says it is done.
+        assert child.stdout is not None and child.stdout.readline() == b"up\n"
         with TopCollector("none", prime_seconds=0.05) as c:
             row = _rows(c.snapshot()).get(child.pid)
     finally:
