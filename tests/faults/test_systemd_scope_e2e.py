@@ -94,7 +94,7 @@ def systemd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_ = tmp_path / "bin"
     bin_.mkdir()
     fake = bin_ / "systemd-run"
-    fake.write_text(f"#!{sys.executable} -I\n{FAKE}")
+    fake.write_text(f"#!{sys.executable} -IS\n{FAKE}")  # no site: a quick start
     fake.chmod(0o755)
     nocg = tmp_path / "nocg"
     nocg.mkdir()

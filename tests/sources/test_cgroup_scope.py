@@ -192,6 +192,8 @@ if mode == "fail":
 if mode == "crash":
     os.abort()
 if mode == "hang":
+    if os.environ.get("READY"):  # its signal handlers are in place: the test may signal it
+        open(os.environ["READY"], "w").close()
     time.sleep(600)
 if mode == "slow":
     time.sleep(0.5)
@@ -202,14 +204,15 @@ os.execv(cmd[0], cmd)
 @pytest.fixture
 def launcher(tmp_path: Path) -> Iterator[Path]:
     exe = tmp_path / "systemd-run"
-    exe.write_text(f"#!{sys.executable} -I\n{LAUNCHER}")
+    exe.write_text(f"#!{sys.executable} -IS\n{LAUNCHER}")  # no site: a quick start
     exe.chmod(0o755)
     yield exe
 
 
-def _start(launcher: Path, mode: str, command: list[str]) -> int:
+def _start(launcher: Path, mode: str, command: list[str], ready: Path | None = None) -> int:
     argv = [str(launcher), "--scope", "--unit=computewatch-r1", "--", *command]
-    return os.posix_spawn(str(launcher), argv, {**os.environ, "MODE": mode})
+    env = {**os.environ, "MODE": mode, "READY": str(ready or "")}
+    return os.posix_spawn(str(launcher), argv, env)
 
 
 def _await(pid: int, command: str, **kw: float) -> object:
@@ -267,9 +270,15 @@ def test_systemd_run_hanging_is_stopped_and_killed_before_its_exec(launcher: Pat
     assert _gone(pid)
 
 
-def test_killed_by_a_signal_before_its_exec_is_not_restarted(launcher: Path) -> None:
-    pid = _start(launcher, "hang", ["/bin/true"])
-    time.sleep(0.2)
+def test_killed_by_a_signal_before_its_exec_is_not_restarted(
+    launcher: Path, tmp_path: Path
+) -> None:
+    ready = tmp_path / "ready"
+    pid = _start(launcher, "hang", ["/bin/true"], ready)
+    deadline = time.monotonic() + 60
+    while not ready.exists():  # a SIGINT during the interpreter's start aborts it instead
+        assert time.monotonic() < deadline, "the launcher never started"
+        time.sleep(0.01)
     os.kill(pid, signal.SIGINT)  # as Ctrl-C would
     got = _await(pid, "/bin/true")
     assert got.started and "killed by SIGINT" in (got.note or "")
