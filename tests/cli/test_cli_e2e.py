@@ -24,6 +24,8 @@ from typing import Any
 import pexpect
 import pytest
 
+from computewatch.sampling.sampler import FLUSH_SECONDS
+
 PY = sys.executable
 MiB = 1024 * 1024
 
@@ -373,7 +375,16 @@ def test_kill_9_of_the_supervisor_loses_at_most_the_last_seconds(cw, make_script
         s = cw.show("last")
         assert s["id"] == runs[0]["id"]
         assert s["status"] == "interrupted"
-        assert s["samples"]["count"] >= 0.8 * (elapsed - 2.0) / interval, (elapsed, s["samples"])
+        # What is lost is the tail since the last flush (every second): the run's end is the
+        # last stored data's time (store.reconcile), which is at most that flush period, a tick
+        # and a loaded machine's scheduling delay (1 s more) before the kill. The tick rate
+        # itself is not asserted: a loaded machine skips ticks.
+        assert s["samples"]["count"] >= 2, s["samples"]
+        assert _epoch(s["ended_at"]) >= killed_at - FLUSH_SECONDS - interval - 1.0, (
+            s["ended_at"],
+            killed_at,
+            elapsed,
+        )
         assert any("killed" in n and "last stored sample" in n for n in s["notes"]), s["notes"]
         assert s["cpu"]["seconds_total"] is not None
         assert _integrity_problems(cw.db) == []
