@@ -166,6 +166,32 @@ def test_collector_cpu_shares_run_ids_and_what_is_listed(tree: FakeProc, max_fds
         assert snap.host.cpu_ratio == pytest.approx(0.0)
 
 
+def test_a_process_read_in_the_middle_of_its_exec_is_described_again(tree: FakeProc):
+    # A python that forks and execs python again keeps its comm; read mid-exec, the new image's
+    # command line and environment are still empty. The next refresh reads them again.
+    tree.proc(20, comm="python3", ticks=0, cmdline=[], environ={})
+    clock = Clock()
+
+    def sleep(seconds: float) -> None:  # it uses CPU during the priming read: listed
+        clock.now += seconds
+        tree.proc(20, comm="python3", ticks=HZ, cmdline=[], environ={})
+
+    with TopCollector(
+        "none", procfs_root=str(tree.root), prime_seconds=1.0, clock=clock, sleep=sleep
+    ) as c:
+        row = _rows(c.snapshot())[20]
+        assert row.command == "[python3]" and row.run_id is None
+        tree.proc(20, comm="python3", ticks=2 * HZ, cmdline=["python3", "train.py"],
+                  environ={"COMPUTEWATCH_RUN_ID": "run3"})  # fmt: skip
+        clock.now += 1.0
+        row = _rows(c.snapshot())[20]
+        assert row.command == "python3 train.py" and row.run_id == "run3"
+        # Settled once read: later changes to the files are not re-read without an exec.
+        tree.proc(20, comm="python3", ticks=3 * HZ, cmdline=["other"])
+        clock.now += 1.0
+        assert _rows(c.snapshot())[20].command == "python3 train.py"
+
+
 def test_close_releases_every_descriptor(tree: FakeProc):
     for pid in range(20, 30):
         tree.proc(pid, ticks=pid)

@@ -195,6 +195,7 @@ class _Proc:
     run_id_readable: bool
     ticks: int  # utime + stime at the last read
     generation: int  # the refresh that last saw it
+    settled: bool = True  # False: read mid-exec (no command line yet), described again
 
 
 class TopCollector:
@@ -427,7 +428,7 @@ class TopCollector:
                         prev = None if first else 0
                     else:
                         prev = p.ticks
-                        if comm != p.comm:  # exec: a new command line and environment
+                        if comm != p.comm or not p.settled:  # exec: new argv and environ
                             self._describe(p, comm, fields)
                 ticks = int(fields[11]) + int(fields[12])
                 rss = int(fields[21]) * PAGE_SIZE
@@ -465,10 +466,14 @@ class TopCollector:
         p.comm = comm
         p.user = self._user_of(base)
         args = read_cmdline(self._root, p.pid, self._command_width * 4 + 4)
+        kthread = int(fields[6]) & PF_KTHREAD
+        # A process in the middle of its exec (the image replaced, its argument and environment
+        # bounds not yet set) reads an empty command line and environment, as a zombie does:
+        # read again at the next refresh rather than kept, since comm need not change at exec.
+        p.settled = bool(args) or bool(kthread)
         # Shown for every user's processes: secrets redacted as in stored command lines.
         text = " ".join(redact_argv(args)) if args else f"[{decode_text(comm)}]"
         p.command = "".join(c if c.isprintable() else " " for c in text[: self._command_width])
-        kthread = int(fields[6]) & PF_KTHREAD
         env = {} if kthread else read_environ(self._root, p.pid, (ENV_RUN_ID,))
         p.run_id_readable = env is not None
         p.run_id = (env or {}).get(ENV_RUN_ID) or None
