@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from computewatch.fleet.attribution import Attributor, TeamMap
-from computewatch.fleet.node import NodeOptions, NodeSampler
+from computewatch.fleet.node import UNSETTLED_TICKS, NodeOptions, NodeSampler
 from computewatch.metrics.model import MetricSample
 from computewatch.sources.host import HostSource
 from computewatch.sources.nvidia import NvidiaSource
@@ -169,6 +169,40 @@ def test_exits_keep_counters_once_and_jobs_expire(proc_tree: Any, tmp_path: Path
     s = n.tick(5.0)
     assert not find(s, "computewatch_job_info", team="x")
     assert find(s, "computewatch_job_info", job="7")
+    n.node.close()
+
+
+def test_a_process_read_in_the_middle_of_its_exec_is_adopted_once_it_is_done(
+    proc_tree: Any, tmp_path: Path
+) -> None:
+    """Read mid-exec, a process's command line and environment are empty; its job, found once
+    for its life, would be the user's catch-all. It waits (at most UNSETTLED_TICKS ticks) and
+    is attributed by its own environment, with all its CPU time."""
+    n = Node(proc_tree, tmp_path)
+    t = proc_tree
+    n.tick()
+    t.add(200, "python", uid=1000)
+    (t.root / "200" / "cmdline").write_bytes(b"")  # the exec under way
+    t.set_cpu(200, ticks(1))
+    s = n.tick(1.0)
+    assert not find(s, "computewatch_job_info", job="process:alice")
+    assert not find(s, "computewatch_job_info", job="run-abc")
+    (t.root / "200" / "cmdline").write_bytes(b"python\0train.py\0")
+    (t.root / "200" / "environ").write_bytes(b"COMPUTEWATCH_RUN_ID=run-abc\0")
+    t.set_cpu(200, ticks(2))
+    s = n.tick(1.0)
+    assert value(s, "computewatch_job_cpu_seconds_total", job="run-abc") == pytest.approx(2.0)
+    assert not find(s, "computewatch_job_info", job="process:alice")
+    # A process whose command line stays empty (an exec with no arguments) is adopted after
+    # the wait, as it is.
+    t.add(201, "odd", uid=1000)
+    (t.root / "201" / "cmdline").write_bytes(b"")
+    t.set_cpu(201, ticks(1), name="odd")
+    for _ in range(UNSETTLED_TICKS):
+        s = n.tick(1.0)
+        assert not find(s, "computewatch_job_processes", job="process:alice")
+    s = n.tick(1.0)
+    assert value(s, "computewatch_job_cpu_seconds_total", job="process:alice") == pytest.approx(1.0)
     n.node.close()
 
 

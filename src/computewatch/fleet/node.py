@@ -64,6 +64,9 @@ from computewatch.sources.rapl import SUMMED_DOMAINS, RaplSource
 __all__ = ["JobGpus", "NodeOptions", "NodeSampler", "open_node"]
 
 IDLE_UTILIZATION = 0.05  # a held GPU below this utilization counts as idle (the contract's)
+UNSETTLED_TICKS = 3
+"""Ticks a new process with an empty command line (read mid-exec) waits to be adopted; one that
+keeps it empty (argv of nothing) is adopted after them as it is."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +218,9 @@ class NodeSampler:
         self._procs = self._cache.procs
         self._jobs: dict[JobIdentity, _Job] = {}
         self._first = True
+        # New processes read in the middle of their exec, adopted at a later tick: by PID, their
+        # start time, the ticks they have waited and whether they were there at the first tick.
+        self._unsettled: dict[int, tuple[int, int, bool]] = {}
         self._last_mono: float | None = None
         self._host_busy: float | None = None
         self._host_total: float | None = None
@@ -299,12 +305,15 @@ class NodeSampler:
     def _discover(self) -> None:
         """Adopt processes never seen: one listing, only when a process was born since."""
         try:
-            new = self._cache.new_pids(force=self._first)
+            new = self._cache.new_pids(force=self._first or bool(self._unsettled))
         except OSError as e:
             self.note(f"cannot list {self._root}: {e.strerror or e}", "listdir")
             return
         for pid in new or ():
             self._adopt(pid)
+        if new is not None:
+            for pid in self._unsettled.keys() - new:
+                del self._unsettled[pid]  # gone
 
     def _adopt(self, pid: int) -> None:
         base = os.path.join(self._root, str(pid))
@@ -325,12 +334,26 @@ class NodeSampler:
         except (OSError, ValueError, IndexError):
             self._cache.release(stat)
             return
+        first = self._first
+        if rest[0] != b"Z" and read_file(os.path.join(base, "cmdline"), 1) == b"":
+            # In the middle of its exec: the new image's command line and environment are not
+            # set yet and read empty, and the identity found now would be kept for the
+            # process's life. It is adopted at a later tick instead (its CPU time is counted
+            # from its start all the same, or from the agent's first tick for one there then).
+            waited_start, waited, first = self._unsettled.get(pid, (start, 0, first))
+            if waited_start != start:
+                waited, first = 0, self._first
+            if waited < UNSETTLED_TICKS:
+                self._cache.release(stat)
+                self._unsettled[pid] = (start, waited + 1, first)
+                return
+        self._unsettled.pop(pid, None)
         ident = self.attributor.identify(pid, start, uid)
         job = self._jobs.get(ident)
         if job is None:
             job = self._jobs[ident] = _Job(ident, self._node, self._clock())
         p = _Proc(pid, start, stat, name, job)
-        if self._first:  # usage from before the agent started is not counted
+        if first:  # usage from before the agent started is not counted
             p.baseline = stat_cpu_seconds(rest)
         if self.options.per_process:
             pairs = dict(job.lbl)
