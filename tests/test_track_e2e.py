@@ -18,6 +18,7 @@ from statistics import median
 from typing import Any
 
 import pytest
+from tests.track_waits import SOURCE
 
 PY = sys.executable
 
@@ -137,7 +138,11 @@ def test_step_statistics(cw, tmp_path, form, where):
         assert 0.9 * per_step / high <= steps[f"{key}_per_second"] <= 1.1 * per_step / low
 
 
-STANDALONE = """
+# The block lasts until the sampler, which may start late on a loaded machine, has stored three
+# ticks; the wait sleeps 0.1 s between its light polls, so the CPU figure stays the busy loop's.
+STANDALONE = (
+    SOURCE
+    + """
 import json, os, sys, time
 import computewatch
 
@@ -149,6 +154,7 @@ with computewatch.track(name="solo", tags={"team": "red", "lr": 0.1}, interval=0
     while time.process_time() - t0 < 0.5:
         pass
     time.sleep(0.5)
+    wait_for_ticks(run, 3)
 with open(out, "w") as f:
     json.dump(
         {
@@ -163,6 +169,7 @@ with open(out, "w") as f:
         f,
     )
 """
+)
 
 
 def test_track_standalone_stores_a_run(cw, tmp_path):

@@ -9,8 +9,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
+
+from tests.track_waits import SOURCE
 
 from computewatch.sources.gpus import open_backend
 
@@ -202,17 +205,25 @@ def test_devices_text_lists_fake_gpus_as_simulated(cw):
 
 def test_track_on_a_fake_h100_reads_gpm(cw, make_script, tmp_path):
     out = tmp_path / "summary.json"
+    # GPM figures come from two consecutive samples: the block lasts until the sampler (which
+    # may start late on a loaded machine) has stored three ticks.
     script = make_script(
         "track_h100.py",
-        """
-        import json, sys, time
-        import computewatch
+        SOURCE
+        + textwrap.dedent(
+            """
+            import json, sys, time
+            import computewatch
 
-        with computewatch.track(name="h100", interval=0.1, gpu_backend="fake:1xH100-SXM") as run:
-            time.sleep(0.8)
-        with open(sys.argv[1], "w") as f:
-            json.dump(run.summary, f)
-        """,
+            with computewatch.track(
+                name="h100", interval=0.1, gpu_backend="fake:1xH100-SXM"
+            ) as run:
+                time.sleep(0.8)
+                wait_for_ticks(run, 3)
+            with open(sys.argv[1], "w") as f:
+                json.dump(run.summary, f)
+            """
+        ),
     )
     r = subprocess.run(
         [PY, str(script), str(out)],
