@@ -257,7 +257,11 @@ def test_killed_sampler_does_not_stop_user_code(cw, tmp_path):
     assert cw.show("sampler-killed") == s
 
 
-TRACKED_DIES = """
+# The process dies once its background thread has written the 5 steps to the spool (a fixed
+# sleep could end before a late thread ran, and the steps would die with the process).
+TRACKED_DIES = (
+    SOURCE
+    + """
 import os, signal, sys, time
 import computewatch
 
@@ -267,15 +271,16 @@ for _ in range(5):
     run.step()
 with open(sys.argv[1], "w") as f:
     f.write(str(run.sampler_pid))
-time.sleep(0.5)
+wait_for_spooled_steps(run, 5)
 os.kill(os.getpid(), signal.SIGKILL)
 """
+)
 
 
 def test_sampler_stores_the_run_when_the_tracked_process_dies(cw, tmp_path):
     pid_file = tmp_path / "sampler.pid"
     r = _python(cw, _script(tmp_path, "dies.py", TRACKED_DIES), pid_file)
-    assert r.returncode == -9
+    assert r.returncode == -9, r.stderr
     assert pid_file.exists()
 
     def stored() -> bool:

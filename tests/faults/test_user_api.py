@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.track_waits import SOURCE
+
 MISUSE = """
 import json, math, sys, time
 import computewatch
@@ -95,14 +97,16 @@ def test_a_bad_value_raises_at_the_call_and_nothing_else_breaks(
     assert summary["steps"]["samples_total"] == 160
 
 
-FULL_DISK = """
+FULL_DISK = (
+    SOURCE
+    + """
 import resource, signal, sys, time
 import computewatch
 
 with computewatch.track(name="full-disk") as r:
     for _ in range(5):
         r.step(samples=1)
-    time.sleep(0.6)  # the background thread writes these
+    wait_for_spooled_steps(r, 5)  # the background thread writes these (late on a busy machine)
     # From here every write past the spool file's current size fails (EFBIG), as on a full
     # disk; SIGXFSZ is ignored so that the write reports the error instead of killing us.
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -114,6 +118,7 @@ with computewatch.track(name="full-disk") as r:
 print("program done", flush=True)
 sys.exit(4)
 """
+)
 
 
 def test_a_failing_spool_write_is_one_warning_and_the_status_is_the_programs(
