@@ -15,7 +15,7 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 from tests.conftest import CLI, CW, Receiver
-from tests.server.conftest import batch, synthetic_upload
+from tests.server.conftest import batch, started_this_month, synthetic_upload
 
 from computewatch.server.app import create_app
 from computewatch.serverdb.tokens import create_token
@@ -139,7 +139,9 @@ def test_a_hanging_budget_target_holds_nothing(
         h = {"Authorization": f"Bearer {admin}"}
         httpx.post(
             s.url + "/api/v1/runs",
-            json=batch(synthetic_upload("hang0001", kwh=9.0)),
+            json=batch(
+                synthetic_upload("hang0001", kwh=9.0, started_at=started_this_month(3600.0))
+            ),
             headers={"Authorization": f"Bearer {ingest}"},
         ).raise_for_status()
         httpx.post(

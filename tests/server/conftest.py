@@ -54,6 +54,7 @@ from typing import Any
 import httpx
 import pytest
 
+from computewatch.server.budgets import period_bounds
 from computewatch.upload.protocol import PROTOCOL_VERSION, IngestBatch, RunUpload
 
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
@@ -423,6 +424,16 @@ def _figure(value: float | None, unit: str, method: str, spread: float = 0.2) ->
         "assumptions": [],
         "source": "test",
     }
+
+
+def started_this_month(duration: float) -> float:
+    """A start time for a synthetic run of ``duration`` seconds that counts in this month's
+    caps and budgets (which take the runs started in the period): ended a minute ago where the
+    month is that old, else starting just after the month began (and ending after now). In the
+    first hours of a month, a run that ended a minute ago would have started in the last."""
+    now = time.time()
+    month, _ = period_bounds("month", now)
+    return max(now - duration - 60, month + 1)
 
 
 def synthetic_upload(

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import CW, TIMEOUT
-from tests.server.conftest import ServerProcess, batch
+from tests.server.conftest import ServerProcess, batch, started_this_month
 
 from computewatch.governance import accounts
 from computewatch.governance.ledger_ops import export, verify_database
@@ -57,7 +57,10 @@ def test_caps_and_verification_decide(
         s.commit()
     assert _check(db).allow  # 80 GPU-hours of 100
     with db.session() as s:  # 8 GPUs for an hour already this month
-        store_batch(s, "quux", batch(make_upload(gpus=8, duration=3600.0)))
+        store_batch(
+            s, "quux",
+            batch(make_upload(gpus=8, duration=3600.0, started_at=started_this_month(3600.0))),
+        )  # fmt: skip
     d = _check(db, hours=12.0)
     assert not d.allow and "GPU-hour cap" in d.reasons[0] and d.used_gpu_hours == pytest.approx(8)
     with db.session() as s:

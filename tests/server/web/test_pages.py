@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.conftest import Receiver
-from tests.server.conftest import ServerProcess, batch
+from tests.server.conftest import ServerProcess, batch, started_this_month
 from tests.server.web.conftest import EVENTS_OPEN, Opened, seeded_upload
 
 from computewatch.upload.protocol import PROTOCOL_HEADER, RunUpload
@@ -346,7 +346,8 @@ def test_budget_progress_and_alert_once(
     s = server()
     admin = s.token("ops", "admin")
     ingest = s.token("ml", "ingest")
-    post(s, ingest, seeded_upload("bud00001", name="big", kwh=9.0, cost=40.0))
+    started = started_this_month(7200.0)  # budgets take the runs started in their period
+    post(s, ingest, seeded_upload("bud00001", name="big", kwh=9.0, cost=40.0, started_at=started))
     o = open_page(s.url, admin)
     o.goto("/budgets")
     page = o.page
@@ -379,7 +380,7 @@ def test_budget_progress_and_alert_once(
     assert evaluations() >= seen + 2
     assert len(receiver.bodies) == 1
     # Crossing 100% is delivered once.
-    post(s, ingest, seeded_upload("bud00002", name="more", kwh=2.0, cost=1.0))
+    post(s, ingest, seeded_upload("bud00002", name="more", kwh=2.0, cost=1.0, started_at=started))
     receiver.wait(lambda r: len(r.bodies) >= 2)
     assert [a["labels"]["threshold"] for a in receiver.alerts()] == ["0.5", "1"]
     # A restarted server remembers what was sent (the database keeps it).
