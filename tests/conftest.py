@@ -18,6 +18,7 @@ import datetime
 import ipaddress
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -241,16 +242,40 @@ def store(tmp_path: Path) -> Iterator[Store]:
     s.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _outside_ephemeral_range() -> tuple[int, int]:
+    """Ports the kernel never hands out by itself: below (else above) its ephemeral range, from
+    which it picks the port of every bind to port 0 and of every outgoing connection."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999  # Linux's default
+    return (10_000, low - 1) if low > 12_000 else (high + 1, 65_535)
+
+
+_PORTS = _outside_ephemeral_range()
+_PORT_PICKS = random.Random(os.getpid())
+
+
+def free_loopback_port() -> int:
+    """A loopback port nothing listens on now, for a server a test starts a moment later. It is
+    drawn outside the kernel's ephemeral range: a port from ``bind(("", 0))`` could be handed
+    again, meanwhile, to another test's connection or server (all the workers share the host),
+    and the server would then fail to start on it."""
+    for _ in range(1000):
+        port = _PORT_PICKS.randint(*_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {_PORTS}")
 
 
 @pytest.fixture(scope="session")
 def free_port() -> Callable[[], int]:
     """``free_port()`` is a loopback TCP port nothing listens on (at the moment of asking)."""
-    return _free_port
+    return free_loopback_port
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 60.0) -> None:
@@ -287,7 +312,7 @@ class Prometheus:
     a context manager that stops it."""
 
     def __init__(self, config: Path, tsdb: Path, *args: str, log: Path | None = None) -> None:
-        port = _free_port()
+        port = free_loopback_port()
         self.url = f"http://127.0.0.1:{port}"
         self.log = log or tsdb.parent / f"{tsdb.name}.prometheus.log"
         with open(self.log, "wb") as out:

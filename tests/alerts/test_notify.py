@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import io
-import socket
 from typing import Any
 
 import pytest
+from tests.conftest import free_loopback_port
 
 from computewatch.alerts import AlertSink, Engine, Target, parse_rules, parse_target
 from computewatch.alerts.notify import backoff_delays
@@ -127,9 +127,7 @@ def test_a_stuck_endpoint_never_blocks_on_metrics(receiver: Any) -> None:
 
 
 def test_a_dead_endpoint_is_retried_without_blocking() -> None:
-    with socket.socket() as probe:  # a port with nothing listening: connection refused
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_loopback_port()  # a port with nothing listening: connection refused
     out = io.StringIO()
     sk = sink([f"alertmanager:http://127.0.0.1:{port}"], out, attempts=3)
     for i in range(20):

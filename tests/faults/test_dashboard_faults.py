@@ -5,7 +5,6 @@ answers holds neither the pages nor the server's stop."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi.testclient import TestClient
-from tests.conftest import CLI, CW, Receiver
+from tests.conftest import CLI, CW, Receiver, free_loopback_port
 from tests.server.conftest import batch, started_this_month, synthetic_upload
 
 from computewatch.server.app import create_app
@@ -38,7 +37,7 @@ def test_bad_budget_target_is_one_line(cw: CLI, tmp_path: Path) -> None:
     config.write_text('[server]\nbudget_notify = ["pager:http://x"]\n')
     r = subprocess.run(
         [*CW, "server", "--db", f"sqlite:///{tmp_path / 's.db'}", "--listen",
-         f"127.0.0.1:{_free_port()}"],
+         f"127.0.0.1:{free_loopback_port()}"],
         capture_output=True, text=True, timeout=120, env=cw.env(COMPUTEWATCH_CONFIG=str(config)),
         check=False,
     )  # fmt: skip
@@ -46,12 +45,6 @@ def test_bad_budget_target_is_one_line(cw: CLI, tmp_path: Path) -> None:
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert lines[-1].startswith("computewatch: [server] budget_notify:"), r.stderr
     assert "Traceback" not in r.stderr
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_odd_summaries_still_give_a_page(app_client: tuple[Any, str, str]) -> None:

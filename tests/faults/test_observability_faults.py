@@ -7,7 +7,6 @@ from __future__ import annotations
 import io
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
     ExportMetricsServiceRequest,
 )
+from tests.conftest import free_loopback_port
 
 from computewatch.exporters.otlp import OtlpSink
 from computewatch.metrics.model import MetricSample
@@ -33,9 +33,7 @@ def samples(v: float) -> list[MetricSample]:
 
 
 def closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])  # closed again: nothing listens there
+    return free_loopback_port()  # nothing listens there
 
 
 class HungEndpoint:

@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+from tests.conftest import free_loopback_port
 from tests.server.conftest import PostgresCluster, ServerProcess, batch, synthetic_upload
 
 from computewatch.upload.protocol import RunUpload
@@ -266,14 +267,6 @@ def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.parametrize(
     ("args", "status", "says"),
     [
@@ -302,7 +295,7 @@ def test_bad_flags_are_one_line(args: list[str], status: int, says: str, tmp_pat
 def test_unreachable_database_is_one_line_without_the_password(
     command: list[str], tmp_path: Path
 ) -> None:
-    url = f"postgresql+psycopg://cw:hunter2@127.0.0.1:{_free_port()}/cw"
+    url = f"postgresql+psycopg://cw:hunter2@127.0.0.1:{free_loopback_port()}/cw"
     r = _cli(*command, "--db", url, home=tmp_path / "home")
     assert r.returncode == 1, r.stderr
     assert "cannot be used" in r.stderr and "OperationalError" in r.stderr

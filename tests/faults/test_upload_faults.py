@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from tests.conftest import free_loopback_port
 
 PY = sys.executable
 TOKEN = "cwt_faults-token-abcdef"
@@ -125,9 +126,7 @@ def test_push_to_a_failing_server_keeps_the_runs(
 
 def test_push_to_nothing_listening(cw: Any) -> None:
     cw.ok("run", "--quiet", "--", PY, "-c", "pass")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_loopback_port()
     r = cw("push", "--server", f"http://127.0.0.1:{port}", "--token", TOKEN)
     assert r.returncode == 1
     line = _one_line(r.stderr)
@@ -215,9 +214,7 @@ def test_a_run_left_to_the_spool_is_pushed_later(
 def test_track_with_a_server_down(cw: Any, tmp_path: Path) -> None:
     """track() with nothing listening at the server: the program's status and output are its
     own, the run is stored, and one line says it waits for push."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_loopback_port()
     script = tmp_path / "tracked.py"
     script.write_text(
         "import sys, computewatch\n"

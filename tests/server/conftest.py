@@ -40,7 +40,6 @@ import itertools
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -53,6 +52,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.conftest import free_loopback_port
 
 from computewatch.server.budgets import period_bounds
 from computewatch.upload.protocol import PROTOCOL_VERSION, IngestBatch, RunUpload
@@ -60,12 +60,6 @@ from computewatch.upload.protocol import PROTOCOL_VERSION, IngestBatch, RunUploa
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 PY = sys.executable
 START_TIMEOUT = 60.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------------
@@ -94,7 +88,7 @@ class PostgresCluster:
         if os.geteuid() == 0:
             shutil.chown(self.dir, "postgres", "postgres")
             shutil.chown(self.sock, "postgres", "postgres")
-        self.port = _free_port()
+        self.port = free_loopback_port()
         self._names = itertools.count(1)
         r = subprocess.run(
             _as_postgres(
@@ -255,7 +249,7 @@ class ServerProcess:
         self.tls = tls
         if tls is not None:
             self.args += ["--tls-cert", str(tls[0]), "--tls-key", str(tls[1])]
-        self.port = _free_port()
+        self.port = free_loopback_port()
         self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         self.log = home / f"server-{self.port}.log"
         self._clients: list[httpx.Client] = []

@@ -20,7 +20,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -32,6 +31,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from tests.conftest import free_loopback_port
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "server.md"
 SECTION = "## TLS and a reverse proxy"
@@ -43,9 +43,7 @@ START_TIMEOUT = 30.0
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_loopback_port()
 
 
 # -- the documented configurations ----------------------------------------------------------------

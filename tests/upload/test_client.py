@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 
 import pytest
+from tests.conftest import free_loopback_port
 from tests.upload.conftest import FakeIngest
 
 from computewatch.upload.client import (
@@ -114,9 +114,7 @@ def test_an_answer_that_is_not_an_ingest_response(ingest: FakeIngest) -> None:
 
 
 def test_unreachable() -> None:
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_loopback_port()  # a port nobody listens on
     with pytest.raises(ServerUnreachable) as info:
         Client(f"http://user:pw@127.0.0.1:{port}", TOKEN).ingest(_batch())
     assert info.value.retryable

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import io
 import random
-import socket
 from pathlib import Path
 
+from tests.conftest import free_loopback_port
 from tests.upload.conftest import FakeIngest, stored_run, wait_until
 
 from computewatch.store import COMPLETED, Store
@@ -56,10 +56,7 @@ def test_streams_while_running_then_the_final_state(tmp_path: Path, ingest: Fake
 
 
 def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
+    return free_loopback_port()
 
 
 def test_an_unreachable_server_leaves_the_run_for_push(tmp_path: Path) -> None:
