@@ -14,10 +14,12 @@ import pytest
 from computewatch.sources.procfs import (
     CLK_TCK,
     ENVIRON_LIMIT,
+    PF_KTHREAD,
     PidBirths,
     ProcessCache,
     StatHandle,
     environ_values,
+    mid_exec,
     parse_stat,
     read_environ,
     split_stat,
@@ -138,6 +140,17 @@ def test_read_environ_of_a_real_process_keeps_only_the_names_asked() -> None:
         child.communicate(b"")
     # once reaped, the PID is gone: no environment, which is not a refusal
     assert read_environ("/proc", child.pid, ("COMPUTEWATCH_RUN_ID",)) == {}
+
+
+def test_mid_exec_is_an_empty_command_line_of_a_live_user_process() -> None:
+    live = parse_stat(stat_text(7, "python").encode())[1]
+    zombie = parse_stat(stat_text(7, "python", state="Z").encode())[1]
+    kthread = list(live)
+    kthread[6] = str(PF_KTHREAD).encode()
+    assert mid_exec(live, b"") and mid_exec(live, [])
+    assert not mid_exec(live, b"p") and not mid_exec(live, ["python"])
+    assert not mid_exec(live, None)  # unreadable: nothing known
+    assert not mid_exec(zombie, b"") and not mid_exec(kthread, b"")
 
 
 def test_a_zombie_has_an_empty_environment() -> None:

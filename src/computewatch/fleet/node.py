@@ -53,6 +53,7 @@ from computewatch.sources.procfs import (
     PF_KTHREAD,
     ProcessCache,
     StatHandle,
+    mid_exec,
     parse_stat,
     read_cmdline,
     read_file,
@@ -335,11 +336,10 @@ class NodeSampler:
             self._cache.release(stat)
             return
         first = self._first
-        if rest[0] != b"Z" and read_file(os.path.join(base, "cmdline"), 1) == b"":
-            # In the middle of its exec: the new image's command line and environment are not
-            # set yet and read empty, and the identity found now would be kept for the
-            # process's life. It is adopted at a later tick instead (its CPU time is counted
-            # from its start all the same, or from the agent's first tick for one there then).
+        if mid_exec(rest, read_file(os.path.join(base, "cmdline"), 1)):
+            # Its identity, found once for its life, would miss its environment: it is adopted
+            # at a later tick instead (its CPU time is counted from its start all the same, or
+            # from the agent's first tick for one there then).
             waited_start, waited, first = self._unsettled.get(pid, (start, 0, first))
             if waited_start != start:
                 waited, first = 0, self._first

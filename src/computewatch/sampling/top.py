@@ -40,6 +40,7 @@ from computewatch.sources.procfs import (
     ProcessCache,
     StatHandle,
     default_fd_budget,
+    mid_exec,
     read_cmdline,
     read_environ,
     read_file,
@@ -467,10 +468,8 @@ class TopCollector:
         p.user = self._user_of(base)
         args = read_cmdline(self._root, p.pid, self._command_width * 4 + 4)
         kthread = int(fields[6]) & PF_KTHREAD
-        # A process in the middle of its exec (the image replaced, its argument and environment
-        # bounds not yet set) reads an empty command line and environment, as a zombie does:
-        # read again at the next refresh rather than kept, since comm need not change at exec.
-        p.settled = bool(args) or bool(kthread)
+        # Read mid-exec: described again at the next refresh (comm need not change at exec).
+        p.settled = not mid_exec(fields, args)
         # Shown for every user's processes: secrets redacted as in stored command lines.
         text = " ".join(redact_argv(args)) if args else f"[{decode_text(comm)}]"
         p.command = "".join(c if c.isprintable() else " " for c in text[: self._command_width])

@@ -17,7 +17,7 @@ import contextlib
 import errno
 import os
 import resource
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from computewatch.escape import decode_text
@@ -33,6 +33,7 @@ __all__ = [
     "StatHandle",
     "close_fd",
     "environ_values",
+    "mid_exec",
     "open_ro",
     "parse_stat",
     "pread_all",
@@ -173,6 +174,21 @@ def parse_stat(raw: bytes) -> tuple[str, list[bytes]]:
     """A /proc/PID/stat text as the command name (decoded) and the fields after it."""
     comm, fields = split_stat(raw)
     return decode_text(comm), fields
+
+
+def mid_exec(fields: list[bytes], cmdline: bytes | Sequence[str] | None) -> bool:
+    """Whether a process (its stat ``fields``, and its ``cmdline`` as read: bytes, arguments,
+    or None when unreadable) is in the middle of an exec: its new image's argument and
+    environment bounds are not set yet, so its command line and environment read empty. A
+    zombie or a kernel thread reads so for good and is not; an unreadable file says nothing.
+    Whatever is read of such a process once and kept (its job, its run id) is read again later.
+    """
+    return (
+        cmdline is not None
+        and not cmdline
+        and fields[STATE] != b"Z"
+        and not int(fields[FLAGS]) & PF_KTHREAD
+    )
 
 
 def stat_cpu_seconds(fields: list[bytes], *, children: bool = True) -> float:
