@@ -19,19 +19,23 @@ import time
 from typing import Any
 
 
-def wait_for_ticks(run: Any, ticks: int = 3, give_up: float = 60.0) -> None:
-    """Until the sampler of the standalone ``run`` has stored ``ticks`` ticks; polled every
-    0.1 s (a read-only open and one query: a fraction of a millisecond of the script's CPU)."""
+def stored_ticks(db: Any, run_id: str) -> int:
+    """How many ticks the store at ``db`` holds of run ``run_id`` (0 before the sampler has
+    made the database or the run): a read-only open and one query."""
     from computewatch.store import Store, StoreError
 
+    try:
+        with Store.open_readonly(db) as store:
+            return len(store.ticks(store.find_run(run_id).key))
+    except (StoreError, sqlite3.Error):
+        return 0
+
+
+def wait_for_ticks(run: Any, ticks: int = 3, give_up: float = 60.0) -> None:
+    """Until the sampler of the standalone ``run`` has stored ``ticks`` ticks; polled every
+    0.1 s (a fraction of a millisecond of the script's CPU each)."""
     deadline = time.monotonic() + give_up
-    while True:
-        try:
-            with Store.open_readonly(run.db_path) as store:
-                if len(store.ticks(store.find_run(run.id).key)) >= ticks:
-                    return
-        except (StoreError, sqlite3.Error):
-            pass  # the sampler has not made the database or the run yet
+    while stored_ticks(run.db_path, run.id) < ticks:
         if time.monotonic() > deadline:
             raise AssertionError(f"the sampler stored fewer than {ticks} ticks in {give_up:g} s")
         time.sleep(0.1)
@@ -61,6 +65,7 @@ def wait_for_spooled_steps(run: Any, steps: int, give_up: float = 60.0) -> None:
 SOURCE = "\n\n".join(
     [
         "import os, sqlite3, time\nfrom typing import Any",
+        inspect.getsource(stored_ticks),
         inspect.getsource(wait_for_ticks),
         inspect.getsource(wait_for_spooled_steps),
         "",

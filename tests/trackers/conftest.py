@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.track_waits import stored_ticks
 
 
 @pytest.fixture(autouse=True)
@@ -50,8 +51,6 @@ with computewatch.track(name="train", interval=0.2, gpu_backend="fake:1xH100-SXM
 def train_until_ticks(run: Any, db: Path, ticks: int = 3, timeout: float = 60.0) -> None:
     """Step every 40 ms until the run's sampler has stored ``ticks`` ticks (on a loaded machine
     the sampler can start late: a fixed number of steps might all come before its first)."""
-    from computewatch.store import Store, StoreError
-
     deadline = time.monotonic() + timeout
     n = 0
     while time.monotonic() < deadline:
@@ -59,11 +58,6 @@ def train_until_ticks(run: Any, db: Path, ticks: int = 3, timeout: float = 60.0)
             time.sleep(0.04)
             run.step(samples=32, tokens=256)
         n += 5
-        try:
-            with Store.open_readonly(db) as store:
-                key = store.find_run(run.id).key
-                if n >= 15 and len(store.ticks(key)) >= ticks:
-                    return
-        except StoreError:
-            continue  # not created yet
+        if n >= 15 and stored_ticks(db, run.id) >= ticks:
+            return
     raise AssertionError(f"the sampler stored fewer than {ticks} ticks in {timeout:g} s")
