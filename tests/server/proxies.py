@@ -42,10 +42,6 @@ CADDY = shutil.which("caddy") or "/usr/bin/caddy"
 START_TIMEOUT = 30.0
 
 
-def free_port() -> int:
-    return free_loopback_port()
-
-
 # -- the documented configurations ----------------------------------------------------------------
 
 
@@ -180,7 +176,7 @@ class Proxy:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.pki = pki
         self.upstream_port = upstream_port
-        self.port = free_port()
+        self.port = free_loopback_port()
         self.url = f"https://127.0.0.1:{self.port}"
         self.log = self.dir / "output.log"
         self.config = self.write_config()
