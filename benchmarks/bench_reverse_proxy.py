@@ -41,8 +41,9 @@ from common import HERE, Section, cli_main
 # The proxies' configurations come from docs/server.md through the tests' own helper, so that
 # what is measured is what the documentation shows.
 sys.path.insert(0, str(HERE.parent))
+from tests.conftest import free_loopback_port
 from tests.server.conftest import batch, synthetic_upload
-from tests.server.proxies import PROXIES, Pki, Proxy, free_port, make_pki
+from tests.server.proxies import PROXIES, Pki, Proxy, make_pki
 
 from computewatch.upload.client import Client, encode_batch
 from computewatch.upload.protocol import MAX_BODY_BYTES, PROTOCOL_HEADER
@@ -54,7 +55,7 @@ EVENTS = 20
 
 
 def _start_server(home: Path) -> tuple[subprocess.Popen[bytes], int, str]:
-    port = free_port()
+    port = free_loopback_port()
     db = f"sqlite:///{home / 'server.db'}"
     env = dict(os.environ, COMPUTEWATCH_HOME=str(home))
     proc = subprocess.Popen(
