@@ -144,6 +144,12 @@ with computewatch.track(name="ddp") as run:
 # seen on a loaded machine.
 dist.barrier()
 dist.destroy_process_group()
+# The run's data is complete (the block's end closed its step writer). Leave without the
+# interpreter's finalization: on a loaded machine torch's own threads have aborted a rank there
+# (std::terminate, "terminate called without an active exception") after its work was done.
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
 """
 
 
