@@ -153,9 +153,32 @@ def add_governance_parsers(sub: Any) -> None:
         "in the export, or the server's key file with --db",
     )
     ve.add_argument("--key", metavar="FILE", help="with --db: the server's signing key file")
+    ve.add_argument(
+        "--head",
+        metavar="FILE",
+        help="with --db: the head the server published (default: beside its key file); the "
+        "database must still hold it, so deleting its newest entries is caught",
+    )
+    ve.add_argument(
+        "--allow-unsigned-tail",
+        action="store_true",
+        help="accept entries after the last signed checkpoint: they are then checked only "
+        "against each other, which does not prove the server wrote them, nor that the export "
+        "is not cut short or its checkpoints dropped",
+    )
     ve.add_argument("--json", action="store_true", help="JSON output")
     pk = lsub.add_parser("public-key", help="print the server's public key (for auditors)")
     pk.add_argument("--key", metavar="FILE", help="the signing key file")
+    kg = lsub.add_parser(
+        "keygen",
+        help="create the server's signing key, or rotate it (--rotate)",
+        description="Create the ledger's Ed25519 signing key (refused when the file exists). "
+        "With --rotate --db URL: the current key signs a new one in a key-rotation entry of "
+        "the ledger, the new key replaces it and the old one is kept as FILE.<id>.retired.",
+    )
+    kg.add_argument("--key", metavar="FILE", help="the signing key file")
+    kg.add_argument("--rotate", action="store_true", help="replace the key, recorded in the log")
+    kg.add_argument("--db", metavar="URL", help=f"with --rotate: {_DB_HELP}")
 
     gov = sub.add_parser(
         "governance",

@@ -4,6 +4,7 @@ computewatch.governance (parsers in :mod:`computewatch.cli.governance`)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,7 +18,11 @@ from computewatch.governance import accounts, remote
 from computewatch.governance.accounts import Account
 from computewatch.governance.ledger_ops import (
     export,
+    head_path,
     key_path,
+    keygen,
+    open_existing,
+    rotate,
     server_key,
     verify_database,
     write_export,
@@ -31,7 +36,7 @@ from computewatch.governance.status import (
     status_json,
 )
 from computewatch.governance.tiers import DEFAULT_TIERS, Tier, parse_tiers
-from computewatch.ledger.keys import encode_public, read_public_key
+from computewatch.ledger.keys import encode_public, key_id, read_public_key
 from computewatch.ledger.verify import Verdict, read_export, verify
 from computewatch.serverdb.engine import Database, open_database, upgrade
 from computewatch.units import format_bytes, format_flop
@@ -66,22 +71,56 @@ def _emit(doc: object) -> None:
     sys.stdout.write("\n")
 
 
+def _key_file(args: argparse.Namespace) -> Path:
+    return key_path(Path(args.key).expanduser() if getattr(args, "key", None) else None)
+
+
 def cmd_ledger(args: argparse.Namespace) -> int:
     if args.ledger_cmd == "public-key":
-        key = server_key(Path(args.key).expanduser() if args.key else None)
-        print(encode_public(key.public_key()))
+        print(encode_public(server_key(_key_file(args)).public_key()))
         return 0
+    if args.ledger_cmd == "keygen":
+        return _keygen(args)
     if args.ledger_cmd == "export":
         out = Path(args.output).expanduser()
         server = _remote(args)
         if server is not None:
             size = write_export(server.ledger_export(), out)
         else:
-            key = server_key(Path(args.key).expanduser() if args.key else None)
-            size = write_export(export(_db(args.db), key), out)
+            path = _key_file(args)
+            key = server_key(path)
+            db = open_existing(args.db)
+            upgrade(db)
+            size = write_export(export(db, key, path), out)
         print(f"{PROG}: ledger written to {out} ({format_bytes(size)})", file=sys.stderr)
         return 0
     return _verify(args)
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    path = _key_file(args)
+    if not args.rotate:
+        if args.db:
+            raise UsageError("ledger keygen: --db goes with --rotate")
+        print(encode_public(keygen(path).public_key()))
+        return 0
+    old = server_key(path)
+    db = open_existing(args.db)
+    upgrade(db)
+    fresh = path.with_name(path.name + ".new")
+    fresh.unlink(missing_ok=True)
+    new = keygen(fresh)
+    try:
+        rotate(db, old, new, path)
+    except BaseException:
+        fresh.unlink(missing_ok=True)
+        raise
+    retired = path.with_name(f"{path.name}.{key_id(old.public_key())}.retired")
+    os.replace(path, retired)
+    os.replace(fresh, path)
+    print(encode_public(new.public_key()))
+    print(f"{PROG}: key rotated; the old key is kept as {retired}", file=sys.stderr)
+    return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -91,15 +130,24 @@ def _verify(args: argparse.Namespace) -> int:
     if args.public_key:
         trusted = read_public_key(Path(args.public_key).expanduser())
     if args.file:
+        if args.head:
+            raise UsageError("ledger verify: --head goes with --db")
         header, entries = read_export(Path(args.file).expanduser())
-        verdict = verify(entries, header, trusted)
+        verdict = verify(entries, header, trusted, require_signed_head=not args.allow_unsigned_tail)
+        if args.allow_unsigned_tail and verdict.ok:
+            verdict.notes.append(
+                "--allow-unsigned-tail: entries after the last signed checkpoint were checked "
+                "only against each other; nothing proves the server wrote them or that the "
+                "export is whole"
+            )
         where = args.file
     else:
-        if trusted is None:  # the server's own key: a file outside the database
-            path = key_path(Path(args.key).expanduser() if args.key else None)
-            if path.exists():
-                trusted = server_key(path).public_key()
-        verdict = verify_database(_db(args.db), trusted)
+        db = open_existing(args.db)
+        path = _key_file(args)
+        if trusted is None and path.exists():  # the server's own key: a file outside the DB
+            trusted = server_key(path).public_key()
+        head = Path(args.head).expanduser() if args.head else head_path(path)
+        verdict = verify_database(db, trusted, head)
         where = "the database"
     _print_verdict(verdict, where, args.json)
     return 0 if verdict.ok else 1

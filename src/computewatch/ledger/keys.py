@@ -68,6 +68,25 @@ def read_public_key(path: Path) -> Ed25519PublicKey:
     return decode_public(text)
 
 
+def load_private_key(path: Path, what: str = "ledger signing key") -> Ed25519PrivateKey:
+    """The private key in ``path``; a missing file is a :class:`LedgerError` (exit status 2)
+    naming it: reading a key never creates one."""
+    if not path.exists():
+        raise LedgerError(
+            f"no {what} at {path}: only the server (or 'computewatch ledger keygen') creates "
+            "one; give the server's key with --key FILE",
+            exit_code=2,
+        )
+    return load_or_create_private_key(path)
+
+
+def create_private_key(path: Path) -> Ed25519PrivateKey:
+    """A new private key written to ``path`` (mode 0600); an existing file is refused."""
+    if path.exists():
+        raise LedgerError(f"{path} exists already: a key is never overwritten", exit_code=2)
+    return load_or_create_private_key(path)
+
+
 def load_or_create_private_key(path: Path) -> Ed25519PrivateKey:
     """The private key in ``path``; a new one written there (mode 0600) when the file is
     missing. An existing key other users could read or change is refused (``chmod 600``)."""
@@ -121,6 +140,38 @@ def checkpoint_valid(body: Mapping[str, Any], key: Ed25519PublicKey) -> bool:
     except (KeyError, ValueError, TypeError, binascii.Error, InvalidSignature, UnicodeError):
         return False
     return True
+
+
+ROTATION_KIND = "key-rotation"
+"""An entry recording that the server's signing key changed: the old key signs the new one
+(:func:`rotation_body`); checkpoints before it are signed by the old key, after it by the new."""
+_ROTATION_CONTEXT = b"computewatch-ledger-key-rotation:v1:"
+
+
+def rotation_body(old: Ed25519PrivateKey, new: Ed25519PublicKey) -> dict[str, Any]:
+    """The body of a key-rotation entry: both public keys, the new one signed by the old."""
+    message = _ROTATION_CONTEXT + f"{key_id(new)}:{encode_public(new)}".encode("ascii")
+    return {
+        "old_key_id": key_id(old.public_key()),
+        "old_public_key": encode_public(old.public_key()),
+        "new_key_id": key_id(new),
+        "new_public_key": encode_public(new),
+        "signature": _b64(old.sign(message)),
+    }
+
+
+def rotation_keys(body: Mapping[str, Any]) -> tuple[Ed25519PublicKey, Ed25519PublicKey] | None:
+    """``(old, new)`` of a key-rotation body whose signature by the old key holds (else None)."""
+    try:
+        old = decode_public(str(body["old_public_key"]))
+        new = decode_public(str(body["new_public_key"]))
+        if key_id(old) != body["old_key_id"] or key_id(new) != body["new_key_id"]:
+            return None
+        message = _ROTATION_CONTEXT + f"{key_id(new)}:{encode_public(new)}".encode("ascii")
+        old.verify(base64.b64decode(str(body["signature"]), validate=True), message)
+    except (KeyError, ValueError, TypeError, binascii.Error, InvalidSignature, LedgerError):
+        return None
+    return old, new
 
 
 def sign_report(report: Mapping[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:

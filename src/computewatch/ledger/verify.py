@@ -34,11 +34,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from computewatch.ledger.chain import GENESIS, Entry, LedgerError, canonical
 from computewatch.ledger.keys import (
     CHECKPOINT_KIND,
+    ROTATION_KIND,
     checkpoint_valid,
     decode_public,
     encode_public,
     key_id,
     report_valid,
+    rotation_keys,
 )
 from computewatch.ledger.reports import shape_problem
 
@@ -199,9 +201,7 @@ def verify(
     """Check ``entries`` (in the order they were read) as a chain starting at the header's
     ``first_seq``/``first_prev``; the verdict names the first problem found."""
     v = Verdict()
-    keys: Mapping[str, Ed25519PublicKey] = (
-        {key_id(trusted): trusted} if trusted is not None else header.public_keys
-    )
+    keys = _trusted_keys(entries, header, trusted)
     if trusted is None:
         v.notes.append(
             "no --public-key given: checkpoints were checked against the keys in the export, "
@@ -216,6 +216,8 @@ def verify(
     for i, e in enumerate(entries):
         positions.setdefault(e.seq, []).append(i)
     expected, prev = header.first_seq, header.first_prev
+    covered: int | None = None
+    """The last entry a valid checkpoint covers (a checkpoint right after its head: itself)."""
     nodes: dict[str, _NodeKey] = {}
     for i, e in enumerate(entries):
         if e.recomputed() != e.hash:
@@ -236,6 +238,11 @@ def verify(
                 return _fail(v, e.seq, "signature", problem)
             v.checkpoints += 1
             v.last_signed_seq = int(e.body["head_seq"])
+            covered = e.seq if v.last_signed_seq == e.seq - 1 else v.last_signed_seq
+        elif e.kind == ROTATION_KIND:
+            if rotation_keys(e.body) is None:
+                return _fail(v, e.seq, "signature", f"key-rotation entry {e.seq} is not signed "
+                             "by the key it retires")  # fmt: skip
         elif e.kind == NODE_KEY_KIND:
             problem = _node_key(e, nodes)
             if problem is not None:
@@ -260,11 +267,42 @@ def verify(
         what = "removed from the end" if missing > 0 else "appended"
         message = f"{abs(missing)} entries were {what} (the header counts {header.entries})"
         return _fail(v, expected, "removed" if missing > 0 else "inserted", message)
-    if require_signed_head and entries and v.last_signed_seq != entries[-1].seq:
-        unsigned = entries[-1].seq - (v.last_signed_seq or header.first_seq - 1)
-        return _fail(v, entries[-1].seq, "unsigned",
-                     f"the last {unsigned} entries follow the last signed checkpoint")  # fmt: skip
+    if require_signed_head and covered != (entries[-1].seq if entries else None):
+        last = entries[-1].seq if entries else header.first_seq - 1
+        first = (covered or header.first_seq - 1) + 1
+        return _fail(v, first, "unsigned",
+                     f"entries {first} to {last} are not covered by a signed checkpoint "
+                     f"({v.checkpoints} checkpoints hold): checkpoints were dropped or the "
+                     "export is cut, so nothing proves these entries are the server's"
+                     )  # fmt: skip
     return v
+
+
+@dataclass(frozen=True, slots=True)
+class _Signer:
+    key: Ed25519PublicKey
+    retired_at: int | None = None
+    """The seq of the key-rotation entry that retired it (None: still in use)."""
+
+
+def _trusted_keys(
+    entries: Sequence[Entry], header: Header, trusted: Ed25519PublicKey | None
+) -> dict[str, _Signer]:
+    """The keys checkpoints may be signed with: ``trusted`` (else the header's), and each key
+    that a key-rotation entry, signed by it, names as the predecessor of a trusted one, valid
+    until that rotation."""
+    if trusted is None:
+        out = {kid: _Signer(k) for kid, k in header.public_keys.items()}
+    else:
+        out = {key_id(trusted): _Signer(trusted)}
+    rotations = [(e.seq, rotation_keys(e.body)) for e in entries if e.kind == ROTATION_KIND]
+    for seq, pair in reversed(rotations):
+        if pair is None:
+            continue
+        old, new = pair
+        if key_id(new) in out:
+            out[key_id(old)] = _Signer(old, seq)
+    return out
 
 
 def _out_of_order(
@@ -283,14 +321,19 @@ def _out_of_order(
 
 
 def _checkpoint(
-    e: Entry, entries: Sequence[Entry], first_seq: int, keys: Mapping[str, Ed25519PublicKey]
+    e: Entry, entries: Sequence[Entry], first_seq: int, keys: Mapping[str, _Signer]
 ) -> str | None:
     body = e.body
     kid = body.get("key_id")
-    key = keys.get(kid) if isinstance(kid, str) else None
-    if key is None:
+    signer = keys.get(kid) if isinstance(kid, str) else None
+    if signer is None:
         return f"checkpoint {e.seq} is signed by key {kid!r}, which is not a trusted key"
-    if not checkpoint_valid(body, key):
+    if signer.retired_at is not None and e.seq > signer.retired_at:
+        return (
+            f"checkpoint {e.seq} is signed by key {kid}, retired by the key rotation at entry "
+            f"{signer.retired_at}"
+        )
+    if not checkpoint_valid(body, signer.key):
         return f"checkpoint {e.seq}'s signature does not match what it vouches for"
     head_seq = body.get("head_seq")
     if head_seq == e.seq - 1 and body.get("head_hash") == e.prev:

@@ -16,6 +16,7 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Request, Response
@@ -25,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from computewatch.config import ConfigError, load_config
 from computewatch.governance import accounts
-from computewatch.governance.ledger_ops import export, server_key
+from computewatch.governance.ledger_ops import export, key_path, publish_latest, server_key
 from computewatch.governance.reminders import due_reminders, reminder_events
 from computewatch.governance.status import (
     find_model,
@@ -170,7 +171,8 @@ def ledger_export(
     principal: Annotated[Principal, Depends(require_admin)],
     db: Annotated[Database, Depends(get_database)],
 ) -> StreamingResponse:
-    lines = list(export(db, server_key()))  # read whole: one snapshot, then streamed
+    path = _key_file()
+    lines = list(export(db, server_key(path, create=True), path))  # one snapshot, then streamed
     return StreamingResponse(iter(lines), media_type="application/x-ndjson")
 
 
@@ -190,19 +192,32 @@ def maintain_once(db: Database, now: float | None = None) -> None:
         config = load_config()
     except ConfigError:
         config = None
-    key = server_key(None if config is None else config.governance_ledger_key)
+    path = key_path(None if config is None else config.governance_ledger_key)
+    key = server_key(path, create=True)  # the server is the one that creates its key
     years = (config.governance_retention_years if config else None) or DEFAULT_RETENTION_YEARS
     cutoff = dt.datetime.fromtimestamp(now - years * 365.25 * 86_400, dt.UTC)
     with db.session() as session:
         prune_before(session, format_time(cutoff))
         refresh(session, _tiers(), now=now)
         reminders = due_reminders(session, now)
-        if due_for_checkpoint(session) or _unsigned_since(session, now) > SIGN_AFTER_SECONDS:
+        signed = due_for_checkpoint(session) or _unsigned_since(session, now) > SIGN_AFTER_SECONDS
+        if signed:
             checkpoint(session, key)
         session.commit()
+    if signed:
+        publish_latest(db, path)
     targets = () if config is None else tuple(config.server_budget_notify)
     if reminders and targets:
         _notifier(targets).send_events(reminder_events(reminders, now))
+
+
+def _key_file() -> Path:
+    """The server's signing key file (``[governance] ledger_key`` or the default)."""
+    try:
+        config = load_config()
+    except ConfigError:
+        return key_path()
+    return key_path(config.governance_ledger_key)
 
 
 @functools.cache
