@@ -39,7 +39,6 @@ from computewatch.serverdb.changes import Change, changes_after
 from computewatch.serverdb.engine import Database
 from computewatch.serverdb.errors import IngestConflict, InvalidUpload
 from computewatch.serverdb.ingest import (
-    SUPPORTED_PROTOCOLS,
     parse_batch,
     protocol_mismatch,
     store_batch,
@@ -60,12 +59,11 @@ from computewatch.serverdb.queries import (
 )
 from computewatch.upload.protocol import (
     MAX_BODY_BYTES,
-    MAX_POINTS,
-    MAX_RUNS_PER_BATCH,
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
     IngestResponse,
 )
+from computewatch.upload.schema import batch_json_schema
 
 __all__ = ["HEARTBEAT_SECONDS", "api_error", "parse_time", "router"]
 
@@ -114,81 +112,9 @@ def parse_time(text: str | None, name: str) -> float | None:
 
 # -- ingest ----------------------------------------------------------------------------------------
 
-_FIGURE = {"type": ["number", "null"]}
-_INGEST_SCHEMA: Final[dict[str, Any]] = {
-    "type": "object",
-    "required": ["protocol", "runs"],
-    "properties": {
-        "protocol": {"type": "integer", "enum": list(SUPPORTED_PROTOCOLS)},
-        "runs": {
-            "type": "array",
-            "maxItems": MAX_RUNS_PER_BATCH,
-            "items": {
-                "type": "object",
-                "required": [
-                    "id",
-                    "seq",
-                    "final",
-                    "name",
-                    "status",
-                    "exit_code",
-                    "started_at",
-                    "ended_at",
-                    "host",
-                    "user",
-                    "project",
-                    "tags",
-                    "command",
-                    "summary",
-                    "meta",
-                    "series",
-                ],
-                "properties": {
-                    "id": {"type": "string", "maxLength": 64},
-                    "seq": {"type": "integer", "minimum": 1},
-                    "final": {"type": "boolean"},
-                    "name": {"type": ["string", "null"]},
-                    "status": {"type": "string"},
-                    "exit_code": {"type": ["integer", "null"]},
-                    "started_at": {"type": "number"},
-                    "ended_at": _FIGURE,
-                    "host": {"type": "string"},
-                    "user": {"type": "string"},
-                    "project": {"type": ["string", "null"]},
-                    "tags": {"type": "object", "additionalProperties": {"type": "string"}},
-                    "command": {"type": "array", "items": {"type": "string"}},
-                    "summary": {"type": ["object", "null"]},
-                    "meta": {"type": "object"},
-                    "series": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["name", "labels", "bucket_seconds", "points"],
-                            "properties": {
-                                "name": {"type": "string"},
-                                "labels": {
-                                    "type": "object",
-                                    "additionalProperties": {"type": "string"},
-                                },
-                                "bucket_seconds": {"type": "number", "minimum": 0},
-                                "points": {
-                                    "type": "array",
-                                    "maxItems": MAX_POINTS,
-                                    "items": {
-                                        "type": "array",
-                                        "items": {"type": "number"},
-                                        "minItems": 4,
-                                        "maxItems": 4,
-                                    },
-                                },
-                            },
-                        },
-                    },
-                },
-            },
-        },
-    },
-}
+_INGEST_SCHEMA: Final[dict[str, Any]] = batch_json_schema()
+"""The body of ``POST /runs`` as the protocol's models say it (computewatch.upload.schema), for
+the OpenAPI description: the body is read by hand (gzip, size limit), then validated by them."""
 
 
 DRAIN_BYTES = 4 * MAX_BODY_BYTES

@@ -17,7 +17,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Request, Response
 from fastapi.responses import StreamingResponse
@@ -68,6 +68,107 @@ class CheckRequest(BaseModel):
     model: str | None = Field(default=None, max_length=200)
 
 
+# -- answers (docs/governance.md, docs/accounts.md: the documented JSON, described) --------------
+
+
+class FlopEstimate(BaseModel):
+    """A FLOP figure and its range."""
+
+    value: float
+    low: float
+    high: float
+
+
+class TierOut(BaseModel):
+    tier: str
+    state: str
+    """crossed, forecast, approaching, below or unknown."""
+    threshold: float
+    judged_flop: float | None
+    method: str | None
+    rule: str
+    note: str
+
+
+class ObligationOut(BaseModel):
+    id: int
+    tier: str
+    trigger: str
+    state: str
+    opened_at: str
+    """ISO 8601, UTC."""
+    deadline: str | None
+    days_left: float | None
+    reference: str | None
+
+
+class ModelStatusOut(BaseModel):
+    """``GET /governance/status``: one model's compute, tiers and obligations."""
+
+    model: str
+    base_model: str | None
+    base_known: bool
+    runs: int
+    gpu_hours: float
+    energy_kwh: float
+    training_seconds: float
+    own_flop: dict[str, FlopEstimate]
+    cumulative_flop: dict[str, FlopEstimate]
+    judged_flop: float | None
+    judged_method: str | None
+    forecast_additional_flop_high: float | None
+    tiers: list[TierOut]
+    obligations: list[ObligationOut]
+
+
+class ReportRunOut(BaseModel):
+    run_id: str
+    stage: str
+    counts_as_training: bool
+    status: str
+    started_at: str
+    duration_seconds: float
+    gpu_hours: float
+    energy_kwh: float | None
+    hardware: list[str]
+    flop: dict[str, FlopEstimate]
+
+
+class TimelinePoint(BaseModel):
+    time: str
+    own_flop_high: dict[str, float]
+
+
+class ModelReportOut(ModelStatusOut):
+    """``GET /governance/models/{model}/report``: the status, every run included and the
+    timeline of cumulative compute (the notification pack's data)."""
+
+    runs_included: list[ReportRunOut]
+    timeline: list[TimelinePoint]
+    generated_at: str
+    privacy: str
+
+
+class ObligationDoneOut(BaseModel):
+    id: int
+    model: str
+    tier: str
+    state: str
+    reference: str | None
+
+
+class CheckOut(BaseModel):
+    """``POST /accounts/{account}/check``: whether the account may start the job, and why."""
+
+    decision: Literal["allow", "deny"]
+    account: str
+    reasons: list[str]
+    request_gpu_hours: float
+    request_flop_high: float | None
+    used_gpu_hours_this_month: float
+    used_flop_high_this_month: float
+
+
 async def access_logger(
     request: Request, call_next: Callable[[Request], Awaitable[Response]]
 ) -> Response:
@@ -103,7 +204,7 @@ def _tiers() -> tuple[Tier, ...]:
     return parse_tiers(config.governance_tiers, str(config.path))
 
 
-@router.get("/governance/status")
+@router.get("/governance/status", response_model=list[ModelStatusOut])
 def governance_status(
     principal: Annotated[Principal, Depends(require_read)],
     session: Annotated[Session, Depends(db_session)],
@@ -114,7 +215,7 @@ def governance_status(
     return status_json(statuses, now)
 
 
-@router.get("/governance/models/{model}/report")
+@router.get("/governance/models/{model}/report", response_model=ModelReportOut)
 def governance_report(
     model: str,
     principal: Annotated[Principal, Depends(require_read)],
@@ -131,7 +232,7 @@ def governance_report(
     return report_doc(statuses[name], now)
 
 
-@router.post("/governance/obligations/{obligation}/done")
+@router.post("/governance/obligations/{obligation}/done", response_model=ObligationDoneOut)
 def obligation_done(
     obligation: int,
     reference: Annotated[str, Body(embed=True, min_length=1, max_length=2000)],
@@ -148,7 +249,7 @@ def obligation_done(
             "reference": view.reference}  # fmt: skip
 
 
-@router.post("/accounts/{account}/check")
+@router.post("/accounts/{account}/check", response_model=CheckOut)
 def account_check(
     account: str,
     request: Annotated[CheckRequest, Body()],

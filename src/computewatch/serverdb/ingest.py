@@ -17,10 +17,8 @@ from __future__ import annotations
 import datetime
 import json
 import math
-import re
 import time
 import zlib
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -28,7 +26,6 @@ from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
 from computewatch.jsonout import dumps as json_dumps
-from computewatch.ledger.reports import shape_problem
 from computewatch.redact import redact_argv, redact_mapping
 from computewatch.serverdb.engine import SQLITE_BEGIN
 from computewatch.serverdb.errors import IngestConflict, InvalidUpload
@@ -41,14 +38,12 @@ from computewatch.serverdb.node_keys import (
     refusal,
 )
 from computewatch.upload.protocol import (
-    MAX_POINTS,
-    MAX_RUNS_PER_BATCH,
     PROTOCOL_VERSION,
     IngestBatch,
     IngestResult,
     RunUpload,
-    SeriesUpload,
 )
+from computewatch.upload.schema import InvalidBatch, validate_batch
 
 __all__ = [
     "NOTIFY_CHANNEL",
@@ -63,11 +58,6 @@ __all__ = [
 SUPPORTED_PROTOCOLS: Final = (PROTOCOL_VERSION,)
 NOTIFY_CHANNEL: Final = "computewatch_runs"
 """PostgreSQL channel a NOTIFY is sent on for each stored upload (payload: the change as JSON)."""
-
-MAX_DEPTH: Final = 64
-MAX_SERIES_PER_RUN: Final = 500
-_RUN_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
-_MAX_INT: Final = 2**63 - 1
 
 
 @dataclass(frozen=True)
@@ -118,186 +108,10 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
-def _check_doc(value: Any, where: str, depth: int = 0) -> None:
-    """A JSON document a database can hold: no NUL character, no lone surrogate, bounded depth."""
-    if depth > MAX_DEPTH:
-        raise InvalidUpload(f"{where}: nested deeper than {MAX_DEPTH} levels")
-    if isinstance(value, str):
-        _check_str(value, where)
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            _check_str(k, where)
-            _check_doc(v, f"{where}.{k}" if len(where) < 200 else where, depth + 1)
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            _check_doc(v, f"{where}[{i}]" if len(where) < 200 else where, depth + 1)
-
-
-def _check_str(value: str, where: str) -> None:
-    if "\x00" in value:
-        raise InvalidUpload(f"{where}: a string holds a NUL character")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidUpload(f"{where}: a string holds a lone surrogate (not UTF-8)") from None
-
-
-def _str(doc: Mapping[str, Any], key: str, where: str, *, max_len: int, null: bool = False) -> Any:
-    if key not in doc:
-        raise InvalidUpload(f"{where}.{key}: missing")
-    v = doc[key]
-    if v is None and null:
-        return None
-    if not isinstance(v, str):
-        raise InvalidUpload(f"{where}.{key}: expected a string{' or null' if null else ''}")
-    if len(v) > max_len:
-        raise InvalidUpload(f"{where}.{key}: longer than {max_len} characters")
-    _check_str(v, f"{where}.{key}")
-    return v
-
-
-def _int(doc: Mapping[str, Any], key: str, where: str, *, low: int, null: bool = False) -> Any:
-    if key not in doc:
-        raise InvalidUpload(f"{where}.{key}: missing")
-    v = doc[key]
-    if v is None and null:
-        return None
-    if not isinstance(v, int) or isinstance(v, bool):
-        raise InvalidUpload(f"{where}.{key}: expected a whole number{' or null' if null else ''}")
-    if not low <= v <= _MAX_INT:
-        raise InvalidUpload(f"{where}.{key}: out of range ({low} to {_MAX_INT})")
-    return v
-
-
-def _time(doc: Mapping[str, Any], key: str, where: str, *, null: bool = False) -> Any:
-    if key not in doc:
-        raise InvalidUpload(f"{where}.{key}: missing")
-    v = doc[key]
-    if v is None and null:
-        return None
-    if not isinstance(v, int | float) or isinstance(v, bool):
-        raise InvalidUpload(f"{where}.{key}: expected Unix seconds{' or null' if null else ''}")
-    if not 0 <= v < 1e11:
-        raise InvalidUpload(f"{where}.{key}: not a plausible Unix time ({v})")
-    return float(v)
-
-
-def _str_map(doc: Mapping[str, Any], key: str, where: str) -> dict[str, str]:
-    v = doc.get(key)
-    if not isinstance(v, dict):
-        raise InvalidUpload(f"{where}.{key}: expected an object of strings")
-    if len(v) > 200:
-        raise InvalidUpload(f"{where}.{key}: more than 200 entries")
-    for k, x in v.items():
-        if not isinstance(x, str):
-            raise InvalidUpload(f"{where}.{key}.{k}: expected a string")
-        if not k or len(k) > 200 or len(x) > 1000:
-            raise InvalidUpload(f"{where}.{key}.{k}: keys 1 to 200 characters, values 1000 at most")
-        _check_str(k, f"{where}.{key}")
-        _check_str(x, f"{where}.{key}.{k}")
-    return cast(dict[str, str], v)
-
-
-def _series(v: Any, where: str) -> SeriesUpload:
-    if not isinstance(v, dict):
-        raise InvalidUpload(f"{where}: expected an object")
-    name = _str(v, "name", where, max_len=200)
-    labels = _str_map(v, "labels", where)
-    bucket = v.get("bucket_seconds")
-    if not isinstance(bucket, int | float) or isinstance(bucket, bool) or not 0 <= bucket < 1e9:
-        raise InvalidUpload(f"{where}.bucket_seconds: expected a number of seconds >= 0")
-    points = v.get("points")
-    if not isinstance(points, list):
-        raise InvalidUpload(f"{where}.points: expected a list of [t, min, mean, max]")
-    if len(points) > MAX_POINTS:
-        raise InvalidUpload(f"{where}.points: more than {MAX_POINTS} points")
-    for i, p in enumerate(points):
-        if (
-            not isinstance(p, list)
-            or len(p) != 4
-            or not all(
-                isinstance(x, int | float) and not isinstance(x, bool) and abs(x) < 1e300 for x in p
-            )
-        ):
-            raise InvalidUpload(f"{where}.points[{i}]: expected [t, min, mean, max] numbers")
-    return {
-        "name": name,
-        "labels": labels,
-        "bucket_seconds": float(bucket),
-        "points": cast(list[list[float]], points),
-    }
-
-
-def _run(v: Any, where: str) -> RunUpload:
-    if not isinstance(v, dict):
-        raise InvalidUpload(f"{where}: expected an object")
-    run_id = _str(v, "id", where, max_len=64)
-    if not _RUN_ID.match(run_id):
-        raise InvalidUpload(f"{where}.id: letters, digits, '_', '-', '.', ':' only")
-    seq = _int(v, "seq", where, low=1)
-    final = v.get("final")
-    if not isinstance(final, bool):
-        raise InvalidUpload(f"{where}.final: expected true or false")
-    status = _str(v, "status", where, max_len=32)
-    if not status:
-        raise InvalidUpload(f"{where}.status: empty")
-    command = v.get("command")
-    if not isinstance(command, list) or not all(isinstance(a, str) for a in command):
-        raise InvalidUpload(f"{where}.command: expected a list of strings")
-    for a in command:
-        _check_str(a, f"{where}.command")
-    summary = v.get("summary", ...)
-    if summary is ...:
-        raise InvalidUpload(f"{where}.summary: missing")
-    if summary is not None and not isinstance(summary, dict):
-        raise InvalidUpload(f"{where}.summary: expected an object or null")
-    _check_doc(summary, f"{where}.summary")
-    meta = v.get("meta")
-    if not isinstance(meta, dict):
-        raise InvalidUpload(f"{where}.meta: expected an object")
-    _check_doc(meta, f"{where}.meta")
-    series = v.get("series")
-    if not isinstance(series, list):
-        raise InvalidUpload(f"{where}.series: expected a list")
-    if len(series) > MAX_SERIES_PER_RUN:
-        raise InvalidUpload(f"{where}.series: more than {MAX_SERIES_PER_RUN} series")
-    exit_code = _int(v, "exit_code", where, low=-(2**31), null=True)
-    if exit_code is not None and exit_code > 2**31:
-        raise InvalidUpload(f"{where}.exit_code: out of range")
-    started = _time(v, "started_at", where)
-    ended = _time(v, "ended_at", where, null=True)
-    signed = v.get("signed_report")
-    if signed is not None:
-        _check_doc(signed, f"{where}.signed_report")
-        bad = shape_problem(signed)
-        if bad is not None:
-            raise InvalidUpload(f"{where}.signed_report: {bad}")
-    upload: RunUpload = {
-        "id": run_id,
-        "seq": seq,
-        "final": final,
-        "name": _str(v, "name", where, max_len=500, null=True),
-        "status": status,
-        "exit_code": exit_code,
-        "started_at": started,
-        "ended_at": ended,
-        "host": _str(v, "host", where, max_len=255),
-        "user": _str(v, "user", where, max_len=200),
-        "project": _str(v, "project", where, max_len=200, null=True),
-        "tags": _str_map(v, "tags", where),
-        "command": cast(list[str], command),
-        "summary": summary,
-        "meta": meta,
-        "series": [_series(s, f"{where}.series[{i}]") for i, s in enumerate(series)],
-    }
-    if signed is not None:
-        upload["signed_report"] = signed
-    return upload
-
-
 def parse_batch(body: bytes | str) -> IngestBatch:
-    """The request body as a batch. Raises :class:`InvalidUpload` (malformed JSON, a field of
-    the wrong type or out of range) or, for a protocol the server does not speak, returns the
+    """The request body as a batch, validated against the protocol's models
+    (computewatch.upload.schema). Raises :class:`InvalidUpload` (malformed JSON, a field of the
+    wrong type or out of range, named) or, for a protocol the server does not speak, returns the
     batch with its ``protocol`` as sent: check it with :func:`protocol_mismatch` first."""
     try:
         doc = json.loads(body, parse_constant=_reject_constant)
@@ -311,15 +125,10 @@ def parse_batch(body: bytes | str) -> IngestBatch:
         raise InvalidUpload("protocol: missing")
     if protocol_mismatch(doc["protocol"]) is not None:
         return cast(IngestBatch, {"protocol": doc["protocol"], "runs": []})
-    runs = doc.get("runs")
-    if not isinstance(runs, list):
-        raise InvalidUpload("runs: expected a list")
-    if len(runs) > MAX_RUNS_PER_BATCH:
-        raise InvalidUpload(f"runs: more than {MAX_RUNS_PER_BATCH} runs in one batch")
-    return {
-        "protocol": doc["protocol"],
-        "runs": [_run(r, f"runs[{i}]") for i, r in enumerate(runs)],
-    }
+    try:
+        return validate_batch(doc)
+    except InvalidBatch as e:
+        raise InvalidUpload(str(e)) from None
 
 
 # -- denormalization ------------------------------------------------------------------------------

@@ -37,7 +37,7 @@ from computewatch.redact import (
     redact_text,
 )
 from computewatch.store import RUNNING, RunRow, SeriesRow, Store
-from computewatch.upload.protocol import MAX_POINTS, RunUpload, SeriesUpload
+from computewatch.upload.protocol import MAX_POINTS, RunStatus, RunUpload, SeriesUpload
 
 __all__ = [
     "LiveRun",
@@ -346,15 +346,18 @@ def build_upload(
     summary["command"] = redact_argv(run.command, extra)
     summary["tags"] = tags
     tagged = tags.get("project")
+    # The wall clock can step back during a run (NTP): its end is then stamped before its
+    # start, which the server refuses (upload.schema). The run lasted at least no time.
+    ended = None if run.ended_at is None else max(run.ended_at, run.started_at)
     return {
         "id": run.id,
         "seq": seq,
         "final": run.status != RUNNING,
         "name": redact_text(run.name, extra) if run.name is not None else None,
-        "status": run.status,
+        "status": cast(RunStatus, run.status),  # the store writes store.RUNNING, COMPLETED...
         "exit_code": run.exit_code,
         "started_at": run.started_at,
-        "ended_at": run.ended_at,
+        "ended_at": ended,
         "host": _host_of(run),
         "user": user if user is not None else current_user(),
         "project": tagged if tagged and tagged != MARKER else project,

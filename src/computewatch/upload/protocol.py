@@ -9,6 +9,10 @@ governance declaration, ...) and its series downsampled to at most :data:`MAX_PO
 ``seq`` grows with every upload of a run; the server keeps the highest and answers an upload whose
 ``seq`` it already holds with ``stored: false``: uploading twice stores once.
 
+What a server accepts is said once, as Pydantic models, in :mod:`computewatch.upload.schema`
+(which validates a batch and describes it in the OpenAPI document); these typed records are the
+same fields for the code that builds and reads them, without Pydantic (the client needs none).
+
 The body is JSON (``Content-Type: application/json``), optionally gzip-compressed with
 ``Content-Encoding: gzip``, which every protocol-1 server accepts (the client sends it so by
 default; :data:`MAX_BODY_BYTES` counts the uncompressed JSON).
@@ -24,7 +28,7 @@ server checks it against the node keys registered for the uploading team
 
 from __future__ import annotations
 
-from typing import Any, Final, NotRequired, TypedDict
+from typing import Any, Final, Literal, NotRequired, TypedDict, get_args
 
 PROTOCOL_VERSION: Final = 1
 """Bumped on any change a server of the previous version could not read."""
@@ -39,6 +43,24 @@ MAX_RUNS_PER_BATCH: Final = 100
 MAX_BODY_BYTES: Final = 16 * 1024 * 1024
 """What one ingest request may hold; larger is refused with 413 before anything is stored."""
 
+MAX_SERIES_PER_RUN: Final = 500
+MAX_DOC_DEPTH: Final = 64
+"""Nesting of a run's ``summary``, ``meta`` and ``signed_report`` at most (objects and lists)."""
+
+EARLIEST_TIME: Final = 946_684_800.0
+"""2000-01-01T00:00:00Z: a run's ``started_at``/``ended_at`` before it is refused (a machine
+whose clock was never set)."""
+FUTURE_SLACK_SECONDS: Final = 86_400.0
+"""How far past the server's clock a run's times may be (clocks drift; a day is not drift)."""
+
+RunStatus = Literal["running", "completed", "failed", "interrupted"]
+"""A run's status, as the local store keeps it (computewatch.store: RUNNING, COMPLETED, ...)."""
+RUN_STATUSES: Final[tuple[str, ...]] = get_args(RunStatus)
+
+SeriesKind = Literal["gauge", "rate"]
+RUN_ID_PATTERN: Final = r"^[A-Za-z0-9_.:-]{1,64}$"
+"""A run's id: 1 to 64 letters, digits, ``_ . : -`` (a local run's id is a hex UUID)."""
+
 
 class SeriesUpload(TypedDict):
     name: str
@@ -48,7 +70,7 @@ class SeriesUpload(TypedDict):
     """Width of each bucket; 0 when the points are the raw samples."""
     points: list[list[float]]
     """``[t, min, mean, max]`` per bucket, ``t`` the bucket's start (Unix seconds)."""
-    kind: NotRequired[str]
+    kind: NotRequired[SeriesKind]
     """``gauge``: the values as sampled; ``rate``: a cumulative counter (``..._total``) as its
     per-second rate between consecutive samples, before bucketing (the counter itself stays
     local). Absent: ``gauge``. Added in protocol 1 (additive: a server may ignore it)."""
@@ -83,11 +105,12 @@ class RunUpload(TypedDict):
     final: bool
     """True once the run has ended: its summary is the last one."""
     name: str | None
-    status: str
-    """running, completed, failed or interrupted."""
+    status: RunStatus
     exit_code: int | None
     started_at: float
+    """Unix seconds, from :data:`EARLIEST_TIME` to a day past the server's clock."""
     ended_at: float | None
+    """Unix seconds, not before ``started_at``; null while the run runs."""
     host: str
     """The machine's host name."""
     user: str
