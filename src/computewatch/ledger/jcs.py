@@ -1,0 +1,166 @@
+"""RFC 8785 JSON Canonicalization Scheme (JCS): the one byte form of a JSON value that any
+language can reproduce, so that a ledger entry's hash does not depend on who wrote it.
+
+Objects' members are sorted by the UTF-16 code units of their names, no whitespace is written,
+strings are escaped as ECMAScript's ``JSON.stringify`` escapes them (``\\b \\t \\n \\f \\r``,
+``\\"``, ``\\\\``, other control characters as ``\\u00xx``; everything else as UTF-8), and numbers
+are IEEE 754 doubles written as ECMAScript's ``Number.prototype.toString`` writes them
+(RFC 8785 section 3.2.2.3): ``8.0`` is ``8``, ``1e16`` is ``10000000000000000``, ``1e-7`` is
+``1e-7``. An integer JSON cannot carry exactly as a double (beyond 2**53) is refused: write such
+a figure as a decimal string with its unit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Final
+
+from computewatch.ledger.chain import LedgerError
+
+__all__ = ["MAX_EXACT_INT", "canonical_value", "dumps", "number_text"]
+
+MAX_EXACT_INT: Final = 2**53
+"""The largest integer every double (and so every JSON reader) holds exactly."""
+
+_encode_string = json.encoder.encode_basestring
+# The C encoder escapes exactly as RFC 8785 section 3.2.2.2 asks: '"', '\\', the five short
+# forms and other control characters as lowercase \u00xx; everything else is left as is.
+
+
+def number_text(x: float) -> str:
+    """``x`` as ECMAScript's ``Number.prototype.toString`` writes it (RFC 8785 3.2.2.3)."""
+    if not math.isfinite(x):
+        raise LedgerError("NaN and infinity have no JSON form")
+    if x == 0:
+        return "0"
+    sign = "-" if x < 0 else ""
+    text = repr(abs(x))  # the shortest round-trip digits, as ECMAScript's algorithm picks
+    mantissa, _, exp = text.partition("e")
+    whole, _, frac = mantissa.partition(".")
+    digits = whole + frac
+    point = len(whole) + (int(exp) if exp else 0)
+    stripped = digits.lstrip("0")
+    point -= len(digits) - len(stripped)
+    digits = stripped.rstrip("0") or "0"
+    k, n = len(digits), point
+    if k <= n <= 21:
+        out = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        out = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        out = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        lead = digits[0] + ("." + digits[1:] if k > 1 else "")
+        out = f"{lead}e{'+' if e >= 0 else '-'}{abs(e)}"
+    return sign + out
+
+
+def _utf16(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _write(v: object, out: list[str]) -> None:
+    if v is None:
+        out.append("null")
+    elif v is True:
+        out.append("true")
+    elif v is False:
+        out.append("false")
+    elif isinstance(v, str):
+        out.append(_encode_string(v))
+    elif isinstance(v, int):
+        if abs(v) > MAX_EXACT_INT:
+            raise LedgerError(
+                f"the integer {v} is beyond what a JSON number carries exactly (2**53): "
+                "write it as a decimal string with its unit"
+            )
+        out.append(str(v))
+    elif isinstance(v, float):
+        out.append(number_text(v))
+    elif isinstance(v, Mapping):
+        out.append("{")
+        for i, k in enumerate(sorted(v, key=_check_key)):
+            if i:
+                out.append(",")
+            out.append(_encode_string(k))
+            out.append(":")
+            _write(v[k], out)
+        out.append("}")
+    elif isinstance(v, list | tuple):
+        out.append("[")
+        for i, x in enumerate(v):
+            if i:
+                out.append(",")
+            _write(x, out)
+        out.append("]")
+    else:
+        raise LedgerError(f"a {type(v).__name__} has no JSON form")
+
+
+def _check_key(k: object) -> bytes:
+    if not isinstance(k, str):
+        raise LedgerError(f"JSON object key {k!r} is not a string")
+    return _utf16(k)
+
+
+def dumps(value: object) -> bytes:
+    """The RFC 8785 canonical form of ``value`` (UTF-8 bytes)."""
+    out: list[str] = []
+    try:
+        _write(value, out)
+    except RecursionError:
+        raise LedgerError("a JSON value nests too deeply") from None
+    try:
+        return "".join(out).encode("utf-8")
+    except UnicodeEncodeError:
+        raise LedgerError("a JSON string holds a lone surrogate, which is not Unicode") from None
+
+
+class _NotCanonical(LedgerError):
+    """A number token not in its RFC 8785 form (raised inside the parse, caught around it)."""
+
+
+def _float_token(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x) or number_text(x) != text:
+        raise _NotCanonical
+    return x
+
+
+def _int_token(text: str) -> int:
+    v = int(text)
+    if abs(v) > MAX_EXACT_INT or text == "-0":
+        raise _NotCanonical
+    return v
+
+
+def canonical_value(line: bytes) -> object:
+    """The JSON value of ``line`` when ``line`` is exactly its RFC 8785 form; a
+    :class:`LedgerError` otherwise. Fast for the common case: a parse with every number token
+    checked, the standard encoder's output compared, and the full encoder only when they differ
+    (or when names could sort differently in UTF-16)."""
+    try:
+        text = line.decode("utf-8")
+        value = json.loads(text, parse_float=_float_token, parse_int=_int_token,
+                           parse_constant=_refuse)  # fmt: skip
+    except (UnicodeDecodeError, ValueError, _NotCanonical, RecursionError):
+        raise LedgerError("not RFC 8785 canonical JSON") from None
+    # U+E000 and above (UTF-8 lead bytes 0xEE-0xF4) is where code point and UTF-16 order part
+    fast = max(line, default=0) < 0xEE
+    if fast:
+        try:
+            again = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        except (TypeError, ValueError, RecursionError):
+            again = ""
+        if again == text:
+            return value
+    if dumps(value) != line:
+        raise LedgerError("not RFC 8785 canonical JSON")
+    return value
+
+
+def _refuse(text: str) -> object:
+    raise _NotCanonical
