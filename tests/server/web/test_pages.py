@@ -103,7 +103,7 @@ def test_login_redirects_and_sets_a_session(
     with o.page.expect_navigation():
         o.page.click("button[type=submit]")
     assert o.page.url == seeded.server.url + "/runs?team=ml"
-    assert set(texts(o, "#runs tbody tr td:nth-child(3)")) == {"ml"}
+    assert set(texts(o, "#runs tbody tr td:nth-child(3) .team")) == {"ml"}
     cookies = {c["name"]: c for c in o.page.context.cookies()}
     session = cookies["computewatch_session"]
     assert session["httpOnly"] and seeded.admin not in session["value"]
@@ -242,7 +242,7 @@ def test_team_isolation(seeded: Seeded, open_page: Callable[..., Opened]) -> Non
     o = open_page(seeded.server.url, seeded.ml_read)
     o.goto("/runs")
     assert "resnet-cv" not in texts(o, "#runs tbody tr td:nth-child(2)")
-    assert set(texts(o, "#runs tbody tr td:nth-child(3)")) == {"ml"}
+    assert set(texts(o, "#runs tbody tr td:nth-child(3) .team")) == {"ml"}
     assert texts(o, "select[name=team] option") == ["any", "ml"]
     o.goto("/usage?by=team")
     assert [r.split("\t")[0] for r in texts(o, "#usage tbody tr")] == ["ml"]
@@ -465,3 +465,39 @@ def test_a_refresh_after_logout_goes_to_the_login_form(
         o.page.evaluate("htmx.trigger(document.getElementById('usage-body'), 'cw-refresh')")
     o.page.wait_for_url("**/login?next=%2Fusage")
     assert o.page.locator("#token").count() == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_budget_forms_need_the_pages_anti_forgery_token(
+    server: Callable[..., ServerProcess], open_page: Callable[..., Opened]
+) -> None:
+    """A form post with the session cookie alone (as another site's page could make) is
+    refused; the token the page's hidden field holds lets it through, as a browser sends it."""
+    s = server()
+    admin = s.token("ops", "admin")
+    o = open_page(s.url, admin)
+    o.goto("/budgets")
+    token = o.page.locator("#new-budget input[name=csrf]").get_attribute("value")
+    assert token and o.page.locator("nav form input[name=csrf]").get_attribute("value") == token
+    form = {"scope_kind": "team", "scope_name": "ml", "metric": "kwh", "amount": "10",
+            "period": "month", "thresholds": "80"}  # fmt: skip
+    request = o.page.request
+    same = {"Origin": s.url}  # as the browser sends with a form of this server's page
+    for sent in ({}, {"csrf": "0" * 40}):
+        r = request.post(s.url + "/budgets", form={**form, **sent}, headers=same, max_redirects=0)
+        assert r.status == 403 and "anti-forgery token" in r.text(), r.text()
+    r = request.post(
+        s.url + "/budgets", form={**form, "csrf": token}, headers=same, max_redirects=0
+    )
+    assert r.status == 303
+    o.goto("/budgets")
+    delete = o.page.locator("#budgets form")
+    action = delete.get_attribute("action") or ""
+    assert delete.locator("input[name=csrf]").get_attribute("value") == token
+    r = request.post(s.url + action, form={}, headers=same, max_redirects=0)
+    assert r.status == 403 and "anti-forgery token" in r.text()
+    with o.page.expect_navigation():
+        o.page.click("button.delete")
+    assert o.page.locator("#no-budgets").count() == 1
+    o.check_clean()

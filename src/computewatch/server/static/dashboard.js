@@ -4,7 +4,9 @@
    change, every element marked data-live is asked to refresh itself (htmx "cw-refresh" event,
    which its hx-trigger listens for); one with data-live-run="ID" only for changes of that run.
    Charts: every <script type="application/json" class="cw-charts"> holds chart specs; each is
-   drawn with uPlot into the figure of the same id, and drawn again after an htmx swap. */
+   drawn with uPlot into the figure of the same id, and drawn again after an htmx swap.
+   Clocks: every element with data-since="UNIX SECONDS" shows the time since then as H:MM:SS,
+   ticking each second (without script it keeps the server's value at the page's rendering). */
 (function () {
   "use strict";
 
@@ -41,8 +43,28 @@
     joules: function (v) { return sig(v, 3) + " J"; },
     per_second: function (v) { return sig(v, 3) + "/s"; },
     seconds: function (v) { return sig(v, 3) + " s"; },
-    celsius: function (v) { return sig(v, 3) + " °C"; }
+    celsius: function (v) { return sig(v, 3) + " °C"; },
+    cores: function (v) { return sig(v, 3) + " cores"; },
+    hertz: function (v) {
+      var a = Math.abs(v);
+      if (a >= 1e9) { return sig(v / 1e9, 3) + " GHz"; }
+      if (a >= 1e6) { return sig(v / 1e6, 3) + " MHz"; }
+      return sig(v, 3) + " Hz";
+    }
   };
+
+  function clock(seconds) {
+    var total = Math.max(0, Math.floor(seconds));
+    var h = Math.floor(total / 3600), m = Math.floor((total % 3600) / 60), s = total % 60;
+    return h + ":" + (m < 10 ? "0" : "") + m + ":" + (s < 10 ? "0" : "") + s;
+  }
+  function tick() {
+    var now = Date.now() / 1000;
+    document.querySelectorAll("[data-since]").forEach(function (el) {
+      var since = parseFloat(el.getAttribute("data-since"));
+      if (isFinite(since)) { el.textContent = clock(now - since); }
+    });
+  }
 
   var charts = [];
   window.computewatchCharts = charts;
@@ -130,6 +152,8 @@
 
   document.addEventListener("DOMContentLoaded", function () {
     drawIn(document);
+    tick();
+    setInterval(tick, 1000);
     var url = document.body.getAttribute("data-events");
     if (url && window.EventSource) { connect(url); }
     document.body.addEventListener("htmx:beforeSwap", function (ev) {
@@ -143,6 +167,7 @@
     });
     document.body.addEventListener("htmx:afterSettle", function (ev) {
       drawIn(ev.detail.elt || document);
+      tick();
       window.computewatchRefreshed = (window.computewatchRefreshed || 0) + 1;
     });
     var pending = null;

@@ -20,6 +20,7 @@ __all__ = [
     "run_charts",
     "title_of",
     "unit_of",
+    "unit_text",
 ]
 
 MAX_CHARTS = 16
@@ -48,6 +49,40 @@ _TITLES = {
     "tree_resident_memory_bytes": "Memory (process tree RSS)",
     "host_memory_used_bytes": "Host memory used",
     "gpu_temperature_celsius": "GPU temperature",
+    "host_cpu_seconds_total": "CPU (host)",
+    "host_disk_read_bytes_total": "Disk read (host)",
+    "host_disk_written_bytes_total": "Disk written (host)",
+    "host_disk_reads_total": "Disk reads (host)",
+    "host_disk_writes_total": "Disk writes (host)",
+    "host_network_receive_bytes_total": "Network received (host)",
+    "host_network_transmit_bytes_total": "Network sent (host)",
+    "tree_read_bytes_total": "Read (process tree)",
+    "tree_written_bytes_total": "Written (process tree)",
+    "gpu_energy_joules_total": "GPU power (from its energy counter)",
+    "cpu_energy_joules_total": "CPU power (from its energy counter)",
+    "tree_processes": "Processes (process tree)",
+}
+"""Human titles of the usual series; the others get one made from their name (:func:`title_of`)."""
+
+_SUFFIXES = (
+    "_bytes_per_second", "_bytes_total", "_joules_total", "_seconds_total", "_total", "_bytes",
+    "_watts", "_celsius", "_ratio", "_seconds", "_hertz",
+)  # fmt: skip
+_WORDS = {
+    "gpu": "GPU", "cpu": "CPU", "sm": "SM", "dram": "DRAM", "pcie": "PCIe", "nvlink": "NVLink",
+    "ecc": "ECC", "xid": "Xid", "tree": "process tree", "io": "I/O", "rss": "RSS",
+}  # fmt: skip
+
+_UNIT_TEXT = {
+    "ratio": "%",
+    "bytes": "bytes",
+    "bytes_per_second": "bytes/s",
+    "watts": "W",
+    "joules": "J",
+    "seconds": "s",
+    "celsius": "°C",
+    "cores": "CPU cores busy",
+    "hertz": "Hz",
 }
 
 
@@ -65,6 +100,9 @@ class ChartSpec(TypedDict):
     id: str
     title: str
     unit: str
+    """How ``dashboard.js`` formats values: ``ratio``, ``bytes``, ``watts``, ``cores``..."""
+    unit_text: str
+    """The unit as the chart's caption shows it: ``%``, ``W``, ``bytes/s``, ``reads/s``."""
     time: bool
     x: list[float]
     series: list[ChartLine]
@@ -90,10 +128,14 @@ def unit_of(name: str) -> str:
     if name.endswith("_joules_total"):
         return "watts"
     if name.endswith("_seconds_total"):
-        return ""  # seconds per second: cores busy
+        return "cores"  # CPU seconds per second: cores busy
     if name.endswith("_total"):
         return "per_second"
-    for suffix, unit in (("_bytes", "bytes"), ("_watts", "watts"), ("_celsius", "celsius")):
+    if name.endswith("_bytes_per_second"):
+        return "bytes_per_second"
+    for suffix, unit in (
+        ("_bytes", "bytes"), ("_watts", "watts"), ("_celsius", "celsius"), ("_hertz", "hertz"),
+    ):  # fmt: skip
         if name.endswith(suffix):
             return unit
     if name.endswith("_seconds"):
@@ -101,8 +143,30 @@ def unit_of(name: str) -> str:
     return ""
 
 
+def unit_text(name: str) -> str:
+    """The unit a chart of series ``name`` shows beside its title: ``%``, ``W``, ``bytes/s``;
+    a counter of things, its things per second (``host_disk_reads_total``: ``reads/s``); a
+    count, what it counts (``tree_processes``: ``processes``)."""
+    unit = unit_of(name)
+    thing = name.removesuffix("_total").rsplit("_", 1)[-1]
+    if unit == "per_second":
+        return f"{thing}/s"
+    return _UNIT_TEXT.get(unit, thing)  # a count: what it counts (``tree_processes``)
+
+
 def title_of(name: str) -> str:
-    return _TITLES.get(name, name)
+    """A human title for series ``name``: the usual ones by hand (``GPU power``), the others
+    from the name without its unit (``host_nvme_queue_depth`` → ``Host nvme queue depth``)."""
+    if name in _TITLES:
+        return _TITLES[name]
+    stem = name
+    for suffix in _SUFFIXES:
+        if stem.endswith(suffix) and len(stem) > len(suffix):
+            stem = stem.removesuffix(suffix)
+            break
+    words = [_WORDS.get(w, w) for w in stem.split("_") if w]
+    text = " ".join(words) or name
+    return text[:1].upper() + text[1:]
 
 
 def _num(v: float | None) -> float | None:
@@ -167,8 +231,8 @@ def run_charts(series: Iterable[SeriesData], *, max_charts: int = MAX_CHARTS) ->
         group = sorted(by_name[name], key=lambda s: sorted(s.labels.items()))[:MAX_LINES]
         x, lines = _aligned([(_label(name, s.labels), s.points) for s in group], 0.0, True)
         out.append(
-            {"id": f"s{i}", "title": title_of(name), "unit": unit_of(name), "time": True,
-             "x": x, "series": lines}
+            {"id": f"s{i}", "title": title_of(name), "unit": unit_of(name),
+             "unit_text": unit_text(name), "time": True, "x": x, "series": lines}
         )  # fmt: skip
     return out
 
@@ -216,7 +280,7 @@ def compare_charts(
         ]
         x, overlaid = _aligned(shifted, 0.0, False)
         out.append(
-            {"id": f"c{len(out)}", "title": title_of(name), "unit": unit_of(name), "time": False,
-             "x": x, "series": overlaid}
+            {"id": f"c{len(out)}", "title": title_of(name), "unit": unit_of(name),
+             "unit_text": unit_text(name), "time": False, "x": x, "series": overlaid}
         )  # fmt: skip
     return out

@@ -18,6 +18,7 @@ from computewatch.units import (
     format_kwh,
     format_number,
     format_percent,
+    format_significant,
     format_usd,
 )
 
@@ -25,11 +26,14 @@ __all__ = [
     "IDLE_UTILIZATION",
     "Efficiency",
     "counts_of",
+    "cpu_hours_text",
     "day",
     "efficiency",
+    "gpu_hours_text",
     "gpus_text",
     "idle_reason",
     "iso_minute",
+    "iso_utc",
     "run_label",
 ]
 
@@ -118,6 +122,11 @@ def iso_minute(t: float | None) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M")
 
 
+def iso_utc(t: float) -> str:
+    """``t`` as ISO 8601 in UTC to the second: ``2024-05-01T12:34:56Z``."""
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def day(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d")
 
@@ -126,6 +135,13 @@ def gpu_hours_text(v: float | None) -> str:
     if v is None:
         return MISSING
     return f"{v:.3g} GPU-h" if abs(v) < 10 else f"{format_number(v, 1)} GPU-h"
+
+
+def cpu_hours_text(v: float | None) -> str:
+    """CPU-hours to three significant digits, so that a short run's are not ``0.00``."""
+    if v is None:
+        return MISSING
+    return f"{format_significant(v, 3)} CPU-h"
 
 
 def duration_text(v: float | None) -> str:

@@ -1,6 +1,6 @@
 """What the pages read beyond :mod:`computewatch.serverdb.queries`: the latest uploaded bucket
-of a few series of many runs at once (the Now page's utilization and power), and the series of
-several runs (a comparison), each in one query."""
+of a few series of many runs at once (the Now page's utilization and power), the command lines
+of a few runs, and the series of several runs (a comparison), each in one query."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import cast
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from computewatch.serverdb.models import RunSeries
+from computewatch.serverdb.models import Run, RunSeries
 from computewatch.serverdb.queries import SeriesRow
 
-__all__ = ["Latest", "latest_values", "series_of"]
+__all__ = ["Latest", "commands_of", "latest_values", "series_of"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,3 +59,12 @@ def series_of(session: Session, run_ids: Sequence[str]) -> dict[str, list[Series
             SeriesRow(s.name, cast(dict[str, str], s.labels), s.bucket_seconds, s.points)
         )
     return out
+
+
+def commands_of(session: Session, run_ids: Sequence[str]) -> dict[str, list[str]]:
+    """The command lines of a few runs (not in a run row), as argument lists (callers
+    pass only runs the principal may see)."""
+    if not run_ids:
+        return {}
+    q = select(Run.id, Run.command).where(Run.id.in_(list(run_ids)))
+    return {i: [str(a) for a in (c or [])] for i, c in session.execute(q)}

@@ -526,11 +526,12 @@ def cards_section(cards: Iterable[tuple[str, str, str]]) -> str:
     )
 
 
-_NUMBER_AND_UNIT = re.compile(r"([-+]?[\d.,]+(?:e[-+]?\d+)?) (\S+)")
+_NUMBER_AND_UNIT = re.compile(r"([-+]?[\d.,]+(?:e[-+]?\d+)?) (\S+(?: CO2e)?)")
 
 
 def card_value(text: str) -> str:
-    """``0.0008282 kWh`` with the unit set smaller, so long numbers fit their card."""
+    """``0.0008282 kWh`` (or ``0.00669 g CO2e``) with the unit set smaller and kept whole, so
+    long numbers fit their card; the card may wrap the unit below the number, never cut it."""
     m = _NUMBER_AND_UNIT.fullmatch(text)
     if m is None:
         return escape(text)
