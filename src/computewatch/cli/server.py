@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = ["DEFAULT_SERVER_LISTEN", "add_server_parser"]
 
@@ -18,6 +19,7 @@ DEFAULT_SERVER_LISTEN = "127.0.0.1:8765"  # computewatch.server.serve.DEFAULT_LI
 DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"  # computewatch.server.serve's, likewise
 SCOPES = ("ingest", "read", "admin")  # computewatch.serverdb.tokens.SCOPES
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+DEFAULT_BODY_TIMEOUT_SECONDS = 30.0  # computewatch.server.bodies's
 
 _DB_HELP = (
     "database URL: sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/NAME "
@@ -33,6 +35,30 @@ def _token_id(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"a token id (see 'token list'), not {text!r}")
     return v
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of seconds, not {text!r}") from None
+    if not 0 < v <= 3600:
+        raise argparse.ArgumentTypeError(f"between 0 and 3600 seconds, not {text!r}")
+    return v
+
+
+def _origin(text: str) -> str:
+    t = text.strip().rstrip("/")
+    try:
+        parts = urlsplit(t)
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname) and parts.port != 0
+    except ValueError:  # a port that is not a number
+        ok = False
+    if not ok or parts.path or parts.query or parts.fragment or parts.username:
+        raise argparse.ArgumentTypeError(
+            f"an origin such as https://cw.example.org or http://host:8765, not {text!r}"
+        )
+    return t
 
 
 def add_server_parser(sub: Any) -> None:
@@ -77,6 +103,24 @@ def add_server_parser(sub: Any) -> None:
         action="store_true",
         help="refuse uploads whose usage report is unsigned or signed by a key not registered "
         "for the team ('server node-key add'); without it they are stored and marked so",
+    )
+    s.add_argument(
+        "--body-timeout",
+        metavar="SECONDS",
+        type=_positive_seconds,
+        default=DEFAULT_BODY_TIMEOUT_SECONDS,
+        help="seconds a request's body has to arrive in full; a slower one is answered 408 "
+        f"(default {DEFAULT_BODY_TIMEOUT_SECONDS:g})",
+    )
+    s.add_argument(
+        "--allowed-origin",
+        metavar="URL",
+        action="append",
+        default=[],
+        type=_origin,
+        help="the dashboard's public origin (https://cw.example.org) when a reverse proxy "
+        "rewrites the Host header; browser requests from any other origin that change "
+        "state are refused (repeatable)",
     )
     ssub = s.add_subparsers(dest="server_cmd", metavar="SUBCOMMAND")
     t = ssub.add_parser("token", help="create, list or revoke API tokens")

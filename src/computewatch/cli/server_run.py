@@ -141,4 +141,6 @@ def cmd_server(args: argparse.Namespace) -> int:
         log_level=args.log_level,
         require_signed=args.require_signed,
         forwarded_allow_ips=args.forwarded_allow_ips,
+        body_timeout=args.body_timeout,
+        allowed_origins=args.allowed_origin,
     )

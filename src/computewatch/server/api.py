@@ -10,6 +10,7 @@ says who the token is; ``GET /events`` streams run changes (Server-Sent Events).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import re
 import time
@@ -276,7 +277,20 @@ async def ingest(
             return JSONResponse(doc, headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
         raise AssertionError("unreachable")
 
-    return await run_in_threadpool(work)
+    # On SQLite one write at a time (computewatch.serverdb.engine.Database.writing): the
+    # uploads wait their turn here, on the event loop, rather than each in a worker thread of
+    # the pool that reads and authentication need too.
+    async with _ingest_gate(request, db):
+        return await run_in_threadpool(work)
+
+
+def _ingest_gate(request: Request, db: Database) -> contextlib.AbstractAsyncContextManager[object]:
+    if db.dialect != "sqlite":
+        return contextlib.nullcontext()
+    gate: asyncio.Lock | None = getattr(request.app.state, "ingest_gate", None)
+    if gate is None:
+        gate = request.app.state.ingest_gate = asyncio.Lock()
+    return gate
 
 
 # -- reading ---------------------------------------------------------------------------------------
@@ -443,6 +457,22 @@ def me(principal: Annotated[Principal, Depends(require_read)]) -> MeOut:
 # -- live events -----------------------------------------------------------------------------------
 
 
+MAX_EVENT_ID: Final = 2**63 - 1
+
+
+def _last_event_id(text: str | None) -> int | None:
+    """``Last-Event-ID``: the id of the last event a reconnecting client saw (a change id);
+    400 when it is not one."""
+    if text is None or text.strip() == "":
+        return None
+    t = text.strip()
+    if not (t.isascii() and t.isdigit()) or int(t) > MAX_EVENT_ID:
+        raise HTTPException(
+            400, f"Last-Event-ID: expected the id of an event this server sent, not {t[:40]!r}"
+        )
+    return int(t)
+
+
 def _sse(change: Change) -> bytes:
     data = json_dumps({k: v for k, v in asdict(change).items() if k != "change"})
     return f"id: {change.change}\nevent: run\ndata: {data}\n\n".encode()
@@ -459,22 +489,24 @@ async def events(
     db: Annotated[Database, Depends(get_database)],
 ) -> StreamingResponse:
     hub: EventHub = request.app.state.events
-    sub = hub.subscribe(principal.teams)
-    last_id = request.headers.get("last-event-id")
-    replay: list[Change] = []
-    if last_id and last_id.isdigit():
+    after = _last_event_id(request.headers.get("last-event-id"))
+    teams = principal.teams
 
-        def read() -> list[Change]:
-            with db.session() as s:
-                return changes_after(s, int(last_id), principal.teams)
-
-        replay = await run_in_threadpool(read)
+    def read() -> list[Change]:
+        assert after is not None
+        with db.session() as s:
+            return changes_after(s, after, teams)
 
     async def stream() -> AsyncIterator[bytes]:
+        # Subscribed here, inside the stream, so that every way out (the end, a disconnect, a
+        # failed replay, a stream cancelled before its first byte) passes the finally below.
+        # Holds no database connection: one reader per process feeds every subscription.
+        sub = hub.subscribe(teams)
         try:
             yield b": computewatch events\nretry: 2000\n\n"
             sent = set()
-            for c in replay:
+            # read after subscribing: a change stored in between comes twice and is sent once
+            for c in await run_in_threadpool(read) if after is not None else []:
                 sent.add(c.change)
                 yield _sse(c)
             while True:

@@ -1,10 +1,14 @@
 """The FastAPI application: ``create_app(db_url)``.
 
 Routes: ``/healthz``, ``/login`` (GET a form, POST the form field ``token``: sets the session
-cookie), ``/logout``, the API under ``/api/v1`` (computewatch.server.api; OpenAPI at
-``/api/v1/openapi.json``, browsable at ``/api/v1/docs``) and, once they exist, the web pages
-(computewatch.server.web, included where marked below). A database that cannot be reached
-makes a request answer 503, and the connection pool reconnects once it is back.
+cookie), ``/logout`` (POST; GET shows a button), the API under ``/api/v1``
+(computewatch.server.api; OpenAPI at ``/api/v1/openapi.json``, browsable at ``/api/v1/docs``)
+and the web pages (computewatch.server.web, included where marked below). A database that
+cannot be reached makes a request answer 503, and the connection pool reconnects once it is
+back; a server whose connections are all in use answers 429 with ``Retry-After`` within a
+second (computewatch.serverdb.engine.POOL_WAIT_SECONDS). Forged browser requests are refused
+(computewatch.server.forgery), and a body must arrive within the body timeout
+(computewatch.server.bodies).
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ import contextlib
 import html
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from collections.abc import AsyncIterator, Sequence
+from typing import Annotated, Any, Final
 
 from fastapi import Depends, FastAPI, Form, Request
 from fastapi.exceptions import RequestValidationError
@@ -25,6 +29,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from computewatch._version import __version__
@@ -36,7 +41,15 @@ from computewatch.server.auth import (
     login_redirect,
     safe_next,
 )
+from computewatch.server.bodies import (
+    DEFAULT_BODY_TIMEOUT_SECONDS,
+    BodyDeadline,
+    BodyTimeout,
+    body_timed_out,
+    client_went_away,
+)
 from computewatch.server.events import EventHub
+from computewatch.server.forgery import ForgeryGuard
 from computewatch.server.web import install_dashboard
 from computewatch.serverdb.changes import prune_changes
 from computewatch.serverdb.engine import Database, open_database, upgrade
@@ -52,19 +65,56 @@ __all__ = ["ServerTiming", "create_app"]
 log = logging.getLogger("computewatch.server")
 
 PRUNE_SECONDS = 300.0
+BUSY_RETRY_SECONDS: Final = 1
+"""``Retry-After`` of a 429 answered when every database connection is in use; the clients add
+jitter (computewatch.upload.client)."""
+
+
+def _driver_message(exc: Exception) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    lines = str(orig).strip().splitlines()
+    return f"{type(orig).__name__}: {lines[0]}" if lines else type(orig).__name__
 
 
 def _unavailable(request: Request, exc: Exception) -> Response:
-    log.warning("database unavailable: %s", type(exc).__name__)
+    message = _driver_message(exc)
+    locked = "locked" in message or "busy" in message
+    log.warning(
+        "%s %s: database %s: %s",
+        request.method,
+        request.url.path,
+        "locked by another writer" if locked else "unavailable",
+        message,
+    )
+    detail = (
+        "the database is locked by another writer (SQLite waited its busy timeout); retry"
+        if locked
+        else "the database cannot be reached; retry"
+    )
     return JSONResponse(
-        {"error": "database_unavailable", "detail": "the database cannot be reached; retry"},
+        {"error": "database_unavailable", "detail": detail},
         status_code=503,
         headers={"Retry-After": "5"},
     )
 
 
+def _busy(request: Request) -> Response:
+    log.info("%s %s: every database connection in use: 429", request.method, request.url.path)
+    return JSONResponse(
+        {
+            "error": "busy",
+            "detail": "the server is busy (every database connection is in use); retry after "
+            f"{BUSY_RETRY_SECONDS} s",
+        },
+        status_code=429,
+        headers={"Retry-After": str(BUSY_RETRY_SECONDS)},
+    )
+
+
 async def _db_error(request: Request, exc: Exception) -> Response:
-    if isinstance(exc, OperationalError | InterfaceError | PoolTimeout) or (
+    if isinstance(exc, PoolTimeout):
+        return _busy(request)
+    if isinstance(exc, OperationalError | InterfaceError) or (
         isinstance(exc, DBAPIError) and exc.connection_invalidated
     ):
         return _unavailable(request, exc)
@@ -113,6 +163,16 @@ input{{width:100%;padding:.5rem;margin:.5rem 0;box-sizing:border-box}}.error{{co
 """
 
 
+_LOGOUT_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>computewatch: log out</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body{font-family:system-ui,sans-serif;max-width:28rem;margin:4rem auto;padding:0 1rem}
+</style></head><body><h1>computewatch</h1>
+<form method="post" action="/logout"><button type="submit">Log out</button></form>
+</body></html>
+"""
+
+
 def _login_page(next_path: str, error: str = "", status: int = 200) -> HTMLResponse:
     err = f'<p class="error">{html.escape(error)}</p>' if error else ""
     return HTMLResponse(
@@ -153,12 +213,18 @@ def create_app(
     migrate: bool = True,
     secure_cookies: bool = False,
     require_signed: bool = False,
+    body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS,
+    allowed_origins: Sequence[str] = (),
 ) -> FastAPI:
     """The server on ``db_url`` (see computewatch.serverdb.engine.parse_url; the default SQLite
     file when None), or on an open ``database``. Migrates the schema to the newest revision
     unless ``migrate`` is False. ``secure_cookies``: mark the session cookie Secure (under TLS;
     also set when a request arrives over HTTPS). ``require_signed``: refuse uploads whose usage
-    report is unsigned or signed by a key not registered for the team (docs/server.md)."""
+    report is unsigned or signed by a key not registered for the team (docs/server.md).
+    ``body_timeout``: seconds a request's body has to arrive in full (408 after).
+    ``allowed_origins``: origins (``https://cw.example.org``) whose browser requests count as
+    the server's own besides the one each request names in ``Host`` (a proxy that rewrites
+    ``Host``)."""
     db = database if database is not None else open_database(db_url)
     if migrate:
         upgrade(db)
@@ -196,6 +262,8 @@ def create_app(
         redoc_url=None,
         lifespan=lifespan,
     )
+    app.add_middleware(BodyDeadline, seconds=body_timeout)
+    app.add_middleware(ForgeryGuard, trusted_origins=tuple(allowed_origins))
     app.add_middleware(ServerTiming)
     app.state.db = db
     app.state.events = hub
@@ -206,11 +274,18 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(LoginRequired, _login_required)
+    app.add_exception_handler(BodyTimeout, body_timed_out)
+    app.add_exception_handler(ClientDisconnect, client_went_away)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz(session: Annotated[Session, Depends(db_session)]) -> dict[str, Any]:
         session.execute(text("SELECT 1"))
-        return {"status": "ok", "database": db.dialect, "version": __version__}
+        return {
+            "status": "ok",
+            "database": db.dialect,
+            "version": __version__,
+            "event_streams": hub.subscriber_count,
+        }
 
     app.include_router(api.router)
     app.include_router(governance_api.router)
@@ -247,7 +322,12 @@ def create_app(
         )
         return response
 
-    @app.api_route("/logout", methods=["GET", "POST"], include_in_schema=False)
+    @app.get("/logout", include_in_schema=False)
+    def logout_form() -> HTMLResponse:
+        # Logging out changes state: a GET (an <img> on any page) must not do it.
+        return HTMLResponse(_LOGOUT_PAGE, headers={"Cache-Control": "no-store"})
+
+    @app.post("/logout", include_in_schema=False)
     def logout(request: Request, session: Annotated[Session, Depends(db_session)]) -> Response:
         cookie = request.cookies.get(SESSION_COOKIE)
         if cookie:

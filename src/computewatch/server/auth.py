@@ -11,6 +11,8 @@ Pages use :func:`page_principal`: an unauthenticated browser is sent to ``/login
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Final
@@ -25,9 +27,12 @@ from computewatch.serverdb.engine import Database
 from computewatch.serverdb.tokens import Scope, TokenInfo, authenticate, session_token
 
 __all__ = [
+    "CSRF_FIELD",
     "SESSION_COOKIE",
     "LoginRequired",
     "Principal",
+    "check_form_token",
+    "csrf_token",
     "current_principal",
     "db_session",
     "get_database",
@@ -41,6 +46,8 @@ __all__ = [
 ]
 
 SESSION_COOKIE: Final = "computewatch_session"
+CSRF_FIELD: Final = "csrf"
+"""The form field that carries a page form's anti-forgery token (:func:`csrf_token`)."""
 
 
 @dataclass(frozen=True)
@@ -91,16 +98,21 @@ def _bearer(request: Request) -> str | None:
 
 
 def optional_principal(
-    request: Request, session: Annotated[Session, Depends(db_session)]
+    request: Request, db: Annotated[Database, Depends(get_database)]
 ) -> Principal | None:
     """The caller, or None when the request carries no valid token or session. A bearer token
-    wins over the cookie."""
+    wins over the cookie. The look-up takes a connection of its own and gives it back before
+    the route runs: a request that then reads a slow body, or streams events for an hour,
+    holds no pooled connection meanwhile."""
     token = _bearer(request)
     info: TokenInfo | None = None
     if token is not None:
-        info = authenticate(session, token) if token else None
+        if token:
+            with db.session() as session:
+                info = authenticate(session, token)
     elif cookie := request.cookies.get(SESSION_COOKIE):
-        info = session_token(session, cookie)
+        with db.session() as session:
+            info = session_token(session, cookie)
     principal = _principal(info) if info else None
     request.state.principal = principal  # for the access log (computewatch.server.governance_api)
     return principal
@@ -168,3 +180,28 @@ def page_principal(
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         raise LoginRequired(target)
     return principal
+
+
+def csrf_token(request: Request) -> str:
+    """The anti-forgery token of this browser's session, for a hidden ``csrf`` field in every
+    form that changes state: derived from the session cookie (HttpOnly, so a page of another
+    origin can neither read the cookie nor compute the token); empty without a session."""
+    cookie = request.cookies.get(SESSION_COOKIE)
+    if not cookie:
+        return ""
+    return hashlib.sha256(b"computewatch-csrf\0" + cookie.encode()).hexdigest()[:40]
+
+
+def check_form_token(request: Request, token: str | None) -> None:
+    """403 unless ``token`` is this session's :func:`csrf_token` (a form posted with the
+    session cookie). Requests authenticated by a bearer token carry no cookie to forge and
+    pass."""
+    if _bearer(request) is not None:
+        return
+    expected = csrf_token(request)
+    if not expected or not token or not hmac.compare_digest(expected, token):
+        raise HTTPException(
+            status_code=403,
+            detail="this form's anti-forgery token is missing or stale: reload the page and "
+            "submit it again",
+        )

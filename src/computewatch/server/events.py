@@ -70,6 +70,12 @@ class EventHub:
         with self._lock:
             self._subs.discard(sub)
 
+    @property
+    def subscriber_count(self) -> int:
+        """How many streams are subscribed now (each one's subscription ends with it)."""
+        with self._lock:
+            return len(self._subs)
+
     # -- the reader thread --
 
     def _start(self) -> None:

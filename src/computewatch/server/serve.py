@@ -20,6 +20,7 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -134,6 +135,8 @@ def serve(
     log_level: str = "info",
     require_signed: bool = False,
     forwarded_allow_ips: str = DEFAULT_FORWARDED_ALLOW_IPS,
+    body_timeout: float = 30.0,
+    allowed_origins: Sequence[str] = (),
 ) -> int:
     """Run the server until SIGTERM or SIGINT; the exit status."""
     where = parse_listen(listen)
@@ -160,6 +163,8 @@ def serve(
             url.render_as_string(hide_password=False),
             secure_cookies=tls,
             require_signed=require_signed,
+            body_timeout=body_timeout,
+            allowed_origins=allowed_origins,
         )
     except DBAPIError as e:
         raise ServerDbError(
@@ -169,6 +174,7 @@ def serve(
     redact = RedactingFilter()
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "computewatch.server"):
         logging.getLogger(name).addFilter(redact)
+    _log_like_uvicorn(logging.getLogger("computewatch.server"), log_level)
     scheme = "https" if tls else "http"
     host = f"[{where.host}]" if ":" in where.host else where.host
     print(
@@ -197,6 +203,23 @@ def serve(
         signal.signal(sig, _stopped)
     server.run()
     return 0 if server.started else 1
+
+
+def _log_like_uvicorn(logger: logging.Logger, level: str) -> None:
+    """The server's own lines (a client gone mid-upload, a busy pool, a lost database) on
+    standard error at ``--log-level``, shaped as Uvicorn's (``INFO:     ...``)."""
+    if not logger.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s:%(padding)s%(message)s"))
+        handler.addFilter(_pad)
+        logger.addHandler(handler)
+    logger.setLevel(level.upper())
+    logger.propagate = False
+
+
+def _pad(record: logging.LogRecord) -> bool:
+    record.padding = " " * max(1, 9 - len(record.levelname))
+    return True
 
 
 def _stopped(signum: int, frame: object) -> None:

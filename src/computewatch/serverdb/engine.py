@@ -143,11 +143,31 @@ class Database:
         self.engine.dispose()
 
 
-def open_database(url: URL | str | None = None, *, pool_size: int = 10) -> Database:
+POOL_SIZE = 16
+"""Connections kept open per server process (and as many again opened under load)."""
+POOL_WAIT_SECONDS = 1.0
+"""How long a request waits for a free connection before the server answers 429 with
+Retry-After (computewatch.server.app): a busy server says so at once rather than after 30 s."""
+
+
+def open_database(
+    url: URL | str | None = None,
+    *,
+    pool_size: int = POOL_SIZE,
+    pool_wait: float = POOL_WAIT_SECONDS,
+) -> Database:
     """An engine on ``url`` (see :func:`parse_url`); a SQLite file's directory is created
-    private. Connections are checked before use, so a database that comes back is used again."""
+    private. Connections are checked before use, so a database that comes back is used again.
+    The pool holds ``pool_size`` connections (and as many overflow ones); a caller waits at most
+    ``pool_wait`` seconds for one (sqlalchemy.exc.TimeoutError after)."""
     u = url if isinstance(url, URL) else parse_url(url)
-    kwargs: dict[str, Any] = {"pool_pre_ping": True, "json_serializer": json_dumps}
+    kwargs: dict[str, Any] = {
+        "pool_pre_ping": True,
+        "json_serializer": json_dumps,
+        "pool_size": pool_size,
+        "max_overflow": pool_size,
+        "pool_timeout": pool_wait,
+    }
     if u.get_backend_name() == "sqlite":
         path = Path(u.database or "").expanduser()
         make_private_dirs(path.parent)
@@ -157,9 +177,6 @@ def open_database(url: URL | str | None = None, *, pool_size: int = 10) -> Datab
             create_private_file(path)
         kwargs["connect_args"] = {"check_same_thread": False, "timeout": SQLITE_BUSY_MS / 1000}
     else:
-        kwargs["pool_size"] = pool_size
-        kwargs["max_overflow"] = pool_size
-        kwargs["pool_timeout"] = 10
         kwargs["connect_args"] = {"connect_timeout": 5}
     engine = create_engine(u, **kwargs)
     if u.get_backend_name() == "sqlite":

@@ -4,6 +4,11 @@
 No message, exception or ``repr`` ever holds the token: it travels only in the
 ``Authorization`` header, and anything the server says back is scrubbed of it before it is
 shown (a misbehaving server could echo it).
+
+A busy server (429 or 503 with ``Retry-After``) is asked again after the time it names, with
+jitter so that the clients it turned away together do not come back together, a few times and
+within a bounded wait (:class:`Client`'s ``busy_retries`` and ``max_busy_wait``); then the
+upload fails as :class:`ServerBusy` and the runs wait in the local store.
 """
 
 from __future__ import annotations
@@ -12,9 +17,14 @@ import gzip
 import html
 import http.client
 import json
+import random
 import re
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
+from email.message import Message
+from email.utils import parsedate_to_datetime
 from typing import cast
 
 from computewatch import jsonout
@@ -34,12 +44,15 @@ __all__ = [
     "BodyTooLarge",
     "Client",
     "ProtocolMismatch",
+    "ServerBusy",
     "ServerFailed",
     "ServerUnreachable",
     "UploadError",
     "WrongScope",
+    "busy_delay",
     "encode_batch",
     "parse_answer",
+    "parse_retry_after",
 ]
 
 INGEST_PATH = "/api/v1/runs"
@@ -85,6 +98,43 @@ class ServerFailed(UploadError):
     retryable = True
 
 
+class ServerBusy(ServerFailed):
+    """429, or 503 with ``Retry-After``: the server is overloaded and said when to come back
+    (``retry_after`` seconds; None when it did not say)."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+MAX_RETRY_AFTER = 300.0
+"""A ``Retry-After`` longer than this is taken as this long."""
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """``Retry-After`` (RFC 9110 10.2.3: delay seconds, or an HTTP date) in seconds from now,
+    within [0, MAX_RETRY_AFTER]; None when absent or unreadable."""
+    if value is None or not value.strip():
+        return None
+    text = value.strip()
+    if text.isascii() and text.isdigit():
+        return min(float(text), MAX_RETRY_AFTER)
+    try:
+        when = parsedate_to_datetime(text).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    return min(max(0.0, when - (time.time() if now is None else now)), MAX_RETRY_AFTER)
+
+
+def busy_delay(retry_after: float | None, attempt: int, rng: random.Random | None = None) -> float:
+    """Seconds to wait before asking a busy server again, the ``attempt``-th time (1, 2, ...):
+    what it asked (1 s when it did not say), doubled at each attempt, capped at
+    MAX_RETRY_AFTER, plus up to half again at random (jitter)."""
+    base = min(MAX_RETRY_AFTER, max(retry_after or 1.0, 0.1) * 2.0 ** max(0, attempt - 1))
+    r = rng if rng is not None else random
+    return base * r.uniform(1.0, 1.5)
+
+
 def encode_batch(batch: IngestBatch) -> bytes:
     """The request body of a batch: compact, standard JSON (non-finite numbers as null)."""
     return jsonout.dumps(batch, separators=(",", ":")).encode()
@@ -122,11 +172,23 @@ class Client:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         gzip: bool = True,
+        busy_retries: int = 4,
+        max_busy_wait: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
     ) -> None:
         self.url = url.rstrip("/")
         self._token = token
         self.timeout = timeout
         self.gzip = gzip
+        self.busy_retries = busy_retries
+        """How many times a busy server (:class:`ServerBusy`) is asked again per upload."""
+        self.max_busy_wait = max_busy_wait
+        """The most seconds one upload waits on a busy server in all."""
+        self._sleep = sleep
+        self._rng = rng if rng is not None else random.Random()
+        self.busy_waits = 0
+        """How many times this client waited on a busy server."""
         self.wire_bytes = 0
         """Request body bytes sent so far, as they went on the wire (compressed)."""
 
@@ -142,8 +204,29 @@ class Client:
         :class:`UploadError` subclass for every failure."""
         return self.ingest_body(encode_batch(batch), timeout=timeout)
 
-    def ingest_body(self, body: bytes, *, timeout: float | None = None) -> IngestResponse:
-        """Send an encoded batch (:func:`encode_batch`)."""
+    def ingest_body(
+        self, body: bytes, *, timeout: float | None = None, deadline: float | None = None
+    ) -> IngestResponse:
+        """Send an encoded batch (:func:`encode_batch`). A busy server is asked again (see
+        the class), never past ``deadline`` (a time.monotonic() value) when one is given."""
+        waited = 0.0
+        attempt = 0
+        while True:
+            try:
+                return self._ingest_once(body, timeout=timeout)
+            except ServerBusy as e:
+                if e.retry_after is None:  # it did not say when: the caller's backoff decides
+                    raise
+                attempt += 1
+                delay = busy_delay(e.retry_after, attempt, self._rng)
+                late = deadline is not None and time.monotonic() + delay >= deadline
+                if attempt > self.busy_retries or waited + delay > self.max_busy_wait or late:
+                    raise
+                self.busy_waits += 1
+                self._sleep(delay)
+                waited += delay
+
+    def _ingest_once(self, body: bytes, *, timeout: float | None = None) -> IngestResponse:
         if len(body) > MAX_BODY_BYTES:
             raise BodyTooLarge(
                 f"an upload of {len(body):,} bytes is over the protocol's {MAX_BODY_BYTES:,}"
@@ -158,31 +241,32 @@ class Client:
             headers["Authorization"] = f"Bearer {self._token}"
         if self.gzip:
             packed = gzip.compress(body, compresslevel=6)
-            status, answer = self._post(
+            status, answer, retry = self._post(
                 INGEST_PATH, packed, {**headers, "Content-Encoding": "gzip"}, timeout
             )
             self.wire_bytes += len(packed)
             if status not in _NO_GZIP:
-                return self._response(status, answer)
+                return self._response(status, answer, retry)
             # A server that reads no compressed body (415, or 400/422 for a body it took for
             # JSON): the same batch as plain JSON, and plain JSON from now on if that goes.
-            status, answer = self._post(INGEST_PATH, body, headers, timeout)
+            status, answer, retry = self._post(INGEST_PATH, body, headers, timeout)
             self.wire_bytes += len(body)
             if 200 <= status < 300:
                 self.gzip = False
-            return self._response(status, answer)
-        status, answer = self._post(INGEST_PATH, body, headers, timeout)
+            return self._response(status, answer, retry)
+        status, answer, retry = self._post(INGEST_PATH, body, headers, timeout)
         self.wire_bytes += len(body)
-        return self._response(status, answer)
+        return self._response(status, answer, retry)
 
     def _post(
         self, path: str, body: bytes, headers: dict[str, str], timeout: float | None
-    ) -> tuple[int, bytes]:
+    ) -> tuple[int, bytes, float | None]:
+        """The answer's status, body and ``Retry-After`` (seconds, None when absent)."""
         req = urllib.request.Request(self.url + path, data=body, headers=headers, method="POST")
         where = self.shown_url
         try:
             with urllib.request.urlopen(req, timeout=timeout or self.timeout) as resp:
-                return int(resp.status), resp.read()
+                return int(resp.status), resp.read(), _retry_after(resp.headers)
         except urllib.error.HTTPError as e:
             try:
                 answer = e.read()
@@ -190,7 +274,7 @@ class Client:
                 answer = b""
             finally:
                 e.close()
-            return int(e.code), answer
+            return int(e.code), answer, _retry_after(e.headers)
         except urllib.error.URLError as e:
             why = e.reason
             text = why.strerror if isinstance(why, OSError) and why.strerror else str(why)
@@ -205,14 +289,27 @@ class Client:
                 f"the connection to the server at {where} failed: {text}"
             ) from None
 
-    def _response(self, status: int, answer: bytes) -> IngestResponse:
-        return parse_answer(status, answer, where=self.shown_url, token=self._token)
+    def _response(self, status: int, answer: bytes, retry_after: float | None) -> IngestResponse:
+        return parse_answer(
+            status, answer, where=self.shown_url, token=self._token, retry_after=retry_after
+        )
 
 
-def parse_answer(status: int, answer: bytes, *, where: str, token: str | None) -> IngestResponse:
-    """The server's answer to an ingest request (HTTP ``status``, body ``answer``) as an
-    :class:`IngestResponse`, or the :class:`UploadError` it means; ``where`` names the server
-    in messages, from which ``token`` is removed."""
+def _retry_after(headers: Message | None) -> float | None:
+    return parse_retry_after(headers.get("Retry-After")) if headers is not None else None
+
+
+def parse_answer(
+    status: int,
+    answer: bytes,
+    *,
+    where: str,
+    token: str | None,
+    retry_after: float | None = None,
+) -> IngestResponse:
+    """The server's answer to an ingest request (HTTP ``status``, body ``answer``,
+    ``Retry-After`` in seconds) as an :class:`IngestResponse`, or the :class:`UploadError` it
+    means; ``where`` names the server in messages, from which ``token`` is removed."""
     reason = _reason(answer, token)
     said = f": {reason}" if reason else ""
     if status == 401:
@@ -228,7 +325,9 @@ def parse_answer(status: int, answer: bytes, *, where: str, token: str | None) -
         )
     if status == 413:
         raise BodyTooLarge(f"the server at {where} refused an upload as too large (413)")
-    if status == 429 or status >= 500:
+    if status == 429 or (status == 503 and retry_after is not None):
+        raise ServerBusy(f"the server at {where} is busy ({status}){said}", retry_after)
+    if status >= 500:
         raise ServerFailed(f"the server at {where} failed ({status}){said}")
     if status == 409:  # a run id another team holds: the document is fine, its owner not
         raise ProtocolMismatch(f"the server at {where} refused the upload (409){said}")

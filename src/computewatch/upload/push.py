@@ -178,6 +178,7 @@ def push_runs(
     timeout: float | None = None,
     live: Mapping[str, LiveRun] | None = None,
     signer: ReportSigner | None = None,
+    deadline: float | None = None,
 ) -> PushReport:
     """Send ``plan`` in batches (at most ``MAX_RUNS_PER_BATCH`` runs and ``MAX_BODY_BYTES``
     each) and mark each run uploaded once the server has answered for it. Stops at the
@@ -191,7 +192,7 @@ def push_runs(
         body = _body(batch)
         before = client.wire_bytes
         try:
-            answer = client.ingest_body(body, timeout=timeout)
+            answer = client.ingest_body(body, timeout=timeout, deadline=deadline)
         except BodyTooLarge as e:
             if len(batch) == 1:
                 report.skipped.append((batch[0][0].run.id, str(e)))
@@ -237,6 +238,7 @@ def upload_run(
     timeout: float | None = None,
     live: LiveRun | None = None,
     signer: ReportSigner | None = None,
+    deadline: float | None = None,
 ) -> tuple[int, list[str]]:
     """Send one run's current state as ``seq`` and mark it: the bytes sent on the wire (0 when
     the server did not answer for it) and the push's notes. Raises :class:`UploadError`."""
@@ -249,6 +251,7 @@ def upload_run(
         timeout=timeout,
         live={run.id: live} if live is not None else None,
         signer=signer,
+        deadline=deadline,
     )
     if report.error is not None:
         raise report.error

@@ -32,7 +32,7 @@ from typing import Protocol, TextIO
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.errors import PROG, ComputewatchError
 from computewatch.store import RUNNING, Store, StoreError
-from computewatch.upload.client import Client, UploadError
+from computewatch.upload.client import Client, ServerBusy, UploadError, busy_delay
 from computewatch.upload.payload import LiveRun
 from computewatch.upload.push import upload_run
 from computewatch.upload.settings import ServerSettings
@@ -154,6 +154,9 @@ class LiveUploader:
                 timeout=timeout,
                 live=self._live,
                 signer=self.signer,
+                # a busy server is not waited on here, holding the series: the loop asks
+                # again after the time it named (see _loop)
+                deadline=time.monotonic(),
             )
         self._notes(notes)
         return sent
@@ -183,6 +186,8 @@ class LiveUploader:
                     failures += 1
                     self.failures += 1
                     wait = backoff_delay(failures, interval, self.max_backoff, self._rng)
+                    if isinstance(e, ServerBusy):  # not sooner than the server asked
+                        wait = max(wait, busy_delay(e.retry_after, failures, self._rng))
                     continue
                 except (ComputewatchError, sqlite3.Error, OSError):
                     # the run not in this store (left to the spool), the store locked: later
@@ -257,6 +262,7 @@ class LiveUploader:
                         timeout=max(0.1, deadline - time.monotonic()),
                         live=self._live if held else None,
                         signer=self.signer,
+                        deadline=deadline,
                     )
                 finally:
                     if held:
