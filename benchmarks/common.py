@@ -339,3 +339,143 @@ def cli_main(run: Callable[[bool], Section], doc: str | None) -> None:
     print(f"other processes used {section.others_share:.0%} of the machine's CPU meanwhile")
     for what, measured, v in section.targets:
         print(f"target {what}: {measured} — {v}")
+
+
+# -- servers and their databases ------------------------------------------------------------
+
+_PORT_RANGE = (20000, 32000)
+"""Below the kernel's ephemeral range (32768–60999 by default), so a port picked here is not
+handed meanwhile to another process's outgoing connection (tests/conftest.py does the same)."""
+
+
+def free_loopback_port() -> int:
+    """A loopback TCP port nothing listens on now, drawn outside the ephemeral range."""
+    import random
+    import socket
+
+    rng = random.Random()
+    for _ in range(1000):
+        port = rng.randint(*_PORT_RANGE)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port in {_PORT_RANGE}")
+
+
+def postgres_bin() -> Path | None:
+    """The newest Debian PostgreSQL's bin/ (``/usr/lib/postgresql/N/bin``), or None."""
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
+    return found[-1].parent if found else None
+
+
+def as_postgres(cmd: Sequence[str]) -> list[str]:
+    """PostgreSQL refuses to run as root: as root, run ``cmd`` as the ``postgres`` user."""
+    return ["runuser", "-u", "postgres", "--", *cmd] if os.geteuid() == 0 else list(cmd)
+
+
+class PostgresCluster:
+    """A throw-away cluster in a temporary directory (data and socket), listening on
+    127.0.0.1; ``settings`` are ``-c`` options (fsync and the rest as shipped unless given).
+    The logic of tests/server/conftest.py's fixture, for benchmarks."""
+
+    def __init__(self, settings: Sequence[str] = ("max_connections=300",)) -> None:
+        import tempfile
+
+        bin_dir = postgres_bin()
+        if bin_dir is None:
+            raise RuntimeError("no PostgreSQL (apt-get install postgresql)")
+        self.bin = bin_dir
+        self.dir = Path(tempfile.mkdtemp(prefix="cw-bench-pg-"))
+        os.chmod(self.dir, 0o755)
+        self.data = self.dir / "data"
+        self.sock = self.dir / "sock"
+        self.log = self.dir / "postgres.log"
+        self.sock.mkdir()
+        if os.geteuid() == 0:
+            shutil.chown(self.dir, "postgres", "postgres")
+            shutil.chown(self.sock, "postgres", "postgres")
+        self.port = free_loopback_port()
+        subprocess.run(
+            as_postgres([str(self.bin / "initdb"), "-D", str(self.data), "-A", "trust", "-U",
+                         "postgres", "-E", "UTF8", "--locale=C"]),
+            check=True, capture_output=True,
+        )  # fmt: skip
+        options = f"-p {self.port} -k {self.sock} -c listen_addresses=127.0.0.1"
+        options += "".join(f" -c {s}" for s in settings)
+        r = subprocess.run(
+            as_postgres([str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.log),
+                         "-o", options, "-w", "-t", "60", "start"]),
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        if r.returncode != 0:
+            log = self.log.read_text() if self.log.exists() else ""
+            raise RuntimeError(f"pg_ctl start failed:\n{r.stdout}\n{r.stderr}\n{log[-3000:]}")
+        self._names = 0
+
+    def version(self) -> str:
+        return self.bin.parent.name
+
+    def create_database(self) -> str:
+        """A fresh, empty database: its SQLAlchemy URL."""
+        import psycopg
+
+        self._names += 1
+        name = f"bench_{self._names}"
+        with psycopg.connect(
+            f"host=127.0.0.1 port={self.port} user=postgres dbname=postgres", autocommit=True
+        ) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{name}"
+
+    def postmaster_pid(self) -> int | None:
+        try:
+            return int((self.data / "postmaster.pid").read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds of the postmaster and its live backends (user + system)."""
+        pid = self.postmaster_pid()
+        return tree_cpu_seconds(pid) if pid is not None else 0.0
+
+    def close(self) -> None:
+        subprocess.run(
+            as_postgres([str(self.bin / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w",
+                         "stop"]),
+            capture_output=True, check=False,
+        )  # fmt: skip
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of one live process from /proc/PID/stat; 0 when gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except OSError:
+        return 0.0
+    # after the command: state(0) ppid(1) ... utime(11) stime(12)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of ``pid`` and its live children (one level: a postmaster's backends).
+    Children that exited meanwhile are not counted."""
+    total = process_cpu_seconds(pid)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total

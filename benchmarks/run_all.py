@@ -32,6 +32,7 @@ import bench_report
 import bench_reverse_proxy
 import bench_sampler
 import bench_server
+import bench_server_load
 import bench_signing
 import bench_step
 import bench_store
@@ -52,6 +53,7 @@ BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
     ("codecarbon", bench_codecarbon.run),
     ("end", bench_end.run),
     ("server", bench_server.run),
+    ("server-load", bench_server_load.run),
     ("dashboard", bench_dashboard.run),
     ("upload", bench_upload.run),
     ("reverse-proxy", bench_reverse_proxy.run),
