@@ -348,7 +348,7 @@ def test_accounting_sections_show_the_engines_figures(store: Store, tmp_path: Pa
     # The headline figures become cards at the top too.
     cards = cells(page[page.index('class="cards"') : page.index("</section>")])
     assert "energy|32.9|Wh|facility, measured" in cards
-    assert "carbon|3.39 g CO2e|total, modeled" in cards
+    assert "carbon|3.39|g CO2e|total, modeled" in cards
     assert "cost|$0.12|total, modeled" in cards
 
 

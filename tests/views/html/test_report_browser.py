@@ -34,7 +34,9 @@ from playwright.sync_api import (  # noqa: E402
 
 from computewatch.readings import Kind, Labels, labels  # noqa: E402
 from computewatch.store import COMPLETED, Store  # noqa: E402
+from computewatch.views import html as html_package  # noqa: E402
 from computewatch.views.html import write_report  # noqa: E402
+from computewatch.views.html.run import cards_section  # noqa: E402
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -265,3 +267,46 @@ def test_drag_zooms_every_chart(opened: Opened) -> None:
 def test_no_console_or_page_errors(opened: Opened) -> None:
     assert opened.errors == []
     assert opened.blocked == []
+
+
+CARDS = [
+    ("status", "completed", "2023-11-14T22:13:20Z"),
+    ("duration", "1:23:20", ""),
+    ("CPU mean", "45.0%", "max 90.0% of 2 cores"),
+    ("peak RSS", "1.5 GiB", "host peak 3.2 GiB of 15.5 GiB"),
+    ("GPU util (simulated)", "62.5%", "mean over 2 GPUs"),
+    ("energy", "0.0008282 kWh", "facility, measured"),
+    ("carbon", "0.00669 g CO2e", "total, modeled"),
+    ("cost", "$0.0001234", "total, estimated"),
+    ("flops", "5.5e+14 FLOP", "modeled"),
+]
+
+
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_cards_keep_their_unit(opened: Opened, width: int, tmp_path: Path) -> None:
+    """A card's value is never cut: it fits its card (a long unit goes below the number) and
+    its title holds it in full; the unit stays inside the card."""
+    css = (Path(html_package.__file__).parent / "assets" / "report.css").read_text()
+    page = opened.page.context.new_page()
+    try:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.set_content(f"<style>{css}</style><main>{cards_section(CARDS)}</main>")
+        page.screenshot(path=str(tmp_path / f"report-cards-{width}.png"), full_page=True)
+        assert page.evaluate(
+            "document.documentElement.scrollWidth <= document.documentElement.clientWidth"
+        )
+        for card in page.locator(".cards .card").all():
+            label = card.locator(".label").text_content() or ""
+            value = card.locator(".value")
+            text = " ".join((value.text_content() or "").split())
+            assert not value.evaluate("v => v.scrollWidth > v.clientWidth"), (label, text)
+            assert value.get_attribute("title") == text, (label, text)
+            unit = value.locator(".unit")
+            if unit.count():
+                box, outer = unit.bounding_box(), card.bounding_box()
+                assert box is not None and outer is not None
+                assert box["x"] + box["width"] <= outer["x"] + outer["width"], (label, text)
+        carbon = page.locator(".card", has_text="carbon").locator(".value .unit")
+        assert carbon.text_content() == "g CO2e"
+    finally:
+        page.close()
