@@ -8,7 +8,7 @@ import datetime as dt
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 from urllib.parse import urlencode
 
 import jinja2
@@ -150,7 +150,7 @@ def page(
     is_partial: bool,
     principal: Principal | None,
     name: str,
-    data: object,
+    data: Any,
     text: PageText | None = None,
 ) -> HTMLResponse:
     """A dashboard page: the fragment ``_NAME.html`` alone when htmx asks for it (``partial``,
