@@ -1,6 +1,7 @@
 """A stand-in ingest server (the standard library's ``http.server`` on 127.0.0.1) for the upload
-client's unit tests, and stored runs written by hand. The end-to-end tests against the real
-``computewatch server`` are under tests/server/clients/."""
+client's unit tests, which checks every batch it receives against the server's models (a test
+whose client sent one the server would refuse fails), and stored runs written by hand. The
+end-to-end tests against the real ``computewatch server`` are under tests/server/clients/."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 
 from computewatch.readings import Kind
 from computewatch.store import COMPLETED, RunRow, Store
+from computewatch.upload.schema import InvalidBatch, validate_batch
 
 T0 = 1_700_000_000.0
 
@@ -43,6 +45,8 @@ class FakeIngest:
     no_gzip: bool = False
     refused_gzip: int = 0
     release: threading.Event = field(default_factory=threading.Event)
+    invalid: list[str] = field(default_factory=list)
+    """Why each batch the server's models (computewatch.upload.schema) refuse was refused."""
 
     @property
     def url(self) -> str:
@@ -72,6 +76,10 @@ def _handler(state: FakeIngest) -> type[BaseHTTPRequestHandler]:
             data = gzip.decompress(raw) if packed else raw
             body = json.loads(data)
             state.requests.append(Request(dict(self.headers), body, len(raw)))
+            try:
+                validate_batch(body)
+            except InvalidBatch as e:
+                state.invalid.append(str(e))
             if state.hang:
                 state.release.wait(state.hang)
             if state.status != 200 or state.reply is not None:
@@ -112,6 +120,7 @@ def ingest() -> Iterator[FakeIngest]:
     server.shutdown()
     server.server_close()
     thread.join(5)
+    assert state.invalid == [], "the client sent batches the server refuses"
 
 
 def stored_run(

@@ -8,7 +8,7 @@ import json
 
 import pytest
 from tests.conftest import free_loopback_port
-from tests.upload.conftest import FakeIngest
+from tests.upload.conftest import T0, FakeIngest
 
 from computewatch.upload.client import (
     BadToken,
@@ -29,7 +29,7 @@ TOKEN = "cwt_s3cr3t-token-value"
 def _batch(run_id: str = "r1", seq: int = 1) -> IngestBatch:
     run = {
         "id": run_id, "seq": seq, "final": True, "name": None, "status": "completed",
-        "exit_code": 0, "started_at": 1.0, "ended_at": 2.0, "host": "h", "user": "u",
+        "exit_code": 0, "started_at": T0, "ended_at": T0 + 1, "host": "h", "user": "u",
         "project": None, "tags": {}, "command": ["true"], "summary": None, "meta": {},
         "series": [],
     }  # fmt: skip

@@ -8,7 +8,7 @@ import io
 import json
 from pathlib import Path
 
-from tests.upload.conftest import FakeIngest, stored_run, wait_until
+from tests.upload.conftest import T0, FakeIngest, stored_run, wait_until
 
 from computewatch.ledger.keys import (
     decode_public,
@@ -93,7 +93,7 @@ def test_the_live_stream_signs_running_and_final_uploads(
     up.begin(run.id)
     wait_until(lambda: len(ingest.runs_seen()) >= 2)
     with Store.open(db) as store:
-        store.update_run(run.key, status=COMPLETED, exit_code=0, ended_at=2e9)
+        store.update_run(run.key, status=COMPLETED, exit_code=0, ended_at=T0 + 60)
     assert up.close() is True
     seen = ingest.runs_seen()
     assert seen[-1]["final"] and not seen[0]["final"]
@@ -117,7 +117,7 @@ def test_the_live_stream_says_once_when_it_cannot_sign(
     up.begin(run.id)
     wait_until(lambda: len(ingest.runs_seen()) >= 3)
     with Store.open(db) as store:
-        store.update_run(run.key, status=COMPLETED, exit_code=0, ended_at=2e9)
+        store.update_run(run.key, status=COMPLETED, exit_code=0, ended_at=T0 + 60)
     assert up.close() is True
     assert all("signed_report" not in r for r in ingest.runs_seen())
     lines = [x for x in err.getvalue().splitlines() if "unsigned" in x]

@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from tests.conftest import free_loopback_port
-from tests.upload.conftest import FakeIngest, stored_run, wait_until
+from tests.upload.conftest import T0, FakeIngest, stored_run, wait_until
 
 from computewatch.store import COMPLETED, Store
 from computewatch.upload.settings import ServerSettings
@@ -26,7 +26,7 @@ def test_backoff_grows_is_capped_and_jittered() -> None:
 
 
 def _finish(store: Store, key: int) -> None:
-    store.update_run(key, status=COMPLETED, exit_code=0, ended_at=2e9)
+    store.update_run(key, status=COMPLETED, exit_code=0, ended_at=T0 + 60)
 
 
 def test_streams_while_running_then_the_final_state(tmp_path: Path, ingest: FakeIngest) -> None:

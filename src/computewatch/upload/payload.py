@@ -37,7 +37,13 @@ from computewatch.redact import (
     redact_text,
 )
 from computewatch.store import RUNNING, RunRow, SeriesRow, Store
-from computewatch.upload.protocol import MAX_POINTS, RunStatus, RunUpload, SeriesUpload
+from computewatch.upload.protocol import (
+    MAX_MAGNITUDE,
+    MAX_POINTS,
+    RunStatus,
+    RunUpload,
+    SeriesUpload,
+)
 
 __all__ = [
     "LiveRun",
@@ -51,6 +57,9 @@ __all__ = [
 _DIGITS = 6
 """Significant digits kept per uploaded value: a chart or a sum needs no more, and the
 payload is about a third smaller than with all 17."""
+_LARGEST = MAX_MAGNITUDE / 10
+"""Values from this magnitude on are left out, as non-finite ones are: the protocol refuses
+MAX_MAGNITUDE and beyond, which rounding to _DIGITS digits could reach from just below."""
 
 
 def current_user() -> str:
@@ -191,6 +200,8 @@ class SeriesBuckets:
                 if rate is None:
                     continue
                 value = rate
+            if not -_LARGEST < value < _LARGEST:
+                continue
             b = pos[seq] // k
             if b != current:
                 if current >= 0:

@@ -44,6 +44,8 @@ MAX_BODY_BYTES: Final = 16 * 1024 * 1024
 """What one ingest request may hold; larger is refused with 413 before anything is stored."""
 
 MAX_SERIES_PER_RUN: Final = 500
+MAX_MAGNITUDE: Final = 1e300
+"""A series' values are finite and smaller than this in magnitude (a sum of many stays finite)."""
 MAX_DOC_DEPTH: Final = 64
 """Nesting of a run's ``summary``, ``meta`` and ``signed_report`` at most (objects and lists)."""
 

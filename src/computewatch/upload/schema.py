@@ -45,6 +45,7 @@ from computewatch.upload.protocol import (
     EARLIEST_TIME,
     FUTURE_SLACK_SECONDS,
     MAX_DOC_DEPTH,
+    MAX_MAGNITUDE,
     MAX_POINTS,
     MAX_RUNS_PER_BATCH,
     MAX_SERIES_PER_RUN,
@@ -68,8 +69,6 @@ __all__ = [
 
 MAX_INT: Final = 2**63 - 1
 """The largest ``seq`` (a signed 64-bit column)."""
-MAX_MAGNITUDE: Final = 1e300
-"""Series values and bucket points beyond this are refused (a sum of a few stays finite)."""
 MAX_BUCKET_SECONDS: Final = 1e9
 
 
@@ -342,6 +341,14 @@ _KIND: Final = {
 }
 
 
+_BOUNDS: Final = {
+    "greater_than": "more than",
+    "greater_than_equal": "at least",
+    "less_than": "less than",
+    "less_than_equal": "at most",
+}
+
+
 def _message(error: ErrorDetails) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
@@ -353,8 +360,10 @@ def _message(error: ErrorDetails) -> str:
         said = str(ctx.get("error", error["msg"]))
     elif kind == "literal_error":
         said = f"expected one of {ctx.get('expected')}, not {error['input']!r}"[:300]
-    elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        said = f"out of range ({error['msg'].removeprefix('Input ').lower()})"
+    elif kind in _BOUNDS:
+        bound = next(iter(ctx.values()), None)
+        shown = f"{bound:g}" if isinstance(bound, float) else str(bound)
+        said = f"out of range (expected {_BOUNDS[kind]} {shown})"
     elif kind == "string_too_long":
         said = f"longer than {ctx.get('max_length')} characters"
     elif kind == "string_too_short":
