@@ -22,6 +22,7 @@ from tests.server.conftest import batch, synthetic_upload
 from computewatch.server.app import create_app
 from computewatch.serverdb.models import Run, RunChange, RunSeries, RunTag
 from computewatch.serverdb.tokens import create_token
+from computewatch.upload.protocol import RUN_STATUSES
 
 BASE = settings.get_profile("computewatch-fuzz")  # tests/fuzz/conftest.py
 
@@ -71,6 +72,8 @@ class Ingest:
             for run, res in zip(runs, results, strict=True):
                 row = s.get(Run, run["id"])
                 assert row is not None and row.seq >= run["seq"]
+                assert row.status in RUN_STATUSES  # the schema's promises, as stored
+                assert row.ended_at is None or row.ended_at >= row.started_at
                 if res["stored"] and row.seq == run["seq"]:
                     tags = s.scalar(select(func.count()).where(RunTag.run_id == run["id"]))
                     series = s.scalar(select(func.count()).where(RunSeries.run_id == run["id"]))
