@@ -31,6 +31,7 @@ from computewatch.cli.check import add_check_parser
 from computewatch.cli.detect import add_detect_parser
 from computewatch.cli.diagnose import add_diagnose_parser
 from computewatch.cli.exporters import add_export_arguments
+from computewatch.cli.extras import missing_extra_message
 from computewatch.cli.fleet import add_fleet_parser
 from computewatch.cli.flops import add_flops_parser
 from computewatch.cli.governance import add_governance_parsers
@@ -554,14 +555,27 @@ def _main(argv: list[str] | None) -> int:
     except OSError as e:
         _say(str(e.strerror or e))
         return 1
+    except ModuleNotFoundError as e:  # an optional extra not installed, or a bug
+        if os.environ.get("COMPUTEWATCH_DEBUG"):
+            raise
+        message = missing_extra_message(e, args.cmd)
+        if message is None:
+            _say(_internal(e))
+            return 70
+        _say(message)
+        return 1
     except Exception as e:  # a bug: one line, and the traceback on request
         if os.environ.get("COMPUTEWATCH_DEBUG"):
             raise
-        _say(
-            f"internal error: {type(e).__name__}: {e} "
-            "(set COMPUTEWATCH_DEBUG=1 for the traceback, and please report it)"
-        )
+        _say(_internal(e))
         return 70  # EX_SOFTWARE (sysexits.h)
+
+
+def _internal(e: BaseException) -> str:
+    return (
+        f"internal error: {type(e).__name__}: {e} "
+        "(set COMPUTEWATCH_DEBUG=1 for the traceback, and please report it)"
+    )
 
 
 if __name__ == "__main__":
