@@ -162,9 +162,10 @@ def _as_nobody_against_root(cw: Any) -> subprocess.CompletedProcess[str]:
     try:
         os.chmod(home, 0o777)
         env = cw.env(COMPUTEWATCH_HOME=str(home / "h"), HOME=str(home))
+        python, env = _readable_install(home, env)
         return subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
-             sys.executable, "-m", "computewatch", "profile", str(target.pid), "--seconds", "1",
+             python, "-m", "computewatch", "profile", str(target.pid), "--seconds", "1",
              "-o", str(home / "p.json")],
             capture_output=True, text=True, env=env, timeout=120, check=False, cwd=home,
         )  # fmt: skip
@@ -172,3 +173,28 @@ def _as_nobody_against_root(cw: Any) -> subprocess.CompletedProcess[str]:
         target.kill()
         target.communicate()
         shutil.rmtree(home, ignore_errors=True)
+
+
+def _readable_install(home: Path, env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """What the unprivileged user runs: the base interpreter (the test environment's venv may
+    sit in a clone other users cannot enter: a 0700 ``mktemp -d``, a 0750 home), the package
+    copied where it can read it, and py-spy beside it. The profile command's refusal path
+    imports nothing else from the environment."""
+    import computewatch  # the package under test, wherever it is installed from
+
+    lib = home / "lib"
+    shutil.copytree(
+        Path(computewatch.__file__).parent,
+        lib / "computewatch",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    shutil.copy2(spy, home / "py-spy")
+    for root, dirs, files in os.walk(home):
+        for name in dirs:
+            os.chmod(Path(root) / name, 0o755)
+        for name in files:
+            os.chmod(Path(root) / name, 0o755 if name == "py-spy" else 0o644)
+    env = {**env, "PYTHONPATH": str(lib), "COMPUTEWATCH_PY_SPY": str(home / "py-spy")}
+    env.pop("VIRTUAL_ENV", None)
+    return getattr(sys, "_base_executable", sys.executable), env
