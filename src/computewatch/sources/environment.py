@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 from computewatch.escape import clean_text
 from computewatch.redact import (
@@ -32,18 +32,28 @@ from computewatch.redact import (
 )
 
 __all__ = [
+    "DIFF_MAX_BYTES",
     "FRAMEWORKS",
+    "GIT_GRACE",
     "GIT_TIMEOUT",
     "Capture",
     "Environment",
     "GitState",
     "capture_environment",
+    "diff_text",
     "git_state",
     "redact_config",
 ]
 
 GIT_TIMEOUT = 5.0
-"""Seconds each ``git`` call may take (a huge repository, a hung network filesystem)."""
+"""Seconds each ``git`` call may take from its start (a huge repository, a hung network
+filesystem)."""
+GIT_GRACE = 1.0
+"""Seconds a call is still read for when the record is taken after :data:`GIT_TIMEOUT` (a run
+longer than it): a call that has exited is read whole, one blocked on a full pipe (a large
+diff) is drained; one still running after this is killed."""
+DIFF_MAX_BYTES = 256_000
+"""The most of ``git diff HEAD`` the record keeps (redacted); the hash covers the whole."""
 
 FRAMEWORKS = (
     "torch", "lightning", "pytorch-lightning", "transformers", "accelerate", "deepspeed",
@@ -55,7 +65,10 @@ FRAMEWORKS = (
 class GitState(TypedDict):
     """The code's version: commit, branch (None when detached), whether the tree had changes
     against HEAD (tracked files, and untracked files not ignored), and a SHA-256 of
-    ``git diff HEAD`` (so two runs from the same dirty tree can be told apart)."""
+    ``git diff HEAD`` (so two runs from the same dirty tree can be told apart), and the diff
+    itself: redacted (computewatch.redact), at most :data:`DIFF_MAX_BYTES` (``diff_bytes`` is
+    the whole diff's size, ``diff_truncated`` says it was cut). Records stored before the diff
+    was kept lack the last three."""
 
     root: str
     commit: str | None
@@ -63,6 +76,9 @@ class GitState(TypedDict):
     dirty: bool
     diff_sha256: str | None
     untracked: int
+    diff: NotRequired[str | None]
+    diff_bytes: NotRequired[int]
+    diff_truncated: NotRequired[bool]
 
 
 class Accelerators(TypedDict):
@@ -105,7 +121,9 @@ def _output(proc: subprocess.Popen[bytes] | None, deadline: float) -> bytes | No
     if proc is None:
         return None
     try:
-        out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.0))
+        # communicate(timeout=0) raises TimeoutExpired even for a call that exited long ago:
+        # the caller's deadline is never in the past (GitProbe.state moves it on)
+        out, _ = proc.communicate(timeout=max(deadline - time.monotonic(), 0.001))
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
@@ -133,8 +151,11 @@ class GitProbe:
         self._status = _start_git(cwd, "status", "--porcelain", "--untracked-files=normal")
 
     def state(self) -> GitState | str:
-        """The git state of the tree holding ``cwd``, or why there is none."""
-        cwd, deadline = self._cwd, self._deadline
+        """The git state of the tree holding ``cwd``, or why there is none. Read after
+        :data:`GIT_TIMEOUT` (a long run), the calls get :data:`GIT_GRACE` more: one that has
+        exited is read whole, one still blocked (a hung filesystem) is killed."""
+        cwd = self._cwd
+        deadline = max(self._deadline, time.monotonic() + GIT_GRACE)
         found = (_text(_output(self._head, deadline)) or "").splitlines()
         diff = _output(self._diff, deadline)
         status = _text(_output(self._status, deadline)) or ""
@@ -145,6 +166,10 @@ class GitProbe:
         else:  # no commit yet (HEAD names nothing), or not a work tree at all
             top = _text(_output(_start_git(cwd, "rev-parse", "--show-toplevel"), deadline))
             if top is None:
+                if self._head is None:
+                    return "git is not installed (or could not be started)"
+                if self._head.returncode is not None and self._head.returncode < 0:
+                    return f"git did not answer within {GIT_TIMEOUT:g} s of the start (killed)"
                 return "not a git work tree (or git is not installed)"
             root = top
             branch = _text(
@@ -152,6 +177,7 @@ class GitProbe:
             )
             commit, diff = None, None
         lines = [ln for ln in status.splitlines() if ln.strip()]
+        kept, truncated = diff_text(diff) if diff else (None, False)
         return GitState(
             root=root.strip(),
             commit=commit.strip() if commit else None,
@@ -159,6 +185,9 @@ class GitProbe:
             dirty=bool(lines),
             diff_sha256=hashlib.sha256(diff).hexdigest() if diff else None,
             untracked=sum(1 for ln in lines if ln.startswith("??")),
+            diff=kept,
+            diff_bytes=len(diff) if diff else 0,
+            diff_truncated=truncated,
         )
 
     def close(self) -> None:
@@ -170,6 +199,34 @@ class GitProbe:
                     proc.communicate()
                 except (OSError, subprocess.SubprocessError, ValueError):
                     pass
+
+
+_ASSIGNED = re.compile(r"^([+\- ]?\s*[\"']?)([A-Za-z_][\w.\-]*)([\"']?\s*[:=]\s*)(\S.*)$")
+"""A line of a diff that sets a name: ``+API_KEY = "x"``, ``-  password: x``."""
+
+
+def _redact_diff_line(line: str, names: tuple[str, ...]) -> str:
+    body = line.rstrip("\r\n")
+    end = line[len(body) :]
+    m = _ASSIGNED.match(body)
+    if m and is_secret_name(m[2], names):
+        return f"{m[1]}{m[2]}{m[3]}{MARKER}{end}"
+    return redact_text(body, names) + end
+
+
+def diff_text(diff: bytes, limit: int = DIFF_MAX_BYTES) -> tuple[str, bool]:
+    """``git diff``'s output as the record keeps it: decoded (undecodable bytes escaped), cut at
+    a line end within ``limit`` bytes, each line redacted (a line that sets a secret's name
+    keeps the name and loses the value); True when it was cut."""
+    truncated = len(diff) > limit
+    if truncated:
+        cut = diff.rfind(b"\n", 0, limit)
+        diff = diff[: cut + 1 if cut > 0 else limit]
+    names = configured_names()
+    text = clean_text(diff.decode("utf-8", "backslashreplace"))
+    return "".join(_redact_diff_line(ln, names) for ln in text.splitlines(keepends=True)), (
+        truncated
+    )
 
 
 def git_state(cwd: str) -> GitState | str:
