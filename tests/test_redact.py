@@ -185,3 +185,59 @@ def test_redaction_is_idempotent() -> None:
     once = redact_argv(argv)
     assert redact_argv(once) == once
     assert not any(s in " ".join(once) for s in ("x ", "=y", "pw", " z"))
+
+
+# -- secrets in a URL's query, a colon flag, a bare user:password@host, a value's own NAME=VALUE
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["curl", "https://host/cb?token=S&x=1"],
+            ["curl", f"https://host/cb?token={MARKER}&x=1"],
+        ),
+        (
+            ["fetch", "https://h/p?a=1&api_key=S#frag"],
+            ["fetch", f"https://h/p?a=1&api_key={MARKER}#frag"],
+        ),
+        (["tool", "--password:S"], ["tool", f"--password:{MARKER}"]),
+        (["rsync", "user:S@host:/data"], ["rsync", f"user:{MARKER}@host:/data"]),
+        (["run", "--tag", "note=PASSWORD=S"], ["run", "--tag", f"note=PASSWORD={MARKER}"]),
+        (["run", "--tag=note=db_token=S"], ["run", f"--tag=note=db_token={MARKER}"]),
+    ],
+)
+def test_secrets_hidden_in_queries_colon_flags_bare_userinfo_and_nested_values(
+    argv: list[str], expected: list[str]
+) -> None:
+    assert redact_argv(argv) == expected
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["curl", "https://host/search?q=tokenizer&page=2"],
+        ["git", "clone", "git@github.com:org/repo.git"],
+        ["mail", "mailto:bob@example.org"],
+        ["python", "train.py", "--lr:0.1", "--epochs=3"],
+        ["run", "--tag", "note=a=b"],
+        ["ssh", "host:22"],
+    ],
+)
+def test_what_only_looks_like_those_is_kept(argv: list[str]) -> None:
+    assert redact_argv(argv) == argv
+
+
+def test_tags_whose_value_names_a_secret_are_redacted() -> None:
+    out = redact_mapping({"note": "PASSWORD=S", "cb": "https://h/cb?token=S", "team": "a"})
+    assert out == {
+        "note": f"PASSWORD={MARKER}",
+        "cb": f"https://h/cb?token={MARKER}",
+        "team": "a",
+    }
+
+
+def test_a_command_line_string_hides_them_too() -> None:
+    text = "bash -c 'curl https://h/cb?token=S && rsync user:S@host:/x --password:S'"
+    out = redact_text(text)
+    assert "=S" not in out and ":S@" not in out and ":S'" not in out, out

@@ -2,8 +2,10 @@
 
 A value is replaced by :data:`MARKER` (so a reader sees that something was there) when its name
 means a secret: ``--password=x``, ``--api-token x`` (the next argument), ``API_KEY=x``,
-``Authorization: Bearer x``, ``"token": "x"``; and the password of a URL
-(``postgres://user:pw@host`` keeps the user). A name means a secret when one of its components
+``Authorization: Bearer x``, ``"token": "x"``, ``--password:x``, a URL's query
+(``https://h/cb?token=x``), a value's own ``NAME=VALUE`` (``--tag note=PASSWORD=x``); and the
+password of a URL (``postgres://user:pw@host`` keeps the user, and so does ``user:pw@host``
+without a scheme). A name means a secret when one of its components
 (split at ``-``, ``_``, ``.`` and camelCase: ``api_key`` is ``api`` + ``key``, ``--keyframes``
 is one component) is a word of :data:`SECRET_WORDS`, or when it contains a name the user
 listed (``[privacy] redact``). A short option (``-p x``) cannot be told from any other and is
@@ -78,6 +80,13 @@ _SPLIT = re.compile(r"[^A-Za-z0-9]+")
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _FLAG = re.compile(r"^(--?)([A-Za-z][A-Za-z0-9_.-]*)$")
 _FLAG_VALUE = re.compile(r"^(--?[A-Za-z][A-Za-z0-9_.-]*)=(.*)$", re.DOTALL)
+_FLAG_COLON = re.compile(r"^(--?[A-Za-z][A-Za-z0-9_.-]*):(.+)$", re.DOTALL)
+# ?NAME=VALUE or &NAME=VALUE in a URL's query
+_QUERY_PARAM = re.compile(r"([?&;])([A-Za-z0-9_.\-\[\]]+)=([^&#\s\"';]*)")
+# user:password@host with no scheme (rsync, scp-like, some drivers); not mailto:
+_BARE_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.:/-])([A-Za-z0-9_][A-Za-z0-9_.-]*):([^@/\s:]+)@(?=[A-Za-z0-9\[])"
+)
 # NAME=VALUE, also Hydra's overrides (+db.password=x, ~key=x)
 _ASSIGN = re.compile(r"^([+~]{0,2}[A-Za-z_][A-Za-z0-9_.-]*)=(.*)$", re.DOTALL)
 _HEADER = re.compile(r"^(\s*)([A-Za-z][A-Za-z0-9_-]*)(\s*:\s*)(.+)$", re.DOTALL)
@@ -125,9 +134,18 @@ def is_secret_name(name: str, extra: Iterable[str] = ()) -> bool:
     return False
 
 
-def redact_urls(text: str) -> str:
-    """``text`` with the password of every ``scheme://user:password@`` replaced."""
-    return _URL_USERINFO.sub(lambda m: f"{m[1]}{m[2]}:{MARKER}@", text)
+def redact_urls(text: str, extra: Iterable[str] = ()) -> str:
+    """``text`` with the password of every ``scheme://user:password@`` (and ``user:password@``
+    without a scheme) replaced, and every query parameter with a secret name
+    (``?token=x``)."""
+    ex = tuple(extra)
+    text = _URL_USERINFO.sub(lambda m: f"{m[1]}{m[2]}:{MARKER}@", text)
+    text = _BARE_USERINFO.sub(
+        lambda m: m[0] if m[1].lower() == "mailto" else f"{m[1]}:{MARKER}@", text
+    )
+    return _QUERY_PARAM.sub(
+        lambda m: f"{m[1]}{m[2]}={MARKER}" if m[3] and is_secret_name(m[2], ex) else m[0], text
+    )
 
 
 def _redact_value(value: str) -> str:
@@ -141,13 +159,20 @@ def _redact_word(arg: str, extra: tuple[str, ...]) -> str:
     m = _FLAG_VALUE.match(arg)
     if m and is_secret_name(m[1], extra):
         return f"{m[1]}={MARKER}"
+    if m and _ASSIGN.match(m[2]):  # --tag=note=PASSWORD=x
+        return f"{m[1]}={_redact_word(m[2], extra)}"
+    m = _FLAG_COLON.match(arg)
+    if m and "//" not in m[2][:2] and is_secret_name(m[1], extra):
+        return f"{m[1]}:{MARKER}"
     m = _ASSIGN.match(arg)
     if m and is_secret_name(m[1], extra):
         return f"{m[1]}={MARKER}"
+    if m and _ASSIGN.match(m[2]):  # a value that is itself NAME=VALUE: note=PASSWORD=x
+        return f"{m[1]}={_redact_word(m[2], extra)}"
     m = _HEADER.match(arg)
     if m and "//" not in m[4][:2] and is_secret_name(m[2], extra):
         return f"{m[1]}{m[2]}{m[3]}{_redact_value(m[4])}"
-    return redact_urls(_BEARER.sub(lambda b: f"{b[1]}{MARKER}", _redact_quoted(arg, extra)))
+    return redact_urls(_BEARER.sub(lambda b: f"{b[1]}{MARKER}", _redact_quoted(arg, extra)), extra)
 
 
 def _redact_quoted(text: str, extra: tuple[str, ...]) -> str:
@@ -211,7 +236,14 @@ def redact_mapping(values: Mapping[str, str], extra: Iterable[str] = ()) -> dict
     """``values`` (tags, settings) with the value of every secret-named key replaced and the
     passwords of URLs in the others removed."""
     ex = tuple(extra)
-    return {k: MARKER if is_secret_name(k, ex) else redact_urls(v) for k, v in values.items()}
+    return {
+        k: MARKER
+        if is_secret_name(k, ex)
+        else _redact_word(v, ex)
+        if _ASSIGN.match(v)
+        else redact_urls(v, ex)
+        for k, v in values.items()
+    }
 
 
 _given: list[tuple[str, ...]] = []  # the last use_names() list, when one was given
