@@ -57,6 +57,7 @@ _mono = time.monotonic
 
 _active: list[Run] = []
 _INF = math.inf
+_MAX = sys.float_info.max
 _PLAIN = frozenset((int, float))  # the types step() takes on its fast path
 
 
@@ -71,6 +72,8 @@ def _count(what: str, value: object) -> float:
         raise TypeError(f"{what} must be a number, not {type(value).__name__} {value!r}")
     try:
         number = float(value)  # type: ignore[arg-type]  # anything float() takes
+    except OverflowError:  # an int past the largest float (10**400)
+        raise ValueError(f"{what} must be a finite number >= 0, not {_short(value)}") from None
     except (TypeError, ValueError, RuntimeError):
         raise TypeError(f"{what} must be a number, not {type(value).__name__}") from None
     if not 0.0 <= number < _INF:
@@ -87,9 +90,18 @@ def _time(what: str, value: object) -> float:
     return float(value)
 
 
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+
+
 def _name(what: str, value: object) -> str:
     if not isinstance(value, str):
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate ("\ud800"): no file or database takes it
+        raise ValueError(f"{what} must be valid Unicode text, not {value!r}") from None
     return value
 
 
@@ -245,11 +257,12 @@ class Run:
         step's model FLOPs (else those set by :meth:`set_flops`). An append to a buffer.
         Each count is a finite number >= 0: TypeError or ValueError here, at the call."""
         # The check costs a type lookup per count given; other types take the slow path.
-        if samples is not None and (samples.__class__ not in _PLAIN or not 0 <= samples < _INF):
+        # <= _MAX: an int past the largest float (10**400) cannot be packed later
+        if samples is not None and (samples.__class__ not in _PLAIN or not 0 <= samples <= _MAX):
             samples = _count("samples", samples)
-        if tokens is not None and (tokens.__class__ not in _PLAIN or not 0 <= tokens < _INF):
+        if tokens is not None and (tokens.__class__ not in _PLAIN or not 0 <= tokens <= _MAX):
             tokens = _count("tokens", tokens)
-        if flops is not None and (flops.__class__ not in _PLAIN or not 0 <= flops < _INF):
+        if flops is not None and (flops.__class__ not in _PLAIN or not 0 <= flops <= _MAX):
             flops = _count("flops", flops)
         if flops is None and self._flops_rule is not None:
             flops = self._flops_rule(tokens)

@@ -46,6 +46,13 @@ with computewatch.track(name="misuse") as r:
     attempt("request tokens_in", lambda: r.request("gen", tokens_in=-1))
     attempt("set_flops str", lambda: r.set_flops(per_step="1e9"))
     attempt("set_flops zero", lambda: r.set_flops(per_token=0))
+    # integers past what a float holds, and text that is not Unicode (a lone surrogate)
+    attempt("samples huge", lambda: r.step(samples=10**400))
+    attempt("tokens huge", lambda: r.step(tokens=2**1100))
+    attempt("flops huge", lambda: r.step(flops=10**309))
+    attempt("set_flops huge", lambda: r.set_flops(per_step=10**400))
+    attempt("phase surrogate", lambda: r.phase("\\ud800"))
+    attempt("module phase surrogate", lambda: computewatch.phase("a\\udcff"))
 
     def tokens_out():
         with r.request("gen") as q:
@@ -76,6 +83,12 @@ EXPECTED = {
     "set_flops str": ("TypeError", "per_step must be a number"),
     "set_flops zero": ("ValueError", "per_token: FLOPs must be a positive number"),
     "request tokens_out": ("TypeError", "tokens_out must be a number"),
+    "samples huge": ("ValueError", "samples must be a finite number >= 0"),
+    "tokens huge": ("ValueError", "tokens must be a finite number >= 0"),
+    "flops huge": ("ValueError", "flops must be a finite number >= 0"),
+    "set_flops huge": ("ValueError", "per_step must be a finite number >= 0"),
+    "phase surrogate": ("ValueError", "phase name must be valid Unicode text"),
+    "module phase surrogate": ("ValueError", "phase name must be valid Unicode text"),
 }
 
 
@@ -95,6 +108,15 @@ def test_a_bad_value_raises_at_the_call_and_nothing_else_breaks(
     assert summary["status"] == "failed" and summary["exit_code"] == 3
     assert summary["steps"]["count"] == 5  # only the good steps, none of the bad ones
     assert summary["steps"]["samples_total"] == 160
+
+
+def test_a_pue_past_the_configurations_range_is_refused(cw: Any) -> None:
+    # The configuration file takes 1 to 10: the flag is held to the same.
+    for value in ("1e308", "11", "0.9"):
+        r = cw("run", "--pue", value, "--", "true")
+        assert r.returncode == 2, (value, r.stderr)
+        assert "PUE" in r.stderr and "10" in r.stderr and "Traceback" not in r.stderr
+    assert cw("run", "--quiet", "--pue", "1.4", "--", "true").returncode == 0
 
 
 FULL_DISK = (

@@ -483,7 +483,7 @@ def test_bad_url(cw: Any, url: str) -> None:
         (["--since", "yesterday"], 2, "expected a duration"),
         (["--region", "Atlantis"], 1, "unknown region"),
         (["--instance-type", "aws:p99.huge"], 1, "not in the price catalog"),
-        (["--pue", "0.5"], 2, "a PUE is at least 1"),
+        (["--pue", "0.5"], 2, "a PUE is between 1 and 10"),
     ],
 )
 def test_bad_options(cw: Any, prom: Prom, args: list[str], code: int, message: str) -> None:

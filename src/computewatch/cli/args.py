@@ -115,11 +115,16 @@ def interval(text: str, low: float, high: float) -> float:
     return v
 
 
+MAX_PUE = 10.0  # the configuration's energy.pue range (computewatch.config)
+
+
 def pue(text: str) -> float:
-    """A facility's power usage effectiveness: a finite number of at least 1."""
+    """A facility's power usage effectiveness: between 1 and 10, as in the configuration."""
     v = number(text)
-    if not (math.isfinite(v) and v >= 1):
-        raise argparse.ArgumentTypeError(f"a PUE is at least 1, not {text}")
+    if not (math.isfinite(v) and 1 <= v <= MAX_PUE):
+        raise argparse.ArgumentTypeError(
+            f"a PUE is between 1 and {MAX_PUE:g} (facility energy / IT energy), not {text}"
+        )
     return v
 
 
