@@ -439,16 +439,33 @@ def _summary_of(store: Store, ref: str) -> RunSummary:
 
 _ACCOUNTING_FLAGS = (
     "region", "pue", "precision", "whole_machine", "instance_type", "total_steps", "config",
+    "sci_unit",
 )  # fmt: skip
 
 
+def _keep_recorded_flags(args: argparse.Namespace, summary: RunSummary) -> None:
+    """A run accounted again with some flags keeps the ``--region`` and ``--pue`` it was run
+    with, where those flags are not given again (a ``--config`` alone must not put the world
+    average in place of the region the run named)."""
+    carbon = summary.get("carbon") or {}
+    intensity = carbon.get("intensity") or {}
+    if args.region is None and intensity.get("how") == "--region" and intensity.get("region"):
+        args.region = intensity["region"]
+    pue = (summary.get("energy") or {}).get("pue") or {}
+    if args.pue is None and pue.get("source") == "--pue" and pue.get("value"):
+        args.pue = float(pue["value"])
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    recompute = any(getattr(args, f) for f in _ACCOUNTING_FLAGS)
-    accounting = _accounting_options(args) if recompute else None
+    recompute = any(getattr(args, f, None) for f in _ACCOUNTING_FLAGS)
     with _open_store(args) as store:
         shown = store.find_run(args.run)
         summary = _summary_of(store, shown.id)
         _say_notices(store)
+        accounting: AccountingOptions | None = None
+        if recompute:
+            _keep_recorded_flags(args, summary)
+            accounting = _accounting_options(args)
         if accounting is not None:  # the same run, accounted again in another context
             run = store.find_run(summary["id"])
             if run.samples_deleted_at is not None:
