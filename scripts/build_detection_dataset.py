@@ -1,4 +1,16 @@
-"""Build the training-run detector's feature table from MIGProfiler's public DCGM traces.
+"""Build the training-run detector's feature table from real, labelled GPU telemetry, one
+reader per source (``--source NAME=PATH``, repeatable):
+
+- ``migprofiler=PATH``: MIGProfiler's public DCGM traces (below), read from a git snapshot;
+- ``labelled=PATH``: a folder of telemetry files any :mod:`computewatch.traces` reader takes
+  (nvidia-smi CSV logs, the long CSV/Parquet format) with a ``labels.csv`` beside them:
+  ``file,job,label,setup,source,licence`` (``job`` empty: every job of the file; ``label``
+  training, inference or other; ``setup`` the hardware and sampling, e.g. ``H100-1s``). The
+  place for traces recorded on a GPU machine and for any further public source converted to
+  one of those formats.
+
+Every row of the table carries its ``source`` and ``setup`` so that the evaluation can leave
+one of each out.
 
 Source: https://github.com/HuaizhengZhang/MIGProfiler, commit
 5462a7c1bf586a8121fa695a80d4cedb935d4425 (2022-09-22), folder ``data/`` (removed from the
@@ -22,7 +34,8 @@ Reads the snapshot with ``git show`` (no checkout needed); writes the feature ta
 ``#`` header with source and licence) and a few held-out jobs' raw series in the long CSV
 format for the tests.
 
-    python scripts/build_detection_dataset.py --repo /path/to/MIGProfiler/.git
+    python scripts/build_detection_dataset.py --repo /path/to/MIGProfiler/.git \
+        [--source labelled=/path/to/folder]
 """
 
 from __future__ import annotations
@@ -35,13 +48,16 @@ import math
 import random
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-from computewatch.detect.features import EVIDENCE_FEATURES, MODEL_FEATURES, GpuTelemetry
+from computewatch.detect.features import TABLE_FEATURES, GpuTelemetry
 from computewatch.detect.features import job_features as features_of
+from computewatch.traces import read_trace as read_telemetry_file
 
 COMMIT = "5462a7c1bf586a8121fa695a80d4cedb935d4425"
 SOURCE = "https://github.com/HuaizhengZhang/MIGProfiler"
+SOURCE_NAME = "migprofiler"
 LICENCE = "MIT (the repository's LICENSE file)"
 INTERVALS = (1, 5, 15)
 TEST_FRACTION = 0.25
@@ -140,12 +156,61 @@ def split(all_jobs: list[dict[str, object]]) -> dict[str, str]:
     return out
 
 
+def feature_row(gpus: Sequence[GpuTelemetry]) -> dict[str, object]:
+    """The model features of one job (empty where not known) and its duration, interval and
+    peak memory, as the table stores them."""
+    f = features_of(list(gpus))
+    keep = (*TABLE_FEATURES, "duration_seconds", "interval_seconds", "mem_used_gib_max")
+    return {n: ("" if math.isnan(f[n]) else round(f[n], 6)) for n in keep}
+
+
+def read_labelled(folder: Path) -> tuple[list[dict[str, object]], list[str]]:
+    """The jobs of a labelled folder (``labels.csv``: file, job, label, setup, source,
+    licence), each at its own interval; seeded by-job split like MIGProfiler's. Returns the
+    table rows and the header lines naming each source and its licence."""
+    rows: list[dict[str, object]] = []
+    notes: set[str] = set()
+    with (folder / "labels.csv").open(newline="") as fh:
+        entries = list(csv.DictReader(fh))
+    for e in entries:
+        if e["label"] not in ("training", "inference", "other"):
+            raise SystemExit(f"{folder}/labels.csv: {e['file']}: label {e['label']!r}")
+        trace = read_telemetry_file(folder / e["file"])
+        for j in trace.jobs:
+            if e.get("job") and j.job != e["job"]:
+                continue
+            gpus = [GpuTelemetry(g.times, g.metrics) for g in j.gpus]
+            jid = hashlib.sha256(f"{e['source']}:{e['file']}:{j.job}".encode()).hexdigest()[:12]
+            side = "test" if random.Random(f"{SEED}:{jid}").random() < TEST_FRACTION else "train"
+            rows.append(
+                {
+                    "job_id": jid,
+                    "source": e["source"],
+                    "label": e["label"],
+                    "split": side,
+                    "setup": e["setup"],
+                    "workload": j.job,
+                    "subsample_seconds": 1,
+                    **feature_row(gpus),
+                }
+            )
+        notes.add(f"# source: {e['source']}: {folder.name}/labels.csv; licence: {e['licence']}")
+    return rows, sorted(notes)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repo", type=Path, required=True, help="the snapshot's git directory")
     ap.add_argument("--commit", default=COMMIT)
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--heldout", type=Path, default=HELDOUT)
+    ap.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a further labelled source: labelled=FOLDER (a labels.csv beside the files)",
+    )
     a = ap.parse_args(argv)
     all_jobs = jobs(a.repo, a.commit)
     sides = split(all_jobs)
@@ -180,27 +245,36 @@ def main(argv: list[str] | None = None) -> int:
                     "gpu_memory_used_bytes": [m * 2**20 for _, _, m in sub],
                 },
             )
-            f = features_of([g])
             rows.append(
                 {
                     "job_id": jid,
+                    "source": SOURCE_NAME,
                     "label": label,
                     "split": sides[jid],
                     "setup": j["setup"],
                     "workload": j["model"],
                     "subsample_seconds": k,
-                    **{n: ("" if math.isnan(f[n]) else round(f[n], 6)) for n in MODEL_FEATURES},
-                    **{
-                        n: ("" if math.isnan(f[n]) else round(f[n], 6))
-                        for n in ("duration_seconds", "interval_seconds", "mem_used_gib_max")
-                    },
+                    **feature_row([g]),
                 }
             )
+    headers = [
+        f"# source: {SOURCE_NAME}: {SOURCE} commit {a.commit}, folder data/ (DCGM dmon, 1 Hz, "
+        "A100)",
+        f"# licence: {SOURCE_NAME}: {LICENCE}; derived by scripts/build_detection_dataset.py",
+        f"# label: {SOURCE_NAME}: training (train/, finetune_*) or inference (infer*/), from "
+        "the folder",
+    ]
+    for spec in a.source:
+        name, _, path = spec.partition("=")
+        if name != "labelled" or not path:
+            ap.error(f"--source {spec}: expected labelled=FOLDER")
+        more, notes = read_labelled(Path(path))
+        rows += more
+        headers += notes
     a.out.parent.mkdir(parents=True, exist_ok=True)
     with a.out.open("w", newline="") as fh:
-        fh.write(f"# source: {SOURCE} commit {a.commit}, folder data/ (DCGM dmon, 1 Hz, A100)\n")
-        fh.write(f"# licence: {LICENCE}; derived by scripts/build_detection_dataset.py\n")
-        fh.write("# label: training (train/, finetune_*) or inference (infer*/), from the folder\n")
+        for h in headers:
+            fh.write(h + "\n")
         w = csv.DictWriter(fh, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
@@ -218,7 +292,6 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(all_jobs)} jobs ({n['train']} train, {n['test']} test), {len(rows)} feature rows "
         f"-> {a.out}; {len(raw_heldout)} held-out jobs' series -> {a.heldout}"
     )
-    _ = EVIDENCE_FEATURES
     return 0
 
 

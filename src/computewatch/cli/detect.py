@@ -19,10 +19,12 @@ def add_detect_parser(sub: Any) -> None:
     """Add ``detect`` to the CLI's subcommands (``sub``: the ``add_subparsers`` object)."""
     p = sub.add_parser(
         "detect",
-        help="classify jobs as training, inference or other from GPU telemetry alone",
+        help="classify jobs as training, inference, other or uncertain from GPU telemetry alone",
         description="Classify each job of the files (nvidia-smi logs, the long CSV/Parquet "
-        "format) and of the stored runs given with --run: label, p_training, the features "
-        "that decided, and for training a hardware-based FLOP estimate. Reports carry "
+        "format) and of the stored runs given with --run: label (training, inference, other or "
+        "uncertain), calibrated p_training, the features that moved this job's verdict, a "
+        "hardware compute ceiling with a review flag (flagged jobs first), and for training a "
+        "hardware-based FLOP estimate. Reports carry "
         "totals, features and labels only, never code or command lines. Model and "
         "evaluation: docs/detection.md.",
     )
@@ -46,6 +48,12 @@ def add_detect_parser(sub: Any) -> None:
         "first the GPU has)",
     )
     p.add_argument("--model", metavar="FILE", help="a detector model file (default: shipped)")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="configuration file ([governance] detect_review_flop: the compute ceiling that "
+        "flags a job for review; default 1e23 FLOP)",
+    )
     p.add_argument(
         "--db",
         metavar="PATH",

@@ -7,7 +7,16 @@ import sys
 from typing import TypedDict
 
 from computewatch import jsonout
-from computewatch.detect import DetectError, Verdict, classify_series, classify_trace, load_model
+from computewatch.config import ConfigError, load_config
+from computewatch.detect import (
+    REVIEW_FLOP_DEFAULT,
+    DetectError,
+    Verdict,
+    classify_series,
+    classify_trace,
+    load_model,
+)
+from computewatch.detect.model import CALIBRATED_FILE
 from computewatch.detect.stored import run_telemetry
 from computewatch.errors import ComputewatchError, UsageError
 from computewatch.paths import resolve_db_path
@@ -29,9 +38,17 @@ class FlopsJson(TypedDict):
 class EvidenceJson(TypedDict):
     feature: str
     value: float | None
-    importance: float
+    contribution: float
     training_median: float | None
     inference_median: float | None
+
+
+class CeilingJson(TypedDict):
+    flop: float
+    devices: int
+    seconds: float
+    method: str
+    assumptions: list[str]
 
 
 class VerdictJson(TypedDict):
@@ -39,7 +56,13 @@ class VerdictJson(TypedDict):
     job: str
     label: str
     p_training: float
+    p_forest: float
     rule: str | None
+    flag: bool
+    flag_reason: str | None
+    ceiling: CeilingJson
+    samples: int
+    evidence_base: float
     evidence: list[EvidenceJson]
     missing_features: list[str]
     features: dict[str, float | None]
@@ -57,12 +80,24 @@ def verdict_json(source: str, v: Verdict, *, simulated: bool = False) -> Verdict
         "job": v.job,
         "label": v.label,
         "p_training": v.p_training,
+        "p_forest": v.p_forest,
         "rule": v.rule,
+        "flag": v.flag,
+        "flag_reason": v.flag_reason,
+        "ceiling": {
+            "flop": v.ceiling.flop,
+            "devices": v.ceiling.devices,
+            "seconds": v.ceiling.seconds,
+            "method": v.ceiling.method,
+            "assumptions": list(v.ceiling.assumptions),
+        },
+        "samples": v.samples,
+        "evidence_base": round(v.evidence_base, 4),
         "evidence": [
             {
                 "feature": e.feature,
                 "value": e.value,
-                "importance": e.importance,
+                "contribution": e.contribution,
                 "training_median": e.training_median,
                 "inference_median": e.inference_median,
             }
@@ -95,7 +130,12 @@ def cmd_detect(args: argparse.Namespace) -> int:
     files = [f for f in args.files if not f.startswith("run:")]
     if not runs and not files:
         raise UsageError("give telemetry files, or stored runs with --run RUN")
-    model = load_model(args.model)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as e:
+        raise UsageError(str(e)) from None
+    review = cfg.governance_detect_review_flop
+    model = load_model(args.model, shipped=CALIBRATED_FILE)
     out: list[VerdictJson] = []
     for f in files:
         trace = read_trace(
@@ -107,7 +147,10 @@ def cmd_detect(args: argparse.Namespace) -> int:
             allow_gaps=args.allow_gaps,
         )
         out += [
-            verdict_json(f, v) for v in classify_trace(trace, model=model, precision=args.precision)
+            verdict_json(f, v)
+            for v in classify_trace(
+                trace, model=model, precision=args.precision, review_flop=review
+            )
         ]
     if runs:
         path = resolve_db_path(args.db)
@@ -125,14 +168,24 @@ def cmd_detect(args: argparse.Namespace) -> int:
                     gpu_names=names,
                     model=model,
                     precision=args.precision,
+                    review_flop=review,
                 )
                 out.append(verdict_json(f"run:{run.id}", v, simulated=simulated))
+    out.sort(key=lambda j: not j["flag"])  # flagged jobs first, otherwise in input order
     if args.json:
         doc = {
             "model": {
                 "version": model.version,
                 "held_out": model.evaluation.get("held_out"),
                 "trained_on": model.training.get("data"),
+                "calibration": model.calibration.method,
+                "bounds": None
+                if model.bounds is None
+                else {
+                    "not_training": model.bounds.not_training,
+                    "training": model.bounds.training,
+                },
+                "review_flop": REVIEW_FLOP_DEFAULT if review is None else review,
             },
             "jobs": out,
         }
@@ -140,14 +193,16 @@ def cmd_detect(args: argparse.Namespace) -> int:
         return 0
     for j in out:
         why = j["rule"] or "; ".join(
-            f"{e['feature']} {_num(e['value'])} (training {_num(e['training_median'])}, "
-            f"inference {_num(e['inference_median'])})"
+            f"{e['feature']} {_num(e['value'])} ({e['contribution']:+.2f})"
             for e in j["evidence"][:3]
         )
         sim = " [simulated GPUs]" if j["simulated"] else ""
+        review_mark = "REVIEW " if j["flag"] else ""
         line = (
-            f"{j['source']} {j['job']}{sim}: {j['label']} (p_training {j['p_training']:.2f}; "
-            f"{j['gpu_count']} GPU(s), {format_duration(j['duration_seconds'])}) - {why}"
+            f"{j['source']} {j['job']}{sim}: {review_mark}{j['label']} (p_training "
+            f"{j['p_training']:.2f}; {j['gpu_count']} GPU(s), "
+            f"{format_duration(j['duration_seconds'])}; ceiling "
+            f"{format_flop(j['ceiling']['flop'])}) - {why}"
         )
         fl = j["flops"]
         if fl is not None:

@@ -115,6 +115,9 @@ class Config:
     """``[governance]``: the default declaration of what runs train (``run --model`` ...)."""
     governance_ledger_key: Path | None = None
     governance_retention_years: float | None = None
+    governance_detect_review_flop: float | None = None
+    """``[governance] detect_review_flop``: a detected job whose hardware compute ceiling
+    reaches it is flagged for review unless confidently not training (default 1e23 FLOP)."""
     governance_tiers: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     """``[governance] tiers``: overrides and additions, checked by computewatch.governance."""
     server_url: str | None = None
@@ -213,6 +216,7 @@ NUMBERS: dict[str, Range] = {
     "profiling.regression_threshold": Range(0, 100, low_open=True, why="0.2 = 20% slower"),
     "governance.parameters": Range(0, 1e16, low_open=True, why="the model's parameter count"),
     "governance.retention_years": Range(0, 100, low_open=True, why="years"),
+    "governance.detect_review_flop": Range(0, 1e40, low_open=True, why="FLOP"),
 }
 """The range of every numeric key of the configuration, by ``section.key``."""
 
@@ -259,6 +263,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "parameters": ("governance_parameters", "number"),
         "ledger_key": ("governance_ledger_key", "path"),
         "retention_years": ("governance_retention_years", "number"),
+        "detect_review_flop": ("governance_detect_review_flop", "number"),
         "tiers": ("governance_tiers", "table"),
     },
     "profiling": {

@@ -20,11 +20,18 @@ if TYPE_CHECKING:
     import numpy.typing as npt
 
 __all__ = [
+    "CALIBRATED_FEATURES",
     "EVIDENCE_FEATURES",
+    "MIN_DURATION_SECONDS",
+    "MIN_SAMPLES",
     "MODEL_FEATURES",
+    "SIGNALS",
+    "TABLE_FEATURES",
     "DetectError",
     "GpuTelemetry",
     "job_features",
+    "present_signals",
+    "sample_count",
 ]
 
 
@@ -36,6 +43,15 @@ ACTIVE = 0.05  # utilization above which a GPU counts as busy (5%)
 HIGH = 0.80  # utilization counted as saturated (80%)
 MIN_ACF_SAMPLES = 16  # fewer samples: no periodicity features
 MAX_ACF_LAG = 600  # samples
+MIN_SAMPLES = 20
+"""Fewer samples per GPU than this: no verdict but ``uncertain``. The rhythm features need 16
+(:data:`MIN_ACF_SAMPLES`); the labelled jobs have 8-170 samples (2-3 minutes at 1-15 s)."""
+MIN_DURATION_SECONDS = 20.0
+"""Less telemetry than this (first to last sample): ``uncertain``, however dense the samples.
+20 s holds the minimum of 20 samples at 1 Hz and several periods of a step rhythm of a few
+seconds; sampled every 60 s, the minimum is the 20 samples (19 minutes)."""
+
+DIP = 0.5  # a dip: utilization under half the job's own median
 
 MODEL_FEATURES: tuple[str, ...] = (
     "util_mean",
@@ -54,7 +70,39 @@ MODEL_FEATURES: tuple[str, ...] = (
     "mem_cv",
     "mem_change_fraction",
 )
-"""The features the model reads, in its order."""
+"""The features of the default model (``detector.json``, 1.0.0, uncalibrated), in its order."""
+
+CALIBRATED_FEATURES: tuple[str, ...] = (
+    "util_mean",
+    "util_std",
+    "util_cv",
+    "util_p10",
+    "util_p50",
+    "util_p90",
+    "util_dip_depth",
+    "util_active_fraction",
+    "util_high_fraction",
+    "util_burstiness",
+    "util_acf1",
+    "util_acf_peak",
+    "util_dips_per_hour",
+    "mem_plateau_fraction",
+    "mem_cv",
+    "mem_start_fraction",
+    "mem_rise_fraction",
+)
+"""The features of the calibrated model (``detector-calibrated.json``, 2.0.0). Chosen to mean
+the same across setups: shape relative to the job's own level (``util_cv``,
+``util_dip_depth``: (p90 − p10)/p90, so DCGM's ``GRACT`` and NVML's ``utilization.gpu``
+meet), rates in wall time rather than per sample (``util_dips_per_hour``: entries into a dip
+under half the job's median, the evaluation and checkpoint cadence), and memory relative to
+the job's own peak (plateau, start level, time to reach 95% of the peak as a fraction of the
+job: training allocates early and holds). Interval-dependent features (the lag of the ACF peak
+in seconds, the mean change between samples, the share of samples where memory moves) are
+left out of it."""
+
+TABLE_FEATURES: tuple[str, ...] = tuple(dict.fromkeys((*MODEL_FEATURES, *CALIBRATED_FEATURES)))
+"""Every feature a shipped model reads: the columns of the shipped feature table."""
 
 EVIDENCE_FEATURES: tuple[str, ...] = (
     "gpu_count",
@@ -73,6 +121,18 @@ EVIDENCE_FEATURES: tuple[str, ...] = (
 )
 """Features reported with a verdict but not read by the model (no labelled public data has
 them, or, like the GPU count and the duration, every labelled job had the same value)."""
+
+
+SIGNALS: dict[str, str] = {
+    "util": "gpu_utilization_ratio",
+    "mem": "gpu_memory_used_bytes",
+    "power": "gpu_power_watts",
+    "sm": "gpu_sm_clock_hertz",
+    "temperature": "gpu_temperature_celsius",
+    "pcie": "gpu_pcie_receive_bytes_per_second",
+    "network": "network_receive_bytes_per_second",
+}
+"""The series each family of features (by its name's first word) is computed from."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -130,6 +190,14 @@ def _gpu_features(g: GpuTelemetry, interval: float) -> dict[str, float]:
         f["util_p10"], f["util_p50"], f["util_p90"] = (
             float(x) for x in np.percentile(u, [10, 50, 90])
         )
+        f["util_cv"] = std / mean if mean > 0 else nan
+        p90 = f["util_p90"]
+        f["util_dip_depth"] = (p90 - f["util_p10"]) / p90 if p90 > ACTIVE else nan
+        span = (u.size - 1) * interval if math.isfinite(interval) else nan
+        if f["util_p50"] > ACTIVE and span > 0:
+            low = u < DIP * f["util_p50"]
+            entries = int(low[0]) + int(np.count_nonzero(low[1:] & ~low[:-1]))
+            f["util_dips_per_hour"] = entries * 3600.0 / span
         f["util_active_fraction"] = float((u > ACTIVE).mean())
         f["util_high_fraction"] = float((u > HIGH).mean())
         f["util_burstiness"] = (std - mean) / (std + mean) if std + mean > 0 else nan
@@ -151,6 +219,10 @@ def _gpu_features(g: GpuTelemetry, interval: float) -> dict[str, float]:
         mean = float(m.mean())
         f["mem_cv"] = float(m.std()) / mean if mean > 0 else 0.0
         f["mem_plateau_fraction"] = float((m >= 0.98 * top).mean()) if top > 0 else 1.0
+        if top > 0:
+            head = m[: max(1, m.size // 10)]
+            f["mem_start_fraction"] = float(head.mean()) / top
+            f["mem_rise_fraction"] = float(np.argmax(m >= 0.95 * top)) / m.size
         if m.size > 1:
             rel = np.abs(np.diff(m)) / max(top, 1.0)
             f["mem_change_fraction"] = float((rel > 0.01).mean())
@@ -188,6 +260,30 @@ def _interval(times: Sequence[float]) -> float:
     return float(np.median(np.diff(np.asarray(times, dtype=float))))
 
 
+def present_signals(gpus: Sequence[GpuTelemetry]) -> set[str]:
+    """The metrics with at least one known value on some GPU of the job."""
+    out: set[str] = set()
+    for g in gpus:
+        for name, values in g.metrics.items():
+            if any(v is not None and math.isfinite(v) for v in values):
+                out.add(name)
+    return out
+
+
+def sample_count(gpus: Sequence[GpuTelemetry]) -> int:
+    """The samples of the best-covered GPU (timestamps with any known value)."""
+    np = _np()
+    best = 0
+    for g in gpus:
+        n = len(g.times)
+        mask = np.zeros(n, dtype=bool)
+        for values in g.metrics.values():
+            a = np.asarray(values, dtype=float)[:n]
+            mask[: a.size] |= np.isfinite(a)
+        best = max(best, int(mask.sum()))
+    return best
+
+
 def job_features(gpus: Sequence[GpuTelemetry]) -> dict[str, float]:
     """Every feature of :data:`MODEL_FEATURES` and :data:`EVIDENCE_FEATURES` for one job (NaN
     where not known)."""
@@ -199,7 +295,7 @@ def job_features(gpus: Sequence[GpuTelemetry]) -> dict[str, float]:
     interval = float(np.nanmedian(intervals)) if any(map(math.isfinite, intervals)) else math.nan
     per = [_gpu_features(g, interval) for g in gpus]
     out: dict[str, float] = {}
-    for name in (*MODEL_FEATURES, *EVIDENCE_FEATURES):
+    for name in (*TABLE_FEATURES, *EVIDENCE_FEATURES):
         vals = [p[name] for p in per if name in p and math.isfinite(p[name])]
         out[name] = float(sum(vals) / len(vals)) if vals else math.nan
     start = min(g.times[0] for g in gpus)
