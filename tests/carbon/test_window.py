@@ -108,3 +108,29 @@ def test_bad_inputs() -> None:
         best_window(series([1.0]), 0, T0, 10)
     with pytest.raises(IntensityError):
         best_window(IntensitySeries("X", "t", ()), 60, T0, 10)
+
+
+# -- a now before the data, a window cut by its end
+
+
+def test_now_before_the_data_is_said_not_taken_at_the_mean() -> None:
+    # data from 02:00; now 00:00: the first 2 h of starting now have no forecast
+    s = series([400, 100, 100, 400], start=T0 + dt.timedelta(hours=2))
+    plan = best_window(s, 3600, T0, 6 * 3600)
+    assert any("starting now" in n and "02:00" in n for n in plan.notes), plan.notes
+    # the best window is inside the data, and said covered
+    assert plan.start == T0 + dt.timedelta(hours=3) and plan.covered_ratio == 1.0
+
+
+def test_now_days_before_the_data_is_an_error() -> None:
+    s = series([400, 100], start=T0 + dt.timedelta(days=3))
+    with pytest.raises(IntensityError, match=r"starts at .* after every window"):
+        best_window(s, 3600, T0, 6 * 3600)
+
+
+def test_a_window_cut_by_the_datas_end_is_said() -> None:
+    # a 3 h job at 23:00 of a forecast that ends at 24:00 is covered for 1 h only
+    s = series([400] * 23 + [10])
+    plan = best_window(s, 3 * 3600, T0 + dt.timedelta(hours=23), 0)
+    assert plan.covered_ratio == pytest.approx(1 / 3)
+    assert any("covers 33% of" in n for n in plan.notes), plan.notes

@@ -98,6 +98,11 @@ def mean_intensity(series: IntensitySeries) -> float:
     return total / span
 
 
+def _hm(t: float) -> str:
+    """A time of the plan, in UTC to the minute."""
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def best_window(
     series: IntensitySeries,
     duration_s: float,
@@ -129,7 +134,21 @@ def best_window(
             f"({max(hours, 0):.1f} h): only starting now is considered, and the hours beyond "
             f"the forecast are taken at its mean ({fill:.0f} g/kWh)"
         )
+    if t_now < f.t0:
+        if t_now + max(within_s, 0.0) + duration_s <= f.t0:
+            raise IntensityError(
+                f"the forecast starts at {_hm(f.t0)}, after every window considered (the job "
+                f"of {duration_s / 3600:g} h starting from {_hm(t_now)} within "
+                f"{max(within_s, 0.0) / 3600:g} h): nothing to plan with"
+            )
+        notes.append(
+            f"the forecast starts at {_hm(f.t0)}, after now ({_hm(t_now)}): starting now is "
+            f"compared at its mean ({fill:.0f} g/kWh) for the hours before it, so the saving "
+            "against now is an estimate"
+        )
     cands = {t_now, latest}
+    if t_now < f.t0 <= latest:
+        cands.add(f.t0)
     for a, b, _ in f.segs:
         for c in (a, b, a - duration_s, b - duration_s):
             if t_now <= c <= latest:
@@ -140,6 +159,11 @@ def best_window(
     covered = f.covered(best_s, best_s + duration_s) / duration_s
     if f.gap_seconds > 0:
         notes.append(f"gaps in the series ({f.gap_seconds / 3600:.1f} h) are taken at its mean")
+    if covered < 0.995:
+        notes.append(
+            f"the forecast covers {min(covered, 1.0):.0%} of the chosen window "
+            f"({_hm(best_s)} to {_hm(best_s + duration_s)}); the rest is taken at its mean"
+        )
     saving = now_mean - best
     start = dt.datetime.fromtimestamp(best_s, dt.UTC)
     return WindowPlan(

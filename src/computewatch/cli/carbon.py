@@ -5,6 +5,7 @@ only when one runs (``--version`` and ``--help`` load none of the library)."""
 from __future__ import annotations
 
 import argparse
+import re
 from typing import Any
 
 from computewatch.cli import args as cli_args
@@ -16,8 +17,11 @@ SCI_UNITS = ("run", "step", "1M-tokens", "1k-inferences")  # carbon.sci
 
 
 def _duration(text: str) -> float:
-    seconds = cli_args.duration_seconds(text)
-    if seconds is None or seconds <= 0:
+    t = text.strip()
+    seconds = cli_args.duration_seconds(t.lstrip("-"))
+    if seconds is not None and (t.startswith("-") or seconds <= 0):
+        raise argparse.ArgumentTypeError(f"a duration must be more than 0, not {text!r}")
+    if seconds is None:
         raise argparse.ArgumentTypeError(
             f"expected a duration such as 6h, 90m, 45s or 2d, not {text!r}"
         )
@@ -46,10 +50,28 @@ def _usd(text: str) -> float:
 
 
 def _regions(text: str) -> list[str]:
-    codes = [c.strip() for c in text.split(",") if c.strip()]
+    """Comma-separated region codes, each once (``FR,fr`` is FR once), in the order given."""
+    codes: dict[str, str] = {}
+    for c in (c.strip() for c in text.split(",")):
+        if c:
+            codes.setdefault(c.upper(), c)
     if not codes:
         raise argparse.ArgumentTypeError("expected a comma-separated list of region codes")
-    return codes
+    return list(codes.values())
+
+
+# A value such as -4h is an argument (then refused as negative), not an unknown option.
+_NEGATIVE_DURATION = re.compile(r"^-\d+(\.\d+)?[a-zA-Z]*$")
+
+
+def _negative_values_are_arguments(p: argparse.ArgumentParser) -> None:
+    """``--duration -4h`` reaches the duration's check ("must be more than 0") instead of
+    argparse's "expected one argument": argparse takes an argument that its negative-number
+    pattern matches as a value when the parser has no option that looks like one. The pattern
+    is an attribute of argparse's parser (CPython's Lib/argparse.py); without it, the flag's
+    ``--duration=-4h`` form gives the same message."""
+    if hasattr(p, "_negative_number_matcher"):
+        p._negative_number_matcher = _NEGATIVE_DURATION
 
 
 def _sci_unit(text: str) -> str:
@@ -109,6 +131,7 @@ def add_carbon_parser(sub: Any) -> None:
     )
     w.add_argument("--json", action="store_true", help="JSON output (times in ISO 8601 UTC)")
     _provider_args(w)
+    _negative_values_are_arguments(w)
 
     r = sub.add_parser(
         "where",
@@ -143,6 +166,7 @@ def add_carbon_parser(sub: Any) -> None:
     )
     r.add_argument("--json", action="store_true", help="JSON output")
     _provider_args(r)
+    _negative_values_are_arguments(r)
 
 
 def add_green_start_arguments(p: argparse.ArgumentParser) -> None:
