@@ -13,7 +13,9 @@ training a hardware-based FLOP estimate.
 - ``training`` at or above the upper bound, ``inference`` at or below the lower one.
 
 ``flag`` is true when the ceiling (devices × highest dense peak × seconds) reaches the review
-threshold and the label is not a confident "not training" (``inference`` or ``other``). Only
+threshold and the label is not a confident "not training": ``inference`` from a calibrated
+model; for ``other`` (idle by rule) only the busy samples' share of the ceiling counts, so a
+large job throttled under the idle rule's 10% is still flagged. Only
 totals, features and labels leave this module: no command line, code or data of the job.
 """
 
@@ -192,12 +194,17 @@ def classify_series(
         flops = estimate_flops(list(zip(names, durations, utils, strict=False)), precision)
     ceiling = compute_ceiling(names[: len(gpus)], duration)
     threshold = REVIEW_FLOP_DEFAULT if review_flop is None else review_flop
-    confident_no = label == "other" or (label == "inference" and bounds is not None)
-    flag = ceiling.flop >= threshold and not confident_no
+    active = feats["util_active_fraction"]
+    busy = ceiling.flop * (1.0 if math.isnan(active) else active)
+    if label == "other":  # idle by rule: only the busy samples' share of the ceiling counts
+        flag = busy >= threshold
+        why = f"its busy samples alone ({active:.0%}) could have done {busy:.3g} FLOP"
+    else:
+        flag = ceiling.flop >= threshold and not (label == "inference" and bounds is not None)
+        why = f"the hardware could have done {ceiling.flop:.3g} FLOP in this telemetry"
     flag_reason = (
-        f"the hardware could have done {ceiling.flop:.3g} FLOP in this telemetry, at or above "
-        f"the review threshold {threshold:.3g}, and the verdict is not a confident "
-        "'not training'"
+        f"{why}, at or above the review threshold {threshold:.3g}, and the verdict is not a "
+        "confident 'not training'"
         if flag
         else None
     )
