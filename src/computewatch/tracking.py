@@ -252,10 +252,15 @@ class Run:
         samples: float | None = None,
         tokens: float | None = None,
         flops: float | None = None,
+        n: int | None = None,
     ) -> None:
         """Close one training or inference step: optional sample and token counts, and the
         step's model FLOPs (else those set by :meth:`set_flops`). An append to a buffer.
+        ``n``: the global step this one is (counted across restarts), for goodput's lost
+        progress (``computewatch goodput``); one more append when given.
         Each count is a finite number >= 0: TypeError or ValueError here, at the call."""
+        if n is not None:
+            self._setting("global_step", float(_step_number("n", n)))
         # The check costs a type lookup per count given; other types take the slow path.
         # <= _MAX: an int past the largest float (10**400) cannot be packed later
         if samples is not None and (samples.__class__ not in _PLAIN or not 0 <= samples <= _MAX):
@@ -440,6 +445,21 @@ class Run:
             except OSError as e:
                 warn_once("governance", f"the run's model could not be recorded ({e})")
 
+    def checkpoint(self, step: int, *, seconds: float | None = None) -> Checkpoint:
+        """Mark a checkpoint saved at training step ``step`` (the global step), for goodput
+        (``computewatch goodput``: checkpoint time, progress lost to a restart, the best
+        checkpoint interval). Around the save it times it: ``with run.checkpoint(step):
+        torch.save(...)``; called after the save it marks it, with the save's ``seconds`` when
+        known (else its time is not measured)."""
+        step = _step_number("step", step)
+        if seconds is not None:
+            seconds = _count("seconds", seconds)
+        self._setting("checkpoint_step", float(step))
+        now = _mono()
+        nid = self._writer.name_id(CHECKPOINT_PHASE)
+        self._append((PHASE, nid, now - (seconds or 0.0), now, None, None, None))
+        return Checkpoint(self._append, nid)
+
     def _setting(self, key: str, value: float) -> None:
         self._append((SETTING, self._writer.name_id(key), value, None, None, None, None))
 
@@ -500,6 +520,38 @@ class Run:
         self.close(_status_for(exc_type))
 
 
+CHECKPOINT_PHASE = "checkpoint"
+"""The phase a checkpoint's save is timed as (goodput reads it)."""
+
+
+def _step_number(what: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int (a training step), not {type(value).__name__}")
+    if value < 0:
+        raise ValueError(f"{what} must be at least 0, not {value}")
+    return value
+
+
+class Checkpoint:
+    """What :meth:`Run.checkpoint` returns: entered around the save, it times it (the mark
+    made at the call, with no time, is then superseded by the timed phase: goodput counts a
+    mark followed at once by a timed save as one checkpoint)."""
+
+    __slots__ = ("_append", "_id", "_start")
+
+    def __init__(self, append: Callable[[tuple[Any, ...]], None], name_id: int) -> None:
+        self._append = append
+        self._id = name_id
+        self._start = 0.0
+
+    def __enter__(self) -> Checkpoint:
+        self._start = _mono()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._append((PHASE, self._id, self._start, _mono(), None, None, None))
+
+
 def _status_for(exc_type: type[BaseException] | None) -> str:
     if exc_type is None:
         return "completed"
@@ -531,6 +583,7 @@ class track:
         base_model: str | None = None,
         stage: str | None = None,
         parameters: float | None = None,
+        start_step: int | None = None,
     ) -> None:
         """``gpu_backend``: auto, nvidia, amd, none, fake:PRESET or replay:FILE (as the CLI's
         ``--gpu-backend``); unused when attached to ``computewatch run``. ``total_steps``: the
@@ -541,7 +594,8 @@ class track:
         ``[log_to] trackers``); docs/trackers.md. ``config``: the run's hyperparameters
         (:meth:`Run.config`). ``model``, ``base_model``, ``stage``, ``parameters``: what the run
         trains, as ``computewatch run --model ...`` declares it (docs/governance.md; the
-        command's flags win when both are given)."""
+        command's flags win when both are given). ``start_step``: the training step this run
+        resumed from (a restart from a checkpoint; ``computewatch goodput``)."""
         # Every argument is checked here, before start() runs a sampler or writes anything: a
         # wrong type is a TypeError, a wrong value a ValueError, each naming the argument.
         # GPU backends load when a standalone run starts (`import computewatch` stays cheap)
@@ -568,6 +622,7 @@ class track:
             if total_steps < 1:
                 raise ValueError(f"total_steps must be at least 1, not {total_steps}")
         self.total_steps = total_steps
+        self.start_step = None if start_step is None else _step_number("start_step", start_step)
         if flops_per_step is not None and flops_per_token is not None:
             raise ValueError("give flops per step or per token, not both")
         for what, v in (
@@ -622,6 +677,8 @@ class track:
             "total_steps": self.total_steps,
             **_rank_meta(),
         }
+        if self.start_step is not None:
+            meta["start_step"] = self.start_step
         run_id = os.environ.get(ENV_RUN_ID)
         spool = os.environ.get(ENV_SPOOL)
         if run_id and spool and not self.db:
@@ -663,7 +720,7 @@ class track:
                 gpu_backend=self.gpu_backend, total_steps=self.total_steps,
                 flops_per_step=self.flops_per_step, flops_per_token=self.flops_per_token,
                 recompute=self.recompute, peak_flops=self.peak_flops, log_to=self.log_to,
-                config=self.config, **_declared(self.declaration),
+                config=self.config, start_step=self.start_step, **_declared(self.declaration),
             ):  # fmt: skip
                 return fn(*args, **kwargs)
 

@@ -41,6 +41,11 @@ def test_the_example_job_and_its_report(cw: Any, tmp_path: Path) -> None:
     }  # fmt: skip
     assert d["not_applicable"]["low_gpu_utilization"] == "the run used no GPU"
     assert {f["id"] for f in d["findings"]} <= set(d["checked"])
+    # What can be won, alone or with every fix applied, never exceeds the run.
+    duration = s["duration_seconds"]
+    assert all(0 <= f["saving"]["seconds"] <= duration for f in d["findings"])
+    assert 0 <= d["saving"]["high_seconds"] <= duration
+    assert d["saving"]["seconds"] <= sum(f["saving"]["seconds"] for f in d["findings"]) + 1e-3
     page = tmp_path / "example-report.html"
     cw.ok("report", "example", "-o", page)
     html = page.read_text()

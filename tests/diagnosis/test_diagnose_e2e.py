@@ -63,8 +63,21 @@ def test_slowdown_halfway_is_found_and_stored(cw, make_script, tmp_path):
     assert result["run"]["name"] == "slowdown"
     assert result["failed"] == {}
     (f,) = [f for f in result["findings"] if f["id"] == "step_regression"]
-    assert set(f) == {"id", "title", "severity", "at_stake", "evidence", "suggestion"}
+    assert set(f) == {"id", "title", "severity", "saving", "at_stake", "evidence", "suggestion"}
     assert set(f["evidence"]) == {"lines", "numbers", "time_ranges"}
+    # The saving's field names are a contract (docs/diagnosis.md).
+    assert set(f["saving"]) == {
+        "seconds", "fraction", "low_seconds", "high_seconds", "usd", "kwh", "fix", "assumes",
+        "part", "part_seconds",
+    }  # fmt: skip
+    s = f["saving"]
+    assert 0 <= s["low_seconds"] <= s["seconds"] <= s["high_seconds"]
+    assert s["high_seconds"] <= f["at_stake"]["seconds"] + 0.01  # both rounded to 1 ms
+    assert s["fraction"] == pytest.approx(s["seconds"] / result["run"]["duration_seconds"], 1e-2)
+    assert set(result["saving"]) == {
+        "seconds", "fraction", "low_seconds", "high_seconds", "usd", "kwh", "findings",
+    }  # fmt: skip
+    assert result["saving"]["seconds"] <= result["run"]["duration_seconds"]
     n = f["evidence"]["numbers"]
     assert n["kind"] == "regression"
     # Where the split falls and the medians on either side depend on how long the sleeps really

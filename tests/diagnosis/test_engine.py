@@ -12,30 +12,66 @@ from computewatch.diagnosis import (
     Evidence,
     Finding,
     NotApplicable,
+    Saving,
     Thresholds,
     check_overrides,
     diagnose,
     diagnosed,
+    joint_saving,
     ranked,
     run_rules,
 )
 
 
-def _f(id: str, seconds: float | None, usd: float | None = None, sev: str = "low") -> Finding:
-    return Finding(id, id, sev, AtStake(seconds, usd), Evidence(("x",)), "do y")  # type: ignore[arg-type]
+def _f(
+    id: str,
+    seconds: float | None,
+    usd: float | None = None,
+    sev: str = "low",
+    saving: float = 0.0,
+    saving_usd: float | None = None,
+    part: str = "run",
+) -> Finding:
+    won = Saving(saving, saving, saving, "fix", "assumed", part, usd=saving_usd)
+    return Finding(id, id, sev, AtStake(seconds, usd), Evidence(("x",)), "do y", won)  # type: ignore[arg-type]
 
 
-def test_ranking_by_money_then_time_then_severity():
+def test_ranking_by_saving_then_money_then_severity():
+    # The symptom's duration (at_stake) does not rank: what the fix saves does.
     order = ranked(
         [
             _f("headroom", None, sev="low"),
-            _f("slow", 50.0),
-            _f("costly", 10.0, usd=5.0),
-            _f("fast", 5.0, sev="high"),
-            _f("same", 5.0, sev="low"),
+            _f("slow", 50.0, saving=0.0),  # a long symptom with nothing to win
+            _f("costly", 10.0, usd=5.0, saving=4.0, saving_usd=2.0),
+            _f("cheap", 10.0, usd=5.0, saving=4.0, saving_usd=1.0),
+            _f("fast", 5.0, sev="high", saving=5.0),
+            _f("same", 5.0, sev="low", saving=1.0),
         ]
     )
-    assert [f.id for f in order] == ["costly", "slow", "fast", "same", "headroom"]
+    assert [f.id for f in order] == ["fast", "costly", "cheap", "same", "headroom", "slow"]
+
+
+def test_joint_saving_never_exceeds_the_run_nor_a_part():
+    # Two fixes of the same part count once (the larger); distinct parts compose as
+    # successive speed-ups: 100 s with 60 s and 50 s to win keeps 100 x 0.4 x 0.5 = 20 s.
+    loop_a = Saving(60.0, 50.0, 70.0, "a", "", "loop", 80.0)
+    loop_b = Saving(40.0, 30.0, 90.0, "b", "", "loop", 80.0)
+    steps = Saving(50.0, 40.0, 60.0, "c", "", "steps", 55.0)
+    j = joint_saving([("a", loop_a), ("b", loop_b), ("c", steps)], 100.0)
+    assert j.seconds == pytest.approx(80.0)
+    assert j.low_seconds == pytest.approx(100 - 100 * 0.5 * 0.6)
+    assert j.high_seconds == pytest.approx(100 - 100 * 0.3 * 0.45)  # b's 90 s capped at 80
+    assert j.findings == ("a", "c")
+    assert j.fraction == pytest.approx(0.8)
+    big = [(str(i), Saving(90.0, 90.0, 90.0, "x", "", f"p{i}", 95.0)) for i in range(5)]
+    assert joint_saving(big, 100.0).high_seconds < 100.0
+    assert joint_saving([("a", Saving.nothing("nothing"))], 100.0).seconds == 0.0
+
+
+def test_a_saving_is_clipped_to_its_part_and_the_run():
+    s = Saving(120.0, -5.0, 150.0, "fix", "", "loop", 80.0).bounded(100.0)
+    assert (s.low_seconds, s.seconds, s.high_seconds) == (0.0, 80.0, 80.0)
+    assert s.fraction == pytest.approx(0.8)
 
 
 def test_a_failing_rule_does_not_hide_the_others(crafted):

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast, final
 
 from computewatch.carbon.sci import SciScore
+from computewatch.goodput.model import RunTimeJson
 from computewatch.records import Figure
 
 if TYPE_CHECKING:  # the record's type only: the environment module loads git and metadata
@@ -47,6 +48,7 @@ __all__ = [
     "GpuStats",
     "HostInfo",
     "Hyperparameters",
+    "JointSavingJson",
     "MemoryStats",
     "NetworkStats",
     "PhaseStats",
@@ -58,6 +60,7 @@ __all__ = [
     "RequestStats",
     "RunSummary",
     "SampleStats",
+    "SavingJson",
     "Severity",
     "StepStats",
     "StepTimes",
@@ -484,12 +487,49 @@ class AtStakeJson(TypedDict):
     usd: float | None
 
 
+class SavingJson(TypedDict):
+    """What applying a finding's suggestion (``fix``) is expected to save the run: wall-clock
+    seconds of the whole allocation, their share of the run, a range (``low_seconds`` to
+    ``high_seconds``), that time at the run's price and energy (null without a price or an energy
+    figure), and what the model assumes. ``part`` names the time the fix shortens (findings on
+    the same part are combined by their largest, never summed) and ``part_seconds`` what the run
+    spent on it."""
+
+    seconds: float
+    fraction: float | None
+    low_seconds: float
+    high_seconds: float
+    usd: float | None
+    kwh: float | None
+    fix: str
+    assumes: str
+    part: str
+    part_seconds: float | None
+
+
+class JointSavingJson(TypedDict):
+    """The findings' savings combined as if every fix were applied (``diagnose`` prints it):
+    per part the largest saving, at most what the run spent on the part, and parts composed
+    multiplicatively (each fix shortens what the others left), so it never exceeds the run."""
+
+    seconds: float
+    fraction: float | None
+    low_seconds: float
+    high_seconds: float
+    usd: float | None
+    kwh: float | None
+    findings: list[str]
+
+
 class FindingJson(TypedDict):
-    """One bottleneck; ``id`` names the rule (``data_starvation``, ``step_regression`` ...)."""
+    """One bottleneck; ``id`` names the rule (``data_starvation``, ``step_regression`` ...).
+    ``saving`` is what its fix is expected to win; ``at_stake`` the symptom's own time (how
+    long the run showed it: an upper bound on any saving, not a saving)."""
 
     id: str
     title: str
     severity: Severity
+    saving: SavingJson
     at_stake: AtStakeJson
     evidence: EvidenceJson
     suggestion: str
@@ -502,6 +542,8 @@ class DiagnosisSection(TypedDict):
 
     schema_version: int
     findings: list[FindingJson]
+    saving: NotRequired[JointSavingJson]  # every fix applied together (absent when stored older)
+    goodput: NotRequired[RunTimeJson]  # the run's time as goodput sees it (stored at its end)
     checked: NotRequired[list[str]]
     not_applicable: NotRequired[dict[str, str]]
     failed: NotRequired[dict[str, str]]

@@ -174,6 +174,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     if governance is not None:
         opts.meta["governance"] = governance.to_json()
+    if getattr(args, "start_step", None) is not None:  # goodput: the step it resumed from
+        opts.meta["resume"] = {"start_step": args.start_step}
     try:
         outcome = run_command(opts, store)
     except CommandNotStarted:  # main says why; the status is the shell's (127 or 126)

@@ -34,6 +34,7 @@ from computewatch.cli.exporters import add_export_arguments
 from computewatch.cli.extras import missing_extra_message
 from computewatch.cli.fleet import add_fleet_parser
 from computewatch.cli.flops import add_flops_parser
+from computewatch.cli.goodput import add_goodput_parser, start_step
 from computewatch.cli.governance import add_governance_parsers
 from computewatch.cli.log_to import add_log_to_argument
 from computewatch.cli.nodekey import add_nodekey_parser
@@ -271,6 +272,13 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         metavar="N",
         help="the model's parameter count, for the 6 x parameters x tokens estimate (7e9 or 7B)",
     )
+    r.add_argument(
+        "--start-step",
+        type=start_step,
+        metavar="N",
+        help="the training step this run resumes from (a restart from a checkpoint): "
+        "`computewatch goodput` counts the steps redone since",
+    )
     r.add_argument("command", nargs=argparse.REMAINDER, help="the command to run")
 
     dv = with_gpu(
@@ -362,6 +370,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     add_agent_parser(sub)
     add_alerts_parser(sub)
     add_diagnose_parser(sub)
+    add_goodput_parser(sub)
     add_flops_parser(sub)
     add_card_parser(sub)
     add_carbon_parser(sub)
@@ -395,6 +404,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "agent": ("computewatch.cli.agent_run", "run_agent"),
     "alerts": ("computewatch.cli.alerts", "cmd_alerts"),
     "diagnose": ("computewatch.cli.diagnose", "cmd_diagnose"),
+    "goodput": ("computewatch.cli.goodput_run", "cmd_goodput"),
     "flops": ("computewatch.cli.flops_run", "cmd_flops"),
     "card": ("computewatch.cli.card", "cmd_card"),
     "when": ("computewatch.cli.carbon_run", "cmd_when"),

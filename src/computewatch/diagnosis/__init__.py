@@ -1,6 +1,6 @@
 """Bottleneck diagnosis: rules over a run's stored data that say why it is slow or wasteful,
-with the evidence, what is at stake and what to do (``computewatch diagnose RUN``; every rule and
-threshold is described in ``docs/diagnosis.md``)."""
+with the evidence, what applying the suggestion would save and what to do (``computewatch
+diagnose RUN``; every rule, threshold and the savings model are in ``docs/diagnosis.md``)."""
 
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
@@ -19,8 +19,11 @@ if TYPE_CHECKING:
         AtStake,
         Evidence,
         Finding,
+        JointSaving,
+        Saving,
         Severity,
         TimeRange,
+        joint_saving,
         ranked,
     )
     from computewatch.diagnosis.loader import NotApplicable, RunData
@@ -37,6 +40,9 @@ _HOME = {
     "AtStake": "findings",
     "Evidence": "findings",
     "Finding": "findings",
+    "JointSaving": "findings",
+    "Saving": "findings",
+    "joint_saving": "findings",
     "Severity": "findings",
     "TimeRange": "findings",
     "ranked": "findings",
@@ -61,8 +67,10 @@ __all__ = [
     "Diagnosis",
     "Evidence",
     "Finding",
+    "JointSaving",
     "NotApplicable",
     "RunData",
+    "Saving",
     "Severity",
     "Thresholds",
     "TimeRange",
@@ -71,6 +79,7 @@ __all__ = [
     "diagnose",
     "diagnose_run",
     "diagnosed",
+    "joint_saving",
     "ranked",
     "run_rules",
 ]

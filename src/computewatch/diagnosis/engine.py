@@ -8,7 +8,7 @@ from typing import Any
 
 from computewatch.analysis.summary_types import DiagnosisSection
 from computewatch.config.thresholds import DEFAULTS, Thresholds
-from computewatch.diagnosis.findings import Finding, ranked
+from computewatch.diagnosis.findings import Finding, JointSaving, joint_saving, ranked
 from computewatch.diagnosis.loader import NotApplicable, RunData
 from computewatch.diagnosis.rules import (
     Rule,
@@ -20,9 +20,10 @@ from computewatch.diagnosis.rules import (
     steps,
     throttling,
 )
+from computewatch.goodput.local import run_time
 from computewatch.store import RunRow, StepRow, Store
 
-DIAGNOSIS_SCHEMA_VERSION = 1
+DIAGNOSIS_SCHEMA_VERSION = 2  # 2: every finding carries its saving; the joint saving
 
 
 def all_rules() -> Mapping[str, Rule]:
@@ -46,18 +47,22 @@ def all_rules() -> Mapping[str, Rule]:
 
 @dataclass(frozen=True, slots=True)
 class Diagnosis:
-    """Ranked findings, and for every rule that found nothing to look at, why."""
+    """Ranked findings, what all their fixes together would save (``saving``), and for every
+    rule that found nothing to look at, why."""
 
     findings: list[Finding]
     not_applicable: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     checked: tuple[str, ...] = ()
+    saving: JointSaving | None = None
 
     def as_dict(self) -> DiagnosisSection:
         """The JSON form: what the summary stores and ``diagnose --json`` prints."""
+        joint = self.saving or joint_saving((), 0.0)
         return {
             "schema_version": DIAGNOSIS_SCHEMA_VERSION,
             "findings": [f.as_dict() for f in self.findings],
+            "saving": joint.as_dict(),
             "checked": list(self.checked),
             "not_applicable": dict(self.not_applicable),
             "failed": dict(self.failed),
@@ -96,7 +101,10 @@ def run_rules(
             failed[rule_id] = f"{type(e).__name__}: {e}"
             continue
         checked.append(rule_id)
-    return Diagnosis(ranked(found), na, failed, tuple(checked))
+    joint = joint_saving(
+        ((f.id, f.saving) for f in found), data.duration, data.usd_per_second, data.kwh_per_second
+    )
+    return Diagnosis(ranked(found), na, failed, tuple(checked), joint)
 
 
 def diagnose_run(
@@ -120,7 +128,7 @@ def diagnose(
     thresholds: Thresholds | Mapping[str, Any] | None = None,
     summary: Mapping[str, Any] | None = None,
 ) -> list[Finding]:
-    """The run's findings, most time or money at stake first."""
+    """The run's findings, most to win first (by the seconds their fix saves, then money)."""
     return diagnose_run(store, run, thresholds=thresholds, summary=summary).findings
 
 
@@ -137,7 +145,7 @@ def diagnosed(
     try:
         config = getattr(options, "config", options)
         overrides = getattr(config, "diagnosis", None) or None
-        return diagnose_run(
+        section = diagnose_run(
             store, run, thresholds=overrides, summary=summary, steps=steps
         ).as_dict()
     except Exception as e:
@@ -146,3 +154,8 @@ def diagnosed(
             "findings": [],
             "error": f"diagnosis failed: {type(e).__name__}: {e}",
         }
+    try:  # the run's time for goodput across restarts (the server rebuilds lineages from it)
+        section["goodput"] = run_time(store, run, summary).as_json()
+    except Exception:  # goodput then reads the run from the store, or goes without it
+        pass
+    return section

@@ -156,6 +156,25 @@ class RunData:
             return None
         return float(usd) / self.duration
 
+    @property
+    def kwh_per_second(self) -> float | None:
+        """The run's energy per second of wall time (facility kWh, else device kWh, / its
+        duration)."""
+        energy = self.summary.get("energy")
+        for key in ("facility", "device"):
+            part = energy.get(key) if isinstance(energy, dict) else None
+            kwh = part.get("value") if isinstance(part, dict) else None
+            if isinstance(kwh, int | float) and self.duration > 0:
+                return float(kwh) / self.duration
+        return None
+
+    @property
+    def allowed_cores(self) -> float:
+        """The cores the run was allowed (cgroup quota and affinity), 1 when unknown."""
+        cpu = self.summary.get("cpu")
+        cores = cpu.get("allowed_cores") if isinstance(cpu, dict) else None
+        return float(cores) if isinstance(cores, int | float) and cores > 0 else 1.0
+
     def usd(self, seconds: float | None) -> float | None:
         rate = self.usd_per_second
         return None if rate is None or seconds is None else seconds * rate

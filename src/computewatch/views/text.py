@@ -31,7 +31,9 @@ from computewatch.views.diagnosis import (
     evidence_of,
     finding_head,
     findings,
+    joint_text,
     rule_notes,
+    saving_detail,
     time_ranges_text,
 )
 from computewatch.views.repro import change_lines
@@ -183,6 +185,9 @@ def print_diagnosis(result: DiagnosisReport, out: TextIO) -> None:
     if not found and not error:
         con.print(f"no bottleneck found by the {len(result.get('checked') or [])} rules applied")
     duration = run.get("duration_seconds")
+    joint = joint_text(result, duration if isinstance(duration, int | float) else None)
+    if joint:
+        con.print(Text(joint, style="bold"))
     for i, f in enumerate(found, 1):
         sev, title = finding_head(f)
         line = Text(f"\n{i}. ")
@@ -199,6 +204,9 @@ def print_diagnosis(result: DiagnosisReport, out: TextIO) -> None:
         if spans:
             _hang(con, "   when: ", f"{spans} from the run's start")
         _hang(con, "   suggestion: ", str(f.get("suggestion")), style="green")
+        assumes = saving_detail(f)[1]
+        if assumes:
+            _hang(con, "   saving assumes: ", assumes, style="dim")
     skipped = rule_notes(result.get("not_applicable"))
     failed = rule_notes(result.get("failed"))
     if skipped or failed:

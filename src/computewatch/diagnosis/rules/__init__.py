@@ -7,9 +7,17 @@ package, which the rule modules import, imports none of them."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from computewatch.config.thresholds import Thresholds
-from computewatch.diagnosis.findings import AtStake, Evidence, Finding, Severity, severity_for
+from computewatch.diagnosis.findings import (
+    AtStake,
+    Evidence,
+    Finding,
+    Saving,
+    Severity,
+    severity_for,
+)
 from computewatch.diagnosis.loader import RunData
 from computewatch.units import format_percent
 
@@ -25,19 +33,29 @@ def build(
     seconds: float | None,
     evidence: Evidence,
     suggestion: str,
+    saving: Saving,
     usd: float | None = None,
     severity: Severity | None = None,
     keep_small: bool = False,
 ) -> list[Finding]:
-    """One finding as a list (empty when less than ``min_seconds_at_stake`` is at stake,
-    unless ``keep_small``: a finding whose worth is not time, such as memory headroom)."""
+    """One finding as a list (empty when its symptom took less than ``min_seconds_at_stake``,
+    unless ``keep_small``: a finding whose worth is not time, such as memory headroom).
+    ``seconds`` is the symptom's time (``at_stake``); ``saving`` what the fix would win,
+    clipped to the run and priced here. The severity follows the saving's share of the run:
+    a symptom with nothing to win is ``low``."""
     if not keep_small and (seconds is None or seconds < th.min_seconds_at_stake):
         return []
+    if seconds is not None and seconds >= 0:  # never more than the symptom's own time
+        part = saving.part_seconds
+        saving = replace(saving, part_seconds=seconds if part is None else min(part, seconds))
+    won = saving.bounded(data.duration).priced(data.usd_per_second, data.kwh_per_second)
     sev = severity or severity_for(
-        seconds, data.duration, high=th.severity_high, medium=th.severity_medium
+        won.seconds, data.duration, high=th.severity_high, medium=th.severity_medium
     )
+    if won.seconds <= 0:
+        sev = "low"
     stake = AtStake(seconds=seconds, usd=usd if usd is not None else data.usd(seconds))
-    return [Finding(id, title, sev, stake, evidence, suggestion)]
+    return [Finding(id, title, sev, stake, evidence, suggestion, won)]
 
 
 def pct(v: float) -> str:

@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from computewatch.config.thresholds import Thresholds
-from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
+from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
 from computewatch.diagnosis.rules import build, pct
 from computewatch.diagnosis.stats import mean, median
@@ -73,12 +73,24 @@ def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
     if not lines:
         return []
     at_stake = lost / len(gpus)  # wall time of the whole allocation
+    share = min(at_stake / data.duration, 1.0) if data.duration > 0 else 0.0
     return build(
         data,
         th,
         id="low_gpu_utilization",
         title="Low GPU utilization",
         seconds=at_stake,
+        saving=Saving(
+            at_stake,
+            0.5 * at_stake,
+            at_stake,
+            f"more work per launch until utilization reaches {pct(th.gpu_utilization_low)}",
+            f"the same work done at {pct(th.gpu_utilization_low)} utilization (time scales "
+            f"with utilization over the run: {pct(share)} of it); low: half of that, where the "
+            "host or the data loader also limit the steps",
+            "accelerator",
+            data.duration,
+        ),
         evidence=Evidence(tuple(lines), numbers, tuple(ranges)),
         suggestion=(
             "Give the TPU more work per step: a larger batch (see memory headroom), "
@@ -130,6 +142,18 @@ def low_mfu(data: RunData, th: Thresholds) -> list[Finding]:
         id="low_mfu",
         title="Low model FLOPs utilization (MFU) for the hardware",
         seconds=at_stake,
+        saving=Saving(
+            at_stake,
+            max(1 - mfu / min(2 * mfu, target), 0.0) * data.duration if mfu > 0 else 0.0,
+            at_stake,
+            f"arithmetic efficiency raised to {pct(target)} MFU (precision, compilation, "
+            "larger batches)",
+            f"the run's FLOPs done at {pct(target)} of the hardware's peak: the time falls "
+            f"to MFU / {pct(target)} of the run; low: MFU only doubled (at most to "
+            f"{pct(target)})",
+            "accelerator",
+            data.duration,
+        ),
         evidence=Evidence(tuple(lines), numbers),
         suggestion=f"Raise arithmetic efficiency: {SPEEDUPS}; a larger batch per device; "
         "fused attention (torch.nn.functional.scaled_dot_product_attention).",
@@ -173,6 +197,11 @@ def gpu_memory_headroom(data: RunData, th: Thresholds) -> list[Finding]:
         seconds=None,
         severity="low",
         keep_small=True,
+        saving=Saving.nothing(
+            "an opportunity, not a loss: what a larger batch would win is counted by low "
+            "utilization or low MFU, where they fire",
+            part="accelerator",
+        ),
         evidence=Evidence(tuple(lines), numbers),
         suggestion=(
             "Use the memory: raise the batch size (activations grow with it; scale the learning "

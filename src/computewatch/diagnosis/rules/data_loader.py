@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from computewatch.config.thresholds import Thresholds
-from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
-from computewatch.diagnosis.loader import NotApplicable, RunData, overlap, stretches
+from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
+from computewatch.diagnosis.loader import NotApplicable, RunData, StepTime, overlap, stretches
 from computewatch.diagnosis.rules import build, pct
 from computewatch.units import format_seconds
 
@@ -61,15 +61,30 @@ def data_starvation(data: RunData, th: Thresholds) -> list[Finding]:
         )
         numbers["gpu_utilization_waiting"] = during
         numbers["gpu_utilization_otherwise"] = otherwise
-    cores = float((data.summary.get("cpu") or {}).get("allowed_cores") or 1.0)
-    workers = max(1, min(8, int(cores / procs) - 1))
+    cores = data.allowed_cores
+    all_times = [t for ts in times.values() for t in ts]
+    cores_busy = _tree_cores(data, min(t.start for t in all_times), max(t.end for t in all_times))
+    if cores_busy is not None:
+        lines.append(f"the run's processes kept {cores_busy:.2f} cores busy over the steps")
+        numbers["cores_busy"] = cores_busy
+    saving, workers = loader_saving(times, waits, cores, cores_busy)
     suggestion = (
         f"Feed the loop in the background: DataLoader(num_workers={workers}, pin_memory=True, "
         "prefetch_factor=4, persistent_workers=True) "
-        f"({workers} worker(s) per process leaves a core of the {cores:g} allowed for the loop); "
-        "keep decoding and augmentation inside the Dataset so the workers do it, copy with "
+        f"({workers} worker(s) per process"
+        + (
+            f" leaves a core of the {cores:g} allowed for the loop); "
+            if saving.part != "loop-io"
+            else f": the loading waits on I/O, not on a core, so more workers than the {cores:g} "
+            "cores allowed still overlap it); "
+        )
+        + "keep decoding and augmentation inside the Dataset so the workers do it, copy with "
         ".to(device, non_blocking=True), and cache or pre-tokenize data that is read every epoch."
     )
+    saving = Saving(
+        saving.seconds, saving.low_seconds, saving.high_seconds, saving.fix, saving.assumes,
+        "loop", step_total / procs,
+    )  # fmt: skip
     return build(
         data,
         th,
@@ -78,7 +93,104 @@ def data_starvation(data: RunData, th: Thresholds) -> list[Finding]:
         seconds=at_stake,
         evidence=Evidence(tuple(lines), numbers, tuple(TimeRange(a, b) for a, b in ranges)),
         suggestion=suggestion,
+        saving=saving,
     )
+
+
+def loader_saving(
+    times: dict[int, list[StepTime]],
+    waits: dict[int, list[float]],
+    cores: float,
+    busy: float | None,
+) -> tuple[Saving, int]:
+    """What ``w`` background loader workers would save, and ``w``. Each step ``i`` now takes
+    its compute ``c_i`` plus its wait ``d_i``; with the loading overlapped it takes
+    ``max(c_i, d_i / w, phi d_i / free)``: the workers produce a batch every ``d_i / w``
+    seconds, but their CPU work (the share ``phi`` of the wait during which a core was busy)
+    cannot go faster than the ``free`` cores beside the loop allow. ``phi`` comes from the cores
+    the process tree kept busy over the steps (``busy``), the loop's compute taken as one busy
+    core: ``phi = (busy (c + d) - c) / d``. A loader waiting on I/O (``phi`` near 0) gains from
+    more workers than cores; one already in parallel (``phi`` above 1: its CPU work per batch is
+    ``busy (c + d) - c``) gains only where cores are free. Processes run side by side: the
+    saving is per process."""
+    procs = max(len([p for p, ts in times.items() if ts]), 1)
+    per_proc = max(cores / procs, 1.0)
+    free = max(per_proc - 1.0, 1.0) if per_proc >= 2 else 0.5
+    c_all = [
+        max(t.seconds - w, 0.0)
+        for p, ts in times.items()
+        for t, w in zip(ts, waits[p], strict=True)
+    ]
+    d_all = [w for p in times for w in waits[p]]
+    c_mean = sum(c_all) / len(c_all) if c_all else 0.0
+    d_mean = sum(d_all) / len(d_all) if d_all else 0.0
+    # The processes got less CPU than their compute alone needs (a machine shared with other
+    # work): the wait's nature cannot be told, and it is taken as CPU work (the smaller saving).
+    measured = busy is not None and d_mean > 0 and busy / procs * (c_mean + d_mean) >= 0.8 * c_mean
+    phi = 1.0
+    if measured and busy is not None:
+        phi = max((busy / procs * (c_mean + d_mean) - c_mean) / d_mean, 0.0)
+    parallel = phi > 1.15
+    phi = min(phi, 1.0)
+    if phi >= 0.5 or c_mean <= 0:
+        workers = max(1, min(8, int(per_proc) - 1))
+    else:  # waiting on I/O: enough workers that a batch is ready every compute step
+        workers = max(2, min(8, int(d_mean / c_mean) + 2))
+    cpu_batch = (busy or 0.0) / procs * (c_mean + d_mean) - c_mean  # parallel loader only
+
+    def after(eff: float, cpu_share: float) -> float:
+        total = 0.0
+        for c, d in zip(c_all, d_all, strict=True):
+            if parallel:
+                total += max(c, min(c + d, cpu_batch / (free * eff)))
+            else:
+                total += max(c, d / (workers * eff), cpu_share * d / (free * eff))
+        return total
+
+    now = sum(c_all) + sum(d_all)
+    mid = (now - after(1.0, phi)) / procs
+    low = (now - after(0.75, min(phi + 0.25, 1.0))) / procs
+    high = (now - after(1.0, max(phi - 0.25, 0.0))) / procs
+    if parallel:
+        assumes = (
+            f"the loading already runs in parallel ({busy:.2f} cores busy over the steps); "
+            "more workers help only on free cores: a step takes max(compute, loading CPU work "
+            f"per batch / the {free:g} free core(s)); low: workers 25% less efficient"
+        )
+    else:
+        how = "waits on I/O" if phi < 0.5 else "keeps a core busy"
+        assumes = (
+            f"the wait is the loading's own time, which {how} ("
+            + (
+                f"{phi:.0%} of it on a core"
+                if measured
+                else "its CPU share unknown: not measured, or the processes got less CPU than "
+                "their compute needs; taken as 100%"
+            )
+            + f"); {workers} worker(s) overlap it with the loop's compute on the {free:g} "
+            "core(s) beside the loop: a step takes max(compute, wait / workers, "
+            "CPU work / free cores); low: workers 25% less efficient"
+        )
+    part = "loop-io" if phi < 0.5 and not parallel else "loop"
+    fix = f"{workers} loader worker(s) per process (DataLoader(num_workers={workers}))"
+    return Saving(mid, low, high, fix, assumes, part), workers
+
+
+def _tree_cores(data: RunData, start: float, end: float) -> float | None:
+    """Mean cores the run's process tree kept busy from ``start`` to ``end`` (monotonic): its
+    CPU-seconds counter's growth over the ticks inside, over their span. None without the
+    series or with fewer than two ticks inside."""
+    total = 0.0
+    span = None
+    for s in data.of("tree_cpu_seconds_total"):
+        pts = [(t, v) for t, v in s.points if start <= t <= end]
+        if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+            continue
+        total += max(pts[-1][1] - pts[0][1], 0.0)
+        span = pts[-1][0] - pts[0][0] if span is None else max(span, pts[-1][0] - pts[0][0])
+    if span is None or span <= 0:
+        return None
+    return total / span
 
 
 def _gpu_busy_during_waits(

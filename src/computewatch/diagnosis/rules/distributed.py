@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from computewatch.config.thresholds import Thresholds
-from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
+from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, phase_matches
 from computewatch.diagnosis.rules import build, pct
 from computewatch.diagnosis.stats import median
@@ -86,12 +86,24 @@ def stragglers(data: RunData, th: Thresholds) -> list[Finding]:
         lines.append("no `comm` phases recorded: compute time is the whole step time")
     first = data.step_times()[slow.pid]
     span = (TimeRange(data.rel(first[0].start), data.rel(first[-1].end)),) if first else ()
+    per_step = _per_step_compute(data, slow.pid, th)
+    q_lo, q_hi = _quartile_pair(per_step)
     return build(
         data,
         th,
         id="stragglers",
         title=f"Straggler: rank {slow.rank} holds the others back",
         seconds=lost,
+        saving=Saving(
+            lost,
+            max(min(q_lo, slow.compute_per_step) - med, 0.0) * slow.steps,
+            max(max(q_hi, slow.compute_per_step) - med, 0.0) * slow.steps,
+            f"rank {slow.rank} made as fast as the others (its node, its share of the work)",
+            "every rank waits for the slowest at each collective: its extra compute per step "
+            "is the whole job's; range from its steps' lower and upper quartile",
+            "ranks",
+            slow.step_seconds,
+        ),
         evidence=Evidence(
             tuple(lines),
             {
@@ -142,6 +154,17 @@ def collective_communication(data: RunData, th: Thresholds) -> list[Finding]:
         id="collective_communication",
         title="Time in collective communication",
         seconds=comm / len(ranks),
+        saving=Saving(
+            0.5 * comm / len(ranks),
+            0.0,
+            comm / len(ranks),
+            "communication overlapped with the backward pass (DDP buckets) or made rarer "
+            "(gradient accumulation)",
+            "how much of the communication can hide behind compute is not measured: half, "
+            "range none to all",
+            "comm",
+            comm / len(ranks),
+        ),
         evidence=Evidence(
             tuple(lines),
             {
@@ -159,3 +182,18 @@ def collective_communication(data: RunData, th: Thresholds) -> list[Finding]:
             "interconnect (NCCL over NVLink/InfiniBand, not TCP)."
         ),
     )
+
+
+def _per_step_compute(data: RunData, pid: int, th: Thresholds) -> list[float]:
+    """One process's compute time (step minus ``comm``) of each step after the warm-up."""
+    times = data.step_times().get(pid, [])
+    comm = data.phase_seconds_by_step([COMM_PHASE]).get(pid, [0.0] * len(times))
+    skip = th.skip_first_steps
+    return [t.seconds - c for t, c in zip(times[skip:], comm[skip:], strict=False)]
+
+
+def _quartile_pair(values: list[float]) -> tuple[float, float]:
+    s = sorted(values)
+    if not s:
+        return 0.0, 0.0
+    return s[(len(s) - 1) // 4], s[(3 * (len(s) - 1)) // 4]

@@ -6,7 +6,7 @@ import bisect
 import itertools
 
 from computewatch.config.thresholds import Thresholds
-from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
+from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, Series, rates, stretches
 from computewatch.diagnosis.rules import build, pct
 from computewatch.diagnosis.stats import median
@@ -84,6 +84,28 @@ def cpu_bound(data: RunData, th: Thresholds) -> list[Finding]:
             f"busiest core: cpu {core} ({format_seconds(hottest[core])} busy in those stretches)"
         )
         numbers["busiest_cpu"] = core
+    # Amdahl's law: with a share p of the single-threaded work spread over the allowed cores,
+    # that stretch takes (1 - p) + p / cores of its time. The data phase is data_starvation's
+    # to win (its workers): only the rest of the step counts here.
+    data_share = _data_share(data)
+    rest = bound * (1.0 - data_share)
+    gain = 1.0 - 1.0 / allowed
+
+    def amdahl(p: float) -> float:
+        return rest * p * gain
+
+    saving = Saving(
+        amdahl(0.5),
+        amdahl(0.0),
+        amdahl(1.0),
+        f"the single-threaded work spread over the {allowed:g} allowed cores",
+        "Amdahl's law over the single-core stretches"
+        + (f" less their data wait ({pct(data_share)}, the loader's to win)" if data_share else "")
+        + f": a share p of that work made parallel on {allowed:g} cores saves p x "
+        f"(1 - 1/{allowed:g}) of it; p is not measured: 0.5, range 0 to 1",
+        "cpu",
+        bound,
+    )
     return build(
         data,
         th,
@@ -97,7 +119,18 @@ def cpu_bound(data: RunData, th: Thresholds) -> list[Finding]:
             "per-step .item()/.cpu() synchronisations and logging, and profile the loop "
             "(py-spy top --pid PID) to find the hot function."
         ),
+        saving=saving,
     )
+
+
+def _data_share(data: RunData) -> float:
+    """The share of step time spent in the ``data`` phase (0 without steps or the phase)."""
+    if not data.steps or not any(p.name == "data" for p in data.phases):
+        return 0.0
+    times = data.step_times()
+    total = sum(t.seconds for ts in times.values() for t in ts)
+    waits = sum(sum(w) for w in data.phase_seconds_by_step(["data"]).values())
+    return min(waits / total, 1.0) if total > 0 else 0.0
 
 
 def memory_pressure(data: RunData, th: Thresholds) -> list[Finding]:
@@ -161,6 +194,16 @@ def memory_pressure(data: RunData, th: Thresholds) -> list[Finding]:
     rss = (data.summary.get("memory") or {}).get("peak_rss_bytes")
     if isinstance(rss, int | float):
         lines.append(f"the run's peak resident memory: {format_bytes(rss)}")
+    saving = Saving(
+        0.25 * under,
+        0.0,
+        under,
+        "the run's host memory kept under the limit (or a larger limit)",
+        "how much memory pressure slows the steps is not measured: a quarter of the time under "
+        "pressure, range none to all of it",
+        "memory",
+        under,
+    )
     return build(
         data,
         th,
@@ -176,6 +219,7 @@ def memory_pressure(data: RunData, th: Thresholds) -> list[Finding]:
             "lower prefetch_factor or the number of workers, release cached tensors; raise the "
             "job's memory limit; a training node should not swap."
         ),
+        saving=saving,
     )
 
 
@@ -229,6 +273,28 @@ def io_bound(data: RunData, th: Thresholds) -> list[Finding]:
             )
             numbers["step_slowdown"] = ratio
             at_stake = sum(max(d - median(rest), 0.0) for d in slow)
+    if step_list and numbers.get("step_slowdown") is not None:
+        saving = Saving(
+            at_stake,
+            0.5 * at_stake,
+            at_stake,
+            "the data read from local storage or RAM, in larger pieces",
+            "the steps during high iowait come back to the median of the others; low: half of "
+            "that (reads still wait some)",
+            "loop",
+            io_time,
+        )
+    else:
+        saving = Saving(
+            0.5 * at_stake,
+            0.0,
+            at_stake,
+            "the data read from local storage or RAM, in larger pieces",
+            "without steps, how much of the iowait time the run would win is not measured: "
+            "half of it, range none to all",
+            "loop",
+            io_time,
+        )
     return build(
         data,
         th,
@@ -244,6 +310,7 @@ def io_bound(data: RunData, th: Thresholds) -> list[Finding]:
             "reads in flight (more DataLoader workers, prefetch_factor) and cache decoded "
             "samples that every epoch reads again."
         ),
+        saving=saving,
     )
 
 

@@ -6,7 +6,7 @@ import itertools
 from dataclasses import dataclass
 
 from computewatch.config.thresholds import Thresholds
-from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
+from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, StepTime
 from computewatch.diagnosis.rules import build
 from computewatch.diagnosis.stats import (
@@ -32,6 +32,9 @@ class Change:
     after: float
     p_value: float
     lost: float  # seconds: the extra time of the slower steps
+    lost_low: float = 0.0  # the same against the upper quartile of the steps before
+    lost_high: float = 0.0  # ... against their lower quartile
+    spent: float = 0.0  # seconds of the steps counted (what a fix can shorten)
 
 
 def _series(data: RunData, th: Thresholds) -> dict[int, list[StepTime]]:
@@ -63,17 +66,35 @@ def find_change(times: list[StepTime], th: Thresholds) -> Change | None:
         p = mann_whitney_p(d[: n // 2], d[n // 2 :])
         base = before
         lost = sum(max(v - base, 0.0) for v in d)
+        q_lo, q_hi = _quartiles(d[:tenth])
+        lost_low = sum(max(v - q_hi, 0.0) for v in d)
+        lost_high = sum(max(v - q_lo, 0.0) for v in d)
+        spent = sum(d)
         at, kind = 0, "drift"
     else:
         at, kind = split.index, "regression"
         before, after = median(d[: split.index]), median(d[split.index :])
         p = mann_whitney_p(d[: split.index], d[split.index :])
         lost = sum(max(v - before, 0.0) for v in d[split.index :])
+        q_lo, q_hi = _quartiles(d[: split.index])
+        lost_low = sum(max(v - q_hi, 0.0) for v in d[split.index :])
+        lost_high = sum(max(v - q_lo, 0.0) for v in d[split.index :])
+        spent = sum(d[split.index :])
     if before <= 0 or after <= before:
         return None
     if (after - before) / before < th.regression_min_change or p > th.regression_p_value:
         return None
-    return Change(times[0].pid, at, kind, before, after, p, lost)
+    return Change(
+        times[0].pid, at, kind, before, after, p, lost, lost_low, lost_high, spent
+    )  # fmt: skip
+
+
+def _quartiles(values: list[float]) -> tuple[float, float]:
+    """The lower and upper quartiles (nearest rank)."""
+    s = sorted(values)
+    if not s:
+        return 0.0, 0.0
+    return s[(len(s) - 1) // 4], s[(3 * (len(s) - 1)) // 4]
 
 
 def step_regression(data: RunData, th: Thresholds) -> list[Finding]:
@@ -115,6 +136,16 @@ def step_regression(data: RunData, th: Thresholds) -> list[Finding]:
     lines.append(
         f"Mann-Whitney U p = {c.p_value:.2g}; {format_seconds(c.lost)} lost to the slower steps"
     )
+    saving = Saving(
+        c.lost,
+        c.lost_low,
+        c.lost_high,
+        "the cause of the slowdown removed (steps back to their earlier time)",
+        "the slower steps go back to the median of those before the change; range: back to "
+        "their upper or lower quartile",
+        "steps",
+        c.spent,
+    )
     return build(
         data,
         th,
@@ -143,6 +174,7 @@ def step_regression(data: RunData, th: Thresholds) -> list[Finding]:
             "torch.compile recompiling (TORCH_LOGS=recompiles); compare the report's charts "
             "around that time."
         ),
+        saving=saving,
     )
 
 
@@ -155,6 +187,7 @@ def outlier_steps(data: RunData, th: Thresholds) -> list[Finding]:
     if not series:
         raise NotApplicable(f"fewer than {th.regression_min_steps} timed steps per process")
     outliers: list[tuple[StepTime, float]] = []  # (step, its segment's median)
+    quartiles: dict[int, tuple[float, float]] = {}  # id(step) -> its segment's quartiles
     for ts in series.values():
         change = find_change(ts, th)
         cut = change.at if change is not None and change.kind == "regression" else 0
@@ -164,7 +197,11 @@ def outlier_steps(data: RunData, th: Thresholds) -> list[Finding]:
             d = [t.seconds for t in seg]
             m, spread = median(d), MAD_TO_SIGMA * mad(d)
             limit = max(m + th.outlier_mad_k * spread, th.outlier_min_ratio * m)
-            outliers += [(t, m) for t in seg if t.seconds > limit]
+            q = _quartiles(d)
+            for t in seg:
+                if t.seconds > limit:
+                    outliers.append((t, m))
+                    quartiles[id(t)] = q
     if not outliers:
         return []
     excess = sum(t.seconds - m for t, m in outliers) / len(series)
@@ -187,6 +224,19 @@ def outlier_steps(data: RunData, th: Thresholds) -> list[Finding]:
     gaps = [b - a for a, b in itertools.pairwise(idx)]
     if len(gaps) >= 2 and max(gaps) - min(gaps) <= 1:
         lines.append(f"they recur every {median(gaps):.0f} steps: periodic work")
+    n_proc = len(series)
+    excess_low = sum(max(t.seconds - quartiles[id(t)][1], 0.0) for t, _ in outliers) / n_proc
+    excess_high = sum(max(t.seconds - quartiles[id(t)][0], 0.0) for t, _ in outliers) / n_proc
+    saving = Saving(
+        excess,
+        excess_low,
+        excess_high,
+        "the work of the stalled steps taken off the loop (asynchronous saves, evaluation "
+        "elsewhere)",
+        "the outlier steps take their segment's median; range: its upper or lower quartile",
+        "steps",
+        sum(t.seconds for t, _ in outliers) / n_proc,
+    )
     return build(
         data,
         th,
@@ -211,4 +261,5 @@ def outlier_steps(data: RunData, th: Thresholds) -> list[Finding]:
             "collection (gc.freeze() after setup), DataLoader workers restarting each epoch "
             "(persistent_workers=True), torch.compile recompiles, or logging that forces a sync."
         ),
+        saving=saving,
     )

@@ -6,7 +6,7 @@ import itertools
 
 from computewatch.catalog.clock_events import decode_clock_events
 from computewatch.config.thresholds import Thresholds
-from computewatch.diagnosis.findings import Evidence, Finding, TimeRange
+from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
 from computewatch.diagnosis.rules import build, pct
 from computewatch.diagnosis.rules.accelerator import gpu_label
@@ -26,6 +26,8 @@ def gpu_throttling(data: RunData, th: Thresholds) -> list[Finding]:
     numbers: dict[str, float | int | str | None] = {}
     ranges: list[TimeRange] = []
     lost = 0.0
+    throttled_all = 0.0
+    measured_drop = True
     kinds: set[str] = set()
     read_any = False
     for g in gpus:
@@ -51,6 +53,8 @@ def gpu_throttling(data: RunData, th: Thresholds) -> list[Finding]:
             continue
         slowdown = _clock_drop(data, uuid, spans)
         lost += throttled * (slowdown if slowdown is not None else 1.0)
+        throttled_all += throttled
+        measured_drop = measured_drop and slowdown is not None
         kinds |= {"thermal" if r in THERMAL else "power" for r in per_reason}
         detail = ", ".join(f"{r} {format_seconds(v)}" for r, v in sorted(per_reason.items()))
         lines.append(
@@ -90,7 +94,19 @@ def gpu_throttling(data: RunData, th: Thresholds) -> list[Finding]:
         th,
         id="gpu_throttling",
         title=f"GPU {what} throttling",
-        seconds=lost / len(gpus),
+        seconds=throttled_all / len(gpus),
+        saving=Saving(
+            lost / len(gpus),
+            (0.5 if measured_drop else 0.0) * lost / len(gpus),
+            lost / len(gpus),
+            "the GPU's clocks restored (cooling, or the default power limit)",
+            "the throttled stretches run at the highest SM clock seen, their time scaling with "
+            "the clock (work bound by the GPU's compute); low: half of that, for work bound by "
+            "memory, which the SM clock does not speed up"
+            + ("" if measured_drop else "; the clocks were not read: the whole throttled time"),
+            "accelerator-clock",
+            throttled_all / len(gpus),
+        ),
         evidence=Evidence(tuple(lines), numbers, tuple(ranges)),
         suggestion="; ".join(advice).capitalize() + ".",
     )
