@@ -300,6 +300,10 @@ def test_locked_during_the_run(cw: Any, tmp_path: Path, locks: list[Lock], after
     assert p.returncode == 4, err
     assert out == "start\n"
     assert "could not be stored now (database locked)" in err
+    # Another command (the next run, the agent) sees the row running with its monitor gone
+    # and marks it interrupted before anything stores the spooled run.
+    with Store.open(cw.db, create=False) as store:
+        assert len(store.reconcile()) == 1
     runs = _stored_runs(cw)
     assert [(x["status"], x["exit_code"]) for x in runs] == [("failed", 4)]
     assert _stored_runs(cw) == runs
@@ -307,6 +311,8 @@ def test_locked_during_the_run(cw: Any, tmp_path: Path, locks: list[Lock], after
     assert summary["exit_code"] == 4
     assert summary["samples"]["count"] >= 2  # the ticks kept in memory while locked are stored
     assert any("stored later" in n for n in summary["notes"])
+    # its monitor finished it: nothing says it was killed or crashed
+    assert not any("stopped without finishing" in n for n in summary["notes"]), summary["notes"]
 
 
 def test_waiting_run_is_listed_then_ingested_once(
@@ -336,6 +342,24 @@ def test_waiting_run_is_listed_then_ingested_once(
         dup = "SELECT count(*) - count(DISTINCT run_key || ':' || seq) FROM ticks"
         assert c.execute(dup).fetchone()[0] == 0
     assert json.dumps(cw.show()["exit_code"]) == "5"
+
+
+def test_runs_waiting_in_the_spool_outlive_a_database_moved_away(
+    cw: Any, tmp_path: Path, locks: list[Lock]
+) -> None:
+    cw.ok("run", "--quiet", "--", "true")
+    lock = Lock(cw.db, tmp_path)
+    locks.append(lock)
+    assert cw("run", "--quiet", "--", "sh", "-c", "exit 5").returncode == 5
+    lock.release()
+    # The database is set aside (a corrupt file moved away, as the store's message says to).
+    aside = tmp_path / "aside"
+    aside.mkdir()
+    for f in cw.db.parent.glob(cw.db.name + "*"):
+        f.rename(aside / f.name)
+    runs = cw.json("runs")
+    assert [x["exit_code"] for x in runs] == [5], runs
+    assert not list((cw.home / "spool").glob("*.run.sqlite"))
 
 
 def test_a_lock_held_at_the_end_sends_the_run_to_the_spool_by_its_deadline(

@@ -42,7 +42,7 @@ from computewatch.sampling.supervisor import (
 )
 from computewatch.sources.gpus import GpuBackendError
 from computewatch.store import RunRow, Store, StoreError
-from computewatch.store.spooled import open_store, waiting_line
+from computewatch.store.spooled import open_store, pending_runs, waiting_line
 from computewatch.views.live import make_live_view
 from computewatch.views.summary_text import print_artifacts, print_summary
 
@@ -86,6 +86,10 @@ def _accounting_options(args: argparse.Namespace) -> AccountingOptions:
 
 def _open_store(args: argparse.Namespace, *, create: bool = False) -> Store:
     path = resolve_db_path(args.db)
+    if not create and not path.exists() and pending_runs(path):
+        # the database was moved away (a corrupt file set aside): the runs waiting in the
+        # spool start a new one rather than being hidden behind "no runs recorded yet"
+        Store.open(path, create=True).close()
     if not create and not path.exists():
         if args.db:
             raise ComputewatchError(f"no database at {path}")

@@ -34,6 +34,14 @@ FAILED = "failed"
 INTERRUPTED = "interrupted"
 
 
+INTERRUPTED_NOTE = (
+    "the monitor stopped without finishing the run (killed or crashed); "
+    "data ends at the last stored sample"
+)
+"""The note :meth:`Store.reconcile` gives a run whose monitor is gone; dropped when the run's
+own end arrives later from the spool (computewatch.store.spooled)."""
+
+
 class StoreError(ComputewatchError):
     """A store problem a user can act on (corrupt file, newer schema, unknown run)."""
 
@@ -824,8 +832,7 @@ class Store:
                 (
                     INTERRUPTED,
                     end,
-                    "the monitor stopped without finishing the run (killed or crashed); "
-                    "data ends at the last stored sample",
+                    INTERRUPTED_NOTE,
                     key,
                     RUNNING,
                 ),

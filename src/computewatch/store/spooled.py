@@ -18,7 +18,14 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from computewatch.store.db import BUSY_TIMEOUT_SECONDS, RUNNING, Store, StoreError, rollback
+from computewatch.store.db import (
+    BUSY_TIMEOUT_SECONDS,
+    INTERRUPTED_NOTE,
+    RUNNING,
+    Store,
+    StoreError,
+    rollback,
+)
 
 __all__ = [
     "PendingRun",
@@ -151,7 +158,8 @@ def _copy(store: Store) -> tuple[str, int, bool] | None:
     else:
         key = found[0]
         if sp_status != RUNNING:  # the run's end, as its supervisor knew it
-            notes = json.loads(found[1])
+            # marked interrupted meanwhile (its monitor gone): it was not, it finished
+            notes = [n for n in json.loads(found[1]) if n != INTERRUPTED_NOTE]
             notes += [n for n in json.loads(sp_notes) if n not in notes]
             sets = ", ".join(f"{x}=(SELECT {x} FROM sp.runs WHERE key=?)" for x in _FINAL_COLUMNS)
             c.execute(
