@@ -22,6 +22,13 @@
     if (Math.abs(v) >= 1000) { return Math.round(v).toLocaleString("en-US"); }
     return Number(v.toPrecision(digits)).toString();
   }
+  function si(v) {  // 2,000,000 as 2M: axis labels stay short
+    var a = Math.abs(v);
+    if (a >= 1e9) { return sig(v / 1e9, 3) + "G"; }
+    if (a >= 1e6) { return sig(v / 1e6, 3) + "M"; }
+    if (a >= 1e4) { return sig(v / 1e3, 3) + "k"; }
+    return sig(v, 3);
+  }
   var BYTE_UNITS = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
   function bytes(v) {
     var a = Math.abs(v), i = 0;
@@ -41,7 +48,7 @@
     bytes_per_second: function (v) { return bytes(v) + "/s"; },
     watts: function (v) { return sig(v, 3) + " W"; },
     joules: function (v) { return sig(v, 3) + " J"; },
-    per_second: function (v) { return sig(v, 3) + "/s"; },
+    per_second: function (v) { return si(v) + "/s"; },
     seconds: function (v) { return sig(v, 3) + " s"; },
     celsius: function (v) { return sig(v, 3) + " °C"; },
     cores: function (v) { return sig(v, 3) + " cores"; },

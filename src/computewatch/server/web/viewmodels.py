@@ -26,6 +26,8 @@ class NowRun:
     project: str
     host: str
     gpus: str
+    """How many GPUs (``2 x``), the model apart (:attr:`gpu_model`)."""
+    gpu_model: str
     utilization: str
     power: str
     energy: str
@@ -93,7 +95,7 @@ def run_line(r: RunRow) -> RunLine:
         started=iso_minute(r.started_at),
         duration=format_duration(r.duration_seconds),
         gpus=f"{r.gpu_count} x" if r.gpu_count > 0 and r.gpu_model else gpus_text(r),
-        gpu_model=r.gpu_model or "" if r.gpu_count > 0 else "",
+        gpu_model=(r.gpu_model or "") if r.gpu_count > 0 else "",
         gpu_hours=gpu_hours_text(r.gpu_hours),
         utilization=format_percent(r.gpu_utilization),
         energy=format_kwh(r.kwh),
