@@ -107,3 +107,61 @@ def test_bad_targets_are_one_line(cw: Any) -> None:
     assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1
     r = cw("profile", "123", "--seconds", "0")
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_an_svg_output_name_keeps_both_files(cw: Any, make_script: Any) -> None:
+    """``-o prof.svg``: the flame graph goes there and the speedscope profile beside it, the
+    one never written over the other."""
+    job = make_script(
+        "plain.py", READY + BUSY.partition("def train")[0] + "while True:\n    crunch()\n"
+    )
+    proc = subprocess.Popen([sys.executable, str(job)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        r = cw.ok("profile", str(proc.pid), "--seconds", "1", "-o", "prof.svg")
+    finally:
+        proc.kill()
+        proc.communicate()
+    lines = dict(line.split(None, 1) for line in r.stdout.splitlines()[1:3])
+    speedscope, svg = Path(lines["speedscope"]), Path(lines["flame"].split(None, 1)[1])
+    assert svg == cw.tmp / "prof.svg" and speedscope == cw.tmp / "prof.speedscope.json"
+    check_speedscope(speedscope, "crunch")
+    check_svg(svg, "crunch")
+
+
+@pytest.mark.slow
+def test_a_relative_output_is_linked_by_its_full_path(cw: Any, make_script: Any) -> None:
+    job = make_script("busy.py", BUSY)
+    p = cw.popen(
+        "run", "--quiet", "--name", "busy", "--interval", "0.2", "--", sys.executable, str(job)
+    )
+    cw.wait_for(
+        lambda: cw("runs", "--json").returncode == 0 and cw.json("runs")[0]["status"] == "running",
+        what="the run to start",
+    )
+
+    def profiled() -> Any:
+        r = cw("profile", "busy", "--seconds", "1", "-o", "out/busy.json")
+        return r if r.returncode == 0 else None
+
+    (cw.tmp / "out").mkdir()
+    cw.wait_for(profiled, what="a profile (the run's processes recorded)")
+    p.terminate()
+    p.communicate(timeout=60)
+    (art,) = cw.json("show", "busy")["artifacts"]
+    assert art["files"] == {
+        "speedscope": str(cw.tmp / "out" / "busy.json"),
+        "svg": str(cw.tmp / "out" / "busy.svg"),
+    }
+    cw.ok("report", "busy", "-o", "r.html")
+    html = (cw.tmp / "r.html").read_text()
+    section = html.partition('id="section-profiles"')[2].partition("</section>")[0]
+    assert (cw.tmp / "out" / "busy.svg").as_uri() in section
+
+
+def test_a_pid_that_is_not_running_is_named(cw: Any) -> None:
+    cw.ok("run", "--quiet", "--", sys.executable, "-c", "pass")  # a store with a run in it
+    r = cw("profile", "999999")
+    assert r.returncode == 1 and r.stderr.strip().splitlines() == [
+        "computewatch: no process 999999 (and no run of that id or name)"
+    ]

@@ -76,8 +76,9 @@ def add_profile_parser(sub: Any) -> None:
         "-o",
         "--output",
         metavar="FILE",
-        help="the speedscope file (the SVG goes beside it, .svg); default: the run's "
-        "artifacts directory",
+        help="the speedscope file (the SVG goes beside it, .svg), or the SVG when FILE ends in "
+        ".svg (the profile goes beside it, .speedscope.json); default: the run's artifacts "
+        "directory",
     )
     p.add_argument(
         "--rate", type=int, default=100, metavar="HZ", help="samples per second (default 100)"

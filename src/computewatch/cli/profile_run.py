@@ -50,6 +50,17 @@ def _root_pid(store: Store, run: RunRow) -> int:
     )
 
 
+def output_paths(output: Path) -> tuple[Path, Path]:
+    """The speedscope file and the flame graph for ``-o FILE``, absolute (the run's link is
+    read from other directories): ``prof.svg`` is the flame graph, with the profile beside it
+    as ``prof.speedscope.json``; any other name is the profile, with ``NAME.svg`` beside it.
+    The two are never the same file."""
+    path = Path(os.path.abspath(output.expanduser()))
+    if path.suffix.lower() == ".svg":
+        return path.with_name(f"{path.stem}.speedscope.json"), path
+    return path, path.with_suffix(".svg")
+
+
 def _open(db: Path) -> Store | None:
     if not db.exists():
         return None
@@ -80,12 +91,18 @@ def cmd_profile(args: argparse.Namespace) -> int:
                 if target.isdigit():
                     raise ComputewatchError(f"no process {target}")
                 raise ComputewatchError(f"no runs recorded yet ({db} does not exist)")
-            run = store.find_run(target)
+            try:
+                run = store.find_run(target)
+            except ComputewatchError as e:
+                if target.isdigit() and str(e).startswith("no run"):  # a PID not running
+                    raise ComputewatchError(
+                        f"no process {target} (and no run of that id or name)"
+                    ) from None
+                raise
             pid = _root_pid(store, run)
         stamp = time.strftime("%Y%m%dT%H%M%S")
         if args.output:
-            speedscope = Path(args.output).expanduser()
-            svg = speedscope.with_suffix(".svg")
+            speedscope, svg = output_paths(Path(args.output))
         elif run is not None:
             d = artifact_dir(db, run.id)
             speedscope = d / f"pyspy-{stamp}-{pid}.speedscope.json"
