@@ -51,8 +51,9 @@ def test_agent_once_pushes_otlp_and_writes_emf(cw: Any, otlp_receiver: Any, tmp_
     assert "computewatch_gpu_sm_active_ratio" in r.stdout  # the exposition, as without flags
     otlp_receiver.wait(lambda rec: rec.points("hw.gpu.utilization"))
     utils = otlp_receiver.points("hw.gpu.utilization")
-    assert {p.attributes["gpu_index"] for p in utils} == {"0", "1"}
-    assert all(p.attributes["simulated"] == "true" for p in utils)
+    assert {p.attributes["computewatch.gpu_index"] for p in utils} == {"0", "1"}
+    assert all(p.attributes["computewatch.simulated"] == "true" for p in utils)
+    assert all("host.name" not in p.attributes for p in utils)
     assert all(p.resource["host.name"] == "n1" for p in utils)
     assert otlp_receiver.points("computewatch.gpu.tensor_active")
     assert otlp_receiver.points("hw.energy")
@@ -89,7 +90,8 @@ def test_run_otlp_pushes_the_runs_metrics(
     otlp_receiver.wait(lambda rec: rec.points("computewatch.job.steps"))
     run_id = cw.show()["id"]
     steps = otlp_receiver.points("computewatch.job.steps")
-    assert all(p.attributes["job"] == run_id for p in steps)
+    assert all(p.attributes["computewatch.job"] == run_id for p in steps)
+    assert all(p.resource["host.name"] and "host.name" not in p.attributes for p in steps)
     assert max(p.value for p in steps) == 30  # the last tick was exported at the end
     assert steps[-1].monotonic and steps[-1].kind == "sum"
     docs = [json.loads(line) for line in emf.read_text().splitlines()]

@@ -115,6 +115,34 @@ def test_run_with_a_down_otlp_endpoint_keeps_the_jobs_status(cw: Any) -> None:
     assert cw.show()["exit_code"] == 5
 
 
+def test_a_down_otlp_endpoint_is_one_line_on_stderr_however_long(cw: Any) -> None:
+    """The SDK's own lines (a failed export and each retry, every tick) are not printed."""
+    url = f"http://127.0.0.1:{closed_port()}"
+    r = cw("run", "--quiet", "--interval", "0.2", "--otlp", url, "--", "sleep", "2")
+    assert r.returncode == 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "OTLP export to" in lines[0], lines
+
+
+def test_a_hung_otlp_endpoint_does_not_hold_the_runs_end(cw: Any) -> None:
+    """The endpoint takes the last export and never answers: the run ends after its
+    --otlp-timeout, not the export's own time limit (here 10 s, the interval's)."""
+    endpoint = HungEndpoint()
+    try:
+        r = cw("run", "--quiet", "--interval", "30", "--otlp", endpoint.url,
+               "--otlp-timeout", "0.5", "--", "sh", "-c", "exit 3")  # fmt: skip
+        assert r.returncode == 3, r.stderr
+        assert not endpoint.bodies  # held, never answered
+        assert "Traceback" not in r.stderr
+        for bad in ("0", "-1", "nan", "61"):
+            r = cw("run", "--otlp", endpoint.url, "--otlp-timeout", bad, "--", "true")
+            assert r.returncode == 2 and "--otlp-timeout" in r.stderr
+        r = cw("run", "--otlp-timeout", "1", "--", "true")
+        assert r.returncode == 2 and "--otlp-timeout needs --otlp" in r.stderr
+    finally:
+        endpoint.stop()
+
+
 def test_agent_with_a_down_otlp_endpoint_still_serves(cw: Any) -> None:
     url = f"http://127.0.0.1:{closed_port()}"
     r = cw("agent", "--once", "--interval", "0.2", "--gpu-backend", "fake:1xH100-SXM",

@@ -13,7 +13,31 @@ from computewatch.errors import UsageError
 if TYPE_CHECKING:
     from computewatch.metrics.model import MetricsSink
 
-__all__ = ["add_export_arguments", "export_sinks", "exports_enabled"]
+__all__ = [
+    "DEFAULT_CLOSE_TIMEOUT",
+    "MAX_CLOSE_TIMEOUT",
+    "add_export_arguments",
+    "export_sinks",
+    "exports_enabled",
+]
+
+DEFAULT_CLOSE_TIMEOUT = 1.0
+"""Seconds the end of ``run`` (or a stopping agent) waits for the last OTLP export."""
+MAX_CLOSE_TIMEOUT = 60.0
+
+
+def _close_timeout(args: argparse.Namespace) -> float:
+    value = getattr(args, "otlp_timeout", None)
+    if value is None:
+        return DEFAULT_CLOSE_TIMEOUT
+    if not args.otlp:
+        raise UsageError("--otlp-timeout needs --otlp")
+    if not (0 < value <= MAX_CLOSE_TIMEOUT):  # also NaN
+        raise UsageError(
+            f"--otlp-timeout must be more than 0 and at most {MAX_CLOSE_TIMEOUT:g} seconds, "
+            f"not {value:g}"
+        )
+    return float(value)
 
 
 def add_export_arguments(p: Any) -> None:
@@ -27,6 +51,13 @@ def add_export_arguments(p: Any) -> None:
         "OTEL_EXPORTER_OTLP_HEADERS)",
     )
     g.add_argument(
+        "--otlp-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="at the end (of the run, of the agent), wait at most this long for the last OTLP "
+        f"export (default {DEFAULT_CLOSE_TIMEOUT:g}; more than 0, at most {MAX_CLOSE_TIMEOUT:g})",
+    )
+    g.add_argument(
         "--emf",
         metavar="FILE",
         help="also append the metrics to FILE ('-': standard output) in CloudWatch's Embedded "
@@ -35,7 +66,13 @@ def add_export_arguments(p: Any) -> None:
 
 
 def exports_enabled(args: argparse.Namespace) -> bool:
-    return bool(getattr(args, "otlp", None) or getattr(args, "emf", None))
+    """Whether an export flag was given (``--otlp-timeout`` alone too: :func:`export_sinks`
+    then says it needs ``--otlp``)."""
+    return bool(
+        getattr(args, "otlp", None)
+        or getattr(args, "emf", None)
+        or getattr(args, "otlp_timeout", None) is not None
+    )
 
 
 def export_sinks(
@@ -45,6 +82,7 @@ def export_sinks(
     :class:`~computewatch.errors.UsageError` for a bad URL or an EMF file that cannot be
     opened; ``prefix`` starts the sinks' messages (``computewatch agent``)."""
     sinks: list[MetricsSink] = []
+    close_timeout = _close_timeout(args)
     try:
         if args.otlp:
             # the OpenTelemetry SDK: only with --otlp
@@ -53,7 +91,12 @@ def export_sinks(
             try:
                 sinks.append(
                     otlp_sink(
-                        args.otlp, node=node, interval=interval, log=sys.stderr, prefix=prefix
+                        args.otlp,
+                        node=node,
+                        interval=interval,
+                        log=sys.stderr,
+                        prefix=prefix,
+                        close_timeout=close_timeout,
                     )
                 )
             except ImportError as e:

@@ -42,6 +42,10 @@ _UNITS = (
     ("_bytes", "Bytes"),
     ("_ratio", "None"),
 )
+# Physical units CloudWatch has no name for: the metric's name says it (not a Count).
+_UNNAMED = ("_joules", "_watts", "_hertz", "_celsius")
+# Gauges that are counts of things.
+_COUNT_GAUGES = ("_processes",)
 
 
 class EmfMetric(TypedDict):
@@ -64,14 +68,20 @@ EmfDocument = dict[str, object]
 """One EMF document: ``_aws`` (:class:`EmfMetadata`) plus dimension and metric members."""
 
 
-def emf_unit(name: str) -> str:
-    """CloudWatch's unit for one of our names (``None`` where CloudWatch has no such unit:
-    joules, watts, hertz, degrees; the name says it)."""
+def emf_unit(name: str, *, counter: bool | None = None) -> str:
+    """CloudWatch's unit for one of our names: ``Bytes``, ``Seconds``, ``Bytes/Second``;
+    ``Count`` for a counter without a unit suffix (errors, steps: cumulative, or its increase
+    written under the name without ``_total``, then say ``counter=True``) and for counts of
+    things; ``None`` where CloudWatch has no such unit (joules, watts, hertz, degrees; the name
+    says it) and for ratios."""
+    counter = name.endswith("_total") if counter is None else counter
     base = name.removesuffix("_total")
     for suffix, unit in _UNITS:
         if base.endswith(suffix):
             return unit
-    return "Count" if name.endswith("_total") else "None"
+    if base.endswith(_UNNAMED):
+        return "None"
+    return "Count" if counter or base.endswith(_COUNT_GAUGES) else "None"
 
 
 def _ascii(value: str) -> str:
@@ -88,6 +98,7 @@ def emf_documents(
     """The EMF documents of one tick. ``last`` keeps counters between calls (their increase is
     written); without it, counters are written as they are (cumulative)."""
     groups: dict[Labels, dict[str, float]] = {}
+    units: dict[str, str] = {}
     for s in samples:
         fam = family(s.name)
         if fam.type == "info" or not math.isfinite(s.value):
@@ -103,6 +114,8 @@ def emf_documents(
             value = max(s.value - prev, 0.0)
             name = s.name.removesuffix("_total")
         groups.setdefault(s.labels, {})[name] = value
+        if name not in units:
+            units[name] = emf_unit(name, counter=fam.type == "counter")
     ts = int(now * 1000)
     out: list[EmfDocument] = []
     for labels, metrics in groups.items():
@@ -121,7 +134,7 @@ def emf_documents(
             directive: EmfDirective = {
                 "Namespace": namespace,
                 "Dimensions": [sorted(dims)],
-                "Metrics": [{"Name": n, "Unit": emf_unit(n)} for n in chunk],
+                "Metrics": [{"Name": n, "Unit": units[n]} for n in chunk],
             }
             meta: EmfMetadata = {"Timestamp": ts, "CloudWatchMetrics": [directive]}
             doc: EmfDocument = {"_aws": meta}

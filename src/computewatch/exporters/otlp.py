@@ -14,6 +14,7 @@ once each. Counters are exported cumulative, as the agent keeps them.
 from __future__ import annotations
 
 import logging
+import socket
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ __all__ = [
     "OTEL_METRICS",
     "OtelMetric",
     "OtlpSink",
+    "is_tpu",
     "metrics_url",
     "otel_attributes",
     "otel_metric",
@@ -118,37 +120,75 @@ _UNITS = (
     ("_hertz", "Hz"),
     ("_ratio", "1"),
 )
-# Labels renamed to OpenTelemetry attribute names on every metric.
-_ATTRIBUTES = {"gpu": "hw.id", "gpu_model": "hw.model", "node": "host.name"}
+# Counts without a unit suffix: UCUM annotations, as the conventions write counts ({error}).
+_COUNTS = (
+    ("_errors", "{error}"),
+    ("_steps", "{step}"),
+    ("_processes", "{process}"),
+    ("_ticks", "{tick}"),
+    ("_flops", "{flop}"),
+)
+# Labels that are OpenTelemetry attributes under another name. ``node`` is the resource's
+# ``host.name`` and is not repeated on each point; every other label is ours and goes out as
+# ``computewatch.<label>`` (``gpu_index``, ``simulated``, ``method``, ``job``, ``user`` ...).
+_ATTRIBUTES = {"gpu": "hw.id", "gpu_model": "hw.model"}
+_RESOURCE_LABELS = frozenset({"node"})
+_TPU_PREFIX = "TPU-"
 
 
-def otel_metric(prometheus_name: str) -> OtelMetric:
+def is_tpu(labels: Iterable[tuple[str, str]]) -> bool:
+    """Whether a sample's device is a TPU chip (its ``gpu`` id or model starts with ``TPU-``,
+    as the TPU source and the catalog name them)."""
+    return any(k in ("gpu", "gpu_model") and v.startswith(_TPU_PREFIX) for k, v in labels)
+
+
+def _as_tpu(m: OtelMetric) -> OtelMetric:
+    """A GPU family's metric for a TPU chip: ``computewatch.tpu.*``. OpenTelemetry's hardware
+    conventions have no TPU (nor accelerator) ``hw.type`` and their ``hw.gpu.*`` metrics are
+    GPUs', so a TPU is not sent as ``hw.type=gpu`` (docs/observability.md)."""
+    if m.name.startswith("hw."):
+        name = "computewatch.tpu." + m.name.removeprefix("hw.").removeprefix("gpu.")
+    elif m.name.startswith("computewatch.gpu."):
+        name = "computewatch.tpu." + m.name.removeprefix("computewatch.gpu.")
+    else:
+        return m
+    add = tuple((k, v) for k, v in m.add if not k.startswith("hw."))
+    return OtelMetric(m.prometheus, name, m.unit, m.instrument, add, False, m.label_as, m.value_map)
+
+
+def otel_metric(prometheus_name: str, *, tpu: bool = False) -> OtelMetric:
     """The OpenTelemetry name, unit and instrument of an exported sample name: the semantic
     convention where one exists, else ``computewatch.<group>.<rest>`` with the unit suffix and
     ``_total`` moved into the unit and the instrument
-    (``computewatch_gpu_sm_active_ratio`` -> ``computewatch.gpu.sm_active``, unit ``1``)."""
+    (``computewatch_gpu_sm_active_ratio`` -> ``computewatch.gpu.sm_active``, unit ``1``; a
+    count's unit is its annotation: ``computewatch_job_gpu_xid_errors_total`` -> ``{error}``).
+    ``tpu``: the sample is a TPU chip's (``computewatch.tpu.*``, :func:`is_tpu`)."""
     known = _BY_PROM.get(prometheus_name)
     if known is not None:
-        return known
+        return _as_tpu(known) if tpu else known
     fam = family(prometheus_name)
     base = prometheus_name.removeprefix("computewatch_")
     instrument: Instrument = "counter" if fam.type == "counter" else "gauge"
     base = base.removesuffix("_total")
-    unit = "1"
+    unit = ""
     for suffix, ucum in _UNITS:
         if base.endswith(suffix):
             base = base.removesuffix(suffix)
             unit = ucum
             break
+    if not unit:
+        unit = next((u for suffix, u in _COUNTS if base.endswith(suffix)), "1")
     group, _, rest = base.partition("_")
     name = f"computewatch.{group}.{rest}" if rest else f"computewatch.{group}"
-    return OtelMetric(prometheus_name, name, unit, instrument)
+    m = OtelMetric(prometheus_name, name, unit, instrument)
+    return _as_tpu(m) if tpu else m
 
 
 def otel_attributes(sample: MetricSample, metric: OtelMetric) -> dict[str, str]:
     """The attributes of one sample's data point: labels renamed (``gpu`` -> ``hw.id``,
-    ``gpu_model`` -> ``hw.model``, ``node`` -> ``host.name``, the metric's own renames) plus the
-    metric's fixed attributes."""
+    ``gpu_model`` -> ``hw.model``, the metric's own renames, any other ``x`` ->
+    ``computewatch.x``; ``node`` left to the resource's ``host.name``) plus the metric's fixed
+    attributes."""
     out: dict[str, str] = {}
     renames = dict(metric.label_as)
     values = {(k, v): a for k, v, a in metric.value_map}
@@ -157,7 +197,9 @@ def otel_attributes(sample: MetricSample, metric: OtelMetric) -> dict[str, str]:
         if mapped is not None:
             out["error.type"] = mapped
             continue
-        out[renames.get(k) or _ATTRIBUTES.get(k, k)] = v
+        if k in _RESOURCE_LABELS:
+            continue
+        out[renames.get(k) or _ATTRIBUTES.get(k) or f"computewatch.{k}"] = v
     out.update(metric.add)
     return out
 
@@ -189,7 +231,7 @@ class _Snapshot:
     def __init__(self, samples: Iterable[MetricSample]) -> None:
         self.points: dict[tuple[str, Instrument, str], list[tuple[float, dict[str, str]]]] = {}
         for s in samples:
-            m = otel_metric(s.name)
+            m = otel_metric(s.name, tpu=is_tpu(s.labels))
             key = (m.name, m.instrument, m.unit)
             self.points.setdefault(key, []).append((s.value, otel_attributes(s, m)))
 
@@ -212,6 +254,7 @@ class OtlpSink:
         exporter: MetricExporter | None = None,
         log: TextIO | None = None,
         prefix: str = "computewatch",
+        close_timeout: float = 1.0,
     ) -> None:
         # The OpenTelemetry SDK is imported only when OTLP export is asked for.
         from opentelemetry.exporter.otlp.proto.http import Compression
@@ -222,11 +265,10 @@ class OtlpSink:
 
         self.url = metrics_url(url)
         self.timeout = timeout
+        self.close_timeout = close_timeout
         self._log = log if log is not None else sys.stderr
         self._prefix = prefix
-        # The SDK's exporter logs each failure with a traceback; we say it once, in one line.
-        logging.getLogger("opentelemetry.exporter.otlp.proto.http").disabled = True
-        logging.getLogger("opentelemetry.sdk.metrics").setLevel(logging.ERROR)
+        _quiet_sdk()
         if exporter is None:
             comp = None if compression is None else Compression(compression)
             exporter = OTLPMetricExporter(
@@ -238,8 +280,7 @@ class OtlpSink:
             "service.version": __version__,
             "telemetry.sdk.name": "opentelemetry",
         }
-        if node:
-            attrs["host.name"] = node
+        attrs["host.name"] = node or socket.gethostname()  # points do not repeat it
         self._reader: InMemoryMetricReader = InMemoryMetricReader()
         self._provider = MeterProvider(
             resource=Resource.create(attrs), metric_readers=[self._reader]
@@ -256,6 +297,7 @@ class OtlpSink:
         self.dropped = 0
         self.last_export_seconds = 0.0
         self._failing = False
+        self._closed = False
         self._thread = threading.Thread(target=self._work, name="computewatch-otlp", daemon=True)
         self._thread.start()
 
@@ -268,20 +310,26 @@ class OtlpSink:
             self._pending = (now, samples)
             self._wake.notify()
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Export what is pending (at most ``timeout`` seconds more), then stop."""
+    def close(self, timeout: float | None = None) -> None:
+        """Export what is pending, waiting at most ``timeout`` seconds (default
+        :attr:`close_timeout`), then stop. An export still running then (an endpoint that
+        hangs) is left to the worker, a daemon thread, and no longer says anything: the end of
+        the run is never held longer than the deadline."""
+        wait = self.close_timeout if timeout is None else timeout
         with self._wake:
             self._closing = True
             self._wake.notify()
-        self._thread.join(timeout)
-        try:
-            self._provider.shutdown(timeout_millis=max(timeout, 0.1) * 1000)
+        self._thread.join(max(wait, 0.0))
+        self._closed = True
+        try:  # stops the SDK's retries (their back-off waits on this event) and its sockets
+            self._exporter.shutdown(timeout_millis=max(wait, 0.1) * 1000)
         except Exception:
             pass
-        try:
-            self._exporter.shutdown(timeout_millis=max(timeout, 0.1) * 1000)
-        except Exception:
-            pass
+        if not self._thread.is_alive():  # else the reader may still be in use by the worker
+            try:
+                self._provider.shutdown(timeout_millis=max(wait, 0.1) * 1000)
+            except Exception:
+                pass
 
     # -- the worker -----------------------------------------------------------------------------
     def _work(self) -> None:
@@ -361,10 +409,22 @@ class OtlpSink:
         return observe
 
     def _say(self, text: str) -> None:
+        if self._closed:  # after close: the process may be exiting
+            return
         try:
             print(f"{self._prefix}: {text}", file=self._log, flush=True)
         except (OSError, ValueError):
             pass
+
+
+def _quiet_sdk() -> None:
+    """Keep the SDK's own log lines off standard error: its exporters log every failed export
+    and every retry (two lines or more per tick while an endpoint is down), and we say the
+    failure and the recovery once each (:meth:`OtlpSink.push`). The level is set on the
+    exporters' common parent, so loggers of any module under it (their names move between SDK
+    versions) inherit it; the SDK's metrics core still reports its errors."""
+    logging.getLogger("opentelemetry.exporter").setLevel(logging.CRITICAL + 1)
+    logging.getLogger("opentelemetry.sdk.metrics").setLevel(logging.ERROR)
 
 
 def otlp_sink(
@@ -374,9 +434,18 @@ def otlp_sink(
     interval: float = 5.0,
     log: TextIO | None = None,
     prefix: str = "computewatch",
+    close_timeout: float = 1.0,
 ) -> OtlpSink:
     """An :class:`OtlpSink` to ``url`` whose export gives up after at most ``interval`` seconds
-    (between 1 and 10), so a slow endpoint costs one tick's export, not a queue. Raises
+    (between 1 and 10), so a slow endpoint costs one tick's export, not a queue, and whose
+    :meth:`~OtlpSink.close` waits at most ``close_timeout`` seconds. Raises
     :class:`UsageError` for a URL that is not http(s)."""
     metrics_url(url)  # checked before the SDK loads
-    return OtlpSink(url, node=node, timeout=min(max(interval, 1.0), 10.0), log=log, prefix=prefix)
+    return OtlpSink(
+        url,
+        node=node,
+        timeout=min(max(interval, 1.0), 10.0),
+        log=log,
+        prefix=prefix,
+        close_timeout=close_timeout,
+    )
