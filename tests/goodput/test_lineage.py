@@ -72,7 +72,7 @@ def _run(
     store.update_run(key, status=status, ended_at=W0 + end, summary=summary)
 
 
-STATUS = {"runA": "failed", "runB": "killed", "runC": "completed"}
+STATUS = {"runA": "failed", "runB": "interrupted", "runC": "completed"}
 SPAN = {"runA": (0.0, 120.0), "runB": (150.0, 240.0), "runC": (260.0, 325.0)}  # start, end
 
 
@@ -90,9 +90,9 @@ def make_lineage(path: Path) -> Path:
          status="failed", checkpoint_step=40)  # fmt: skip
     # B: resumes from step 40 at 150 s (a 30 s gap), 5 s of start-up, steps 41-80 (a 3 s
     # checkpoint in its 30th step, global step 70), last step at 155 + 80 + 3 = 238 s;
-    # killed at 240 s.
+    # interrupted at 240 s.
     _run(store, "runB", start=150, init=5, steps=40, ckpt_at={30: 3.0}, end=240,
-         status="killed", checkpoint_step=70, start_step=40)  # fmt: skip
+         status="interrupted", checkpoint_step=70, start_step=40)  # fmt: skip
     # C: `run --start-step 70` at 260 s (a 20 s gap), 4 s of start-up, steps 71-100, last
     # step at 264 + 60 = 324 s; completes at 325 s.
     _run(store, "runC", start=260, init=4, steps=30, ckpt_at={}, end=325, status="completed",
@@ -142,7 +142,7 @@ def test_three_runs_with_a_crash_and_resumes(lineage: Path) -> None:
     assert report.goodput.usd == pytest.approx(PRICE * (60 / 120 + 45 / 90 + 45 / 65))
     assert report.goodput.kwh == pytest.approx(KWH * (60 / 120 + 45 / 90 + 45 / 65))
     assert report.badput["restart_gap"].gpu_hours is None  # between runs: nothing held known
-    # Young/Daly: 3 saves of 3 s; 2 failures (A failed, B killed) over 120 + 90 + 65 s.
+    # Young/Daly: 3 saves of 3 s; 2 failures (A failed, B interrupted) over 120 + 90 + 65 s.
     ck = report.checkpoint
     assert (ck.checkpoint_seconds, ck.failures) == (pytest.approx(3.0), 2)
     assert ck.mtbf_seconds == pytest.approx(275 / 2)

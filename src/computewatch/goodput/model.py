@@ -353,7 +353,7 @@ def _advice(per: Sequence[RunGoodput], total: float) -> CheckpointAdvice:
     saves = sum(p.run.checkpoints for p in per)
     ck = sum(p.run.checkpoint_seconds for p in per) / saves if saves else None
     failures = sum(1 for p in per[:-1] if p.run.status != "completed") + (
-        1 if per and per[-1].run.status in ("failed", "killed", "crashed") else 0
+        1 if per and per[-1].run.status in ("failed", "interrupted", "killed") else 0
     )
     busy = sum(p.run.seconds for p in per)
     mtbf = busy / failures if failures else None

@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from computewatch._version import __version__
 from computewatch.server import api, governance_api
+from computewatch.server import goodput as goodput_api
 from computewatch.server.auth import (
     SESSION_COOKIE,
     LoginRequired,
@@ -289,6 +290,7 @@ def create_app(
 
     app.include_router(api.router)
     app.include_router(governance_api.router)
+    app.include_router(goodput_api.router)
     app.middleware("http")(governance_api.access_logger)
 
     # The web pages (computewatch.server.web) are included here, before the fallback /login

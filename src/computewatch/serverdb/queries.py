@@ -28,6 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from computewatch.serverdb.errors import ServerDbError
+from computewatch.serverdb.governance_models import ModelRun
 from computewatch.serverdb.models import Run, RunDoc, RunSeries, RunTag
 
 __all__ = [
@@ -516,3 +517,69 @@ def visible_teams(session: Session, teams: frozenset[str] | None) -> list[str]:
     if teams is not None:
         q = q.where(Run.team.in_(sorted(teams)) if teams else false())
     return sorted(t for (t,) in session.execute(q))
+
+
+@dataclass(frozen=True)
+class LineageRun:
+    """One run of a training (a model's declared runs, or a job's), with its figures and the
+    summary's ``diagnosis.goodput`` record (None when its upload has none) for goodput."""
+
+    run_id: str
+    name: str | None
+    status: str
+    started_at: float
+    ended_at: float | None
+    duration_seconds: float | None
+    gpu_count: int
+    kwh: float | None
+    cost_usd: float | None
+    goodput: dict[str, Any] | None
+
+
+def lineage_runs(
+    session: Session,
+    teams: frozenset[str] | None,
+    *,
+    model: str | None = None,
+    job: str | None = None,
+) -> list[LineageRun]:
+    """The runs the caller may see that declared ``model`` (``run --model``), or carry the tag
+    ``job=JOB``, oldest first. Reads the summaries of those runs only."""
+    if model is not None:
+        ids = select(ModelRun.run_id).where(ModelRun.model == model)
+    elif job is not None:
+        ids = select(RunTag.run_id).where(RunTag.key == "job", RunTag.value == job)
+    else:
+        raise BadQuery("give a model or a job")
+    q = select(Run).where(Run.id.in_(ids)).order_by(Run.started_at, Run.id)
+    if teams is not None:
+        q = q.where(Run.team.in_(teams))
+    out = []
+    for r in session.scalars(q):
+        doc = session.get(RunDoc, r.id)
+        summary = doc.summary if doc is not None else None
+        diag = summary.get("diagnosis") if isinstance(summary, dict) else None
+        record = diag.get("goodput") if isinstance(diag, dict) else None
+        out.append(
+            LineageRun(
+                r.id,
+                r.name,
+                r.status,
+                r.started_at,
+                r.ended_at,
+                r.duration_seconds,
+                r.gpu_count,
+                r.kwh,
+                r.cost_usd,
+                record if isinstance(record, dict) else None,
+            )
+        )
+    return out
+
+
+def declared_models(session: Session, teams: frozenset[str] | None) -> list[str]:
+    """The models declared by the runs the caller may see, by name."""
+    q = select(ModelRun.model).distinct().order_by(ModelRun.model)
+    if teams is not None:
+        q = q.where(ModelRun.team.in_(teams))
+    return list(session.scalars(q))

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from computewatch.analysis.repro import with_repro
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.server.auth import Principal
+from computewatch.server.goodput import server_goodput
 from computewatch.server.web.charts import run_charts
 from computewatch.server.web.figures import (
     cpu_hours_text,
@@ -42,6 +43,7 @@ from computewatch.units import (
     format_watts,
 )
 from computewatch.views.diagnosis import diagnosis_html
+from computewatch.views.goodput import goodput_html
 from computewatch.views.html.page import json_for_script
 from computewatch.views.html.run import ACCOUNTING_SECTIONS, accounting_section
 from computewatch.views.repro import repro_lines
@@ -202,6 +204,15 @@ def _run_view(session: Session, principal: Principal, run_id: str) -> dict[str, 
         ("usage report", _signature_text(run_signature(session, r.id))),
     ]
     parts = summary_sections(s)
+    declared = detail.meta.get("governance")
+    model = declared.get("model") if isinstance(declared, dict) else None
+    goodput = Markup("")
+    if isinstance(model, str) and model:  # the training this run is part of, run by run
+        goodput = _safe_html(
+            lambda: goodput_html(
+                server_goodput(session, principal.teams, model=model), "Goodput across its runs"
+            )
+        )
     # the reproducibility record uploaded with the run: command, git, packages, hyperparameters
     repro = _safe_repro(s, detail.meta)
     return {
@@ -216,6 +227,7 @@ def _run_view(session: Session, principal: Principal, run_id: str) -> dict[str, 
         "charts_json": Markup(json_for_script(charts)),
         "table": table,
         "tags": sorted(r.tags.items()),
+        "goodput": goodput,
         **parts,
     }
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, Response
+from markupsafe import Markup
 from sqlalchemy.orm import Session
 
 from computewatch.server.auth import Principal
+from computewatch.server.goodput import server_goodput
 from computewatch.server.web.figures import cpu_hours_text, gpu_hours_text
 from computewatch.server.web.rendering import (
     Db,
@@ -19,12 +21,16 @@ from computewatch.server.web.rendering import (
     prefix_of,
     query_string,
 )
-from computewatch.serverdb.queries import USAGE_BY, BadQuery, UsageRow, usage
+from computewatch.serverdb.queries import USAGE_BY, BadQuery, UsageRow, declared_models, usage
 from computewatch.units import format_grams, format_kwh, format_percent, format_usd
+from computewatch.views.goodput import goodput_html
 
 __all__ = ["router", "usage_rows"]
 
 router = APIRouter(include_in_schema=False)
+
+MAX_GOODPUT_MODELS = 20
+"""Models whose goodput the page shows (by name; ``computewatch goodput`` for any other)."""
 
 
 def usage_rows(
@@ -83,6 +89,10 @@ def usage_page(
         cells.append(line)
         methods.update(f"energy {m}" for m in r.kwh.methods)
         methods.update(f"cost {m}" for m in r.cost_usd.methods)
+    goodput = Markup("").join(
+        Markup(goodput_html(server_goodput(session, principal.teams, model=m), "Goodput"))
+        for m in declared_models(session, principal.teams)[:MAX_GOODPUT_MODELS]
+    )
     params = {"by": by, "bucket": bucket, "since": since, "until": until}
     prefix = prefix_of(request)
     data = {
@@ -92,5 +102,6 @@ def usage_page(
         "methods": ", ".join(sorted(methods)),
         "self_url": prefix + "/usage" + query_string(params),
         "csv_url": prefix + "/usage.csv" + query_string(params),
+        "goodput": goodput,
     }
     return page(request, partial, principal, "usage", data)
