@@ -28,6 +28,7 @@ MODELS = {
     "V100-SXM2", "B200", "L4", "L40S", "A10", "T4", "MI250X", "MI300X", "TPU-v4", "TPU-v5e",
     "TPU-v5p",
     "TPU-v6e",
+    "TPU-v7x",
 }  # fmt: skip
 
 HEADER = (

@@ -149,7 +149,8 @@ def test_where_prices_from_the_table_unless_given(cw: Any, tmp_path: Path) -> No
 @pytest.mark.slow
 def test_start_when_green_waits_for_the_threshold_then_runs(cw: Any, tmp_path: Path) -> None:
     now = dt.datetime.now(dt.UTC)
-    f = write_csv(tmp_path / "soon.csv", now - dt.timedelta(seconds=10), [500, 10, 10], 12)
+    # green 10 s from now: the CLI's start (seconds on a loaded machine) comes before it
+    f = write_csv(tmp_path / "soon.csv", now - dt.timedelta(seconds=10), [500, 10, 10], 20)
     r = cw.ok(
         "run", "--quiet", "--start-when-green", "--threshold", "50", "--intensity-file", f,
         "--", sys.executable, "-c", "pass",

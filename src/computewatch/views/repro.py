@@ -69,8 +69,9 @@ def repro_lines(s: RunSummary) -> list[tuple[str, str]]:
                 parts.append(f"{hw['logical_cpus']} logical CPUs")
             if hw.get("memory_bytes"):
                 parts.append(format_bytes(hw["memory_bytes"]))
-            for g in hw.get("gpus") or []:
-                parts.append(f"GPU {g.get('index')} {g.get('name')}")
+            for g in hw.get("gpus") or []:  # a Google TPU chip is a TPU (docs/tpu.md)
+                kind = "TPU" if str(g.get("model") or "").startswith("TPU-") else "GPU"
+                parts.append(f"{kind} {g.get('index')} {g.get('name')}")
             out.append(("hardware", " · ".join(parts)))
     out += config_lines(s.get("config"), MAX_CONFIG_ROWS)
     return out

@@ -331,8 +331,12 @@ def accounting_lines(summary: RunSummary) -> list[tuple[str, str]]:
     energy = summary.get("energy")
     if energy:
         fac = energy["facility"]
+        # the "gpu" component of a run on TPUs is said as theirs (its key stays "gpu")
+        tpus = bool(summary.get("gpus")) and all(
+            (g.get("model") or "").startswith("TPU-") for g in summary.get("gpus") or []
+        )
         parts = [
-            f"{name} {_kwh(c)} {c['method']}"
+            f"{'tpu' if name == 'gpu' and tpus else name} {_kwh(c)} {c['method']}"
             for name, c in energy_components(energy)
             if c["value"] is not None
         ]

@@ -139,15 +139,22 @@ def print_devices(info: dict[str, Any], out: TextIO) -> None:
     if not info["gpus"]:
         con.print("[bold]GPUs[/bold] none")
         return
+    tpus = any((g.get("capabilities") or {}).get("accelerator") == "tpu" for g in info["gpus"])
     t = Table(box=None, pad_edge=False)
-    for col in ("#", "GPU", "memory", "power limit", "energy", "GPM", "per process", "notes"):
+    device = "accelerator" if tpus else "GPU"
+    for col in ("#", device, "memory", "power limit", "energy", "GPM", "per process", "notes"):
         t.add_column(col, overflow="fold")
     for g in info["gpus"]:
         caps = g.get("capabilities") or {}
         name = g["name"] + (" (simulated)" if g.get("simulated") else "")
         if g.get("mig_parent_uuid"):
             name += f" (MIG of {g['mig_parent_uuid'][:12]})"
-        energy = "counter" if caps.get("energy_counter") else "polled power"
+        if caps.get("energy_counter"):
+            energy = "counter"
+        elif caps.get("power") is False:  # no power reading (TPUs): energy is modelled
+            energy = "modelled"
+        else:
+            energy = "polled power"
         why = [
             str(caps[k])
             for k in ("energy_counter_why", "gpm_why", "per_process_why")

@@ -1,0 +1,36 @@
+"""TPUs are said as TPUs, not GPUs: the summary's energy component and hardware line, and
+``devices``, whose energy column says the TPU's energy is modelled (no TPU gives a power
+reading); TPU v7x (Ironwood) is in the catalog."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from computewatch.catalog import load_accelerators
+from computewatch.catalog.tpu import tpu_by_pci_id
+
+
+def test_a_run_on_tpus_says_tpu(cw: Any) -> None:
+    cw.ok("run", "--quiet", "--gpu-backend", "fake:2xTPU-v5e", "--name", "t", "--", "sleep", "1")
+    text = cw.ok("show", "t").stdout
+    energy = next(line for line in text.splitlines() if line.startswith("energy"))
+    assert "· tpu " in energy and "gpu " not in energy, energy
+    hardware = " ".join(text[text.index("hardware") :].split())
+    assert "TPU 0 Google TPU v5e" in hardware and "GPU 0" not in hardware
+    # the JSON key stays what it was (a contract): the component is "gpu"
+    assert "gpu" in cw.json("show", "t")["energy"]["components"]
+
+
+def test_devices_says_tpu_energy_is_modelled(cw: Any) -> None:
+    text = cw.ok("devices", "--gpu-backend", "fake:1xTPU-v7x").stdout
+    head = next(line for line in text.splitlines() if line.startswith("#"))
+    assert "accelerator" in head and "GPU" not in head
+    row = text[text.index("Google TPU v7x") - 10 :]
+    assert "modelled" in row and "polled power" not in row
+
+
+def test_tpu_v7x_is_in_the_catalog() -> None:
+    acc = load_accelerators()["TPU-v7x"]
+    assert acc.memory_bytes == 192 * 2**30
+    row = tpu_by_pci_id("0x0076")
+    assert row is not None and row.model == "TPU-v7x" and row.devices_per_chip == 2
