@@ -139,9 +139,12 @@ def run_time_from_json(raw: object) -> RunTime | None:
     if not isinstance(raw, dict):
         return None
     try:
-        progress = tuple(
-            (float(p[0]), float(p[1])) for p in raw.get("progress") or [] if len(p) == 2
-        )
+        raw_progress = raw.get("progress") or []
+        if not isinstance(raw_progress, list):
+            return None
+        progress = tuple((float(p[0]), float(p[1])) for p in raw_progress if len(p) == 2)
+        if not all(math.isfinite(a) and math.isfinite(b) for a, b in progress):
+            return None
 
         def opt_int(key: str) -> int | None:
             v = raw.get(key)
@@ -151,12 +154,15 @@ def run_time_from_json(raw: object) -> RunTime | None:
             v = raw.get(key)
             return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
+        started, ended = float(raw["started_at"]), float(raw["ended_at"])
+        if not (math.isfinite(started) and math.isfinite(ended)):
+            return None
         return RunTime(
             run_id=str(raw["run_id"]),
             name=raw.get("name") if isinstance(raw.get("name"), str) else None,
             status=str(raw.get("status") or "unknown"),
-            started_at=float(raw["started_at"]),
-            ended_at=float(raw["ended_at"]),
+            started_at=started,
+            ended_at=ended,
             gpu_count=int(raw.get("gpu_count") or 0),
             kwh=opt_float("kwh"),
             usd=opt_float("usd"),

@@ -63,10 +63,15 @@ def data_starvation(data: RunData, th: Thresholds) -> list[Finding]:
         numbers["gpu_utilization_otherwise"] = otherwise
     cores = data.allowed_cores
     all_times = [t for ts in times.values() for t in ts]
-    cores_busy = _tree_cores(data, min(t.start for t in all_times), max(t.end for t in all_times))
+    t0, t1 = min(t.start for t in all_times), max(t.end for t in all_times)
+    cores_busy = _tree_cores(data, t0, t1)
     if cores_busy is not None:
         lines.append(f"the run's processes kept {cores_busy:.2f} cores busy over the steps")
         numbers["cores_busy"] = cores_busy
+    others = _others_cores(data, t0, t1, cores_busy)
+    if others is not None:  # a shared machine: the waits' CPU share cannot be told apart
+        lines.append(f"other processes kept {others:.2f} cores busy meanwhile")
+        numbers["others_cores_busy"] = others
     saving, workers = loader_saving(times, waits, cores, cores_busy)
     suggestion = (
         f"Feed the loop in the background: DataLoader(num_workers={workers}, pin_memory=True, "
@@ -126,6 +131,9 @@ def loader_saving(
     d_mean = sum(d_all) / len(d_all) if d_all else 0.0
     # The processes got less CPU than their compute alone needs (a machine shared with other
     # work): the wait's nature cannot be told, and it is taken as CPU work (the smaller saving).
+    # When the processes got less CPU than their compute alone needs (a machine shared with
+    # other work), the wait's nature cannot be told: it is taken as CPU work (the smaller
+    # saving, and one worker per free core).
     measured = busy is not None and d_mean > 0 and busy / procs * (c_mean + d_mean) >= 0.8 * c_mean
     phi = 1.0
     if measured and busy is not None:
@@ -174,6 +182,29 @@ def loader_saving(
     part = "loop-io" if phi < 0.5 and not parallel else "loop"
     fix = f"{workers} loader worker(s) per process (DataLoader(num_workers={workers}))"
     return Saving(mid, low, high, fix, assumes, part), workers
+
+
+def _others_cores(data: RunData, start: float, end: float, tree: float | None) -> float | None:
+    """Cores the rest of the machine kept busy from ``start`` to ``end``: the host's busy
+    cores (every mode but idle and iowait, summed over its CPUs) less the run's own."""
+    if tree is None:
+        return None
+    host = [
+        s
+        for s in data.of("host_cpu_seconds_total")
+        if s.labels.get("mode") not in ("idle", "iowait")
+    ]
+    total = 0.0
+    span = None
+    for s in host:
+        pts = [(t, v) for t, v in s.points if start <= t <= end]
+        if len(pts) < 2 or pts[-1][0] <= pts[0][0]:
+            continue
+        total += max(pts[-1][1] - pts[0][1], 0.0) / (pts[-1][0] - pts[0][0])
+        span = pts[-1][0] - pts[0][0]
+    if span is None:
+        return None
+    return max(total - tree, 0.0)
 
 
 def _tree_cores(data: RunData, start: float, end: float) -> float | None:
