@@ -54,6 +54,42 @@ CASES: dict[str, tuple[bytes, str]] = {
     "empty": (b"", r"bad\.csv: empty file"),
     "header_only": (HEAD.encode(), r"bad\.csv: no data rows"),
     "noheader": (b"2024/01/31 12:00:00.000, 0, 5\n", r"bad\.csv:1: no header line"),
+    "negative_power": (
+        (HEAD + OK.format(s=0) + "2024/01/31 12:00:01.000, 0, 50 %, 100 MiB, -100.00 W\n").encode(),
+        r"bad\.csv:3: column 5 \('power\.draw \[W\]'\): -100\.00 W is not a plausible value",
+    ),
+    "gigawatt": (
+        (HEAD + OK.format(s=0) + "2024/01/31 12:00:01.000, 0, 50 %, 100 MiB, 1e9 W\n").encode(),
+        r"bad\.csv:3: column 5 .*1e9 W is not a plausible value \(0 to 2000 W\)",
+    ),
+    "over_100_percent": (
+        (HEAD + OK.format(s=0) + "2024/01/31 12:00:01.000, 0, 150 %, 100 MiB, 1 W\n").encode(),
+        r"bad\.csv:3: column 3 .*150 % is not a plausible value \(0 to 100 %\)",
+    ),
+    "long_row": (
+        (HEAD + OK.format(s=0) + "2024/01/31 12:00:01.000, 0, 5 %, 1 MiB, 1 W, 9\n").encode(),
+        r"bad\.csv:3: 6 fields where the header has 5",
+    ),
+    "dmon_without_time": (
+        b"# gpu   pwr  gtemp     sm\n# Idx     W      C      %\n    0    70     45      0\n",
+        r"bad\.csv:1: an nvidia-smi dmon log with no Date and Time columns.*-o DT",
+    ),
+    "dmon_bad_value": (
+        b"#Date Time gpu pwr sm\n#YYYYMMDD HH:MM:SS Idx W %\n20240131 12:00:00 0 70 500\n",
+        r"bad\.csv:3: column 5 \('sm'\): 500 is not a plausible value \(0 to 100 %\)",
+    ),
+    "dmon_short_row": (
+        b"#Date Time gpu pwr sm\n#YYYYMMDD HH:MM:SS Idx W %\n20240131 12:00:00 0 70\n",
+        r"bad\.csv:3: 4 fields where the header has 5",
+    ),
+    "pmon_bad_time": (
+        b"#Date Time gpu pid type sm command\n20240131 25:00:00 0 1 C 5 python\n",
+        r"bad\.csv:2: date and time '20240131' '25:00:00'",
+    ),
+    "utf16_with_nul": (
+        "timestamp, index, power.draw [W]\n\x002024/01/31 12:00:00, 0, 5 W\n".encode("utf-16"),
+        r"bad\.csv:2: binary data",
+    ),
 }
 
 
@@ -96,6 +132,13 @@ def test_garbage_parquet(cw: Any, tmp_path: Path) -> None:
     p = tmp_path / "bad.parquet"
     p.write_bytes(b"PAR1" + b"\x00garbage" * 10)
     _one_clear_line(cw("import", p), r"bad\.parquet: not a Parquet file")
+
+
+def test_the_same_log_twice_is_one_clear_line(cw: Any, tmp_path: Path) -> None:
+    p = tmp_path / "smi.csv"
+    p.write_bytes((HEAD + "".join(OK.format(s=s) for s in range(3))).encode())
+    cw.ok("import", p)
+    _one_clear_line(cw("import", p), r"smi\.csv: this log was imported already as run \w+")
 
 
 def test_missing_file(cw: Any, tmp_path: Path) -> None:

@@ -92,3 +92,21 @@ def test_network_traffic_when_known(cw: Any, tmp_path: Path) -> None:
     assert s["network"]["sent_bytes"] == 30 * 500
     (job,) = json.loads(cw.ok("detect", p, "--json").stdout)["jobs"]
     assert job["features"]["network_bytes_per_second_mean"] == 1500.0
+
+
+def test_the_same_file_twice_is_refused_or_replaced(cw: Any, tmp_path: Path) -> None:
+    log = _smi_log(tmp_path / "smi.csv", seconds=10)
+    first = json.loads(cw.ok("import", log, "--utc", "--json").stdout)["runs"][0]["id"]
+    r = cw("import", log, "--utc")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert f"imported already as run {first}" in line and "--replace" in line
+    copy = tmp_path / "copy.csv"  # the same content under another name: the same log
+    copy.write_bytes(log.read_bytes())
+    assert cw("import", copy, "--utc").returncode == 1
+    assert [x["id"] for x in cw.json("runs")] == [first]
+    out = json.loads(cw.ok("import", log, "--utc", "--replace", "--json").stdout)
+    second = out["runs"][0]["id"]
+    assert second != first
+    assert [x["id"] for x in cw.json("runs")] == [second]  # in its place, not beside it
+    assert out["replaced"] == [first]

@@ -1,5 +1,6 @@
-"""``computewatch import``: store a GPU log written by another tool (nvidia-smi's CSV, the long
-CSV/Parquet format) as a run, so ``show``, ``report`` and the accounting read it.
+"""``computewatch import``: store a GPU log written by another tool (nvidia-smi's CSV, dmon and
+pmon logs, the long CSV/Parquet format) as a run, so ``show``, ``report`` and the accounting
+read it.
 
 The flags live here; the command is :mod:`computewatch.cli.traces_run`, loaded only when it
 runs. A file that cannot be read gets one line naming the file and the line, exit 1.
@@ -27,7 +28,8 @@ def add_trace_input_arguments(p: argparse.ArgumentParser, *, name_help: str) -> 
     p.add_argument(
         "--format",
         choices=TRACE_FORMATS,
-        help="nvidia-smi: a log of nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits]; "
+        help="nvidia-smi: a log of nvidia-smi --query-gpu=... --format=csv[,noheader][,nounits], "
+        "or of nvidia-smi dmon -o DT or pmon -o DT (UTF-8 or UTF-16 with its byte-order mark); "
         "csv/parquet: the long format (job, timestamp, gpu, metric columns; docs/import.md). "
         "Default: parquet for .parquet files, csv when the header has a 'gpu' column, else "
         "nvidia-smi",
@@ -68,6 +70,12 @@ def add_traces_parser(sub: Any) -> None:
         p,
         name_help="the run's name (several jobs in the file: N/JOB); default: the job's name, "
         "else the file's stem",
+    )
+    p.add_argument(
+        "--replace",
+        action="store_true",
+        help="import a log imported before (the same bytes, under any name) again, in place of "
+        "the runs it made (default: refused, naming them)",
     )
     p.add_argument("--json", action="store_true", help="JSON output: the runs written")
     p.add_argument(

@@ -16,7 +16,14 @@ from computewatch.errors import UsageError
 from computewatch.paths import resolve_db_path
 from computewatch.store import Store
 from computewatch.traces import read_trace
-from computewatch.traces.importer import import_trace
+from computewatch.traces.importer import (
+    DIGEST_TAG,
+    already_imported,
+    file_digest,
+    import_trace,
+    imported_runs,
+    remove_imported,
+)
 from computewatch.units import format_duration, format_energy
 
 __all__ = ["ImportedJson", "cmd_import"]
@@ -49,10 +56,14 @@ def cmd_import(args: argparse.Namespace) -> int:
     trace = read_trace(
         args.file, args.format, columns=args.columns, utc=args.utc, allow_gaps=args.allow_gaps
     )
+    digest = file_digest(args.file)
     opts = AccountingOptions(config=cfg, region=args.region)
     out: list[ImportedJson] = []
     with Store.open(resolve_db_path(args.db), create=True) as store:
-        for r in import_trace(store, trace, name=args.name):
+        before = imported_runs(store, digest)
+        if before and not args.replace:
+            raise already_imported(args.file, before)
+        for r in import_trace(store, trace, name=args.name, tags={DIGEST_TAG: digest}):
             run = store.run_by_key(r.key)
             summary = build_summary(store, run)
             summary = with_accounting(summary, accounted(store, run, summary, opts))
@@ -72,6 +83,7 @@ def cmd_import(args: argparse.Namespace) -> int:
                     "energy_method": None if energy is None else ENERGY_METHOD,
                 }
             )
+        remove_imported(store, before)  # --replace: once the new runs are stored
     if args.json:
         doc = {
             "file": args.file,
@@ -79,6 +91,7 @@ def cmd_import(args: argparse.Namespace) -> int:
             "rows": trace.rows,
             "notes": trace.notes,
             "runs": out,
+            "replaced": [r.id for r in before],
         }
         sys.stdout.write(jsonout.dumps(doc, indent=2) + "\n")
         return 0
@@ -92,4 +105,6 @@ def cmd_import(args: argparse.Namespace) -> int:
         )
     for n in trace.notes:
         print(f"  note: {n}")
+    for b in before:
+        print(f"replaced run {b.id}{f' ({b.name})' if b.name else ''}, imported before")
     return 0

@@ -1,11 +1,12 @@
-"""GPU telemetry written by other tools (nvidia-smi CSV logs, long CSV/Parquet): readers, and
-import as a stored run."""
+"""GPU telemetry written by other tools (nvidia-smi CSV, dmon and pmon logs, long CSV/Parquet):
+readers, and import as a stored run."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
+from computewatch.traces._build import first_line_text
 from computewatch.traces.long import read_long_csv, read_long_parquet
 from computewatch.traces.nvsmi import read_nvidia_smi
 from computewatch.traces.records import (
@@ -44,7 +45,8 @@ def read_trace(
     allow_gaps: bool = False,
 ) -> Trace:
     """Read a trace in ``fmt`` (one of :data:`FORMATS`; ``None``: ``parquet`` for a
-    ``.parquet`` file, else ``csv`` when the header has a ``gpu`` column, else ``nvidia-smi``).
+    ``.parquet`` file, else ``csv`` when the header has a ``gpu`` column, else ``nvidia-smi``:
+    a ``--query-gpu`` CSV log, or a ``dmon`` or ``pmon`` log, told apart by their header).
     ``utc``: nvidia-smi timestamps are UTC rather than local time (the long format's naive times
     are always UTC)."""
     p = Path(path)
@@ -64,10 +66,13 @@ def _guess(p: Path) -> str:
         return "parquet"
     try:
         with p.open("rb") as f:
-            head = f.readline(4096)
+            head = f.read(4096)
     except OSError as e:
         raise TraceError(f"{p}: cannot read: {e.strerror or e}") from None
     if head.startswith(b"PAR1"):
         return "parquet"
-    cols = [c.strip().lower() for c in head.decode("utf-8", "replace").split(",")]
+    line = first_line_text(head)
+    if line.lstrip().startswith("#"):  # nvidia-smi dmon or pmon ('#Date, Time, gpu, ...')
+        return "nvidia-smi"
+    cols = [c.strip().lower() for c in line.split(",")]
     return "csv" if "gpu" in cols else "nvidia-smi"

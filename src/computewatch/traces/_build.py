@@ -3,22 +3,30 @@ builder that files rows under (job, GPU) and checks that time goes forward."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import functools
+import io
 import math
 import statistics
 from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import IO
 
 from computewatch.traces.records import GpuSeries, JobTrace, Trace, TraceError
 
 _NVSMI_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
 
 
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+
+
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """The file's lines (numbered from 1, without their end of line), decoded as UTF-8 one at a
-    time, so that a long log is never held whole; binary or undecodable content is an error
-    naming the file and the line."""
+    """The file's lines (numbered from 1, without their end of line), decoded one at a time, so
+    that a long log is never held whole: UTF-8 (a byte-order mark is dropped), or UTF-16 when
+    the file starts with its byte-order mark (Windows PowerShell's ``>`` writes it); binary or
+    undecodable content is an error naming the file and the line."""
     try:
         fh = path.open("rb")
     except OSError as e:
@@ -29,6 +37,9 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             fh.seek(0)
         except OSError as e:
             raise TraceError(f"{path}: cannot read: {e.strerror or 'not a regular file'}") from None
+        if head.startswith(_UTF16_BOMS):
+            yield from _utf16_lines(path, fh)
+            return
         nul = head.find(b"\x00")
         if nul >= 0:
             line = head.count(b"\n", 0, nul) + 1
@@ -54,6 +65,104 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
             if n == 1 and text.startswith("\ufeff"):
                 text = text[1:]
             yield n, text.rstrip("\r\n")
+
+
+def _utf16_lines(path: Path, fh: IO[bytes]) -> Iterator[tuple[int, str]]:
+    """The lines of a UTF-16 file that starts with its byte-order mark (the codec reads it)."""
+    text = io.TextIOWrapper(fh, encoding="utf-16", newline=None)
+    n = 0
+    try:
+        while True:
+            try:
+                line = text.readline()
+            except UnicodeDecodeError:
+                raise TraceError(
+                    f"{path}:{n + 1}: not UTF-16 text, though the file starts with UTF-16's "
+                    "byte-order mark; re-encode the file as UTF-8"
+                ) from None
+            except OSError as e:
+                raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
+            if not line:
+                return
+            n += 1
+            if "\x00" in line:
+                raise TraceError(f"{path}:{n}: binary data (a NUL character), not a text file")
+            yield n, line.rstrip("\r\n")
+    finally:
+        text.detach()
+
+
+def first_line_text(head: bytes) -> str:
+    """The first line of a file's first bytes as text (UTF-16 by its byte-order mark, else
+    UTF-8 with undecodable bytes replaced), for guessing its format."""
+    if head.startswith(_UTF16_BOMS):
+        text = head.decode("utf-16", "replace")
+    else:
+        text = head.decode("utf-8", "replace").removeprefix("\ufeff")
+    return text.splitlines()[0] if text else ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Bound:
+    """The values a series can plausibly hold (SI units, inclusive), as said to the user."""
+
+    low: float
+    high: float
+    text: str
+
+
+@functools.cache
+def bounds() -> dict[str, Bound]:
+    """The plausible range of each series an imported log may carry (docs/import.md): ratios
+    0-100 % (fans 0-200 %: NVML's fan speed may exceed 100 %); power 0 to twice the largest TDP
+    in the catalog (an instant reading may exceed the TDP, not double it); memory 0 to four
+    times the largest memory in the catalog; temperatures -40 to 150 degrees C (no GPU runs
+    past its ~90-105 degree shutdown); clocks 0-10 GHz; PCIe 0-1 TB/s (PCIe 7.0 x16 is 242
+    GB/s); a job's network 0-10 TB/s."""
+    from computewatch.catalog import load_accelerators  # the catalog: only when importing
+
+    rows = load_accelerators().values()
+    watts = 2.0 * max((a.tdp_watts or 0.0 for a in rows), default=1000.0)
+    mem = 4.0 * max((a.memory_bytes for a in rows), default=192 * 2**30)
+    ratio = Bound(0.0, 1.0, "0 to 100 %")
+    power = Bound(0.0, watts, f"0 to {watts:g} W")
+    memory = Bound(0.0, mem, f"0 to {mem / 2**30:g} GiB")
+    clock = Bound(0.0, 10e9, "0 to 10000 MHz")
+    pcie = Bound(0.0, 1e12, "0 to 1 TB/s")
+    net = Bound(0.0, 1e13, "0 to 10 TB/s")
+    return {
+        "gpu_utilization_ratio": ratio,
+        "gpu_memory_utilization_ratio": ratio,
+        "gpu_fan_ratio": Bound(0.0, 2.0, "0 to 200 %"),
+        "gpu_power_watts": power,
+        "gpu_power_limit_watts": power,
+        "gpu_temperature_celsius": Bound(-40.0, 150.0, "-40 to 150 °C"),
+        "gpu_memory_used_bytes": memory,
+        "gpu_memory_total_bytes": memory,
+        "memory_free_bytes": memory,
+        "gpu_sm_clock_hertz": clock,
+        "gpu_memory_clock_hertz": clock,
+        "gpu_pcie_receive_bytes_per_second": pcie,
+        "gpu_pcie_transmit_bytes_per_second": pcie,
+        "network_receive_bytes_per_second": net,
+        "network_transmit_bytes_per_second": net,
+    }
+
+
+def implausible(where: str, column: str, text: str, bound: Bound) -> TraceError:
+    """The error for a value no GPU can show, naming the line and the column."""
+    return TraceError(
+        f"{where}: {column}: {text.strip()[:40]} is not a plausible value ({bound.text})"
+    )
+
+
+def check_value(metric: str, value: float | None, where: str, column: str, text: str) -> None:
+    """Raise :func:`implausible` for a value of ``metric`` outside :func:`bounds`."""
+    if value is None:
+        return
+    b = bounds().get(metric)
+    if b is not None and not b.low <= value <= b.high:
+        raise implausible(where, column, text, b)
 
 
 def parse_time(text: str, *, utc: bool, where: str) -> float:

@@ -11,20 +11,35 @@ accounting are computed by the caller (a higher layer), as for a finished run.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import heapq
 import math
 import os
 import uuid
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 from computewatch.catalog import find_by_nvml_name
 from computewatch.readings import Kind, labels
-from computewatch.store import COMPLETED, Store
+from computewatch.store import COMPLETED, RunRow, Store
 from computewatch.traces._build import gap_limit, median_interval
-from computewatch.traces.records import METRICS, GpuSeries, JobTrace, Trace
+from computewatch.traces.records import METRICS, GpuSeries, JobTrace, Trace, TraceError
 
-__all__ = ["ENERGY_NOTE", "ImportedRun", "import_trace"]
+__all__ = [
+    "DIGEST_TAG",
+    "ENERGY_NOTE",
+    "ImportedRun",
+    "already_imported",
+    "file_digest",
+    "import_trace",
+    "imported_runs",
+    "remove_imported",
+]
+
+DIGEST_TAG = "imported_sha256"
+"""The tag that holds the SHA-256 of the file a run was imported from: the same log (under any
+name) is recognised when it is imported again."""
 
 MODE = "import"
 WRITE_TICKS = 5000  # ticks per transaction
@@ -102,6 +117,57 @@ _NETWORK_COUNTERS = {
     "network_receive_bytes_per_second": "host_network_receive_bytes_total",
     "network_transmit_bytes_per_second": "host_network_transmit_bytes_total",
 }
+
+
+def file_digest(path: str | Path) -> str:
+    """The SHA-256 of a file's bytes (hex), read in blocks."""
+    h = hashlib.sha256()
+    try:
+        with Path(path).open("rb") as f:
+            while block := f.read(1 << 20):
+                h.update(block)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
+    return h.hexdigest()
+
+
+def imported_runs(store: Store, digest: str) -> list[RunRow]:
+    """The imported runs of the file whose :func:`file_digest` is ``digest``, oldest first."""
+    runs = store.list_runs(tags={DIGEST_TAG: digest})
+    return sorted((r for r in runs if r.mode == MODE), key=lambda r: (r.started_at, r.key))
+
+
+def already_imported(path: str | Path, runs: Sequence[RunRow]) -> TraceError:
+    """The error for a log imported before (as ``runs``)."""
+    which = ", ".join(f"{r.id} ({r.name})" if r.name else r.id for r in runs)
+    return TraceError(
+        f"{path}: this log was imported already as run{'s' if len(runs) > 1 else ''} {which}; "
+        "--replace imports it again in its place"
+    )
+
+
+def remove_imported(store: Store, runs: Sequence[RunRow]) -> None:
+    """Delete imported ``runs`` (their rows in every table keyed by run), in one transaction.
+    Only runs of mode ``import`` are deleted: a monitored run is never touched."""
+    keys = [r.key for r in runs if r.mode == MODE]
+    if not keys:
+        return
+    c = store.conn
+    tables = [
+        name
+        for (name,) in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        if any(col[1] == "run_key" for col in c.execute(f'PRAGMA table_info("{name}")'))
+    ]
+    marks = ",".join("?" * len(keys))
+    c.execute("BEGIN IMMEDIATE")
+    try:
+        for name in tables:
+            c.execute(f'DELETE FROM "{name}" WHERE run_key IN ({marks})', keys)
+        c.execute(f"DELETE FROM runs WHERE key IN ({marks}) AND mode = ?", [*keys, MODE])
+        c.execute("COMMIT")
+    except BaseException:
+        c.execute("ROLLBACK")
+        raise
 
 
 def import_trace(

@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from computewatch.traces._build import Builder, iter_lines, parse_time
+from computewatch.traces._build import Builder, check_value, iter_lines, parse_time
 from computewatch.traces.records import METRICS, NETWORK_METRICS, Trace, TraceError
 
 __all__ = ["read_long_csv", "read_long_parquet"]
@@ -64,6 +64,7 @@ def _number(text: object, col: str, where: str) -> float | None:
             raise TraceError(f"{where}: column {col!r}: {s[:40]!r} is not a number") from None
     if not math.isfinite(v):
         raise TraceError(f"{where}: column {col!r}: {v} is not a finite number")
+    check_value(col, v, where, f"column {col!r}", f"{v:g}")
     return v
 
 
@@ -80,7 +81,7 @@ def _fill(
 ) -> None:
     for line, r in rows:
         where = f"{path}: row {line}" if fmt == "parquet" else f"{path}:{line}"
-        if len(r) < width:
+        if len(r) != width:  # fewer, or more than the header names
             raise TraceError(f"{where}: {len(r)} fields where the header has {width}")
         tv = r[ids["timestamp"]]
         if tv is None:
@@ -113,7 +114,7 @@ def read_long_csv(
             raise TraceError(f"{p}: empty file")
         ids, mets = _columns(p, header, f"{p}:{reader.line_num}")
         b = Builder(p, "csv", list(mets))
-        width = max([*ids.values(), *mets.values()]) + 1
+        width = len(header)
         numbered = ((reader.line_num, r) for r in reader if any(x.strip() for x in r))
         _fill(b, numbered, ids, mets, p, "csv", width, utc=utc)
     except csv.Error as e:

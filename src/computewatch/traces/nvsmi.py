@@ -17,7 +17,7 @@ from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from computewatch.traces._build import Builder, iter_lines, parse_time
+from computewatch.traces._build import Builder, bounds, implausible, iter_lines, parse_time
 from computewatch.traces.records import Trace, TraceError
 
 __all__ = ["FIELDS", "read_nvidia_smi"]
@@ -75,7 +75,7 @@ NOT_GIVEN = frozenset(
 
 
 class _Column:
-    __slots__ = ("field", "index", "metric", "scale", "unit", "units")
+    __slots__ = ("bound", "field", "high", "index", "low", "metric", "scale", "unit", "units")
 
     def __init__(self, index: int, field: str, metric: str, unit: str, units: dict[str, float]):
         self.index, self.field, self.metric, self.unit, self.units = (
@@ -86,6 +86,8 @@ class _Column:
             units,
         )
         self.scale = units[unit]
+        self.bound = bounds()[metric]
+        self.low, self.high = self.bound.low, self.bound.high
 
 
 def _parse_header(
@@ -132,10 +134,14 @@ def _value(col: _Column, text: str, where: str) -> float | None:
     try:  # the common case first: a plain number (nounits)
         v = float(text)
     except ValueError:
-        return _value_with_unit(col, text, where)
-    if not math.isfinite(v):
-        raise TraceError(f"{where}: column {col.field!r}: {text.strip()[:40]!r} is not finite")
-    return v * col.scale
+        got = _value_with_unit(col, text, where)
+    else:
+        if not math.isfinite(v):
+            raise TraceError(f"{where}: column {col.field!r}: {text.strip()[:40]!r} is not finite")
+        got = v * col.scale
+    if got is not None and not col.low <= got <= col.high:
+        raise implausible(where, f"column {col.index + 1} ({col.field!r})", text, col.bound)
+    return got
 
 
 def _value_with_unit(col: _Column, text: str, where: str) -> float | None:
@@ -178,13 +184,21 @@ def read_nvidia_smi(
     first, head = next(((n, ln) for n, ln in lines if ln.strip()), (0, ""))
     if not first:
         raise TraceError(f"{p}: empty file")
+    if head.lstrip().startswith("#"):  # nvidia-smi dmon or pmon: '# gpu pwr ...'
+        from computewatch.traces.dmon import read_monitor_log
+
+        return read_monitor_log(
+            p, itertools.chain([(first, head)], lines), job=job, utc=utc, allow_gaps=allow_gaps
+        )
     tokens = head.split(",")
     if _looks_like_header(tokens):
         ids, cols, ignored = _parse_header(p, tokens, first)
         rows: Iterator[tuple[int, str]] = lines
+        fields = len(tokens)
     elif columns:
         ids, cols, ignored = _parse_header(p, columns, 0)
         rows = itertools.chain([(first, head)], lines)
+        fields = len(columns)
     else:
         raise TraceError(
             f"{p}:{first}: no header line (nvidia-smi's 'noheader'); give the columns as "
@@ -199,7 +213,6 @@ def read_nvidia_smi(
         )
     metrics = sorted({c.metric for c in cols})
     b = Builder(p, "nvidia-smi", metrics)
-    width = max([*ids.values(), *(c.index for c in cols)]) + 1
     i_t = ids["timestamp"]
     i_idx, i_name, i_uuid, i_bus, i_job = (
         ids.get(k) for k in ("index", "name", "uuid", "bus", "job")
@@ -211,8 +224,12 @@ def read_nvidia_smi(
         f = text.split(",")
         if len(f) > i_t and f[i_t].strip() == "timestamp":  # a header repeated (logs appended)
             continue
-        if len(f) < width:
-            raise TraceError(f"{where}: {len(f)} fields where the header has {width}")
+        if len(f) != fields and not (len(f) > fields and not "".join(f[fields:]).strip()):
+            # nvidia-smi writes every field of every row; a trailing comma is let pass
+            raise TraceError(
+                f"{where}: {len(f)} fields where the header has {fields}"
+                + ("" if len(f) < fields else " (a row longer than the header)")
+            )
         t = parse_time(f[i_t], utc=utc, where=where)
         index: int | None = None
         if i_idx is not None:
