@@ -502,9 +502,10 @@ def _carbon(
         },
         "total": op,
     }
-    emb: Figure | None = None
+    # The SCI's M is the embodied share always (the specification requires it); the carbon
+    # total adds it only with [carbon] embodied = true (an order-of-magnitude estimate).
+    emb = _embodied(summary, duration)
     if cfg.embodied:
-        emb = _embodied(summary, duration)
         out["embodied"] = emb
         out["total"] = _sum([op, emb], unit="gCO2e")
     if hourly is not None:
@@ -580,7 +581,9 @@ def _hourly(
 
 def _embodied(summary: RunSummary, duration: float) -> Figure:
     d = reference.defaults()
-    gpus = len(summary.get("gpus") or [])
+    devices = summary.get("gpus") or []
+    gpus = len(devices)
+    tpus = sum(1 for g in devices if str(g.get("model") or "").startswith("TPU-"))
     hours = duration / 3600
     life = SERVER_LIFETIME_YEARS * 8760
     per_gpu = d["embodied_kgco2e_per_gpu"]
@@ -594,7 +597,12 @@ def _embodied(summary: RunSummary, duration: float) -> Figure:
         low=g * 0.5,
         high=g * 2.0,
         assumptions=[
-            f"{gpus} GPU(s) x {per_gpu.value:g} kgCO2e ({per_gpu.source})",
+            (
+                f"{gpus} TPU chip(s) x {per_gpu.value:g} kgCO2e, the estimate for one GPU "
+                f"(no TPU figure in the reference data; {per_gpu.source})"
+                if tpus == gpus and gpus
+                else f"{gpus} GPU(s) x {per_gpu.value:g} kgCO2e ({per_gpu.source})"
+            ),
             f"server {server.value:g} kgCO2e x {share:.2f} (the run's cores) ({server.source})",
             f"amortised over {SERVER_LIFETIME_YEARS:g} years ({SERVER_LIFETIME_SOURCE})",
             "order of magnitude only: range x0.5 to x2",

@@ -101,7 +101,7 @@ def sci_score(
         operational_high + embodied_high,
     )
     if embodied_g == 0:
-        notes.append("M = 0: embodied carbon is off ([carbon] embodied = true to include it)")
+        notes.append("M = 0: no embodied carbon was estimated for this run")
     inputs: SciInputs = {
         "E_kwh": energy_kwh,
         "I_g_per_kwh": intensity,
