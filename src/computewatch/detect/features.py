@@ -293,7 +293,8 @@ def job_features(gpus: Sequence[GpuTelemetry]) -> dict[str, float]:
         raise DetectError("no samples")
     intervals = [_interval(g.times) for g in gpus]
     interval = float(np.nanmedian(intervals)) if any(map(math.isfinite, intervals)) else math.nan
-    per = [_gpu_features(g, interval) for g in gpus]
+    with np.errstate(all="ignore"):  # values near the float limit: NaN or inf, dropped below
+        per = [_gpu_features(g, interval) for g in gpus]
     out: dict[str, float] = {}
     for name in (*TABLE_FEATURES, *EVIDENCE_FEATURES):
         vals = [p[name] for p in per if name in p and math.isfinite(p[name])]
@@ -303,7 +304,9 @@ def job_features(gpus: Sequence[GpuTelemetry]) -> dict[str, float]:
     out["gpu_count"] = float(len(gpus))
     out["duration_seconds"] = float(end - start)
     out["interval_seconds"] = interval
-    out["gpu_util_correlation"] = _util_correlation(gpus)
+    with np.errstate(all="ignore"):
+        corr = _util_correlation(gpus)
+    out["gpu_util_correlation"] = corr if math.isfinite(corr) else math.nan
     return out
 
 
