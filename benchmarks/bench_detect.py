@@ -15,7 +15,13 @@ from pathlib import Path
 
 from common import Section, cli_main
 
-from computewatch.detect import GpuTelemetry, classify_series, load_model
+from computewatch.detect import (
+    CALIBRATED_FILE,
+    MODEL_FILE,
+    GpuTelemetry,
+    classify_series,
+    load_model,
+)
 from computewatch.store import Store
 from computewatch.traces import read_nvidia_smi
 from computewatch.traces.importer import import_trace
@@ -37,9 +43,9 @@ def _gpu(rng: random.Random, seconds: int) -> GpuTelemetry:
     )
 
 
-def _detect_rate(gpus: int, jobs: int, seconds: int) -> float:
+def _detect_rate(gpus: int, jobs: int, seconds: int, shipped: str = MODEL_FILE) -> float:
     rng = random.Random(7)
-    model = load_model()
+    model = load_model(shipped=shipped)
     traces = [[_gpu(rng, seconds) for _ in range(gpus)] for _ in range(jobs)]
     names = ["NVIDIA H100 80GB HBM3"] * gpus
     t0 = time.perf_counter()
@@ -73,6 +79,8 @@ def run(quick: bool) -> Section:
     jobs = 5 if quick else 30
     one = _detect_rate(1, jobs, hour)
     eight = _detect_rate(8, max(jobs // 4, 2), hour)
+    one_cal = _detect_rate(1, jobs, hour, CALIBRATED_FILE)
+    eight_cal = _detect_rate(8, max(jobs // 4, 2), hour, CALIBRATED_FILE)
     with tempfile.TemporaryDirectory() as d:
         log = Path(d) / "smi.csv"
         rows = _smi_log(log, hour, 8)
@@ -87,8 +95,13 @@ def run(quick: bool) -> Section:
     s.table(
         ("measure", "value"),
         [
-            [f"detect, 1 GPU, {label} 1 Hz trace (jobs/s)", f"{one:.1f}"],
-            [f"detect, 8 GPUs, {label} 1 Hz trace (jobs/s)", f"{eight:.1f}"],
+            [f"detect, 1 GPU, {label} 1 Hz trace (jobs/s), model 1.0.0", f"{one:.1f}"],
+            [f"detect, 8 GPUs, {label} 1 Hz trace (jobs/s), model 1.0.0", f"{eight:.1f}"],
+            [f"detect, 1 GPU, {label} 1 Hz trace (jobs/s), calibrated 2.0.0", f"{one_cal:.1f}"],
+            [
+                f"detect, 8 GPUs, {label} 1 Hz trace (jobs/s), calibrated 2.0.0",
+                f"{eight_cal:.1f}",
+            ],
             [
                 f"read nvidia-smi log, 8 GPUs × {hour} s ({rows} rows, rows/s)",
                 f"{rows / t_read:,.0f}",
@@ -98,8 +111,10 @@ def run(quick: bool) -> Section:
         ],
     )
     s.add(
-        "Detection: `classify_series` with the shipped model on synthetic 1 Hz series "
-        "(utilization with a step rhythm, memory, power), features and forest included. "
+        "Detection: `classify_series` with each shipped model (1.0.0: the library's and the "
+        "agent's; 2.0.0: `detect`'s) on synthetic 1 Hz series (utilization with a step rhythm, "
+        "memory, power): features, the forest, the per-job evidence (tree-path "
+        "contributions), the calibration, the compute ceiling and the FLOP estimate included. "
         "Import: `read_nvidia_smi` then `import_trace` (series, ticks, samples, polled "
         "energy) into a fresh SQLite store; the summary and accounting are not included.",
         "",
