@@ -148,3 +148,24 @@ def test_a_small_miner_is_not_flagged_nor_training(model: Forest) -> None:
     )
     v = classify_series([g], gpu_names=[H100], model=model)
     assert v.label == "uncertain" and not v.flag
+
+
+def test_the_same_workload_gets_the_same_verdict_at_any_length(model: Forest) -> None:
+    """The same 8-GPU training loop watched for 1 h at 1 s and for 6 h and 72 h at 10 s: one
+    label, votes within 0.1 (the 1.0.0 model called it training at 1-2 h and inference at
+    6-72 h)."""
+    verdicts = []
+    for hours, step in ((1, 1.0), (6, 10.0), (72, 10.0)):
+        n = int(hours * 3600 / step)
+        r = random.Random(1)
+        util = [
+            min(1.0, max(0.0, (0.35 if (i * step) % 600 < 20 else 0.96) + r.gauss(0, 0.02)))
+            for i in range(n)
+        ]
+        mem = [(70 if i * step > 30 else 10) * GIB for i in range(n)]
+        times = [i * step for i in range(n)]
+        g = GpuTelemetry(times, {"gpu_utilization_ratio": util, "gpu_memory_used_bytes": mem})
+        verdicts.append(classify_series([g] * GPUS, gpu_names=[H100] * GPUS, model=model))
+    assert len({v.label for v in verdicts}) == 1
+    votes = [v.p_forest for v in verdicts]
+    assert max(votes) - min(votes) <= 0.1
