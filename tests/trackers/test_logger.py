@@ -69,16 +69,16 @@ def _tick(maker: PointMaker, seq: int, cpu: float, steps: list[StepRecord]) -> d
 def test_points_from_ticks_follow_mlflow_names_and_units() -> None:
     maker = PointMaker(allowed_cores=2.0, gpu_index={"GPU-b": 3}, peak_flops=1e12)
     first = _tick(maker, 0, 10.0, [StepRecord(1, 99.5, 8, 80, 1e11)])
-    assert "system/cpu_utilization_percentage" not in first  # a rate needs two ticks
-    assert first["system/process_memory_rss_megabytes"] == 250.0
-    assert first["system/system_memory_usage_percentage"] == 25.0
-    assert first["system/gpu_3_utilization_percentage"] == 75.0
-    assert first["system/gpu_3_memory_usage_megabytes"] == 20000.0
-    assert first["system/gpu_3_memory_usage_percentage"] == 25.0
-    assert first["system/gpu_3_power_usage_watts"] == 350.0
+    assert "computewatch/system/cpu_utilization_percentage" not in first  # a rate needs two ticks
+    assert first["computewatch/system/process_memory_rss_megabytes"] == 250.0
+    assert first["computewatch/system/host_memory_usage_percentage"] == 25.0
+    assert first["computewatch/system/gpu_3_utilization_percentage"] == 75.0
+    assert first["computewatch/system/gpu_3_memory_usage_megabytes"] == 20000.0
+    assert first["computewatch/system/gpu_3_memory_usage_percentage"] == 25.0
+    assert first["computewatch/system/gpu_3_power_usage_watts"] == 350.0
     steps = [StepRecord(1, 100.0 + 0.25 * i, 8, 80, 1e11) for i in range(1, 5)]
     second = _tick(maker, 1, 11.5, steps)  # 1.5 CPU-s in 1 s of 2 cores
-    assert second["system/cpu_utilization_percentage"] == pytest.approx(75.0)
+    assert second["computewatch/system/cpu_utilization_percentage"] == pytest.approx(75.0)
     assert second["computewatch/steps_per_second"] == 4.0
     assert second["computewatch/step_time_seconds"] == pytest.approx(0.375)  # 0.75 + 3 × 0.25
     assert second["computewatch/samples_per_second"] == 32.0
@@ -87,7 +87,7 @@ def test_points_from_ticks_follow_mlflow_names_and_units() -> None:
 
 
 def test_names_per_tool() -> None:
-    assert neptune_path("system/cpu_utilization_percentage") == (
+    assert neptune_path("computewatch/system/cpu_utilization_percentage") == (
         "computewatch/system/cpu_utilization_percentage"
     )
     assert neptune_path("computewatch/mfu") == "computewatch/mfu"
@@ -108,7 +108,7 @@ def test_logger_hands_points_then_the_end_and_closes() -> None:
     logger.tick(1, 101.0, 1.8e9 + 1, [counter("tree_cpu_seconds_total", 1.5)])
     assert logger.finish(None, "completed")
     assert rec.opened is not None and rec.opened.display_name == "computewatch-demo"
-    assert [p.name for p in rec.points] == ["system/cpu_utilization_percentage"]
+    assert [p.name for p in rec.points] == ["computewatch/system/cpu_utilization_percentage"]
     assert rec.final is not None and rec.final.tags["computewatch.status"] == "completed"
     assert rec.closed and logger.dropped == 0
 
@@ -135,7 +135,7 @@ def test_a_full_queue_drops_the_oldest_and_counts_them() -> None:
     gate.set()
     assert logger.finish(None, "completed")
     assert [p.value for p in rec.points if p.name == "x"] == [16.0, 17.0, 18.0, 19.0, 20.0]
-    assert any("15 tick(s) dropped" in s for s in said)
+    assert any("fell behind: 15 point(s) dropped" in s for s in said)
 
 
 def test_a_backend_that_raises_is_disabled_once_and_the_others_go_on() -> None:
@@ -222,3 +222,79 @@ def test_the_first_tick_takes_its_rates_from_the_steps_own_span() -> None:
     assert got["computewatch/steps_per_second"] == 4.0  # 4 steps after the first, in 1 s
     assert got["computewatch/samples_per_second"] == 32.0
     assert got["computewatch/step_time_seconds"] == 0.25
+
+
+class Hung(Recorder):
+    """A tracker whose server never answers: ``open`` blocks until the test ends."""
+
+    name = "hung"
+    where = "http://127.0.0.1:9"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def open(self, run: TrackerRun) -> None:
+        self.release.wait(60)
+
+
+def test_a_hung_tracker_starves_no_other_and_is_given_up_by_name() -> None:
+    hung, rec = Hung(), Recorder()
+    said: list[str] = []
+    logger = TrackerLogger(
+        [hung, rec], TrackerRun("r1", None), flush_seconds=0.01, deadline=0.5, warn=said.append
+    ).start()
+    try:
+        for i in range(5):
+            logger.points([MetricPoint("x", float(i), i, 0.0)])
+        # the other tracker takes every point while the hung one is still opening
+        deadline = threading.Event()
+        for _ in range(1000):
+            if len(rec.points) == 5:
+                break
+            deadline.wait(0.01)
+        assert [p.value for p in rec.points] == [0.0, 1.0, 2.0, 3.0, 4.0]
+        assert logger.finish(None, "completed") is False
+        assert rec.final is not None and rec.closed
+        (line,) = [s for s in said if "hung" in s]
+        assert line.startswith("tracker hung given up at the run's end after 0.5 s")
+        assert ": open still running after " in line and "(http://127.0.0.1:9)" in line
+        assert "5 point(s) and the run's accounting not delivered" in line
+        assert logger.gave_up == {"hung": line.split(": ", 1)[1].split(";")[0]}
+    finally:
+        hung.release.set()
+
+
+def test_the_end_deadline_is_two_seconds_unless_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from computewatch.trackers.logger import ENV_DEADLINE, FINISH_DEADLINE, finish_deadline
+
+    monkeypatch.delenv(ENV_DEADLINE, raising=False)
+    assert finish_deadline() == FINISH_DEADLINE == 2.0
+    assert TrackerLogger([], TrackerRun("r", None)).deadline == 2.0
+    monkeypatch.setenv(ENV_DEADLINE, "0.25")
+    assert finish_deadline() == 0.25
+    monkeypatch.setenv(ENV_DEADLINE, "soon")
+    assert finish_deadline() == 2.0
+
+
+def test_cpu_and_memory_are_the_run_trees_and_the_final_tick_logs_no_zero() -> None:
+    maker = PointMaker(allowed_cores=4.0)
+
+    def tick(seq: int, tree: float, cgroup: float, rss: float) -> dict[str, float]:
+        readings = [
+            counter("tree_cpu_seconds_total", tree),
+            counter("cgroup_cpu_seconds_total", cgroup),  # the whole container's
+            gauge("tree_resident_memory_bytes", rss),
+        ]
+        return {p.name: p.value for p in maker.points(seq, 10.0 + seq, 1.8e9 + seq, readings)}
+
+    tick(0, 1.0, 100.0, 50e6)
+    second = tick(1, 1.5, 103.0, 60e6)
+    # half a core of the tree's, over 4 allowed cores: 12.5%, not the container's 75%
+    assert second["computewatch/system/cpu_utilization_percentage"] == pytest.approx(12.5)
+    last = tick(2, 1.5, 106.0, 0.0)  # the job has ended: no process, no memory reading
+    assert "computewatch/system/process_memory_rss_megabytes" not in last
+    assert last["computewatch/system/cpu_utilization_percentage"] == 0.0
+    assert not any(name.startswith("system/") for name in second)  # never a tool's own keys

@@ -68,11 +68,13 @@ def test_track_logs_into_the_users_active_run(mlflow: Any, tracker_env: Path) ->
     assert data.params == {"user_param": "1"}  # ours are not forced into the user's params
     assert data.tags["computewatch.run_id"] == run.id
     metrics = data.metrics
-    assert metrics["system/gpu_0_utilization_percentage"] > 0  # the simulated H100
-    assert "system/cpu_utilization_percentage" in metrics
-    assert metrics["system/process_memory_rss_megabytes"] > 1
+    assert metrics["computewatch/system/gpu_0_utilization_percentage"] > 0  # the simulated H100
+    assert "computewatch/system/cpu_utilization_percentage" in metrics
+    assert metrics["computewatch/system/process_memory_rss_megabytes"] > 1
     assert metrics["computewatch/steps_per_second"] > 0
-    history = client.get_metric_history(active.info.run_id, "system/gpu_0_power_usage_watts")
+    history = client.get_metric_history(
+        active.info.run_id, "computewatch/system/gpu_0_power_usage_watts"
+    )
     assert len(history) >= 2 and len({h.step for h in history}) == len(history)
     # the end: the accounting, each figure with its method, and the run's findings
     assert run.summary is not None
@@ -151,7 +153,7 @@ def test_run_log_to_mlflow_from_the_cli(mlflow: Any, cw: Any, tracker_env: Path)
     (found,) = client.search_runs([exp])
     assert found.info.run_name == "computewatch-cli-train"
     assert found.data.tags["computewatch.run_id"] == summary["id"]
-    assert found.data.metrics["system/gpu_0_utilization_percentage"] > 0
+    assert found.data.metrics["computewatch/system/gpu_0_utilization_percentage"] > 0
     assert found.data.metrics["computewatch/steps_per_second"] > 0
     assert found.data.metrics["computewatch/energy_kwh"] == pytest.approx(
         summary["energy"]["facility"]["value"]

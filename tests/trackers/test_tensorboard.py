@@ -39,8 +39,8 @@ def test_track_writes_beside_the_users_summary_writer(tracker_env: Path) -> None
     acc = _events(tracker_env / "runs" / "mine")  # one directory: the user's and ours
     tags = acc.Tags()["scalars"]
     assert "loss" in tags
-    assert "system/gpu_0_utilization_percentage" in tags
-    assert "system/process_memory_rss_megabytes" in tags
+    assert "computewatch/system/gpu_0_utilization_percentage" in tags
+    assert "computewatch/system/process_memory_rss_megabytes" in tags
     assert acc.Scalars("computewatch/samples_per_second")[0].value > 0
     assert run.summary is not None
     (energy,) = acc.Scalars("computewatch/energy_kwh")
@@ -59,7 +59,7 @@ def test_run_log_to_tensorboard_from_the_cli(cw: Any, tracker_env: Path) -> None
           "--gpu-backend", "fake:1xH100-SXM", "--", sys.executable, script, "")  # fmt: skip
     summary = cw.show()
     acc = _events(tracker_env / "tb")  # COMPUTEWATCH_TENSORBOARD_DIR
-    power = acc.Scalars("system/gpu_0_power_usage_watts")
+    power = acc.Scalars("computewatch/system/gpu_0_power_usage_watts")
     assert len(power) >= 2 and [e.step for e in power] == sorted(e.step for e in power)
     assert any(e.value > 0 for e in acc.Scalars("computewatch/steps_per_second"))
     (co2,) = acc.Scalars("computewatch/co2e_grams")
@@ -79,5 +79,5 @@ def test_the_configurations_log_to_section_applies_to_track(tracker_env: Path) -
                             db=tracker_env / "cw.db") as run:  # fmt: skip
         train_until_ticks(run, tracker_env / "cw.db")
     acc = _events(tracker_env / "tb")
-    assert "system/cpu_utilization_percentage" in acc.Tags()["scalars"]
+    assert "computewatch/system/cpu_utilization_percentage" in acc.Tags()["scalars"]
     assert acc.Scalars("computewatch/energy_kwh")

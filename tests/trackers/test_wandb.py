@@ -44,7 +44,7 @@ def test_track_logs_into_the_users_wandb_run(tracker_env: Path) -> None:
     assert [h["loss"] for h in history if "loss" in h][-1] == 0.01
     steps = [h["_step"] for h in history]
     assert steps == sorted(steps) and len(steps) == len(set(steps))  # the user's step counter
-    ours = [h for h in history if "system/gpu_0_utilization_percentage" in h]
+    ours = [h for h in history if "computewatch/system/gpu_0_utilization_percentage" in h]
     assert ours, history  # our points joined the user's steps
     summary = wandb_summary(run_dir)
     assert run.summary is not None
@@ -67,7 +67,7 @@ def test_run_log_to_wandb_from_the_cli(cw: Any, tracker_env: Path) -> None:
     (run_dir,) = _runs(tracker_env)
     wandb_finished(run_dir)
     history = wandb_history(run_dir)
-    assert len([h for h in history if "system/gpu_0_power_usage_watts" in h]) >= 2
+    assert len([h for h in history if "computewatch/system/gpu_0_power_usage_watts" in h]) >= 2
     assert any(h.get("computewatch/steps_per_second", 0) > 0 for h in history)
     got = wandb_summary(run_dir)
     assert got["computewatch/energy_kwh"] == pytest.approx(summary["energy"]["facility"]["value"])

@@ -42,9 +42,15 @@ def tracker_observers(args: argparse.Namespace, config: Config) -> list[RunObser
         return []
     # only with trackers: the backends' modules (each tool loads on the logger's thread)
     from computewatch.sampling.tracker_feed import TrackerObserver
-    from computewatch.trackers import MLflow, backends_for
+    from computewatch.trackers import MLflow, TrackerBackend, WandB, backends_for
     from computewatch.trackers.base import check_names
 
-    # MLflow's INFO lines would land in the middle of the job's output: run's stderr is the job's
-    specs = [MLflow(quiet=True) if n == "mlflow" else n for n in check_names(names, "--log-to")]
+    specs: list[str | TrackerBackend] = []
+    for n in check_names(names, "--log-to"):
+        if n == "mlflow":  # MLflow's INFO lines would land in the job's output (its stderr)
+            specs.append(MLflow(quiet=True))
+        elif n == "wandb":  # W&B's monitor would measure this supervisor, not the job
+            specs.append(WandB(monitor=False))
+        else:
+            specs.append(n)
     return [TrackerObserver(backends_for(specs, "--log-to"))]

@@ -50,7 +50,7 @@ class TrackerObserver:
     def start(self, run: RunInfo) -> None:
         self.logger = TrackerLogger(
             self.backends,
-            TrackerRun(run.run_id, run.name, dict(run.tags)),
+            TrackerRun(run.run_id, run.name, dict(run.tags), started=run.started_at),
             maker=point_maker(run.facts),
         ).start()
 
@@ -92,10 +92,12 @@ class StoreFeed:
         self._thread.start()
         return self
 
-    def stop(self, timeout: float = 10.0) -> None:
-        """Read what is left once more (the sampler has stored the run by now) and stop."""
+    def stop(self, timeout: float | None = None) -> None:
+        """Read what is left once more (the sampler has stored the run by now) and stop,
+        within the trackers' deadline (it starts now) unless ``timeout`` is given."""
+        self.logger.begin_end()
         self._stop.set()
-        self._thread.join(timeout)
+        self._thread.join(self.logger.remaining() if timeout is None else timeout)
 
     def _loop(self) -> None:
         store: Store | None = None

@@ -9,6 +9,7 @@ seconds).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -37,12 +38,14 @@ class MetricPoint:
 
 @dataclass(frozen=True, slots=True)
 class TrackerRun:
-    """What a backend knows of the run it logs: ours, by id and name."""
+    """What a backend knows of the run it logs: ours, by id and name, and when it started
+    (Unix time; a tracker run made later is dated from it)."""
 
     run_id: str
     name: str | None
     tags: dict[str, str] = field(default_factory=dict)
     config: dict[str, object] = field(default_factory=dict)
+    started: float = field(default_factory=time.time)
 
     @property
     def display_name(self) -> str:
@@ -60,6 +63,16 @@ class FinalRecord:
     tags: dict[str, str]
     findings: list[str]
     status: str
+    config: dict[str, object] = field(default_factory=dict)
+    """The run's hyperparameters (``track(config=...)``, ``run.config()``), redacted."""
+    git_commit: str | None = None
+    source_name: str | None = None
+    """The program run: the first ``.py`` of the command line, else its first word."""
+    diff: str | None = None
+    """``git diff HEAD`` as the reproducibility record keeps it (redacted, capped)."""
+    started: float | None = None
+    ended: float | None = None
+    """The run's start and end, Unix time."""
 
 
 class TrackerBackend(Protocol):

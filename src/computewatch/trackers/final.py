@@ -3,6 +3,7 @@ and the diagnosis' top findings."""
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
 from computewatch.analysis.summary_types import RunSummary
@@ -10,7 +11,7 @@ from computewatch.diagnosis.findings import at_stake_text
 from computewatch.records import Figure
 from computewatch.trackers.base import FinalRecord
 
-__all__ = ["TOP_FINDINGS", "final_record"]
+__all__ = ["TOP_FINDINGS", "final_record", "source_name"]
 
 TOP_FINDINGS = 3
 """How many of the diagnosis' findings (most at stake first) a tracker gets."""
@@ -38,6 +39,7 @@ def final_record(summary: RunSummary | None, status: str) -> FinalRecord:
     findings: list[str] = []
     if summary is None:
         return FinalRecord(metrics, tags, findings, status)
+    record = _record_fields(summary)
     tags["computewatch.run_id"] = summary["id"]
     if summary.get("duration_seconds") is not None:
         metrics["computewatch/duration_seconds"] = float(summary["duration_seconds"] or 0.0)
@@ -78,4 +80,40 @@ def final_record(summary: RunSummary | None, status: str) -> FinalRecord:
             findings.append(f"[{f.get('severity')}] {f.get('title')}{extra}: {f.get('suggestion')}")
     for i, line in enumerate(findings, 1):
         tags[f"computewatch.finding.{i}"] = line[:500]
-    return FinalRecord(metrics, tags, findings, status)
+    return FinalRecord(metrics, tags, findings, status, **record)
+
+
+def _unix(text: object) -> float | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        return dt.datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def source_name(argv: list[str]) -> str | None:
+    """The program a command line runs: its first ``.py`` word (``python train.py``), else
+    its first word."""
+    return next((a for a in argv if a.endswith(".py")), argv[0] if argv else None)
+
+
+def _record_fields(summary: RunSummary) -> dict[str, Any]:
+    """The reproducibility record's part of the end: config, commit, program, diff, times."""
+    out: dict[str, Any] = {
+        "started": _unix(summary.get("started_at")),
+        "ended": _unix(summary.get("ended_at")),
+    }
+    config = summary.get("config")
+    if isinstance(config, dict):
+        out["config"] = dict(config)
+    env = summary.get("environment")
+    argv = (env.get("argv") if isinstance(env, dict) else None) or summary.get("command")
+    if isinstance(argv, list):
+        out["source_name"] = source_name([str(a) for a in argv])
+    git = env.get("git") if isinstance(env, dict) else None
+    if isinstance(git, dict):
+        commit, diff = git.get("commit"), git.get("diff")
+        out["git_commit"] = commit if isinstance(commit, str) else None
+        out["diff"] = diff if isinstance(diff, str) and diff else None
+    return out

@@ -1,17 +1,27 @@
-"""The background logger between a run and its trackers.
+"""The background delivery between a run and its trackers.
 
 The producer (the sampler's thread for ``computewatch run``, the store feed for ``track()``)
-hands each tick to :meth:`TrackerLogger.tick`: one append to a bounded deque, never a wait.
-When the trackers fall behind, the oldest ticks are dropped and counted (a tracker that hangs
-costs memory up to the bound, nothing else). One thread turns ticks into points
-(:class:`~computewatch.trackers.naming.PointMaker`) and hands them to each backend; a backend
-that raises is disabled with one warning line, and the others and the job go on.
+hands each tick to :meth:`TrackerLogger.tick`: the tick becomes points
+(:class:`~computewatch.trackers.naming.PointMaker`, a loop over the tick's readings) and the
+points are appended to each tracker's own bounded queue, never a wait. Each tracker has a
+thread of its own (a tool that is slow to start or to answer delays no other: Neptune's
+start, an MLflow server that does not answer). When a tracker falls behind, its oldest points
+are dropped and counted; one that raises is disabled with one warning line, and the others and
+the job go on.
+
+The run's end waits for the trackers to take the last points and the accounting until one
+deadline (:data:`FINISH_DEADLINE` seconds, ``$COMPUTEWATCH_TRACKERS_DEADLINE``); a tracker not
+done by then is given up with one line naming it, what it was doing and what was not
+delivered (dropped: the run itself is in the local store).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
@@ -22,15 +32,33 @@ from computewatch.trackers.base import FinalRecord, MetricPoint, TrackerBackend,
 from computewatch.trackers.final import final_record
 from computewatch.trackers.naming import PointMaker
 
-__all__ = ["DEFAULT_QUEUE", "FINISH_TIMEOUT", "TrackerLogger"]
+__all__ = [
+    "DEFAULT_QUEUE",
+    "ENV_DEADLINE",
+    "FINISH_DEADLINE",
+    "TrackerLogger",
+    "finish_deadline",
+]
 
 DEFAULT_QUEUE = 4096
-"""Ticks held for slow trackers before the oldest are dropped (about an hour at 1 s)."""
-FINISH_TIMEOUT = 15.0
-"""How long the end of a run waits for the trackers to take the last points and the accounting;
-past it the thread is left behind (a daemon: it never holds the process)."""
+"""Batches (one per tick) held for a slow tracker before its oldest are dropped (about an hour
+at 1 s)."""
+FINISH_DEADLINE = 2.0
+"""Seconds the run's end waits for the trackers (all of them together, each on its own thread)
+to take the last points and the accounting; past it, a tracker not done is given up."""
+ENV_DEADLINE = "COMPUTEWATCH_TRACKERS_DEADLINE"
+"""Seconds instead of :data:`FINISH_DEADLINE` (``0`` gives the trackers no time at the end)."""
 
-_Tick = tuple[int, float, float, Sequence[Reading], Sequence[StepRecord]]
+
+def finish_deadline() -> float:
+    """:data:`ENV_DEADLINE` when set to a number of seconds (≥ 0), else
+    :data:`FINISH_DEADLINE`."""
+    raw = os.environ.get(ENV_DEADLINE, "").strip()
+    try:
+        value = float(raw) if raw else FINISH_DEADLINE
+    except ValueError:
+        return FINISH_DEADLINE
+    return value if math.isfinite(value) and value >= 0 else FINISH_DEADLINE
 
 
 def _stderr_line(message: str) -> None:
@@ -40,8 +68,110 @@ def _stderr_line(message: str) -> None:
         pass
 
 
+def _why(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".splitlines()[0][:300]
+
+
+class _Delivery:
+    """One tracker's queue and thread: open, then batches as they come, then the end."""
+
+    def __init__(self, backend: TrackerBackend, owner: TrackerLogger) -> None:
+        self.backend = backend
+        self.name = backend.name
+        self.owner = owner
+        self.q: deque[list[MetricPoint]] = deque(maxlen=owner.maxlen)
+        self.dropped = 0
+        """Points dropped because this tracker fell behind."""
+        self.delivered = 0
+        """Points this tracker took."""
+        self.in_flight = 0
+        """Points of the call under way."""
+        self.stage = "start"
+        """What the thread is doing: start, open, log, finish, close, done."""
+        self.stage_since = time.monotonic()
+        self.disabled: str | None = None
+        self.abandoned = False
+        self.wake = threading.Event()
+        self.done = threading.Event()
+        self.thread = threading.Thread(
+            target=self._loop, name=f"computewatch-tracker-{self.name}", daemon=True
+        )
+
+    def put(self, points: list[MetricPoint]) -> None:
+        if self.disabled is not None or self.abandoned:
+            return
+        q = self.q
+        if len(q) >= self.owner.maxlen:
+            self.dropped += len(q[0])
+        q.append(points)  # taken every flush_seconds, in one call
+
+    def pending(self) -> int:
+        """Points not delivered: queued and the call under way."""
+        return sum(len(b) for b in list(self.q)) + self.in_flight
+
+    def _call(self, stage: str, fn: Callable[[], None]) -> bool:
+        if self.disabled is not None or self.abandoned:
+            return False
+        self.stage, self.stage_since = stage, time.monotonic()
+        try:
+            fn()
+        except Exception as e:
+            why = _why(e)
+            if self.abandoned:  # already said at the deadline
+                return False
+            self.disabled = why
+            self.owner.disabled[self.name] = why
+            lost = self.pending()
+            more = f"; {lost} point(s) not delivered (dropped)" if lost else ""
+            self.owner.warn(
+                f"tracker {self.name} disabled ({stage} failed: {why}){more}; the run goes on"
+            )
+            self.q.clear()
+            return False
+        return True
+
+    def _loop(self) -> None:
+        owner = self.owner
+        try:
+            self._call("open", lambda: self.backend.open(owner.run))
+            while not self.abandoned:
+                self.wake.wait(owner.flush_seconds)
+                self.wake.clear()
+                stopping = owner._stop.is_set()
+                self._drain()
+                if stopping and not self.q:
+                    break
+            final = owner._final
+            if final is not None:
+                self._call("finish", lambda: self.backend.finish(final))
+            self._call("close", self.backend.close)
+            if self.dropped and not self.abandoned:
+                owner.warn(
+                    f"tracker {self.name} fell behind: {self.dropped} point(s) dropped "
+                    "(oldest first)"
+                )
+        finally:
+            self.stage = "done"
+            self.done.set()
+
+    def _drain(self) -> None:
+        batch: list[MetricPoint] = []
+        while self.q:
+            try:
+                batch.extend(self.q.popleft())
+            except IndexError:
+                break
+        if not batch or self.disabled is not None:
+            return
+        self.in_flight = len(batch)
+        if self._call("log", lambda: self.backend.log(batch)):
+            self.delivered += len(batch)
+            self.owner.logged += len(batch)
+        self.in_flight = 0
+
+
 class TrackerLogger:
-    """Ticks in on any thread, tracker calls on one thread of its own."""
+    """Ticks in on any thread, each tracker's calls on a thread of its own."""
 
     def __init__(
         self,
@@ -51,6 +181,7 @@ class TrackerLogger:
         maker: PointMaker | None = None,
         maxlen: int = DEFAULT_QUEUE,
         flush_seconds: float = 1.0,
+        deadline: float | None = None,
         warn: Callable[[str], None] = _stderr_line,
     ) -> None:
         self.backends = list(backends)
@@ -58,113 +189,107 @@ class TrackerLogger:
         self.maker = maker or PointMaker()
         self.maxlen = maxlen
         self.flush_seconds = flush_seconds
-        self.dropped = 0
-        """Ticks dropped because the trackers fell behind."""
+        self.deadline = finish_deadline() if deadline is None else deadline
+        """Seconds the run's end waits for the trackers (:data:`FINISH_DEADLINE`)."""
         self.logged = 0
-        """Points handed to the backends."""
+        """Points the backends took (all together)."""
         self.disabled: dict[str, str] = {}
         """Backend name → why it was disabled."""
+        self.gave_up: dict[str, str] = {}
+        """Backend name → why it was given up at the run's end."""
         self.warn = warn
-        self._q: deque[_Tick | list[MetricPoint]] = deque(maxlen=maxlen)
-        self._wake = threading.Event()
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._final: FinalRecord | None = None
-        self._done = threading.Event()
-        self._thread = threading.Thread(
-            target=self._loop, name="computewatch-trackers", daemon=True
-        )
+        self._end_by: float | None = None
+        self._started = False
+        self._deliveries = [_Delivery(b, self) for b in self.backends]
 
-    # -- producer side (any thread, never blocks) -------------------------------------------
+    @property
+    def dropped(self) -> int:
+        """Points dropped because a tracker fell behind (all trackers together)."""
+        return sum(d.dropped for d in self._deliveries)
+
+    # -- producer side (any thread, never blocks on a tracker) -------------------------------
     def start(self) -> TrackerLogger:
-        self._thread.start()
+        self._started = True
+        for d in self._deliveries:
+            d.thread.start()
         return self
 
     def tick(
         self, seq: int, mono: float, wall: float, readings: Sequence[Reading],
         steps: Sequence[StepRecord] = (),
     ) -> None:  # fmt: skip
-        """Queue one tick: an append (the oldest is dropped, and counted, when full)."""
-        q = self._q
-        if len(q) >= self.maxlen:
-            self.dropped += 1
-        q.append((seq, mono, wall, readings, steps))
+        """One tick's points into every tracker's queue."""
+        try:
+            with self._lock:  # the maker keeps the previous tick's counters
+                points = self.maker.points(seq, mono, wall, readings, steps)
+        except Exception as e:  # a reading of an unexpected shape: skip the tick
+            self.warn(f"trackers: a tick could not be converted ({e})")
+            return
+        if points:
+            self.points(points)
 
     def points(self, points: list[MetricPoint]) -> None:
-        """Queue points made elsewhere (as one item)."""
-        if len(self._q) >= self.maxlen:
-            self.dropped += 1
-        self._q.append(points)
+        """Queue points made elsewhere (as one batch) for every tracker."""
+        for d in self._deliveries:
+            d.put(points)
+
+    def begin_end(self) -> None:
+        """The run has ended: the deadline starts now (once; :meth:`finish` starts it if
+        nothing did before)."""
+        if self._end_by is None:
+            self._end_by = time.monotonic() + self.deadline
+
+    def remaining(self) -> float:
+        """Seconds left before the deadline (the deadline starts if it had not)."""
+        self.begin_end()
+        assert self._end_by is not None
+        return max(0.0, self._end_by - time.monotonic())
 
     def finish(
         self, summary: RunSummary | None, status: str, *, timeout: float | None = None
     ) -> bool:
-        """Hand over the run's end and wait (at most ``timeout``, default
-        :data:`FINISH_TIMEOUT`) for the trackers to take it and close. True when they did."""
+        """Hand over the run's end and wait for the trackers to take it and close, until the
+        deadline (``timeout`` seconds from now when given). True when every tracker did; each
+        one given up is said in one line."""
         try:
             self._final = final_record(summary, status)
         except Exception as e:  # a summary of an older shape: the series are still logged
             self.warn(f"trackers: the run's accounting could not be read ({e})")
             self._final = FinalRecord({}, {"computewatch.status": status}, [], status)
+        if timeout is not None:
+            self._end_by = time.monotonic() + timeout
+        self.begin_end()
         self._stop.set()
-        self._wake.set()
-        if self._thread.ident is None:
+        for d in self._deliveries:
+            d.wake.set()
+        if not self._started:
             return True
-        done = self._done.wait(FINISH_TIMEOUT if timeout is None else timeout)
-        if not done:
-            self.warn("trackers did not finish in time; the run's end goes on without them")
-        return done
+        ok = True
+        for d in self._deliveries:
+            if not d.done.wait(self.remaining()):
+                ok = False
+                self._give_up(d)
+        return ok
 
-    # -- the logger thread -------------------------------------------------------------------
-    def _call(self, backend: TrackerBackend, what: str, fn: Callable[[], None]) -> None:
-        if backend.name in self.disabled:
-            return
+    def _give_up(self, d: _Delivery) -> None:
+        d.abandoned = True
+        took = time.monotonic() - d.stage_since
         try:
-            fn()
-        except Exception as e:
-            why = f"{type(e).__name__}: {e}".splitlines()[0][:300]
-            self.disabled[backend.name] = why
-            self.warn(f"tracker {backend.name} disabled ({what} failed: {why}); the run goes on")
-
-    def _loop(self) -> None:
-        try:
-            for b in self.backends:
-                self._call(b, "open", lambda b=b: b.open(self.run))  # type: ignore[misc]
-            while True:
-                self._wake.wait(self.flush_seconds)
-                self._wake.clear()
-                stopping = self._stop.is_set()
-                self._drain()
-                if stopping:
-                    break
-            final = self._final
-            if self.dropped:
-                self.warn(f"trackers fell behind: {self.dropped} tick(s) dropped (oldest first)")
-            for b in self.backends:
-                if final is not None:
-                    self._call(b, "finish", lambda b=b: b.finish(final))  # type: ignore[misc]
-                self._call(b, "close", b.close)
-        finally:
-            self._done.set()
-
-    def _drain(self) -> None:
-        batch: list[MetricPoint] = []
-        q = self._q
-        maker = self.maker
-        while q:
-            try:
-                item = q.popleft()
-            except IndexError:
-                break
-            if isinstance(item, list):
-                batch.extend(item)
-            else:
-                seq, mono, wall, readings, steps = item
-                try:
-                    batch.extend(maker.points(seq, mono, wall, readings, steps))
-                except Exception as e:  # a reading of an unexpected shape: skip the tick
-                    self.warn(f"trackers: a tick could not be converted ({e})")
-        if not batch:
-            return
-        for b in self.backends:
-            self._call(b, "log", lambda b=b: b.log(batch))  # type: ignore[misc]
-        self.logged += len(batch)
+            where = getattr(d.backend, "where", None)
+        except Exception:  # a backend's own description failing: the line goes without it
+            where = None
+        at = f" ({where})" if isinstance(where, str) and where else ""
+        why = f"{d.stage} still running after {took:.1f} s{at}"
+        self.gave_up[d.name] = why
+        lost = d.pending()
+        what = [f"{lost} point(s)"] if lost else []
+        if d.stage in ("start", "open", "log", "finish"):
+            what.append("the run's accounting")
+        said = " and ".join(what) or "nothing"
+        self.warn(
+            f"tracker {d.name} given up at the run's end after {self.deadline:g} s: {why}; "
+            f"{said} not delivered (dropped; the run is in the local store)"
+        )

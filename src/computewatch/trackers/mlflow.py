@@ -11,22 +11,31 @@ own (``MLFLOW_TRACKING_URI``, ``mlflow.set_tracking_uri``).
 from __future__ import annotations
 
 import importlib
+import json
 import logging
 import os
+import socket
 import sys
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
+from computewatch.analysis.repro import flatten
 from computewatch.analysis.summary_types import stored_summary
 from computewatch.paths import resolve_db_path
 from computewatch.store import Store
 from computewatch.trackers.base import FinalRecord, MetricPoint, TrackerError, TrackerRun
 from computewatch.trackers.final import final_record
 
-__all__ = ["MLflow", "model_version_tags", "tag_model_version"]
+__all__ = ["DIFF_ARTIFACT", "MLflow", "model_version_tags", "params_of", "tag_model_version"]
 
 _BATCH = 1000  # MLflow's log_batch limit on metrics per call
 _TAG_CHARS = 5000  # MLflow's limit on a tag value (8000 in recent versions; the lower one)
+_PARAM_CHARS = 6000  # MLflow's limit on a param value (recent versions; 500 before 2.x)
+_CONNECT_SECONDS = 2.0
+DIFF_ARTIFACT = "computewatch/diff.patch"
+"""Where the run's ``git diff HEAD`` lands among the MLflow run's artifacts."""
+_STATUS = {"completed": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
 
 
 def _mlflow() -> Any:
@@ -57,6 +66,10 @@ class MLflow:
         self.own = False
         """True when this backend started the MLflow run (and ends it)."""
         self._client: Any = None
+        self._params: set[str] = set()
+        self._ended: float | None = None
+        self._status = "FINISHED"
+        self._run: TrackerRun | None = None
         if run_id is None:
             # Only if the program already uses MLflow: its active run is thread-local, so it is
             # looked for here, on the caller's thread. Never imports mlflow.
@@ -67,7 +80,15 @@ class MLflow:
                     self.run_id = active.info.run_id
                     self.tracking_uri = tracking_uri or mod.get_tracking_uri()
 
+    @property
+    def where(self) -> str:
+        """The tracking URI, as the lines about this backend name it."""
+        # never asks mlflow: the module may be half imported on the delivery thread
+        return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+
     def open(self, run: TrackerRun) -> None:
+        self._run = run
+        _refused(self.where)  # a server that refuses: said at once, not after MLflow's retries
         mlflow = _mlflow()
         if self.quiet:  # MLflow configures its logger when imported: adjusted after that
             logger = logging.getLogger("mlflow")
@@ -83,18 +104,30 @@ class MLflow:
             if name:
                 exp = client.get_experiment_by_name(name)
                 exp_id = exp.experiment_id if exp is not None else client.create_experiment(name)
-            created = client.create_run(exp_id, tags=tags, run_name=run.display_name)
+            tags["mlflow.source.type"] = "LOCAL"
+            created = client.create_run(
+                exp_id,
+                start_time=int(run.started * 1000),  # the run's start, not this call's
+                tags=tags,
+                run_name=run.display_name,
+            )
             self.run_id = created.info.run_id
             self.own = True
-            params = _clip({k: str(v) for k, v in run.config.items()}, "")
-            if params:
-                entities = importlib.import_module("mlflow.entities")
-                items = [entities.Param(k[:250], v[:6000]) for k, v in params.items()]
-                for i in range(0, len(items), 100):
-                    client.log_batch(self.run_id, params=items[i : i + 100])
+            self._log_params(run.config)
         else:
             for k, v in tags.items():
                 client.set_tag(self.run_id, k, v)
+
+    def _log_params(self, config: dict[str, object]) -> None:
+        """The run's hyperparameters as params (nested keys dotted: ``opt.name``), each once:
+        MLflow's params cannot change."""
+        entities = importlib.import_module("mlflow.entities")
+        items = [
+            entities.Param(k, v) for k, v in params_of(config).items() if k not in self._params
+        ]
+        for i in range(0, len(items), 100):
+            self._client.log_batch(self.run_id, params=items[i : i + 100])
+        self._params.update(p.key for p in items)
 
     def log(self, points: list[MetricPoint]) -> None:
         entities = importlib.import_module("mlflow.entities")
@@ -108,20 +141,64 @@ class MLflow:
         tags = dict(record.tags)
         if record.findings:
             tags["computewatch.findings"] = "\n".join(record.findings)
+        if self.own:
+            self._log_params(record.config)  # `run --log-to`: user code declared them later
+            if record.git_commit:
+                tags["mlflow.source.git.commit"] = record.git_commit
+            if record.source_name:
+                tags["mlflow.source.name"] = record.source_name
+        else:  # the user's run: MLflow's own source tags when it set them
+            have = client.get_run(self.run_id).data.tags
+            if record.git_commit and "mlflow.source.git.commit" not in have:
+                tags["mlflow.source.git.commit"] = record.git_commit
+        at = int((record.ended or time.time()) * 1000)
         client.log_batch(
             self.run_id,
-            metrics=[entities.Metric(k, v, _now_ms(), 0) for k, v in record.metrics.items()],
+            metrics=[entities.Metric(k, v, at, 0) for k, v in record.metrics.items()],
             tags=[entities.RunTag(k, v[:_TAG_CHARS]) for k, v in tags.items()],
         )
+        if record.diff:
+            client.log_text(self.run_id, record.diff, DIFF_ARTIFACT)
         # The model registry: versions registered from this MLflow run carry its compute.
         versions = client.search_model_versions(f"run_id='{self.run_id}'")
         for mv in versions:
             for k, v in model_version_tags(record).items():
                 client.set_model_version_tag(mv.name, mv.version, k, v)
+        self._ended = record.ended
+        self._status = _STATUS.get(record.status, "FINISHED")
 
     def close(self) -> None:
         if self.own and self._client is not None:
-            self._client.set_terminated(self.run_id, status="FINISHED")
+            self._client.set_terminated(
+                self.run_id,
+                status=self._status,
+                end_time=int((self._ended or time.time()) * 1000),  # the run's end, not now
+            )
+
+
+def params_of(config: dict[str, object]) -> dict[str, str]:
+    """Hyperparameters as MLflow params: nested keys dotted (``{"opt": {"lr": 1}}`` →
+    ``opt.lr = "1"``), lists as JSON, names and values clipped to MLflow's limits."""
+    out: dict[str, str] = {}
+    for k, v in flatten(config).items():
+        text = json.dumps(v) if isinstance(v, list | dict | bool) or v is None else str(v)
+        out[k[:250]] = text[:_PARAM_CHARS]
+    return out
+
+
+def _refused(uri: str) -> None:
+    """Raise a :class:`TrackerError` when the HTTP tracking server at ``uri`` refuses a
+    connection (nothing listens); a server that is slow to accept is left to MLflow."""
+    parts = urlsplit(uri)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        socket.create_connection((parts.hostname, port), timeout=_CONNECT_SECONDS).close()
+    except ConnectionRefusedError as e:
+        raise TrackerError(f"the MLflow server at {uri} refused the connection ({e})") from e
+    except (OSError, ValueError):
+        return
 
 
 def _now_ms() -> int:

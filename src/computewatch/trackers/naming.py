@@ -1,10 +1,12 @@
 """The metrics a tracker gets, and their names.
 
-Canonical names follow MLflow's system-metrics convention (``system/cpu_utilization_percentage``,
-``system/gpu_0_utilization_percentage``): MLflow and W&B take them as they are (W&B groups
-``system/`` keys in a panel of their own), TensorBoard as scalar tags (the ``/`` groups them),
-Neptune under the ``computewatch/`` namespace (``computewatch/system/...``). The run's own
-figures are ``computewatch/...``. The table is in docs/trackers.md.
+Every name is ours, under ``computewatch/``: the system series as
+``computewatch/system/...`` (MLflow's system-metric spelling, ``cpu_utilization_percentage``,
+``gpu_0_utilization_percentage``, but never MLflow's or W&B's own ``system/...`` keys, which
+those tools' monitors write and which mean something else), the run's own figures as
+``computewatch/...``. Each tool takes the names as they are (TensorBoard as scalar tags, the
+``/`` groups them). The CPU and resident memory are the run's process tree (docs/metrics.md),
+the host's memory says ``host``. The table is in docs/trackers.md.
 
 :class:`PointMaker` turns one sampler tick (readings plus the steps closed since the last one)
 into points. Counters become rates over the tick; memory is in megabytes (10^6 bytes, as
@@ -25,17 +27,19 @@ from computewatch.trackers.base import MetricPoint
 __all__ = ["GPU_METRICS", "STEP_METRICS", "SYSTEM_METRICS", "PointMaker", "gpu_index_of"]
 
 SYSTEM_METRICS = {
-    "system/cpu_utilization_percentage": "the run's processes' CPU time over the tick, as a "
-    "percentage of the cores the run may use",
-    "system/process_memory_rss_megabytes": "resident memory of the run's process tree, MB",
-    "system/system_memory_usage_megabytes": "host memory in use, MB",
-    "system/system_memory_usage_percentage": "host memory in use, % of installed",
+    "computewatch/system/cpu_utilization_percentage": "the run's processes' CPU time over the "
+    "tick, as a percentage of the cores the run may use",
+    "computewatch/system/process_memory_rss_megabytes": "resident memory of the run's process "
+    "tree, MB",
+    "computewatch/system/host_memory_usage_megabytes": "host memory in use, MB",
+    "computewatch/system/host_memory_usage_percentage": "host memory in use, % of installed",
 }
 GPU_METRICS = {
-    "system/gpu_{i}_utilization_percentage": "NVML/amdsmi utilization (kernel running), %",
-    "system/gpu_{i}_memory_usage_megabytes": "device memory in use, MB",
-    "system/gpu_{i}_memory_usage_percentage": "device memory in use, % of total",
-    "system/gpu_{i}_power_usage_watts": "board power, W",
+    "computewatch/system/gpu_{i}_utilization_percentage": "NVML/amdsmi utilization (kernel "
+    "running), %",
+    "computewatch/system/gpu_{i}_memory_usage_megabytes": "device memory in use, MB",
+    "computewatch/system/gpu_{i}_memory_usage_percentage": "device memory in use, % of total",
+    "computewatch/system/gpu_{i}_power_usage_watts": "board power, W",
 }
 STEP_METRICS = {
     "computewatch/step_time_seconds": "mean time between consecutive steps in the tick",
@@ -99,7 +103,6 @@ class PointMaker:
     ) -> list[MetricPoint]:  # fmt: skip
         """The points of one tick (``seq`` is the tick's number, the points' step)."""
         values: dict[str, float] = {}
-        cpu_total: float | None = None
         tree_cpu: float | None = None
         host_used = host_total = None
         gpu_mem: dict[int, float] = {}
@@ -108,10 +111,9 @@ class PointMaker:
             name = r.name
             if name == "tree_cpu_seconds_total":
                 tree_cpu = r.value
-            elif name == "cgroup_cpu_seconds_total":
-                cpu_total = r.value
             elif name == "tree_resident_memory_bytes":
-                values["system/process_memory_rss_megabytes"] = r.value / _MB
+                if r.value > 0:  # none: the tree has ended (the final tick), not 0 MB in use
+                    values["computewatch/system/process_memory_rss_megabytes"] = r.value / _MB
             elif name == "host_memory_used_bytes":
                 host_used = r.value
             elif name == "host_memory_total_bytes":
@@ -119,27 +121,31 @@ class PointMaker:
             elif name.startswith("gpu_") and r.labels and r.labels[0][0] == "gpu":
                 i = self._gpu(r.labels[0][1])
                 if name == "gpu_utilization_ratio":
-                    values[f"system/gpu_{i}_utilization_percentage"] = r.value * 100.0
+                    values[f"computewatch/system/gpu_{i}_utilization_percentage"] = r.value * 100.0
                 elif name == "gpu_memory_used_bytes":
                     gpu_mem[i] = r.value
                 elif name == "gpu_memory_total_bytes":
                     gpu_tot[i] = r.value
                 elif name == "gpu_power_watts":
-                    values[f"system/gpu_{i}_power_usage_watts"] = r.value
+                    values[f"computewatch/system/gpu_{i}_power_usage_watts"] = r.value
         for i, used in gpu_mem.items():
-            values[f"system/gpu_{i}_memory_usage_megabytes"] = used / _MB
+            values[f"computewatch/system/gpu_{i}_memory_usage_megabytes"] = used / _MB
             if gpu_tot.get(i):
-                values[f"system/gpu_{i}_memory_usage_percentage"] = used / gpu_tot[i] * 100.0
+                values[f"computewatch/system/gpu_{i}_memory_usage_percentage"] = (
+                    used / gpu_tot[i] * 100.0
+                )
         if host_used is not None:
-            values["system/system_memory_usage_megabytes"] = host_used / _MB
+            values["computewatch/system/host_memory_usage_megabytes"] = host_used / _MB
             if host_total:
-                values["system/system_memory_usage_percentage"] = host_used / host_total * 100.0
-        cpu = cpu_total if cpu_total is not None else tree_cpu
+                values["computewatch/system/host_memory_usage_percentage"] = (
+                    host_used / host_total * 100.0
+                )
+        cpu = tree_cpu  # the run's own processes (docs/metrics.md), never the container's
         dt = None if self._prev_mono is None else mono - self._prev_mono
         if cpu is not None:
             if dt and dt > 0 and self._prev_cpu is not None and self.allowed_cores > 0:
                 used = max(0.0, cpu - self._prev_cpu) / dt / self.allowed_cores
-                values["system/cpu_utilization_percentage"] = used * 100.0
+                values["computewatch/system/cpu_utilization_percentage"] = used * 100.0
             self._prev_cpu = cpu
         self._step_values(values, steps, dt if dt and dt > 0 else None)
         self._prev_mono = mono

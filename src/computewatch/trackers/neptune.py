@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from computewatch.analysis.repro import flatten
 from computewatch.trackers.base import FinalRecord, MetricPoint, TrackerRun
 
 __all__ = ["Neptune", "neptune_path"]
@@ -48,15 +49,23 @@ class Neptune:
                 capture_traceback=False,
             )
             self.own = True
-            if run.config:
-                self._run["computewatch/config"] = {k: str(v) for k, v in run.config.items()}
+            self._config(run.config)
         self._run["computewatch/info/run_id"] = run.run_id
+
+    def _config(self, config: dict[str, object]) -> None:
+        """Hyperparameters under ``computewatch/config/`` (nested keys as namespaces; numbers
+        and booleans as they are, other values as text)."""
+        for key, v in flatten(config).items():
+            value = v if isinstance(v, int | float) else str(v)
+            self._run[f"computewatch/config/{key.replace('.', '/')}"] = value
 
     def log(self, points: list[MetricPoint]) -> None:
         for p in points:
             self._run[neptune_path(p.name)].append(p.value, step=p.step, timestamp=p.wall)
 
     def finish(self, record: FinalRecord) -> None:
+        if self.own:
+            self._config(record.config)
         for k, v in record.metrics.items():
             self._run[neptune_path(k)] = v
         for k, text in record.tags.items():
