@@ -34,3 +34,14 @@ def test_tpu_v7x_is_in_the_catalog() -> None:
     assert acc.memory_bytes == 192 * 2**30
     row = tpu_by_pci_id("0x0076")
     assert row is not None and row.model == "TPU-v7x" and row.devices_per_chip == 2
+
+
+def test_the_report_of_a_tpu_run_says_tpu(cw: Any, tmp_path: Any) -> None:
+    cw.ok("run", "--quiet", "--gpu-backend", "fake:2xTPU-v5e", "--name", "t", "--", "sleep", "1")
+    out = tmp_path / "t.html"
+    cw.ok("report", "t", "-o", out)
+    html = out.read_text()
+    assert "TPU util" in html and "mean over 2 TPUs" in html and "GPU util" not in html
+    assert "TPU-hours" in html and "device_hours." not in html
+    # the chips' own HBM bandwidth reading has its chart
+    assert '"title":"TPU HBM bandwidth"' in html and '"label":"TPU 0"' in html

@@ -335,8 +335,12 @@ def test_accounting_sections_show_the_engines_figures(store: Store, tmp_path: Pa
     carbon = cells(section(page, "carbon", "cost"))
     assert "operational|3.39 g CO2e|modeled|2.73 g CO2e–4.09 g CO2e" in carbon
     assert "total|3.39 g CO2e|modeled|2.73 g CO2e–4.09 g CO2e" in carbon
-    # the SCI score of one run is the total, per run
-    assert "sci|3.39 g CO2e per run|2.73 g CO2e per run–4.09 g CO2e per run" in carbon
+    # The SCI score of one run is the operational carbon plus M, the embodied share (always
+    # estimated): (2 GPUs x 150 kg + the server's 2,500 kg x 0.25 of its cores) x 1000 g x
+    # (120 s = 1/30 h) / (6 years = 52,560 h) = 0.5866 g, range x0.5 to x2 (0.2933-1.1733 g):
+    #   3.386 + 0.587 = 3.973 g; 2.731 + 0.293 = 3.024 g; 4.092 + 1.173 = 5.265 g
+    assert "sci|3.97 g CO2e per run|3.02 g CO2e per run–5.27 g CO2e per run" in carbon
+    assert "sci.inputs.M_g|0.5866" in carbon
     assert "intensity.g_per_kwh|103" in carbon and "intensity.name|Austria" in carbon
     # Cost: 120 s = 1/30 h x $3.60/h = $0.12; 120 steps: $0.001 a step; 3,840 samples (32 a
     # step): $0.03125 per 1,000

@@ -183,7 +183,8 @@ def _gpu_labels(run: RunRow, summary: RunSummary) -> dict[str, tuple[str, bool]]
             continue
         d = devices.get(uuid, {})
         index = g.get("index", d.get("index"))
-        label = f"GPU {index}" if index is not None else uuid[:16]
+        kind = "TPU" if str(g.get("model") or "").startswith("TPU-") else "GPU"
+        label = f"{kind} {index}" if index is not None else uuid[:16]
         if g.get("mig_parent_uuid") or d.get("mig_parent_uuid"):
             label += " (MIG)"
         out[uuid] = (label, bool(g.get("simulated") or d.get("simulated")))
@@ -207,6 +208,7 @@ def _tick_charts(
         "gpu_sm_active_ratio",
         "gpu_memory_used_bytes",
         "gpu_power_watts",
+        "tpu_hbm_bandwidth_utilization_ratio",
     )
     wanted = [
         s
@@ -268,12 +270,24 @@ def _tick_charts(
 
     simulated = any(sim for _, sim in gpus.values())
     gpu_sub = " · simulated devices" if simulated else ""
-    for cid, name, title, sub, unit in (
-        ("gpu_util", "gpu_utilization_ratio", "GPU utilization", "time a kernel ran", "ratio"),
-        ("gpu_sm", "gpu_sm_active_ratio", "GPU SM active", "GPM SM activity", "ratio"),
-        ("gpu_memory", "gpu_memory_used_bytes", "GPU memory", "used on the device", "bytes"),
-        ("gpu_power", "gpu_power_watts", "GPU power", "board power draw", "watts"),
-    ):
+    tpus = bool(gpus) and all(label.startswith("TPU") for label, _ in gpus.values())
+    device_charts = (
+        (  # a Google TPU chip's own readings (docs/tpu.md)
+            ("gpu_util", "gpu_utilization_ratio", "TPU utilization", "TensorCore duty cycle",
+             "ratio"),
+            ("gpu_memory", "gpu_memory_used_bytes", "TPU memory", "HBM in use", "bytes"),
+            ("tpu_hbm", "tpu_hbm_bandwidth_utilization_ratio", "TPU HBM bandwidth",
+             "share of the chip's peak HBM bandwidth", "ratio"),
+        )
+        if tpus
+        else (
+            ("gpu_util", "gpu_utilization_ratio", "GPU utilization", "time a kernel ran", "ratio"),
+            ("gpu_sm", "gpu_sm_active_ratio", "GPU SM active", "GPM SM activity", "ratio"),
+            ("gpu_memory", "gpu_memory_used_bytes", "GPU memory", "used on the device", "bytes"),
+            ("gpu_power", "gpu_power_watts", "GPU power", "board power draw", "watts"),
+        )
+    )  # fmt: skip
+    for cid, name, title, sub, unit in device_charts:
         per_gpu: dict[str, list[list[tuple[int, float]]]] = {}
         for s in by_name.get(name, []):
             uuid = s.labels.get("gpu")
@@ -486,15 +500,18 @@ def _cards(s: RunSummary) -> str:
         utils = [u for g in gpus if (u := g.get("utilization_mean")) is not None]
         joules = [j for g in gpus if (j := g.get("energy_joules")) is not None]
         sim = " (simulated)" if any(g.get("simulated") for g in gpus) else ""
+        # a Google TPU chip is a TPU (docs/tpu.md)
+        tpu = all(str(g.get("model") or "").startswith("TPU-") for g in gpus)
+        kind = "TPU" if tpu else "GPU"
         cards.append(
             (
-                f"GPU util{sim}",
+                f"{kind} util{sim}",
                 format_percent(sum(utils) / len(utils) if utils else None),
-                f"mean over {len(gpus)} GPU{'s' if len(gpus) > 1 else ''}",
+                f"mean over {len(gpus)} {kind}{'s' if len(gpus) > 1 else ''}",
             )
         )
         if joules:
-            cards.append(("GPU energy", format_energy(sum(joules)), f"{len(joules)} GPU(s)"))
+            cards.append((f"{kind} energy", format_energy(sum(joules)), f"{len(joules)} {kind}(s)"))
     steps = s.get("steps") or {}
     if steps.get("count"):
         rate = steps.get("steps_per_second")
@@ -757,9 +774,23 @@ def accounting_section(name: str, data: AccountedSection | Mapping[str, Figure])
             + "</tbody></table></div>"
         )
     if other:
-        out.append(kv_table(((k, _plain(v)) for k, v in other)))
+        out.append(
+            kv_table(
+                (_KNOWN_LABELS.get(k, k), _device_hours(v) if k in _KNOWN_LABELS else _plain(v))
+                for k, v in other
+                if not (k in _KNOWN_LABELS and not v)  # no TPU-hours row for a GPU run
+            )
+        )
     out.append("</section>")
     return "".join(out)
+
+
+_KNOWN_LABELS = {"device_hours.gpu_hours": "GPU-hours", "device_hours.tpu_hours": "TPU-hours"}
+"""Rows of the energy section shown under the name a reader knows (the JSON keys stay)."""
+
+
+def _device_hours(v: object) -> str:
+    return escape(f"{v:.4g} h") if isinstance(v, int | float) else _plain(v)
 
 
 # -- the page ---------------------------------------------------------------------------------
