@@ -616,7 +616,7 @@ class StepResult:
         if self.timeouts or self.other:
             why.append(f"{self.timeouts} timeouts, {self.other} other errors")
         if self.lost:
-            why.append(f"{self.lost} final uploads not stored")
+            why.append(f"{self.lost} final uploads not stored within {FINAL_DEADLINE:g} s")
         if not self.upload_p99 <= P99_UPLOAD_MS:
             why.append(f"p99 upload {self.upload_p99:.0f} ms")
         if not max(self.html_p99, self.api_p99) <= P99_PAGE_MS:
@@ -1024,10 +1024,13 @@ def run(quick: bool) -> Section:
                 section.target(f"{setup.name}: {n:,} runs + {m} streams", "not run", None)
             else:
                 r = at[-1]
+                page = max(r.html_p99, r.api_p99)
                 measured = (
-                    f"{r.s5xx} 5xx, p99 upload {r.upload_p99:.0f} ms, p99 page "
-                    f"{max(r.html_p99, r.api_p99):.0f} ms, {r.stored_s:.0f}/{r.offered_s:.0f} "
-                    "uploads/s stored"
+                    f"{r.s5xx} 5xx, p99 upload "
+                    + (f"{r.upload_p99:.0f} ms" if r.upload_p99 == r.upload_p99 else "– (none)")
+                    + ", p99 page "
+                    + (f"{page:.0f} ms" if page == page else "– (none)")
+                    + f", {r.stored_s:.0f}/{r.offered_s:.0f} uploads/s stored"
                 )
                 section.target(
                     f"{setup.name}: {n:,} runs + {m} streams, 0 5xx, p99 upload ≤ 250 ms, "

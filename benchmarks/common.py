@@ -465,9 +465,15 @@ def process_cpu_seconds(pid: int) -> float:
 
 
 def tree_cpu_seconds(pid: int) -> float:
-    """CPU seconds of ``pid`` and its live children (one level: a postmaster's backends).
-    Children that exited meanwhile are not counted."""
+    """CPU seconds of ``pid``, of its children it has reaped (cutime, cstime) and of its live
+    children (one level: a postmaster's backends, ended ones included)."""
     total = process_cpu_seconds(pid)
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            own = f.read().rsplit(b")", 1)[1].split()
+        total += (int(own[13]) + int(own[14])) / os.sysconf("SC_CLK_TCK")
+    except OSError:
+        pass
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
