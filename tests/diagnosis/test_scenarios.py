@@ -1,0 +1,49 @@
+"""Small versions of the scenario jobs of benchmarks/bench_diagnosis.py (one cause injected
+into a real PyTorch job on CPU, under the real CLI): the top finding is the injected cause,
+its saving lies inside its own range and within the run, and the healthy job has no finding
+with a saving above 5% of it. Nothing is timed against a target here (the benchmark measures
+the fixed variants)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+sys.path.insert(0, str(BENCH))
+
+import bench_diagnosis  # noqa: E402
+
+pytest.importorskip("torch")
+
+SCALE = 0.25
+
+
+def _check(doc: dict[str, Any]) -> None:
+    duration = doc["run"]["duration_seconds"]
+    for f in doc["findings"]:
+        s = f["saving"]
+        assert 0 <= s["low_seconds"] <= s["seconds"] <= s["high_seconds"] <= duration, f
+    assert doc["saving"]["seconds"] <= duration
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["serial_loader", "io_waits", "blocking_checkpoint"])
+def test_the_top_finding_is_the_injected_cause(name: str, tmp_path: Path) -> None:
+    doc = bench_diagnosis.diagnose_slow(name, SCALE, tmp_path)
+    _check(doc)
+    assert doc["findings"], doc
+    top = doc["findings"][0]
+    assert top["id"] == bench_diagnosis.EXPECTED[name], [f["id"] for f in doc["findings"]]
+    assert top["saving"]["seconds"] > 0 and top["saving"]["fix"]
+
+
+@pytest.mark.slow
+def test_the_healthy_job_has_nothing_to_win(tmp_path: Path) -> None:
+    doc = bench_diagnosis.diagnose_slow("healthy", SCALE, tmp_path)
+    _check(doc)
+    big = [f for f in doc["findings"] if (f["saving"]["fraction"] or 0) > 0.05]
+    assert not big, big
