@@ -48,5 +48,9 @@ def test_run_start_step_is_recorded(cw, tmp_path: Path) -> None:
           "pass")  # fmt: skip
     doc = json.loads(cw.ok("goodput", "--model", "m2", "--json").stdout)
     assert doc["runs"][0]["start_step"] == 40
+    page = tmp_path / "report.html"
+    cw.ok("report", "last", "-o", page)  # the run's report: its model's goodput
+    html = page.read_text()
+    assert 'id="section-goodput"' in html and "model m2" in html
     r = cw("run", "--start-step", "-3", "--", sys.executable, "-c", "pass")
     assert r.returncode == 2 and "must be at least 0" in r.stderr

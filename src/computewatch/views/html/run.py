@@ -36,6 +36,8 @@ from computewatch.analysis.summary_types import (
     RunSummary,
     stored_summary,
 )
+from computewatch.goodput.json import report_json
+from computewatch.goodput.local import local_goodput
 from computewatch.profiling.artifacts import Artifact, artifacts_of
 from computewatch.records import Figure
 from computewatch.store import RUNNING, RunRow, SeriesRow, StepRow, Store
@@ -49,6 +51,7 @@ from computewatch.units import (
     format_watts,
 )
 from computewatch.views.diagnosis import diagnosis_html
+from computewatch.views.goodput import goodput_html
 from computewatch.views.html.bench import bench_section
 from computewatch.views.html.page import (
     UPLOT_VERSION,
@@ -86,6 +89,19 @@ _CHART_ORDER = (
     "cpu", "memory", "gpu_util", "gpu_sm", "gpu_memory", "gpu_power", "throughput_steps",
     "throughput_samples", "throughput_tokens", "step_time", "disk", "network",
 )  # fmt: skip
+
+
+def _goodput_section(store: Store, declared: object) -> str:
+    """The goodput of the model the run declared, across its runs in this store (empty
+    without a declared model; a note if it cannot be computed: the report is still written)."""
+    model = declared.get("model") if isinstance(declared, dict) else None
+    if not isinstance(model, str) or not model:
+        return ""
+    try:
+        body = goodput_html(report_json(local_goodput(store, model=model)), "Across its runs")
+    except Exception as e:  # a store that cannot be read further
+        return f'<p class="warn">Goodput could not be computed: {escape(type(e).__name__)}</p>'
+    return f'<section id="section-goodput"><h2>Goodput</h2>{body}</section>' if body else ""
 
 
 def summary_of(store: Store, run: RunRow) -> RunSummary:
@@ -852,6 +868,7 @@ def build_html(store: Store, run: RunRow, *, max_buckets: int = MAX_BUCKETS) -> 
         parts.append(accounting_section(name, section))
     parts.append(diagnosis_html(summary))  # findings, when the run was diagnosed
     meta = store.meta(run.key)
+    parts.append(_goodput_section(store, meta.get("governance")))  # its model's runs
     parts.append(bench_section(meta.get("bench")))  # a benchmark's results, a sweep's charts
     repro = repro_lines(with_repro(summary, meta))  # views/repro.py
     if repro:
