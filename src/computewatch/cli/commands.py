@@ -453,13 +453,16 @@ def _keep_recorded_flags(args: argparse.Namespace, summary: RunSummary) -> None:
     """A run accounted again with some flags keeps the ``--region`` and ``--pue`` it was run
     with, where those flags are not given again (a ``--config`` alone must not put the world
     average in place of the region the run named)."""
-    carbon = summary.get("carbon") or {}
-    intensity = carbon.get("intensity") or {}
-    if args.region is None and intensity.get("how") == "--region" and intensity.get("region"):
-        args.region = intensity["region"]
-    pue = (summary.get("energy") or {}).get("pue") or {}
-    if args.pue is None and pue.get("source") == "--pue" and pue.get("value"):
-        args.pue = float(pue["value"])
+    carbon = summary.get("carbon")
+    if args.region is None and carbon is not None:
+        intensity = carbon["intensity"]
+        if intensity.get("how") == "--region" and intensity.get("region"):
+            args.region = intensity["region"]
+    energy = summary.get("energy")
+    if args.pue is None and energy is not None:
+        pue = energy["pue"]
+        if pue.get("source") == "--pue" and pue.get("value"):
+            args.pue = float(pue["value"])
 
 
 def cmd_show(args: argparse.Namespace) -> int:
