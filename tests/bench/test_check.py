@@ -70,7 +70,7 @@ def test_check_values_and_distributions() -> None:
     noisy_b = Measurements({"step_time_p50": 1.0}, samples[:20])
     noisy_c = Measurements({"step_time_p50": 1.12}, samples[20:])
     one = [Limit("step_time_p50", 0.10, "max")]
-    assert check(noisy_c, noisy_b, one).regressed  # single numbers: flagged
+    assert check(noisy_c, noisy_b, one, noise_aware=False).regressed  # single numbers: flagged
     assert not check(noisy_c, noisy_b, one, noise_aware=True).regressed
     shifted = Measurements({"step_time_p50": 1.5}, [x * 1.5 for x in samples[20:]])
     r = check(shifted, noisy_b, one, noise_aware=True)

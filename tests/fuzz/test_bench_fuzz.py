@@ -26,6 +26,15 @@ _entry = st.fixed_dictionaries(
     optional={
         "metrics": st.one_of(_metrics, _number),
         "step_times_seconds": st.one_of(st.lists(_number, max_size=6), _number),
+        "ranges": st.one_of(
+            st.dictionaries(
+                st.sampled_from([*METRICS, "other"]),
+                st.one_of(st.lists(_number, max_size=3), _number),
+                max_size=3,
+            ),
+            _number,
+        ),
+        "methods": st.one_of(st.dictionaries(st.text(max_size=5), _number, max_size=3), _number),
     },
 )
 _doc = st.one_of(
@@ -59,6 +68,7 @@ def test_baseline_documents(doc: Any) -> None:
             continue
         assert all(k in METRICS for k in m.metrics)
         assert all(t >= 0 for t in m.step_times_seconds)
+        assert all(k in METRICS and lo <= hi for k, (lo, hi) in m.ranges.items())
 
 
 @settings(BASE, max_examples=200 * BASE.max_examples)

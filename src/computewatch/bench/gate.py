@@ -1,7 +1,9 @@
 """Resource gates for CI: a run's figures (step time, peak memory, energy per step, cost per
 1M tokens, ...) against a baseline run or a committed baseline file, within limits such as
-``step_time_p50=+10%``. The noise-aware mode compares the step-time samples of both runs (a
-one-sided Mann-Whitney U test) instead of two single numbers."""
+``step_time_p50=+10%``. Each figure is compared with its own uncertainty: step times by their
+samples (a one-sided Mann-Whitney U test, when both sides have enough), a figure with a range
+(energy and cost: the accounting's low and high ends) by its range, so that a regression is a
+move past the limit that the figures' own uncertainty cannot explain."""
 
 from __future__ import annotations
 
@@ -128,11 +130,17 @@ DEFAULT_LIMITS = (
 
 @dataclass(frozen=True)
 class Measurements:
-    """One side of a check: the figures by metric name, and the step times (seconds)."""
+    """One side of a check: the figures by metric name, the step times (seconds), and the
+    range (low, high) of the figures that have one (energy, cost: how they were obtained)."""
 
     metrics: dict[str, float | None]
     step_times_seconds: list[float] = field(default_factory=list)
     source: str = ""
+    ranges: dict[str, tuple[float, float]] = field(default_factory=dict)
+    methods: dict[str, str] = field(default_factory=dict)
+    """How a figure was obtained, where two runs can differ (energy: measured or modeled,
+    the run's share of the machine or the whole machine): figures obtained differently are
+    not compared."""
 
 
 def step_times(steps: Sequence[StepRow]) -> list[float]:
@@ -194,6 +202,18 @@ def measurements_from_summary(
         per_unit = cost["per_unit"]
         m["cost_per_1m_tokens"] = per_unit.get("usd_per_1m_tokens")
         m["cost_per_step"] = per_unit.get("usd_per_step")
+    ranges: dict[str, tuple[float, float]] = {}
+    methods: dict[str, str] = {}
+    if energy is not None:
+        whole = any("whole machine" in str(a) for a in energy.get("attribution") or [])
+        how = f"{energy['facility'].get('method')}, {'whole machine' if whole else 'run share'}"
+        for name in ("energy", "energy_per_step", "energy_per_sample"):
+            if m.get(name) is not None:
+                methods[name] = how
+        _scaled_range(ranges, m, energy["facility"], ("energy", "energy_per_step",
+                                                      "energy_per_sample"))  # fmt: skip
+    if cost is not None:
+        _scaled_range(ranges, m, cost.get("total"), ("cost_per_1m_tokens", "cost_per_step"))
     if bench is not None:
         lg = bench.get("loadgen") or {}
         lat = lg.get("latency_seconds") or {}
@@ -201,7 +221,26 @@ def measurements_from_summary(
         m["latency_p99"] = _f(lat.get("p99"))
         m["qps"] = _f(lg.get("qps"))
         m["energy_per_query"] = _f((bench.get("resources") or {}).get("energy_per_query_joules"))
-    return Measurements(m, _thin(list(steps)), source)
+    return Measurements(m, _thin(list(steps)), source, ranges, methods)
+
+
+def _scaled_range(
+    ranges: dict[str, tuple[float, float]],
+    m: Mapping[str, float | None],
+    figure: object,
+    names: Sequence[str],
+) -> None:
+    """The figure's low and high ends, as fractions of its value, applied to each of ``names``
+    (a per-step or per-sample figure is the total divided by a count: the same fractions)."""
+    if not isinstance(figure, Mapping):
+        return
+    value, low, high = _f(figure.get("value")), _f(figure.get("low")), _f(figure.get("high"))
+    if not value or low is None or high is None or not low <= value <= high:
+        return
+    for name in names:
+        v = m.get(name)
+        if v is not None:
+            ranges[name] = (v * low / value, v * high / value)
 
 
 def _f(v: object) -> float | None:
@@ -225,7 +264,15 @@ def baseline_document(
 
     def one(x: Measurements) -> dict[str, Any]:
         metrics = {k: v for k, v in x.metrics.items() if v is not None}
-        return {"metrics": metrics, "step_times_seconds": _thin(x.step_times_seconds)}
+        out: dict[str, Any] = {
+            "metrics": metrics,
+            "step_times_seconds": _thin(x.step_times_seconds),
+        }
+        if x.ranges:
+            out["ranges"] = {k: [lo, hi] for k, (lo, hi) in sorted(x.ranges.items())}
+        if x.methods:
+            out["methods"] = dict(sorted(x.methods.items()))
+        return out
 
     doc: dict[str, Any] = {"computewatch_baseline": BASELINE_VERSION}
     if current is not None:
@@ -252,7 +299,22 @@ def _measurements(raw: object, where: str) -> Measurements:
     times = raw.get("step_times_seconds", [])
     if not isinstance(times, list) or any(_f(t) is None or float(t) < 0 for t in times):
         raise BaselineError(f"{where}: 'step_times_seconds' must be a list of numbers >= 0")
-    return Measurements(metrics, [float(t) for t in times], where)
+    ranges_raw = raw.get("ranges", {})
+    if not isinstance(ranges_raw, dict):
+        raise BaselineError(f"{where}: 'ranges' must be an object")
+    ranges: dict[str, tuple[float, float]] = {}
+    for k, v in ranges_raw.items():
+        if k not in METRICS:
+            continue
+        lo, hi = (_f(v[0]), _f(v[1])) if isinstance(v, list) and len(v) == 2 else (None, None)
+        if lo is None or hi is None or lo > hi:
+            raise BaselineError(f"{where}: range of {k!r} must be [low, high]")
+        ranges[k] = (lo, hi)
+    methods_raw = raw.get("methods", {})
+    if not isinstance(methods_raw, dict):
+        raise BaselineError(f"{where}: 'methods' must be an object")
+    methods = {str(k): str(v) for k, v in methods_raw.items() if k in METRICS}
+    return Measurements(metrics, [float(t) for t in times], where, ranges, methods)
 
 
 def parse_baseline(
@@ -290,8 +352,8 @@ class CheckRow:
     current: float | None
     change: float | None  # (current - baseline) / baseline; medians in the noise-aware mode
     limit: str
-    status: str  # "ok", "regression", "missing"
-    test: str  # "value" or "distribution"
+    status: str  # "ok", "regression", "missing", "incomparable" (obtained differently)
+    test: str  # "value", "distribution" (step times) or "range" (the figures' low-high)
     p_value: float | None = None
 
 
@@ -351,13 +413,17 @@ def check(
     baseline: Measurements,
     limits: Sequence[Limit] = DEFAULT_LIMITS,
     *,
-    noise_aware: bool = False,
+    noise_aware: bool = True,
     alpha: float = DEFAULT_ALPHA,
     min_samples: int = 5,
 ) -> CheckResult:
-    """Each limit against the baseline. In the noise-aware mode a step-time limit regresses
-    only when the current step times are significantly larger (one-sided Mann-Whitney U at
-    ``alpha``) AND their median moved past the limit; other metrics compare values."""
+    """Each limit against the baseline, each figure with its own uncertainty. A step-time limit
+    (both sides with ``min_samples`` step times; ``noise_aware=False`` compares the two numbers
+    only) regresses when the current step times are significantly larger (one-sided
+    Mann-Whitney U at ``alpha``) AND their median moved past the limit. A figure with a range on
+    both sides (energy, cost) regresses only when the ranges are apart by more than the limit
+    (current low above the baseline's high moved by the limit, for ``--max``). Other figures
+    compare values."""
     rows: list[CheckRow] = []
     for lim in limits:
         base = baseline.metrics.get(lim.metric)
@@ -376,16 +442,25 @@ def check(
             rows.append(CheckRow(lim.metric, base, cur, None, lim.text, "missing", "value"))
             continue
         change = (cur - base) / base if base else None
+        how_b, how_c = baseline.methods.get(lim.metric), current.methods.get(lim.metric)
+        if how_b is not None and how_c is not None and how_b != how_c:
+            rows.append(
+                CheckRow(lim.metric, base, cur, change, lim.text, "incomparable",
+                         f"obtained differently: {how_b} / {how_c}")
+            )  # fmt: skip
+            continue
         bad = _regressed(lim, base, cur)
+        test = "distribution" if use_dist else "value"
         if use_dist and bad:
             a, b = current.step_times_seconds, baseline.step_times_seconds
             p = mann_whitney_greater(a, b) if lim.bound == "max" else mann_whitney_greater(b, a)
             bad = p < alpha
+        elif lim.metric in current.ranges and lim.metric in baseline.ranges:
+            test = "range"
+            (c_lo, c_hi), (b_lo, b_hi) = current.ranges[lim.metric], baseline.ranges[lim.metric]
+            bad = _regressed(lim, b_hi, c_lo) if lim.bound == "max" else _regressed(lim, b_lo, c_hi)
         status = "regression" if bad else "ok"
-        rows.append(
-            CheckRow(lim.metric, base, cur, change, lim.text, status,
-                     "distribution" if use_dist else "value", p)
-        )  # fmt: skip
+        rows.append(CheckRow(lim.metric, base, cur, change, lim.text, status, test, p))
     return CheckResult(
         rows,
         regressed=any(r.status == "regression" for r in rows),

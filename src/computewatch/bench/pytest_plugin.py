@@ -12,14 +12,16 @@ Without ``--computewatch`` the plugin does nothing: the fixture's ``step()`` is 
 ``--computewatch-update`` writes the measured figures into the baseline file instead
 (``--computewatch-baseline``, default ``computewatch-baseline.json`` in the root directory).
 Limits: ``--computewatch-max METRIC=+N%`` (repeatable; default: step_time_p50, peak_memory and
-energy_per_step +10%), or ``@pytest.mark.computewatch(max=["step_time_p50=+20%"])`` per test.
-Step times are compared noise-aware (their distributions, Mann-Whitney U) when both sides have
-at least 5."""
+energy_per_step +10%), and ``@pytest.mark.computewatch(max=["step_time_p50=+20%"])`` per test,
+which replaces the global limit of the same metric for that test. Each figure is compared with
+its own uncertainty (step times by their samples, Mann-Whitney U, when both sides have at least
+5; energy by its low-high range). A regression fails the test itself (its call, not its
+teardown)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -96,8 +98,9 @@ class Recorder:
     """What the ``computewatch`` fixture gives a test: ``step(samples=, tokens=)`` closes one
     step (an append; a no-op without ``--computewatch``). ``measurements`` once the test ends."""
 
-    def __init__(self, run: Any | None) -> None:
+    def __init__(self, run: Any | None, end: Any = None) -> None:
         self._run = run
+        self._end = end
         self.measurements: Measurements | None = None
         self._last = time.perf_counter()
         self._times: list[float] = []
@@ -114,14 +117,24 @@ class Recorder:
         self._last = now
         self._run.step(samples=samples, tokens=tokens)
 
+    def _finish(self, failed: bool = False) -> str | None:
+        """End the test's run and check it (once): the failure's text, or None."""
+        end, self._end = self._end, None
+        return None if end is None else end(failed)
+
 
 def _limits(request: pytest.FixtureRequest) -> list[Limit]:
-    texts = list(request.config.getoption("--computewatch-max"))
+    """The global limits (``--computewatch-max``, else the defaults), each replaced by the
+    test's marker where it names the same metric."""
+    given = [parse_limit(t) for t in request.config.getoption("--computewatch-max")]
+    limits = given or list(DEFAULT_LIMITS)
     marker = request.node.get_closest_marker("computewatch")
     if marker is not None:
-        given = marker.kwargs.get("max", [])
-        texts += [given] if isinstance(given, str) else list(given)
-    return [parse_limit(t) for t in texts] or list(DEFAULT_LIMITS)
+        raw = marker.kwargs.get("max", [])
+        own = [parse_limit(t) for t in ([raw] if isinstance(raw, str) else list(raw))]
+        mine = {(lim.metric, lim.bound) for lim in own}
+        limits = [lim for lim in limits if (lim.metric, lim.bound) not in mine] + own
+    return limits
 
 
 @pytest.fixture
@@ -143,31 +156,67 @@ def computewatch(request: pytest.FixtureRequest) -> Iterator[Recorder]:
         interval=0.2,
         db=config.getoption("--computewatch-db"),
     )
-    with tracker as run:
-        wait_until_sampling(run)
-        rec = Recorder(run)
+    run = tracker.__enter__()
+
+    def end(failed: bool) -> str | None:
+        tracker.__exit__(RuntimeError if failed else None, None, None)
+        if failed:
+            return None
+        return _verdict(config, nodeid, run, rec, limits)
+
+    wait_until_sampling(run)
+    rec = Recorder(run, end)
+    try:
         yield rec
+    finally:
+        failure = rec._finish(failed=request.node.stash.get(_CALL_FAILED, False))
+    if failure:  # not checked in the call (the test's own hook did not run)
+        pytest.fail(failure)
+
+
+_CALL_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """The check at the end of the test's call: a regression fails the test, not its
+    teardown."""
+    try:
+        yield
+    except BaseException:
+        item.stash[_CALL_FAILED] = True
+        raise
+    rec = getattr(item, "funcargs", {}).get("computewatch")
+    if isinstance(rec, Recorder) and rec.enabled:
+        failure = rec._finish()
+        if failure:
+            pytest.fail(failure, pytrace=False)
+
+
+def _verdict(
+    config: pytest.Config, nodeid: str, run: Any, rec: Recorder, limits: list[Limit]
+) -> str | None:
     if run.summary is None:
-        pytest.fail(f"computewatch: no summary for {nodeid}: the run was not stored")
+        return f"computewatch: no summary for {nodeid}: the run was not stored"
     measured = measurements_from_summary(run.summary, rec._times, None, f"test {nodeid}")
     rec.measurements = measured
     config.stash[_MEASURED][nodeid] = measured
     if config.getoption("--computewatch-update"):
-        return
+        return None
     path = _baseline_path(config)
     if not path.is_file():
-        pytest.fail(
+        return (
             f"computewatch: no baseline file {path}: run once with --computewatch-update "
             "and commit it"
         )
     try:
         _run, tests = parse_baseline(path.read_text("utf-8"), str(path))
     except (BaselineError, OSError, UnicodeDecodeError) as e:
-        pytest.fail(f"computewatch: {e}")
+        return f"computewatch: {e}"
     base = tests.get(nodeid)
     if base is None:
-        pytest.fail(f"computewatch: {path} has no figures for {nodeid}: run --computewatch-update")
-    result = check(measured, base, limits, noise_aware=True)
+        return f"computewatch: {path} has no figures for {nodeid}: run --computewatch-update"
+    result = check(measured, base, limits)
     if result.regressed or result.missing:
         # the text view lives above this layer: a short table of what moved, made here
         lines = [
@@ -177,7 +226,8 @@ def computewatch(request: pytest.FixtureRequest) -> Iterator[Recorder]:
             for r in result.rows
             if r.status != "ok"
         ]
-        pytest.fail(f"computewatch: resources regressed in {nodeid}:\n" + "\n".join(lines))
+        return f"computewatch: resources regressed in {nodeid}:\n" + "\n".join(lines)
+    return None
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:

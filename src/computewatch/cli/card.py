@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from computewatch.errors import ComputewatchError
+from computewatch.errors import ComputewatchError, UsageError
 from computewatch.escape import clean_text
 
 __all__ = ["add_card_parser", "cmd_card"]
@@ -34,10 +34,20 @@ def add_card_parser(sub: Any) -> argparse.ArgumentParser:
     p.add_argument(
         "--training-type",
         choices=("pre-training", "fine-tuning"),
-        default="pre-training",
-        help="the card's training_type (default pre-training)",
+        default=None,
+        help="the card's training_type (default: pre-training, said on standard error)",
     )
-    p.add_argument("-o", "--output", metavar="FILE", help="default: standard output")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE",
+        help="default: standard output. An existing model card (--format huggingface) gets "
+        "the co2_eq_emissions block merged into its front matter, everything else kept; "
+        "another existing file needs --force",
+    )
+    p.add_argument(
+        "--force", action="store_true", help="replace an existing FILE whole instead of merging"
+    )
     p.add_argument("--db", metavar="PATH", help="database file (default: the usual one)")
     return p
 
@@ -47,7 +57,7 @@ def cmd_card(args: argparse.Namespace) -> int:
     from computewatch.analysis.summary import current_summary
     from computewatch.paths import resolve_db_path
     from computewatch.store.spooled import open_store
-    from computewatch.views.card import card_data, render_card
+    from computewatch.views.card import card_data, merge_card, render_card
 
     path = resolve_db_path(args.db)
     if not path.exists():
@@ -61,12 +71,29 @@ def cmd_card(args: argparse.Namespace) -> int:
                 continue  # the same run named twice is counted once
             seen.add(run.id)
             summaries.append(current_summary(store, run))
-    text = render_card(card_data(summaries, args.training_type), args.format)
+    training_type = args.training_type
+    if training_type is None:
+        training_type = "pre-training"
+        if args.format == "huggingface":
+            sys.stderr.write(
+                "computewatch: training_type not given (--training-type): the card says "
+                "pre-training\n"
+            )
+    text = render_card(card_data(summaries, training_type), args.format)
     if args.output:
+        out = Path(args.output).expanduser()
         try:
-            Path(args.output).expanduser().write_text(text)
-        except OSError as e:
-            raise ComputewatchError(f"cannot write {args.output}: {e.strerror or e}") from None
+            if out.exists() and not args.force:
+                if args.format != "huggingface":
+                    raise UsageError(
+                        f"{args.output} exists: --force to replace it (only a Hugging Face "
+                        "model card is merged into)"
+                    )
+                text = merge_card(out.read_text("utf-8"), text)
+            out.write_text(text)
+        except (OSError, UnicodeDecodeError) as e:
+            why = e.strerror if isinstance(e, OSError) and e.strerror else e
+            raise ComputewatchError(f"cannot write {args.output}: {why}") from None
     else:
         sys.stdout.write(text)
     return 0

@@ -33,12 +33,15 @@ __all__ = ["cmd_check"]
 def _open(args: argparse.Namespace) -> Store:
     path = resolve_db_path(args.db)
     if not path.exists():
-        raise ComputewatchError(f"no runs recorded yet ({path} does not exist)")
+        raise UsageError(f"no runs recorded yet ({path} does not exist)")
     return open_store(path)
 
 
-def _of_run(store: Store, ref: str) -> Measurements:
-    row = store.find_run(ref)
+def _of_run(store: Store, ref: str, what: str = "run") -> Measurements:
+    try:
+        row = store.find_run(ref)
+    except ComputewatchError as e:  # no such run: the command was asked wrong (exit 2)
+        raise UsageError(f"{what} {ref!r}: {e}") from None
     summary = current_summary(store, row)
     bench = store.meta(row.key).get("bench")
     return measurements_from_summary(
@@ -49,8 +52,14 @@ def _of_run(store: Store, ref: str) -> Measurements:
     )
 
 
+def _looks_like_file(ref: str) -> bool:
+    return ref.endswith(".json") or "/" in ref or ref.startswith(".")
+
+
 def cmd_check(args: argparse.Namespace) -> int:
-    """Run ``computewatch check``: 0 within limits, 1 on a regression (or a missing figure)."""
+    """Run ``computewatch check``: 0 within limits, 1 on a regression (or a missing figure),
+    2 for a usage error: a run or baseline that does not exist, a baseline file that cannot be
+    read, a bad limit."""
     limits = [parse_limit(t, "max") for t in args.max] + [parse_limit(t, "min") for t in args.min]
     with _open(args) as store:
         current = _of_run(store, args.run)
@@ -71,10 +80,16 @@ def cmd_check(args: argparse.Namespace) -> int:
             base, _tests = parse_baseline(text, str(path))
             if base is None:
                 raise BaselineError(f"{path}: holds only tests' figures (the pytest plugin's)")
+        elif _looks_like_file(args.baseline) and not path.exists():
+            raise UsageError(f"baseline file {path} does not exist")
         else:
-            base = _of_run(store, args.baseline)
+            base = _of_run(store, args.baseline, "baseline run")
     result = check(
-        current, base, limits or DEFAULT_LIMITS, noise_aware=args.noise_aware, alpha=args.alpha
+        current,
+        base,
+        limits or DEFAULT_LIMITS,
+        noise_aware=not args.values_only,
+        alpha=args.alpha,
     )
     if args.json:
         print(jsonout.dumps(asdict(result), indent=2))

@@ -212,3 +212,6 @@ def print_check(r: CheckResult, out: TextIO) -> None:
                   + " missing on one side\n")  # fmt: skip
     else:
         out.write("within limits\n")
+    for x in r.rows:
+        if x.status == "incomparable":
+            out.write(f"not compared: {x.metric} ({x.test})\n")

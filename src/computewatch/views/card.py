@@ -21,7 +21,7 @@ from computewatch._version import __version__
 from computewatch.analysis.summary_types import RunSummary, energy_components
 from computewatch.units import format_duration, format_grams, format_kwh, format_usd
 
-__all__ = ["FORMATS", "CardData", "Total", "card_data", "render_card"]
+__all__ = ["FORMATS", "CardData", "Total", "card_data", "merge_card", "render_card"]
 
 FORMATS = ("huggingface", "markdown", "latex")
 TRAINING_TYPES = ("pre-training", "fine-tuning")
@@ -168,6 +168,34 @@ def huggingface(d: CardData) -> str:
         "",
     ]
     return "\n".join(lines) + paragraph(d) + "\n"
+
+
+def merge_card(existing: str, new_card: str) -> str:
+    """``existing`` (a model card: YAML front matter between ``---`` lines, then prose) with the
+    ``co2_eq_emissions`` block of ``new_card`` in its front matter, in place of the one there or
+    at its end; every other line is kept as it was. A card without front matter gets one."""
+    new_lines = new_card.split("\n")
+    end = new_lines.index("---", 1)
+    block = new_lines[1:end]
+    lines = existing.split("\n")
+    if not lines or lines[0].rstrip() != "---":
+        return "\n".join(["---", *block, "---", ""]) + existing
+    try:
+        close = next(i for i in range(1, len(lines)) if lines[i].rstrip() in ("---", "..."))
+    except StopIteration:
+        return "\n".join(["---", *block, "---", ""]) + existing  # not front matter after all
+    front = lines[1:close]
+    start = next((i for i, ln in enumerate(front) if ln.startswith("co2_eq_emissions:")), None)
+    if start is None:
+        front = [*front, *block]
+    else:
+        stop = start + 1  # the block: its indented lines (blank lines between them)
+        while stop < len(front) and (not front[stop].strip() or front[stop][:1] in " \t"):
+            stop += 1
+        while stop > start + 1 and not front[stop - 1].strip():
+            stop -= 1  # blank lines after it stay
+        front = [*front[:start], *block, *front[stop:]]
+    return "\n".join(["---", *front, *lines[close:]])
 
 
 def _range(t: Total, fmt: str) -> str:
