@@ -20,6 +20,7 @@ DEFAULT_FORWARDED_ALLOW_IPS = "127.0.0.1,::1"  # computewatch.server.serve's, li
 SCOPES = ("ingest", "read", "admin")  # computewatch.serverdb.tokens.SCOPES
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 DEFAULT_BODY_TIMEOUT_SECONDS = 30.0  # computewatch.server.bodies's
+DEFAULT_MAX_QUEUED_UPLOADS = 32  # computewatch.server.admission's
 
 _DB_HELP = (
     "database URL: sqlite:///PATH or postgresql+psycopg://USER:PASSWORD@HOST:PORT/NAME "
@@ -44,6 +45,16 @@ def _positive_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"a number of seconds, not {text!r}") from None
     if not 0 < v <= 3600:
         raise argparse.ArgumentTypeError(f"between 0 and 3600 seconds, not {text!r}")
+    return v
+
+
+def _queue_length(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number of uploads, not {text!r}") from None
+    if not 0 <= v <= 100_000:
+        raise argparse.ArgumentTypeError(f"between 0 and 100000, not {text!r}")
     return v
 
 
@@ -121,6 +132,14 @@ def add_server_parser(sub: Any) -> None:
         help="the dashboard's public origin (https://cw.example.org) when a reverse proxy "
         "rewrites the Host header; browser requests from any other origin that change "
         "state are refused (repeatable)",
+    )
+    s.add_argument(
+        "--max-queued-uploads",
+        metavar="N",
+        type=_queue_length,
+        default=DEFAULT_MAX_QUEUED_UPLOADS,
+        help="uploads that may wait for their turn to be stored; the next is answered 429 "
+        f"with Retry-After at once (default {DEFAULT_MAX_QUEUED_UPLOADS})",
     )
     ssub = s.add_subparsers(dest="server_cmd", metavar="SUBCOMMAND")
     t = ssub.add_parser("token", help="create, list or revoke API tokens")

@@ -143,4 +143,5 @@ def cmd_server(args: argparse.Namespace) -> int:
         forwarded_allow_ips=args.forwarded_allow_ips,
         body_timeout=args.body_timeout,
         allowed_origins=args.allowed_origin,
+        max_queued_uploads=args.max_queued_uploads,
     )

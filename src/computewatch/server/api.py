@@ -10,7 +10,6 @@ says who the token is; ``GET /events`` streams run changes (Server-Sent Events).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import re
 import time
@@ -28,6 +27,7 @@ from sqlalchemy.orm import Session
 from computewatch.errors import ComputewatchError
 from computewatch.jsonout import dumps as json_dumps
 from computewatch.jsonout import finite
+from computewatch.server.admission import DEFAULT_MAX_QUEUED_UPLOADS, Admission
 from computewatch.server.auth import (
     Principal,
     db_session,
@@ -277,20 +277,29 @@ async def ingest(
             return JSONResponse(doc, headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
         raise AssertionError("unreachable")
 
-    # On SQLite one write at a time (computewatch.serverdb.engine.Database.writing): the
-    # uploads wait their turn here, on the event loop, rather than each in a worker thread of
-    # the pool that reads and authentication need too.
-    async with _ingest_gate(request, db):
+    # Uploads wait their turn here, on the event loop, rather than each in a worker thread of
+    # the pool that reads and authentication need too; past the queue's bound the server says
+    # it is busy at once (computewatch.server.admission).
+    async with _admission(request, db).turn(request):
         return await run_in_threadpool(work)
 
 
-def _ingest_gate(request: Request, db: Database) -> contextlib.AbstractAsyncContextManager[object]:
-    if db.dialect != "sqlite":
-        return contextlib.nullcontext()
-    gate: asyncio.Lock | None = getattr(request.app.state, "ingest_gate", None)
-    if gate is None:
-        gate = request.app.state.ingest_gate = asyncio.Lock()
-    return gate
+INGEST_CONCURRENCY: Final = {"sqlite": 1, "postgresql": 8}
+"""Uploads stored at once per server process: SQLite has one writer (Database.writing); on
+PostgreSQL a share of the connection pool."""
+
+
+def _admission(request: Request, db: Database) -> Admission:
+    """The app's admission of uploads, made on the event loop that serves it."""
+    loop = asyncio.get_running_loop()
+    made: tuple[asyncio.AbstractEventLoop, Admission] | None = getattr(
+        request.app.state, "admission", None
+    )
+    if made is None or made[0] is not loop:
+        queue = int(getattr(request.app.state, "max_queued_uploads", DEFAULT_MAX_QUEUED_UPLOADS))
+        made = (loop, Admission(INGEST_CONCURRENCY.get(db.dialect, 1), queue))
+        request.app.state.admission = made
+    return made[1]
 
 
 # -- reading ---------------------------------------------------------------------------------------

@@ -35,6 +35,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from computewatch._version import __version__
 from computewatch.server import api, governance_api
 from computewatch.server import goodput as goodput_api
+from computewatch.server.admission import (
+    DEFAULT_MAX_QUEUED_UPLOADS,
+    ClientGone,
+    Overloaded,
+    client_gone,
+    overloaded,
+)
 from computewatch.server.auth import (
     SESSION_COOKIE,
     LoginRequired,
@@ -216,6 +223,7 @@ def create_app(
     require_signed: bool = False,
     body_timeout: float = DEFAULT_BODY_TIMEOUT_SECONDS,
     allowed_origins: Sequence[str] = (),
+    max_queued_uploads: int = DEFAULT_MAX_QUEUED_UPLOADS,
 ) -> FastAPI:
     """The server on ``db_url`` (see computewatch.serverdb.engine.parse_url; the default SQLite
     file when None), or on an open ``database``. Migrates the schema to the newest revision
@@ -225,7 +233,8 @@ def create_app(
     ``body_timeout``: seconds a request's body has to arrive in full (408 after).
     ``allowed_origins``: origins (``https://cw.example.org``) whose browser requests count as
     the server's own besides the one each request names in ``Host`` (a proxy that rewrites
-    ``Host``)."""
+    ``Host``). ``max_queued_uploads``: uploads that may wait for their turn before the next
+    is answered 429 (computewatch.server.admission)."""
     db = database if database is not None else open_database(db_url)
     if migrate:
         upgrade(db)
@@ -270,6 +279,7 @@ def create_app(
     app.state.events = hub
     app.state.secure_cookies = secure_cookies
     app.state.require_signed = require_signed
+    app.state.max_queued_uploads = max_queued_uploads
     for exc_type in (OperationalError, InterfaceError, PoolTimeout, DBAPIError):
         app.add_exception_handler(exc_type, _db_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
@@ -277,6 +287,8 @@ def create_app(
     app.add_exception_handler(LoginRequired, _login_required)
     app.add_exception_handler(BodyTimeout, body_timed_out)
     app.add_exception_handler(ClientDisconnect, client_went_away)
+    app.add_exception_handler(Overloaded, overloaded)
+    app.add_exception_handler(ClientGone, client_gone)
 
     @app.get("/healthz", include_in_schema=False)
     def healthz(session: Annotated[Session, Depends(db_session)]) -> dict[str, Any]:

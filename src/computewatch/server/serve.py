@@ -137,6 +137,7 @@ def serve(
     forwarded_allow_ips: str = DEFAULT_FORWARDED_ALLOW_IPS,
     body_timeout: float = 30.0,
     allowed_origins: Sequence[str] = (),
+    max_queued_uploads: int = 32,
 ) -> int:
     """Run the server until SIGTERM or SIGINT; the exit status."""
     where = parse_listen(listen)
@@ -165,6 +166,7 @@ def serve(
             require_signed=require_signed,
             body_timeout=body_timeout,
             allowed_origins=allowed_origins,
+            max_queued_uploads=max_queued_uploads,
         )
     except DBAPIError as e:
         raise ServerDbError(

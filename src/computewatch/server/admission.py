@@ -1,0 +1,106 @@
+"""Admission of uploads: a bounded wait for the ingest's turn, so that an overloaded server says
+so at once (429 with ``Retry-After``) instead of queueing without limit and storing, long after,
+uploads whose clients gave up waiting.
+
+On SQLite one upload is written at a time (one writer); on PostgreSQL a few per process. At most
+``queue`` more wait for their turn; one more is refused at once. An upload whose client went away
+while it waited is dropped when its turn comes (nobody would receive the answer, and the client
+sends it again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Final
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from computewatch.errors import ComputewatchError
+
+__all__ = [
+    "DEFAULT_MAX_QUEUED_UPLOADS",
+    "RETRY_AFTER_SECONDS",
+    "Admission",
+    "ClientGone",
+    "Overloaded",
+    "client_gone",
+    "overloaded",
+]
+
+log = logging.getLogger("computewatch.server")
+
+DEFAULT_MAX_QUEUED_UPLOADS: Final = 32
+"""Uploads that may wait for their turn per server process (``--max-queued-uploads``)."""
+RETRY_AFTER_SECONDS: Final = 1
+"""``Retry-After`` of a refused upload; the clients add jitter and back off."""
+
+
+class Overloaded(ComputewatchError):
+    """More uploads wait than the server takes: answered 429 with ``Retry-After``."""
+
+
+class ClientGone(ComputewatchError):
+    """The client of a waiting upload disconnected before its turn."""
+
+
+class Admission:
+    """At most ``concurrent`` uploads stored at once, at most ``queue`` waiting."""
+
+    def __init__(self, concurrent: int, queue: int) -> None:
+        if concurrent < 1 or queue < 0:
+            raise ValueError("admission needs concurrent >= 1 and queue >= 0")
+        self.concurrent = concurrent
+        self.queue = queue
+        self._turns = asyncio.Semaphore(concurrent)
+        self._waiting = 0
+        self.refused = 0
+        """Uploads answered 429 since the start."""
+        self.dropped = 0
+        """Uploads dropped because their client left while they waited."""
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    @contextlib.asynccontextmanager
+    async def turn(self, request: Request) -> AsyncIterator[None]:
+        """Wait for this upload's turn; :class:`Overloaded` at once when the queue is full,
+        :class:`ClientGone` when its client left meanwhile."""
+        if self._turns.locked() and self._waiting >= self.queue:
+            self.refused += 1
+            raise Overloaded(
+                f"the server is busy ({self._waiting} uploads wait for their turn); retry after "
+                f"{RETRY_AFTER_SECONDS} s"
+            )
+        self._waiting += 1
+        try:
+            await self._turns.acquire()
+        finally:
+            self._waiting -= 1
+        try:
+            if await request.is_disconnected():
+                self.dropped += 1
+                raise ClientGone(f"the client of {request.url.path} went away while it waited")
+            yield
+        finally:
+            self._turns.release()
+
+
+async def overloaded(request: Request, exc: Exception) -> Response:
+    """429 with ``Retry-After`` for :class:`Overloaded`."""
+    log.info("%s %s: %s", request.method, request.url.path, exc)
+    return JSONResponse(
+        {"error": "busy", "detail": str(exc)},
+        status_code=429,
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+    )
+
+
+async def client_gone(request: Request, exc: Exception) -> Response:
+    """An upload dropped because its client left: one line; the answer goes nowhere."""
+    log.info("%s", exc)
+    return Response(status_code=400)
