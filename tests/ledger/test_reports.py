@@ -17,6 +17,7 @@ from computewatch.ledger.keys import (
     checkpoint_body,
     encode_public,
     key_id,
+    report_valid,
     sign_report,
 )
 from computewatch.ledger.reports import (
@@ -76,9 +77,35 @@ def _verify(entries: list[Entry]) -> Verdict:
     return verify(entries, Header({}), SERVER.public_key())
 
 
+FIGURES: dict[str, Any] = {
+    "model": "acme-7b", "base_model": None, "stage": "rl", "gpu_hours": 8.0, "energy_kwh": 6.25,
+    "duration_seconds": 3600.0, "devices": [{"model": "H100-SXM", "count": 8}],
+    "flops": {"counted": {"value": 9e25, "low": 9e25, "high": 9e25}},
+}  # fmt: skip
+
+
+def test_a_report_signs_the_figures_and_the_first_format_still_verifies() -> None:
+    r = _report(figures=FIGURES)
+    assert set(r) == {*REPORT_FIELDS, "figures", "signed_by", "signature"}
+    assert shape_problem(r) is None and report_valid(r, NODE.public_key())
+    relabelled = {**r, "figures": {**FIGURES, "stage": "eval", "flops": {}}}
+    assert shape_problem(relabelled) is None and not report_valid(relabelled, NODE.public_key())
+    assert "figures.stage" in str(shape_problem({**r, "figures": {**FIGURES, "stage": 3}}))
+    assert "figures" in str(shape_problem({**r, "figures": {**FIGURES, "secret": 1}}))
+    old = _report(with_figures=False)  # the first format: signed over Python-spelled JSON
+    assert "figures" not in old and shape_problem(old) is None
+    assert report_valid(old, NODE.public_key())
+    same = dict(
+        run_id="r1", seq=3, final=True, status="completed", exit_code=0,
+        started_at=1_700_000_000.0, ended_at=1_700_000_012.5, summary=SUMMARY, meta=META,
+    )  # fmt: skip
+    other = usage_report(**same, figures={**FIGURES, "stage": "eval"})  # type: ignore[arg-type]
+    assert "figures" in str(binding_problem(r, other))
+
+
 def test_a_report_binds_what_travelled() -> None:
     r = _report()
-    assert set(r) == {*REPORT_FIELDS, "signed_by", "signature"}
+    assert set(r) == {*REPORT_FIELDS, "figures", "signed_by", "signature"}
     assert shape_problem(r) is None
     same = dict(
         run_id="r1", seq=3, final=True, status="completed", exit_code=0,

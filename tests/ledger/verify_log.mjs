@@ -1,7 +1,8 @@
 // An independent verifier of the ledger's log format, written from docs/ledger.md alone
 // ("The transparency log"): Node's crypto, no packages. Reads a JSON file of the shape of
-// tests/ledger/data/log-vectors.json and checks every entry's canonical bytes, the leaf hashes,
-// the root, the checkpoint's signature, an inclusion proof and a consistency proof.
+// tests/ledger/data/log-vectors.json, or a real export with proof files from `ledger prove`,
+// and checks every entry's canonical bytes, the leaf hashes, the root, the heads' signatures,
+// an inclusion proof and a consistency proof.
 //
 //   node verify_log.mjs FILE      -> prints a JSON verdict; exit 0 when all holds, 1 otherwise
 import { createHash, createPublicKey, verify } from "node:crypto";
@@ -70,6 +71,8 @@ function verifyConsistency(first, second, firstRoot, secondRoot, proof) {
   return fr.equals(firstRoot) && sr.equals(secondRoot) && sn === 0;
 }
 
+const hex = (a) => a.map((x) => Buffer.from(x, "hex"));
+
 // C2SP signed note: body, blank line, "— name base64(keyhash[4] || signature)" lines
 function checkCheckpoint(text, publicKeyB64) {
   const cut = text.indexOf("\n\n");
@@ -91,6 +94,53 @@ function checkCheckpoint(text, publicKeyB64) {
   return { origin, size: Number(size), root: Buffer.from(root, "base64"), signed };
 }
 
+// Mode 1 (test vectors): node verify_log.mjs FILE.json
+// Mode 2 (a real export): node verify_log.mjs --export LEDGER.jsonl --public-key B64
+//                           [--inclusion PROOF.json] [--consistency PROOF.json]
+const argv = process.argv.slice(2);
+if (argv[0] === "--export") {
+  const opt = {};
+  for (let i = 0; i < argv.length; i += 2) opt[argv[i].slice(2)] = argv[i + 1];
+  const text = readFileSync(opt.export, "utf8");
+  const rows = text.split("\n");
+  if (rows[rows.length - 1] === "") rows.pop();
+  const header = JSON.parse(rows[0]);
+  const entries = rows.slice(1);
+  const canonicalOk = entries.every((e) => jcs(JSON.parse(e)) === e) && jcs(header) === rows[0];
+  const seqOk = entries.every((e, i) => JSON.parse(e).seq === header.first_seq + i);
+  if (header.first_seq !== 1) throw new Error("this check reads unpruned exports");
+  const leaves = entries.map((e) => leafHash(Buffer.from(e, "utf8")));
+  const root = mth(leaves);
+  const heads = header.heads.map((h) => checkCheckpoint(h, opt["public-key"]));
+  const last = heads[heads.length - 1];
+  const headsOk = heads.every((h) => h.signed && h.origin === header.origin &&
+    h.root.equals(mth(leaves.slice(0, h.size))));
+  const covering = last.size === entries.length && last.root.equals(root);
+  const verdict = { entries: entries.length, canonical: canonicalOk, seq: seqOk,
+    root: root.toString("hex"), heads_signed: headsOk, head_covers_export: covering };
+  let ok = canonicalOk && seqOk && headsOk && covering;
+  if (opt.inclusion) {
+    const p = JSON.parse(readFileSync(opt.inclusion, "utf8"));
+    const cp = checkCheckpoint(p.checkpoint, opt["public-key"]);
+    const line = Buffer.from(p.entry, "utf8");
+    verdict.inclusion = cp.signed && entries[p.seq - 1] === p.entry &&
+      verifyInclusion(leafHash(line), p.seq - 1, cp.size, hex(p.path), cp.root) &&
+      cp.root.equals(mth(leaves.slice(0, cp.size)));
+    ok &&= verdict.inclusion;
+  }
+  if (opt.consistency) {
+    const p = JSON.parse(readFileSync(opt.consistency, "utf8"));
+    const a = checkCheckpoint(p.old_checkpoint, opt["public-key"]);
+    const b = checkCheckpoint(p.checkpoint, opt["public-key"]);
+    verdict.consistency = a.signed && b.signed &&
+      verifyConsistency(a.size, b.size, a.root, b.root, hex(p.proof)) &&
+      a.root.equals(mth(leaves.slice(0, a.size))) && b.root.equals(mth(leaves.slice(0, b.size)));
+    ok &&= verdict.consistency;
+  }
+  console.log(JSON.stringify(verdict));
+  process.exit(ok ? 0 : 1);
+}
+
 const doc = JSON.parse(readFileSync(process.argv[2], "utf8"));
 const lines = doc.entries.map((e) => Buffer.from(e, "utf8"));
 const canonical = doc.entries.every((e) => jcs(JSON.parse(e)) === e);
@@ -98,7 +148,6 @@ const leaves = lines.map(leafHash);
 const leavesOk = leaves.every((h, i) => h.toString("hex") === doc.leaf_hashes[i]);
 const root = mth(leaves);
 const cp = checkCheckpoint(doc.checkpoint, doc.public_key);
-const hex = (a) => a.map((x) => Buffer.from(x, "hex"));
 const inc = doc.inclusion;
 const inclusion = verifyInclusion(leaves[inc.index], inc.index, inc.size, hex(inc.path), root);
 const con = doc.consistency;

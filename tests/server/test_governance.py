@@ -1,7 +1,9 @@
 """Governance against a real server: resumed runs and a fine-tune summed per model, a forecast
 opening an obligation before the crossing, marking it done, team isolation, the notification
-pack, and the ledger exported and verified, with every kind of tampering named (in an export and
-in the database itself)."""
+pack, the status a read-only replay of the log that ``ledger replay`` of an export recomputes
+to the byte, one open obligation per model and tier whoever judges at once, and the ledger
+exported and verified, with every kind of tampering named (in an export and in the database
+itself)."""
 
 from __future__ import annotations
 
@@ -17,10 +19,12 @@ import pytest
 from tests.conftest import CW, TIMEOUT
 from tests.server.conftest import ServerProcess, batch
 
+from computewatch.governance import service
 from computewatch.governance.ledger_ops import verify_database
 from computewatch.ledger.keys import load_or_create_private_key
 from computewatch.serverdb.engine import open_database, upgrade
 from computewatch.serverdb.ingest import store_batch
+from computewatch.serverdb.ledger_store import count, size
 from computewatch.upload.protocol import RunUpload
 
 
@@ -112,6 +116,13 @@ def test_models_tiers_obligations_and_the_ledger(
     assert "did you mean" in unknown.stderr and "acme-7b" in unknown.stderr
     assert len(unknown.stderr.strip().splitlines()) == 1
 
+    admin_client = srv.client(admin)
+    entries_before = _count_entries(srv)
+    first = admin_client.get("/api/v1/governance/status", params={"at": 1.8e9})
+    again = admin_client.get("/api/v1/governance/status", params={"at": 1.8e9})
+    assert first.status_code == 200 and first.json() == again.json()
+    assert _count_entries(srv) == entries_before  # reading the status appends nothing
+
     export = tmp_path / "ledger.jsonl"
     ex = _cli(srv, "ledger", "export", "-o", str(export), "--server", srv.url, "--token", admin)
     assert ex.returncode == 0, ex.stderr
@@ -123,20 +134,35 @@ def test_models_tiers_obligations_and_the_ledger(
     assert ok.returncode == 0, ok.stdout + ok.stderr
     verdict = json.loads(ok.stdout)
     kinds = [json.loads(line)["kind"] for line in export.read_text().splitlines()[1:]]
-    assert kinds.count("run") == 4  # the four finished runs; the running one not yet
-    assert "obligation-opened" in kinds and "obligation-done" in kinds
-    assert kinds[-1] == "checkpoint" and verdict["last_signed_seq"] == len(kinds) - 1
+    assert kinds.count("run") == 4  # the four finished runs; the running one as "running"
+    for kind in ("obligation-opened", "obligation-done", "tier", "running", "governance-tiers"):
+        assert kind in kinds, kind
+    assert verdict["last_signed_seq"] == len(kinds) == verdict["size"]
     assert "train.py" not in export.read_text()  # totals and hashes, no command lines
+    replayed = _cli(srv, "ledger", "replay", str(export), "--json", "--at", "1800000000")
+    assert replayed.returncode == 0, replayed.stderr
+    status = _cli(srv, "governance", "status", "--json", "--at", "1800000000", "--server",
+                  srv.url, "--token", admin)  # fmt: skip
+    assert replayed.stdout == status.stdout  # the status, recomputed from the export alone
 
     lines = export.read_text().splitlines(keepends=True)
     tampered = tmp_path / "tampered.jsonl"
     tampered.write_text("".join([*lines[:2], lines[2].replace('"lab"', '"lab2"'), *lines[3:]]))
     bad = _cli(srv, "ledger", "verify", str(tampered), "--public-key", str(pub))
-    assert bad.returncode == 1 and "TAMPERED (altered)" in bad.stdout and "entry 2" in bad.stdout
+    assert bad.returncode == 1 and "TAMPERED (altered)" in bad.stdout, bad.stdout
     tampered.write_text("".join([*lines[:3], *lines[4:]]))
     bad = _cli(srv, "ledger", "verify", str(tampered), "--public-key", str(pub))
     assert bad.returncode == 1 and "TAMPERED (removed)" in bad.stdout and "entry 3" in bad.stdout
     assert _cli(srv, "ledger", "verify", str(export), "--public-key", str(tmp_path)).returncode
+
+
+def _count_entries(srv: ServerProcess) -> int:
+    db = open_database(srv.db_url)
+    try:
+        with db.session() as session:
+            return count(session)
+    finally:
+        db.dispose()
 
 
 @pytest.mark.parametrize(
@@ -199,22 +225,83 @@ def test_upkeep_signs_prunes_and_opens_obligations(
     db = open_database(f"sqlite:///{tmp_path / 'server.db'}")
     upgrade(db)
     with db.session() as session:
-        store_batch(session, "lab", batch(*[_governed(make_upload, "m", 1e22) for _ in range(4)]))
+        store_batch(session, "lab", batch(*[_governed(make_upload, "m", 3e24) for _ in range(4)]))
         store_batch(session, "lab", batch(_governed(make_upload, "big", 2e24, forecast=1.2e25,
                                                     final=False, status="running")))  # fmt: skip
+    maintain_once(db, now=time.time())
+    with db.session() as session:
+        before = service.status(session)
     with sqlite3.connect(tmp_path / "server.db") as c:  # two entries from long ago
         c.execute("UPDATE ledger_entries SET time = '2010-01-01T00:00:00.000000Z' WHERE seq <= 2")
-    maintain_once(db, now=time.time() + 7200)  # two hours on: the unsigned entries are due
+    maintain_once(db, now=time.time() + 7200)
     key = load_or_create_private_key(tmp_path / "key.pem")
-    verdict = verify_database(db, key.public_key())
+    verdict = verify_database(db, key.public_key(), tmp_path / "key.pem.checkpoint")
     assert verdict.ok, verdict.problem
-    assert verdict.checkpoints == 1 and any("pruned" in n for n in verdict.notes)
+    assert verdict.last_signed_seq == verdict.size and any("pruned" in n for n in verdict.notes)
     with sqlite3.connect(tmp_path / "server.db") as c:
         kinds = [k for (k,) in c.execute("SELECT kind FROM ledger_entries ORDER BY seq")]
-        opened = c.execute("SELECT model, tier, trigger FROM obligations").fetchall()
-    assert kinds == ["run", "run", "prune", "obligation-opened", "checkpoint"]
-    assert opened == [("big", "eu-systemic-risk", "forecast")]
+        opened = c.execute("SELECT model, tier, trigger FROM obligations ORDER BY id").fetchall()
+    assert kinds[-1] == "prune" and kinds.count("run") == 2  # runs 1 and 2 pruned
+    assert sorted(opened) == [("big", "eu-systemic-risk", "forecast"),
+                              ("m", "eu-systemic-risk", "crossed")]  # fmt: skip
+    with db.session() as session:
+        after = service.status(session)  # the pruned runs are carried in the prune entry
+    assert service_json(after) == service_json(before)
     db.engine.dispose()
+
+
+def service_json(statuses: Any) -> Any:
+    from computewatch.governance.status import status_json
+
+    return status_json(statuses, 1.8e9)
+
+
+@pytest.mark.parametrize("db", ["sqlite", "postgresql"])
+def test_judging_at_once_opens_one_obligation_and_reading_appends_nothing(
+    make_upload: Callable[..., RunUpload], db_url: str, db: str
+) -> None:
+    """Four threads (each its own connection) run the upkeep at once on a model past 1e25: one
+    obligation, one obligation-opened entry; the database refuses a second open one."""
+    import threading
+
+    from sqlalchemy.exc import IntegrityError
+
+    from computewatch.serverdb.governance_models import Obligation
+
+    database = open_database(db_url)
+    upgrade(database)
+    with database.session() as session:
+        store_batch(session, "lab", batch(_governed(make_upload, "big", 2e25)))
+    errors: list[BaseException] = []
+
+    def judge() -> None:
+        try:
+            with database.writing(), database.session() as session:
+                service.upkeep(session, service.server_tiers(), time.time(), None)
+                session.commit()
+        except BaseException as e:  # collected: the assertion below says which
+            errors.append(e)
+
+    threads = [threading.Thread(target=judge) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    with database.session() as session:
+        rows = session.query(Obligation).all()
+        n = len(list(service.replay_log(session).obligations))
+        before = size(session)
+        service.status(session)
+        service.status(session)
+        assert size(session) == before
+    assert [(o.model, o.tier, o.state) for o in rows] == [("big", "eu-systemic-risk", "open")]
+    assert n == 1
+    with database.session() as session, pytest.raises(IntegrityError):
+        session.add(Obligation(model="big", tier="eu-systemic-risk", trigger="crossed", rule="",
+                               threshold=1e25, opened_at=0.0, state="open"))  # fmt: skip
+        session.flush()
+    database.dispose()
 
 
 def test_obligation_reminders_go_once_each_through_the_delivery(
@@ -279,8 +366,8 @@ def test_upkeep_failures_are_logged_once_each_and_the_recovery_said(
         asyncio.run(governance_api.maintain(None))  # type: ignore[arg-type]
     said = [r.getMessage() for r in caplog.records]
     assert said == [
-        "ledger upkeep failed (no checkpoint until it is fixed): "
+        "ledger upkeep failed (no signed head until it is fixed): "
         "ledger key is readable by others: chmod 600 it",
-        "ledger upkeep failed (no checkpoint until it is fixed): database is locked",
+        "ledger upkeep failed (no signed head until it is fixed): database is locked",
         "ledger upkeep works again",
     ]

@@ -16,11 +16,10 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from tests.conftest import CLI, CW, TIMEOUT
+from tests.ledger.forge import read_export, resign_export, write_export
 from tests.server.conftest import ServerProcess, batch
 
-from computewatch.ledger.chain import Entry, next_entry
-from computewatch.ledger.keys import CHECKPOINT_KIND, checkpoint_body
-from computewatch.ledger.verify import export_lines, header_json, read_export
+from computewatch.ledger.jcs import dumps
 from computewatch.store import Store
 from computewatch.upload.payload import build_upload
 from computewatch.upload.protocol import PROTOCOL_HEADER, RunUpload
@@ -94,7 +93,8 @@ def test_a_registered_node_is_valid_and_the_export_counts_its_report(
     page = s.client(read).get(f"/runs/{run['id']}")  # the dashboard's run page says so too
     assert page.status_code == 200 and f"signed by node key {kid} (registered)" in page.text
     v = _verify(s, tmp_path)
-    assert v["ok"] and v["reports"] == {"total": 1, "signed": 1, "unsigned": 0, "unknown_key": 0}
+    assert v["ok"] and v["reports"] == {"total": 1, "signed": 1, "unsigned": 0, "unknown_key": 0,
+                                        "figures_unsigned": 0}  # fmt: skip
     assert "1 run reports: 1 signed by known nodes, 0 unsigned" in v["text"]
     entries = [json.loads(x) for x in v["export"].read_text().splitlines()[1:]]
     kinds = [e["kind"] for e in entries]
@@ -102,6 +102,7 @@ def test_a_registered_node_is_valid_and_the_export_counts_its_report(
     body = next(e["body"] for e in entries if e["kind"] == "run")
     assert body["signature"] == "valid" and body["signed_report"]["signed_by"] == kid
     assert body["signed_report"]["summary_sha256"] == body["summary_sha256"]
+    assert body["signed_report"]["figures"] == body["figures"]  # the figures the node signed
     assert "command" not in json.dumps(body) and "host" not in body["signed_report"]
     in_db = json.loads(_ok(_srv(s, "ledger", "verify", "--db", s.db_url, "--json")).stdout)
     assert in_db["ok"] and in_db["reports"]["signed"] == 1
@@ -109,34 +110,30 @@ def test_a_registered_node_is_valid_and_the_export_counts_its_report(
 
 
 def _tampered_reports_are_named(srv: ServerProcess, export: Path, tmp_path: Path) -> None:
-    """The run entry's signed report changed in the export: named as altered; and with the
-    chain re-hashed and re-signed by another key (verified without --public-key), named as a
-    report whose signature fails."""
-    _, entries = read_export(export)
-    at = next(i for i, e in enumerate(entries) if e.kind == "run")
-    report = {**entries[at].body["signed_report"], "exit_code": 9}
+    """The run entry's signed report changed in the export: its node's signature fails; and
+    with the log signed again by another key (verified without --public-key), named as a report
+    whose signature fails."""
+    header, lines = read_export(export)
+    at = next(i for i, x in enumerate(lines) if json.loads(x)["kind"] == "run")
+    seq = json.loads(lines[at])["seq"]
+
+    def exit_code(doc: dict[str, Any]) -> None:
+        doc["body"]["signed_report"]["exit_code"] = 9
+
     plain = tmp_path / "plain.jsonl"
-    lines = export.read_text().splitlines()
-    doc = json.loads(lines[at + 1])
-    doc["body"]["signed_report"] = report
-    lines[at + 1] = json.dumps(doc)
-    plain.write_text("\n".join(lines) + "\n")
-    r = _srv(srv, "ledger", "verify", str(plain))
-    assert r.returncode == 1 and f"entry {entries[at].seq} was altered" in r.stdout, r.stdout
+    doc = json.loads(lines[at])
+    exit_code(doc)
+    write_export(plain, header, [*lines[:at], dumps(doc), *lines[at + 1 :]])
+    r = _srv(srv, "ledger", "verify", str(plain))  # its node's signature fails before the root
+    assert r.returncode == 1 and "TAMPERED (report)" in r.stdout, r.stdout
+    assert f"run entry {seq}'s signed report does not match its signature" in r.stdout
     forger = Ed25519PrivateKey.generate()
-    forged: list[Entry] = []
-    for i, e in enumerate(entries):
-        body = {**e.body, "signed_report": report} if i == at else dict(e.body)
-        if e.kind == CHECKPOINT_KIND:
-            body = checkpoint_body(forged[-1], forger)
-        forged.append(next_entry(forged[-1] if forged else None, e.kind, body, time=e.time))
     rehashed = tmp_path / "rehashed.jsonl"
-    head = header_json([forger.public_key()], exported_at="x", entries=len(forged))
-    rehashed.write_bytes(b"".join(export_lines(head, forged)))
+    write_export(rehashed, *resign_export(header, lines, forger, {seq: exit_code}))
     r = _srv(srv, "ledger", "verify", str(rehashed), "--json")
     assert r.returncode == 1
     problem = json.loads(r.stdout)["problem"]
-    assert problem["what"] == "report" and problem["seq"] == entries[at].seq
+    assert problem["what"] == "report" and problem["seq"] == seq
     assert "changed after signing" in problem["message"]
 
 
@@ -250,6 +247,7 @@ def test_a_revoked_key_makes_later_uploads_unknown(
     assert _signature(s, ingest, ids["after"]) == {"status": "unknown_key", "key_id": kid}
     v = _verify(s, tmp_path)
     assert v["ok"], v
-    assert v["reports"] == {"total": 2, "signed": 1, "unsigned": 0, "unknown_key": 1}
+    assert v["reports"] == {"total": 2, "signed": 1, "unsigned": 0, "unknown_key": 1,
+                            "figures_unsigned": 0}  # fmt: skip
     listed = _ok(_srv(s, "server", "node-key", "list", "--db", s.db_url)).stdout
     assert kid in listed and "node-a" in listed

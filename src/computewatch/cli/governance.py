@@ -124,33 +124,65 @@ def _accounts(sub: Any) -> None:
         _source(p)
 
 
-def add_governance_parsers(sub: Any) -> None:
-    """Add ``ledger``, ``governance`` and ``accounts`` to the CLI's subcommands."""
-    _accounts(sub)
+def _json(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="JSON output")
+
+
+def _at(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not Unix seconds: {text!r}") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"Unix seconds are not negative: {text}")
+    return v
+
+
+def _witness_keys(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--witness-key",
+        action="append",
+        default=[],
+        metavar="W",
+        help="a witness's public key (the vkey file 'ledger witness' writes, or its text); "
+        "repeatable: the export's newest head must be cosigned by --witnesses-required of them",
+    )
+    p.add_argument(
+        "--witnesses-required",
+        type=cli_args.whole,
+        metavar="K",
+        help="how many of the witnesses must have cosigned (default: 1 with --witness-key)",
+    )
+
+
+def _ledger(sub: Any) -> None:
     led = sub.add_parser(
         "ledger",
-        help="the tamper-evident ledger: export it, verify an export or a database",
-        description="Every finished run, obligation and pruning is an entry of a hash chain "
-        "with Ed25519-signed checkpoints (docs/ledger.md).",
+        help="the transparency log: export, verify, heads, proofs, witnesses",
+        description="Every finished run, node key, tier crossing, obligation and pruning is an "
+        "entry of a transparency log: an RFC 9162 Merkle tree with signed heads (C2SP "
+        "checkpoints), inclusion and consistency proofs, and witnesses' cosignatures "
+        "(docs/ledger.md). Exit status 0: it holds; 1: it does not; 2: usage.",
     )
     lsub = led.add_subparsers(dest="ledger_cmd", metavar="ACTION", required=True)
-    ex = lsub.add_parser("export", help="write the ledger as JSON Lines with its public key")
+    ex = lsub.add_parser("export", help="write the log as JSON Lines with its signed heads")
     ex.add_argument("-o", "--output", required=True, metavar="FILE")
     _source(ex)
     ex.add_argument("--key", metavar="FILE", help="the server's signing key (with --db)")
     ve = lsub.add_parser(
         "verify",
-        help="check an export (or a database) and name the first entry tampered with",
-        description="Exit 0 when the chain is intact; otherwise exit 1 naming the first entry "
-        "altered, removed, inserted or reordered.",
+        help="check an export (or a database): every entry, the root, the signed heads",
+        description="Exit 0 when the log holds: every entry canonical and in order, the root "
+        "recomputed equal to every signed head's, the newest head covering the last entry. "
+        "Otherwise exit 1 naming the first problem.",
     )
     ve.add_argument("file", nargs="?", metavar="FILE", help="an export written by 'export'")
     ve.add_argument("--db", metavar="URL", help="verify a server database in place instead")
     ve.add_argument(
         "--public-key",
         metavar="FILE",
-        help="the key the checkpoints must be signed with (base64 or PEM); default: the key "
-        "in the export, or the server's key file with --db",
+        help="the key the heads must be signed with (base64 or PEM); default: the keys in "
+        "the export, or the server's key file with --db",
     )
     ve.add_argument("--key", metavar="FILE", help="with --db: the server's signing key file")
     ve.add_argument(
@@ -160,13 +192,20 @@ def add_governance_parsers(sub: Any) -> None:
         "database must still hold it, so deleting its newest entries is caught",
     )
     ve.add_argument(
+        "--previous",
+        metavar="OLD_FILE_OR_HEAD",
+        help="an earlier export, or an earlier signed head: this export must extend it (a "
+        "rewritten history is named at its first differing entry)",
+    )
+    _witness_keys(ve)
+    ve.add_argument(
         "--allow-unsigned-tail",
         action="store_true",
-        help="accept entries after the last signed checkpoint: they are then checked only "
+        help="accept entries after the newest signed head: they are then checked only "
         "against each other, which does not prove the server wrote them, nor that the export "
-        "is not cut short or its checkpoints dropped",
+        "is not cut short or its heads dropped",
     )
-    ve.add_argument("--json", action="store_true", help="JSON output")
+    _json(ve)
     pk = lsub.add_parser("public-key", help="print the server's public key (for auditors)")
     pk.add_argument("--key", metavar="FILE", help="the signing key file")
     kg = lsub.add_parser(
@@ -179,7 +218,65 @@ def add_governance_parsers(sub: Any) -> None:
     kg.add_argument("--key", metavar="FILE", help="the signing key file")
     kg.add_argument("--rotate", action="store_true", help="replace the key, recorded in the log")
     kg.add_argument("--db", metavar="URL", help=f"with --rotate: {_DB_HELP}")
+    hd = lsub.add_parser("head", help="print the newest signed head (a C2SP checkpoint note)")
+    _source(hd)
+    _json(hd)
+    pr = lsub.add_parser("prove", help="print an RFC 9162 inclusion or consistency proof")
+    psub = pr.add_subparsers(dest="proof", metavar="KIND", required=True)
+    inc = psub.add_parser("inclusion", help="the audit path of entry SEQ")
+    inc.add_argument("seq", type=cli_args.whole, metavar="SEQ")
+    inc.add_argument("--head", metavar="FILE", help="in the tree of this signed head "
+                     "(default: the newest)")  # fmt: skip
+    con = psub.add_parser("consistency", help="that OLD_HEAD's tree is a prefix of the newer")
+    con.add_argument("old", metavar="OLD_HEAD_FILE")
+    con.add_argument("new", nargs="?", metavar="NEW_HEAD_FILE", help="default: the newest head")
+    for p in (inc, con):
+        _source(p)
+        p.add_argument("-o", "--output", metavar="FILE", help="write it there (default: stdout)")
+        _json(p)
+    ck = lsub.add_parser(
+        "check-proof",
+        help="check a proof file offline with the log's public key alone",
+        description="Exit 0 when the proof holds: its heads signed by the key and the RFC 9162 "
+        "proof between them (or from the entry to the head's root); 1 otherwise.",
+    )
+    ck.add_argument("file", metavar="FILE")
+    ck.add_argument("--public-key", required=True, metavar="FILE", help="the log's public key")
+    _json(ck)
+    rp = lsub.add_parser(
+        "replay",
+        help="recompute every model's compute, tiers and obligations from an export alone",
+        description="The same document as 'governance status --json' on the server the export "
+        "came from; exit 1 when the log's governance entries do not add up (named).",
+    )
+    rp.add_argument("file", metavar="FILE")
+    rp.add_argument("--at", type=_at, metavar="UNIX", help="days_left counted from then")
+    _json(rp)
+    wi = lsub.add_parser(
+        "witness",
+        help="watch a log: check each new head's consistency, cosign it, post it back",
+        description="Polls the log's newest head, checks the consistency proof from the last "
+        "head it cosigned, cosigns a good head with its own key (C2SP cosignature/v1) and "
+        "posts the cosignature to the log. An inconsistent head is refused, kept as evidence "
+        "in --state, and said loudly: exit 1 with --once, an alert on stderr otherwise.",
+    )
+    wi.add_argument("--log", required=True, metavar="URL", help="the computewatch server")
+    wi.add_argument("--token", metavar="T", help="a token of the server (read scope is enough)")
+    wi.add_argument("--public-key", required=True, metavar="K", help="the log's public key")
+    wi.add_argument("--state", required=True, metavar="DIR",
+                    help="the witness's key, the last head it cosigned, and evidence")  # fmt: skip
+    wi.add_argument("--name", metavar="NAME", help="the witness's name in its cosignatures "
+                    "(default: witness/<its key id>)")  # fmt: skip
+    wi.add_argument("--interval", type=float, default=60.0, metavar="S",
+                    help="seconds between polls (default 60)")  # fmt: skip
+    wi.add_argument("--once", action="store_true", help="one poll, then exit (0 good, 1 not)")
+    _json(wi)
 
+
+def add_governance_parsers(sub: Any) -> None:
+    """Add ``ledger``, ``governance`` and ``accounts`` to the CLI's subcommands."""
+    _accounts(sub)
+    _ledger(sub)
     gov = sub.add_parser(
         "governance",
         help="cumulative training compute per model, thresholds, deadlines",
@@ -190,6 +287,7 @@ def add_governance_parsers(sub: Any) -> None:
     gsub = gov.add_subparsers(dest="governance_cmd", metavar="ACTION", required=True)
     st = gsub.add_parser("status", help="every model's compute, tiers and obligations")
     st.add_argument("--json", action="store_true", help="JSON output")
+    st.add_argument("--at", type=_at, metavar="UNIX", help="days_left counted from then")
     _source(st)
     rp = gsub.add_parser("report", help="the notification pack of one model (HTML or JSON)")
     rp.add_argument("model", metavar="MODEL")

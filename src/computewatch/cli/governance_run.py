@@ -1,10 +1,10 @@
-"""``computewatch ledger ...`` and ``computewatch governance ...``: thin commands over
-computewatch.governance (parsers in :mod:`computewatch.cli.governance`)."""
+"""``computewatch governance ...`` and ``computewatch accounts ...``: thin commands over
+computewatch.governance (parsers in :mod:`computewatch.cli.governance`; ``ledger ...`` is in
+:mod:`computewatch.cli.ledger_run`)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -16,32 +16,14 @@ from computewatch.config import load_config
 from computewatch.errors import PROG, ComputewatchError, UsageError
 from computewatch.governance import accounts, remote
 from computewatch.governance.accounts import Account
-from computewatch.governance.ledger_ops import (
-    export,
-    head_path,
-    key_path,
-    keygen,
-    open_existing,
-    rotate,
-    server_key,
-    verify_database,
-    write_export,
-)
 from computewatch.governance.report import render_report
-from computewatch.governance.status import (
-    find_model,
-    mark_done,
-    refresh,
-    report_doc,
-    status_json,
-)
+from computewatch.governance.service import mark_done, status
+from computewatch.governance.status import find_model, report_doc, status_json
 from computewatch.governance.tiers import DEFAULT_TIERS, Tier, parse_tiers
-from computewatch.ledger.keys import encode_public, key_id, read_public_key
-from computewatch.ledger.verify import Verdict, read_export, verify
 from computewatch.serverdb.engine import Database, open_database, upgrade
-from computewatch.units import format_bytes, format_flop
+from computewatch.units import format_flop
 
-__all__ = ["cmd_accounts", "cmd_governance", "cmd_ledger"]
+__all__ = ["cmd_accounts", "cmd_governance", "print_status"]
 
 
 def _db(url: str | None) -> Database:
@@ -71,120 +53,6 @@ def _emit(doc: object) -> None:
     sys.stdout.write("\n")
 
 
-def _key_file(args: argparse.Namespace) -> Path:
-    return key_path(Path(args.key).expanduser() if getattr(args, "key", None) else None)
-
-
-def cmd_ledger(args: argparse.Namespace) -> int:
-    if args.ledger_cmd == "public-key":
-        print(encode_public(server_key(_key_file(args)).public_key()))
-        return 0
-    if args.ledger_cmd == "keygen":
-        return _keygen(args)
-    if args.ledger_cmd == "export":
-        out = Path(args.output).expanduser()
-        server = _remote(args)
-        if server is not None:
-            size = write_export(server.ledger_export(), out)
-        else:
-            path = _key_file(args)
-            key = server_key(path)
-            db = open_existing(args.db)
-            upgrade(db)
-            size = write_export(export(db, key, path), out)
-        print(f"{PROG}: ledger written to {out} ({format_bytes(size)})", file=sys.stderr)
-        return 0
-    return _verify(args)
-
-
-def _keygen(args: argparse.Namespace) -> int:
-    path = _key_file(args)
-    if not args.rotate:
-        if args.db:
-            raise UsageError("ledger keygen: --db goes with --rotate")
-        print(encode_public(keygen(path).public_key()))
-        return 0
-    old = server_key(path)
-    db = open_existing(args.db)
-    upgrade(db)
-    fresh = path.with_name(path.name + ".new")
-    fresh.unlink(missing_ok=True)
-    new = keygen(fresh)
-    try:
-        rotate(db, old, new, path)
-    except BaseException:
-        fresh.unlink(missing_ok=True)
-        raise
-    retired = path.with_name(f"{path.name}.{key_id(old.public_key())}.retired")
-    os.replace(path, retired)
-    os.replace(fresh, path)
-    print(encode_public(new.public_key()))
-    print(f"{PROG}: key rotated; the old key is kept as {retired}", file=sys.stderr)
-    return 0
-
-
-def _verify(args: argparse.Namespace) -> int:
-    if bool(args.file) == bool(args.db):
-        raise UsageError("ledger verify: give an export FILE or --db URL (one of them)")
-    trusted = None
-    if args.public_key:
-        trusted = read_public_key(Path(args.public_key).expanduser())
-    if args.file:
-        if args.head:
-            raise UsageError("ledger verify: --head goes with --db")
-        header, entries = read_export(Path(args.file).expanduser())
-        verdict = verify(entries, header, trusted, require_signed_head=not args.allow_unsigned_tail)
-        if args.allow_unsigned_tail and verdict.ok:
-            verdict.notes.append(
-                "--allow-unsigned-tail: entries after the last signed checkpoint were checked "
-                "only against each other; nothing proves the server wrote them or that the "
-                "export is whole"
-            )
-        where = args.file
-    else:
-        db = open_existing(args.db)
-        path = _key_file(args)
-        if trusted is None and path.exists():  # the server's own key: a file outside the DB
-            trusted = server_key(path).public_key()
-        head = Path(args.head).expanduser() if args.head else head_path(path)
-        verdict = verify_database(db, trusted, head)
-        where = "the database"
-    _print_verdict(verdict, where, args.json)
-    return 0 if verdict.ok else 1
-
-
-def _print_verdict(v: Verdict, where: str, as_json: bool) -> None:
-    if as_json:
-        _emit(
-            {
-                "ok": v.ok,
-                "entries": v.entries,
-                "checkpoints": v.checkpoints,
-                "last_signed_seq": v.last_signed_seq,
-                "reports": v.reports_json(),
-                "problem": None
-                if v.problem is None
-                else {"seq": v.problem.seq, "what": v.problem.what, "message": v.problem.message},
-                "notes": v.notes,
-            }
-        )
-        return
-    for note in v.notes:
-        print(f"{PROG}: note: {note}", file=sys.stderr)
-    if v.problem is None:
-        signed = "none" if v.last_signed_seq is None else f"up to entry {v.last_signed_seq}"
-        print(f"intact: {v.entries} entries, {v.checkpoints} signed checkpoints (signed {signed})")
-        unknown = f", {v.reports_unknown_key} signed by keys not registered before them" * bool(
-            v.reports_unknown_key
-        )
-        print(
-            f"{v.reports} run reports: {v.reports_signed} signed by known nodes, "
-            f"{v.reports_unsigned} unsigned{unknown}"
-        )
-    else:
-        print(f"TAMPERED ({v.problem.what}) in {where}: {v.problem.message}")
-
-
 def cmd_governance(args: argparse.Namespace) -> int:
     server = _remote(args)
     now = time.time()
@@ -193,23 +61,23 @@ def cmd_governance(args: argparse.Namespace) -> int:
             server.obligation_done(args.obligation, args.reference)
         else:
             db = _db(args.db)
-            with db.session() as session:
+            with db.writing(), db.session() as session:
                 view = mark_done(session, args.obligation, args.reference)
                 session.commit()
             print(f"obligation {view.id} ({view.model}, {view.tier}) done: {view.reference}")
         return 0
     if args.governance_cmd == "status":
+        at = args.at
         if server is not None:
-            doc = server.governance_status()
+            doc = server.governance_status(at)
         else:
             db = _db(args.db)
-            with db.session() as session:
-                doc = status_json(refresh(session, _tiers(args), now=now), now)
-                session.commit()
+            with db.session() as session:  # a replay of the log: reads only
+                doc = status_json(status(session), now if at is None else at)
         if args.json:
             _emit(doc)
         else:
-            _print_status(doc)
+            print_status(doc)
         return 0
     out = Path(args.output).expanduser()
     if out.suffix.lower() not in (".html", ".json"):
@@ -219,8 +87,7 @@ def cmd_governance(args: argparse.Namespace) -> int:
     else:
         db = _db(args.db)
         with db.session() as session:
-            statuses = {s.compute.model: s for s in refresh(session, _tiers(args), now=now)}
-            session.commit()
+            statuses = {s.compute.model: s for s in status(session)}
         report = report_doc(statuses[find_model(statuses, args.model)], now)
     try:
         if out.suffix.lower() == ".json":
@@ -235,7 +102,7 @@ def cmd_governance(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_status(doc: list[Any]) -> None:
+def print_status(doc: list[Any]) -> None:
     if not doc:
         print("no model declared yet (run --model NAME declares what a run trains)")
         return

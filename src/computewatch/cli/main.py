@@ -388,7 +388,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 _CORE = "computewatch.cli.commands"
 COMMANDS: dict[str, tuple[str, str]] = {
-    "ledger": ("computewatch.cli.governance_run", "cmd_ledger"),
+    "ledger": ("computewatch.cli.ledger_run", "cmd_ledger"),
     "governance": ("computewatch.cli.governance_run", "cmd_governance"),
     "accounts": ("computewatch.cli.governance_run", "cmd_accounts"),
     "run": (_CORE, "cmd_run"),

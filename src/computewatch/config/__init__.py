@@ -115,6 +115,8 @@ class Config:
     """``[governance]``: the default declaration of what runs train (``run --model`` ...)."""
     governance_ledger_key: Path | None = None
     governance_retention_years: float | None = None
+    governance_head_interval: float | None = None
+    """``[governance] head_interval``: seconds between the ledger's signed heads at most."""
     governance_detect_review_flop: float | None = None
     """``[governance] detect_review_flop``: a detected job whose hardware compute ceiling
     reaches it is flagged for review unless confidently not training (default 1e23 FLOP)."""
@@ -263,6 +265,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "parameters": ("governance_parameters", "number"),
         "ledger_key": ("governance_ledger_key", "path"),
         "retention_years": ("governance_retention_years", "number"),
+        "head_interval": ("governance_head_interval", "number"),
         "detect_review_flop": ("governance_detect_review_flop", "number"),
         "tiers": ("governance_tiers", "table"),
     },

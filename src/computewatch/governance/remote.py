@@ -63,8 +63,9 @@ class Remote:
             except (ValueError, RecursionError):  # RecursionError: JSON nested too deeply
                 raise ServerFailed(f"the server at {redact_urls(self.url)} sent no JSON") from None
 
-    def governance_status(self) -> list[Any]:
-        doc = self._json("/api/v1/governance/status")
+    def governance_status(self, at: float | None = None) -> list[Any]:
+        query = "" if at is None else f"?at={at!r}"
+        doc = self._json(f"/api/v1/governance/status{query}")
         if not isinstance(doc, list):
             raise ServerFailed("the server's governance status is not a list")
         return doc
@@ -89,6 +90,30 @@ class Remote:
     def obligation_done(self, obligation: int, reference: str) -> Any:
         body = json.dumps({"reference": reference}).encode()
         return self._json(f"/api/v1/governance/obligations/{obligation}/done", body)
+
+    def _object(self, path: str, data: bytes | None = None) -> dict[str, Any]:
+        doc = self._json(path, data)
+        if not isinstance(doc, dict):
+            raise ServerFailed(
+                f"the server's answer to {path.split('?', maxsplit=1)[0]} is not an object"
+            )
+        return doc
+
+    def ledger_head(self) -> dict[str, Any]:
+        """``GET /api/v1/ledger/head``: the newest signed head."""
+        return self._object("/api/v1/ledger/head")
+
+    def inclusion_proof(self, seq: int, size: int | None = None) -> dict[str, Any]:
+        query = f"seq={seq}" + ("" if size is None else f"&size={size}")
+        return self._object(f"/api/v1/ledger/proof/inclusion?{query}")
+
+    def consistency_proof(self, old: int, new: int | None = None) -> dict[str, Any]:
+        query = f"old={old}" + ("" if new is None else f"&new={new}")
+        return self._object(f"/api/v1/ledger/proof/consistency?{query}")
+
+    def post_cosignature(self, size: int, line: str, public_key: str) -> dict[str, Any]:
+        body = json.dumps({"size": size, "cosignature": line, "public_key": public_key})
+        return self._object("/api/v1/ledger/cosignatures", body.encode())
 
     def ledger_export(self) -> Iterator[bytes]:
         with self._open("/api/v1/ledger/export") as resp:

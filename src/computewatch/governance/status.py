@@ -1,19 +1,22 @@
 """Per-model status: cumulative compute by method, each tier's state, and the obligations that
-crossings open (kept in the database until marked done, each event in the ledger)."""
+crossings open, as documents (``governance status --json``, the notification pack). The status
+itself is a replay of the ledger (computewatch.governance.replay); the governance service
+(computewatch.governance.service) appends what changes it. :func:`load_models` reads the live
+view (``model_runs``: running runs with their figures so far) the service and the accounts'
+policy judge from."""
 
 from __future__ import annotations
 
 import datetime as dt
 import difflib
-import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from computewatch.governance.tiers import DEFAULT_TIERS, Tier, TierStatus, model_status
+from computewatch.governance.tiers import TierStatus
 from computewatch.lineage.compute import (
     TRAINING_STAGES,
     Declaration,
@@ -24,10 +27,6 @@ from computewatch.lineage.compute import (
     per_model,
 )
 from computewatch.serverdb.governance_models import ModelRun, Obligation
-from computewatch.serverdb.ledger_store import append
-
-OPENED = "obligation-opened"
-DONE = "obligation-done"
 
 
 def _estimate(value: float | None, low: float | None, high: float | None) -> Estimate | None:
@@ -95,83 +94,8 @@ class ModelStatus:
     compute: ModelCompute
     tiers: list[TierStatus]
     obligations: list[ObligationView] = field(default_factory=list)
-
-
-def _view(o: Obligation) -> ObligationView:
-    return ObligationView(
-        o.id, o.model, o.tier, o.trigger, o.rule, o.judged_flop, o.method, o.threshold,
-        o.opened_at, o.deadline_at, o.state, o.done_at, o.reference,
-    )  # fmt: skip
-
-
-def refresh(
-    session: Session,
-    tiers: Sequence[Tier] = DEFAULT_TIERS,
-    *,
-    now: float | None = None,
-    teams: frozenset[str] | None = None,
-) -> list[ModelStatus]:
-    """Every model's status; opens an obligation (and appends its ledger entry) for each tier
-    newly crossed or forecast to be, with the tier's deadline. Only an unrestricted view
-    (``teams=None``) opens obligations: a team's share is not the model's compute. The caller
-    commits."""
-    now = time.time() if now is None else now
-    models = load_models(session, teams)
-    existing: dict[tuple[str, str], Obligation] = {
-        (o.model, o.tier): o for o in session.scalars(select(Obligation))
-    }
-    out: list[ModelStatus] = []
-    for name in sorted(models):
-        m = models[name]
-        states = model_status(m, models, tiers)
-        for st in states:
-            if st.state not in ("crossed", "forecast") or st.tier.deadline_days is None:
-                continue
-            if teams is not None or (name, st.tier.name) in existing:
-                continue
-            o = _open(session, name, st, now)
-            existing[(name, st.tier.name)] = o
-        views = [_view(o) for (model, _), o in sorted(existing.items()) if model == name]
-        out.append(ModelStatus(m, states, views))
-    return out
-
-
-def _open(session: Session, model: str, st: TierStatus, now: float) -> Obligation:
-    days = st.tier.deadline_days
-    o = Obligation(
-        model=model, tier=st.tier.name, trigger=st.state, rule=st.tier.rule,
-        judged_flop=st.judged_flop, method=st.method, threshold=st.threshold, opened_at=now,
-        deadline_at=None if days is None else now + days * 86_400, state="open",
-    )  # fmt: skip
-    session.add(o)
-    session.flush()
-    append(session, OPENED, _body(o))
-    return o
-
-
-def _body(o: Obligation) -> dict[str, Any]:
-    return {
-        "obligation": o.id, "model": o.model, "tier": o.tier, "trigger": o.trigger,
-        "judged_flop": o.judged_flop, "method": o.method, "threshold": o.threshold,
-        "opened_at": _iso(o.opened_at),
-        "deadline": None if o.deadline_at is None else _iso(o.deadline_at),
-        "state": o.state, "reference": o.reference,
-    }  # fmt: skip
-
-
-def mark_done(session: Session, obligation_id: int, reference: str) -> ObligationView:
-    """Mark an obligation fulfilled with a reference (a notification's number, a URL)."""
-    if not reference.strip():
-        raise GovernanceError("a reference is needed to mark an obligation done")
-    o = session.get(Obligation, obligation_id)
-    if o is None:
-        raise GovernanceError(f"no obligation {obligation_id}")
-    if o.state == "done":
-        raise GovernanceError(f"obligation {obligation_id} was already marked done")
-    o.state, o.done_at, o.reference = "done", time.time(), reference.strip()
-    session.flush()
-    append(session, DONE, _body(o))
-    return _view(o)
+    pruned_runs: int = 0
+    """Runs whose entries were pruned under the retention policy (their totals are counted)."""
 
 
 def find_model(names: Iterable[str], name: str) -> str:
@@ -183,6 +107,13 @@ def find_model(names: Iterable[str], name: str) -> str:
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     listed = "" if close or not known else f" (known: {', '.join(known[:10])})"
     raise GovernanceError(f"no model named {name!r}{hint}{listed}")
+
+
+def view_of(o: Obligation) -> ObligationView:
+    return ObligationView(
+        o.id, o.model, o.tier, o.trigger, o.rule, o.judged_flop, o.method, o.threshold,
+        o.opened_at, o.deadline_at, o.state, o.done_at, o.reference,
+    )  # fmt: skip
 
 
 def _iso(t: float) -> str:
@@ -200,7 +131,7 @@ def status_json(statuses: Iterable[ModelStatus], now: float) -> list[dict[str, A
                 "model": m.model,
                 "base_model": m.base_model,
                 "base_known": m.base_known,
-                "runs": len(m.runs),
+                "runs": len(m.runs) + s.pruned_runs,
                 "gpu_hours": round(m.gpu_hours, 6),
                 "energy_kwh": round(m.energy_kwh, 6),
                 "training_seconds": round(m.training_seconds, 3),

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Final
 
 from computewatch.ledger.chain import LedgerError
 
-__all__ = ["MAX_EXACT_INT", "canonical_value", "dumps", "number_text"]
+__all__ = ["MAX_EXACT_INT", "canonical_value", "dumps", "loads", "number_text"]
 
 MAX_EXACT_INT: Final = 2**53
 """The largest integer every double (and so every JSON reader) holds exactly."""
@@ -119,6 +120,18 @@ def dumps(value: object) -> bytes:
         raise LedgerError("a JSON string holds a lone surrogate, which is not Unicode") from None
 
 
+def _int_value(text: str) -> int | float:
+    v = int(text)
+    return float(v) if abs(v) > MAX_EXACT_INT else v
+
+
+def loads(text: str | bytes) -> object:
+    """Canonical JSON read back as it was written: a number token beyond 2**53 (a double
+    ECMAScript writes whole, ``3200000000000000000``) is that double, as a JSON reader in any
+    language sees it, so writing the value again gives the same bytes."""
+    return json.loads(text, parse_int=_int_value)
+
+
 class _NotCanonical(LedgerError):
     """A number token not in its RFC 8785 form (raised inside the parse, caught around it)."""
 
@@ -130,33 +143,56 @@ def _float_token(text: str) -> float:
     return x
 
 
-def _int_token(text: str) -> int:
+def _int_token(text: str) -> int | float:
     v = int(text)
-    if abs(v) > MAX_EXACT_INT or text == "-0":
+    if text == "-0":
         raise _NotCanonical
+    if abs(v) > MAX_EXACT_INT:
+        # ECMAScript writes a double from 2**53 up to 1e21 as a plain integer (3.2e18 is
+        # 3200000000000000000): such a token is the double it spells exactly, nothing else
+        x = float(v)
+        if not math.isfinite(x) or number_text(x) != text:
+            raise _NotCanonical
+        return x
     return v
+
+
+_SUSPECT = re.compile(rb"\.0[,\]}]|e[-+]0|e\+(?:1[6-9]|20)[,\]}]|[0-9]{16}")
+"""Where Python's number spelling can differ from ECMAScript's (``8.0``, ``1e-05``, ``1e+16``)
+or a number needs a closer look (16 digits or more: beyond 2**53 or a double written whole)."""
+_FAST = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def canonical_value(line: bytes) -> object:
     """The JSON value of ``line`` when ``line`` is exactly its RFC 8785 form; a
-    :class:`LedgerError` otherwise. Fast for the common case: a parse with every number token
-    checked, the standard encoder's output compared, and the full encoder only when they differ
-    (or when names could sort differently in UTF-16)."""
+    :class:`LedgerError` otherwise.
+
+    Fast for the common case: a plain parse, the standard encoder's output compared, and a scan
+    for the few spellings where Python and ECMAScript write a number differently; only a line
+    where that is not conclusive (or whose names could sort differently in UTF-16) takes the
+    full check, every number token checked and the full encoder compared."""
     try:
         text = line.decode("utf-8")
-        value = json.loads(text, parse_float=_float_token, parse_int=_int_token,
-                           parse_constant=_refuse)  # fmt: skip
-    except (UnicodeDecodeError, ValueError, _NotCanonical, RecursionError):
+    except UnicodeDecodeError:
         raise LedgerError("not RFC 8785 canonical JSON") from None
     # U+E000 and above (UTF-8 lead bytes 0xEE-0xF4) is where code point and UTF-16 order part
-    fast = max(line, default=0) < 0xEE
-    if fast:
+    if max(line, default=0) < 0xEE and not _SUSPECT.search(line):
         try:
-            again = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        except (TypeError, ValueError, RecursionError):
+            value = json.loads(text, parse_constant=_refuse)
+            again = _FAST.encode(value)
+        except (ValueError, _NotCanonical, RecursionError, TypeError):
             again = ""
         if again == text:
             return value
+    return _full_check(line, text)
+
+
+def _full_check(line: bytes, text: str) -> object:
+    try:
+        value = json.loads(text, parse_float=_float_token, parse_int=_int_token,
+                           parse_constant=_refuse)  # fmt: skip
+    except (ValueError, _NotCanonical, RecursionError):
+        raise LedgerError("not RFC 8785 canonical JSON") from None
     if dumps(value) != line:
         raise LedgerError("not RFC 8785 canonical JSON")
     return value

@@ -21,11 +21,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from computewatch.ledger.chain import Entry, LedgerError, canonical
+from computewatch.ledger.jcs import dumps as jcs_dumps
 from computewatch.paths import check_private_file, create_private_file, make_private_dirs
 
 CHECKPOINT_KIND = "checkpoint"
 _CHECKPOINT_CONTEXT = b"computewatch-ledger-checkpoint:v1:"
 _REPORT_CONTEXT = b"computewatch-signed-report:v1:"
+_REPORT_CONTEXT_V2 = b"computewatch-signed-report:v2:"
 
 
 def public_bytes(key: Ed25519PublicKey) -> bytes:
@@ -174,11 +176,20 @@ def rotation_keys(body: Mapping[str, Any]) -> tuple[Ed25519PublicKey, Ed25519Pub
     return old, new
 
 
+def _report_message(bare: Mapping[str, Any]) -> bytes:
+    """What a report's signature covers: the second format (with ``figures``) is the RFC 8785
+    canonical JSON after ``computewatch-signed-report:v2:``; the first, the Python-spelled
+    canonical JSON after ``...:v1:``."""
+    if "figures" in bare:
+        return _REPORT_CONTEXT_V2 + jcs_dumps(bare)
+    return _REPORT_CONTEXT + canonical(bare)
+
+
 def sign_report(report: Mapping[str, Any], key: Ed25519PrivateKey) -> dict[str, Any]:
     """``report`` with ``signed_by`` (key id) and ``signature`` over its canonical JSON."""
     bare = {k: v for k, v in report.items() if k not in ("signed_by", "signature")}
     signed_by = key_id(key.public_key())
-    message = _REPORT_CONTEXT + canonical({**bare, "signed_by": signed_by})
+    message = _report_message({**bare, "signed_by": signed_by})
     return {**bare, "signed_by": signed_by, "signature": _b64(key.sign(message))}
 
 
@@ -188,10 +199,7 @@ def report_valid(report: Mapping[str, Any], key: Ed25519PublicKey) -> bool:
     if bare.get("signed_by") != key_id(key):
         return False
     try:
-        key.verify(
-            base64.b64decode(str(report["signature"]), validate=True),
-            _REPORT_CONTEXT + canonical(bare),
-        )
+        key.verify(base64.b64decode(str(report["signature"]), validate=True), _report_message(bare))
     except (KeyError, ValueError, binascii.Error, InvalidSignature, LedgerError):
         return False
     return True

@@ -2,12 +2,15 @@
 the report binds the numbers that travelled with it.
 
 A report is a small JSON object (:data:`REPORT_FIELDS`): the run's id, upload ``seq``, whether
-it is final, its status and exit code, start and end, and the SHA-256 (hex) of the canonical
-JSON (:func:`computewatch.ledger.chain.canonical`) of exactly the ``summary`` and the ``meta``
-sent in the same upload. The node signs it with its Ed25519 key
-(:func:`computewatch.ledger.keys.sign_report`, which adds ``signed_by`` and ``signature``). It
-holds hashes and times only: no host name, command line or configuration (docs/governance.md,
-"Privacy"), so the ledger can keep it whole.
+it is final, its status and exit code, start and end, the SHA-256 (hex) of the canonical JSON
+(:func:`computewatch.ledger.chain.canonical`) of exactly the ``summary`` and the ``meta`` sent in
+the same upload, and (second format, :data:`FIGURES`) the run's ``figures``: the model, base
+model and stage it declared, every FLOP figure by method with its range, GPU-hours, energy,
+duration and devices (model and count), exactly what the run's ledger entry lists
+(:data:`FIGURE_FIELDS`; null when the run declared no model). The node signs it with its Ed25519
+key (:func:`computewatch.ledger.keys.sign_report`, which adds ``signed_by`` and ``signature``).
+It holds hashes, times and totals only: no host name, command line or configuration
+(docs/governance.md, "Privacy"), so the ledger can keep it whole.
 
 Outcomes of a check (the server records one per stored run; docs/server.md): :data:`VALID`,
 :data:`UNSIGNED`, :data:`UNKNOWN_KEY` (a well-formed report whose key the server does not hold
@@ -26,6 +29,8 @@ from typing import Any, Final, Literal
 from computewatch.ledger.chain import canonical
 
 __all__ = [
+    "FIGURES",
+    "FIGURE_FIELDS",
     "INVALID",
     "REPORT_FIELDS",
     "SIGNATURE_STATUSES",
@@ -36,6 +41,7 @@ __all__ = [
     "SignatureStatus",
     "binding_problem",
     "document_sha256",
+    "figures_problem",
     "report_of",
     "shape_problem",
     "usage_report",
@@ -61,7 +67,17 @@ REPORT_FIELDS: Final = (
 )
 """What a node signs, besides ``signed_by`` (its key id)."""
 SIGNED_FIELDS: Final = (*REPORT_FIELDS, "signed_by", "signature")
-"""Every field of a signed report, as it travels and as the ledger keeps it."""
+"""Every field of a signed report of the first format, as it travels and as the ledger keeps
+it."""
+FIGURES: Final = "figures"
+"""The second format's extra field: the run's figures (or null), signed with the rest over the
+RFC 8785 canonical JSON (computewatch.ledger.keys.sign_report)."""
+FIGURE_FIELDS: Final = (
+    "model", "base_model", "stage", "flops", "gpu_hours", "energy_kwh", "duration_seconds",
+    "devices",
+)  # fmt: skip
+"""The members of ``figures``: ``flops`` maps a method (``counted``, ``hardware``,
+``architecture``) to ``{"value", "low", "high"}``; ``devices`` lists ``{"model", "count"}``."""
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _KEY_ID = re.compile(r"^[0-9a-f]{16}$")
@@ -84,9 +100,12 @@ def usage_report(
     ended_at: float | None,
     summary: object,
     meta: object,
+    figures: object = None,
+    with_figures: bool = True,
 ) -> dict[str, Any]:
-    """The unsigned report of one upload (``summary`` and ``meta`` exactly as they travel)."""
-    return {
+    """The unsigned report of one upload (``summary`` and ``meta`` exactly as they travel); with
+    ``figures`` (the second format) unless ``with_figures`` is false (the first)."""
+    report = {
         "run_id": run_id,
         "seq": seq,
         "final": final,
@@ -97,6 +116,9 @@ def usage_report(
         "summary_sha256": document_sha256(summary),
         "meta_sha256": document_sha256(meta),
     }
+    if with_figures:
+        report[FIGURES] = figures
+    return report
 
 
 def _number(v: object) -> bool:
@@ -108,12 +130,56 @@ def _number(v: object) -> bool:
         return False
 
 
+def _figure(v: object) -> bool:
+    return (
+        isinstance(v, Mapping)
+        and set(v) == {"value", "low", "high"}
+        and all(_number(v[k]) for k in ("value", "low", "high"))
+    )
+
+
+def figures_problem(figures: object) -> str | None:
+    """Why ``figures`` is not a run's figures (None when it is, or when it is null)."""
+    if figures is None:
+        return None
+    if not isinstance(figures, Mapping):
+        return "figures: expected an object or null"
+    if set(figures) != set(FIGURE_FIELDS):
+        odd = sorted(set(figures) ^ set(FIGURE_FIELDS))
+        return f"figures: unexpected or missing {odd[0]!r}"
+    f = figures
+    devices = f["devices"]
+    flops = f["flops"]
+    checks: list[tuple[str, bool]] = [
+        ("model", isinstance(f["model"], str) and 0 < len(f["model"]) <= 200),
+        ("base_model", f["base_model"] is None
+         or (isinstance(f["base_model"], str) and len(f["base_model"]) <= 200)),
+        ("stage", isinstance(f["stage"], str) and len(f["stage"]) <= 32),
+        ("flops", isinstance(flops, Mapping) and len(flops) <= 8
+         and all(isinstance(k, str) and _figure(v) for k, v in flops.items())),
+        ("gpu_hours", _number(f["gpu_hours"])),
+        ("energy_kwh", f["energy_kwh"] is None or _number(f["energy_kwh"])),
+        ("duration_seconds", _number(f["duration_seconds"])),
+        ("devices", isinstance(devices, list) and len(devices) <= 64 and all(
+            isinstance(d, Mapping) and set(d) == {"model", "count"}
+            and isinstance(d["model"], str) and len(d["model"]) <= 200
+            and isinstance(d["count"], int) and not isinstance(d["count"], bool)
+            and d["count"] >= 0 for d in devices)),
+    ]  # fmt: skip
+    for name, ok in checks:
+        if not ok:
+            return f"figures.{name}: not a valid value"
+    return None
+
+
 def shape_problem(report: object) -> str | None:
     """Why ``report`` is not a well-formed signed report (None when it is): exactly the
-    fields of :data:`SIGNED_FIELDS`, each of its type."""
+    fields of :data:`SIGNED_FIELDS` (and, in the second format, ``figures``), each of its
+    type."""
     if not isinstance(report, Mapping):
         return "expected an object"
-    extra = sorted(set(report) - set(SIGNED_FIELDS))
+    allowed = {*SIGNED_FIELDS, FIGURES}
+    extra = sorted(set(report) - allowed)
     if extra:
         return f"unexpected field {extra[0]!r}"
     missing = [k for k in SIGNED_FIELDS if k not in report]
@@ -143,13 +209,18 @@ def shape_problem(report: object) -> str | None:
     for name, ok in checks:
         if not ok:
             return f"{name}: not a valid value"
+    if FIGURES in r:
+        return figures_problem(r[FIGURES])
     return None
 
 
-def report_of(upload: Mapping[str, Any]) -> dict[str, Any]:
+def report_of(
+    upload: Mapping[str, Any], figures: object = None, *, with_figures: bool = True
+) -> dict[str, Any]:
     """:func:`usage_report` of an upload document (a ``RunUpload``: ``id``, ``seq``, ``final``,
-    ``status``, ``exit_code``, ``started_at``, ``ended_at``, ``summary``, ``meta``), as the
-    client signs it and the server recomputes it from what arrived."""
+    ``status``, ``exit_code``, ``started_at``, ``ended_at``, ``summary``, ``meta``) with the
+    run's ``figures`` (computewatch.upload.signing.report_figures), as the client signs it and
+    the server recomputes it from what arrived."""
     return usage_report(
         run_id=upload["id"],
         seq=upload["seq"],
@@ -160,12 +231,16 @@ def report_of(upload: Mapping[str, Any]) -> dict[str, Any]:
         ended_at=upload["ended_at"],
         summary=upload["summary"],
         meta=upload["meta"],
+        figures=figures,
+        with_figures=with_figures,
     )
 
 
 _DIFFERS = {
     "summary_sha256": "its summary differs from the one signed (summary_sha256)",
     "meta_sha256": "its documents (meta) differ from those signed (meta_sha256)",
+    FIGURES: "the figures it signed (model, stage, FLOP, GPU-hours, energy, devices) differ "
+    "from those its summary and declaration give",
 }
 
 

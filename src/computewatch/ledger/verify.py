@@ -87,14 +87,28 @@ class Verdict:
     reports_unknown_key: int = 0
     """... signed by a key the chain does not hold registered (for that team, unrevoked) before
     the entry; also those whose registration was pruned."""
+    reports_figures_unsigned: int = 0
+    """... of the signed ones, reports in the first format (before reports signed the figures):
+    the node signed the summary's hash, not the model, stage and FLOP figures the entry lists."""
+    version: int = 1
+    """The export format checked (1: the hash chain; 2: the Merkle tree with signed heads)."""
+    size: int = 0
+    """Version 2: the tree size reached (the last entry's seq)."""
+    root: str | None = None
+    """Version 2: the root (hex) recomputed over every entry."""
+    witnessed_size: int | None = None
+    """Version 2, with witnesses required: the largest head they cosigned."""
 
     def reports_json(self) -> dict[str, int]:
-        return {
+        doc = {
             "total": self.reports,
             "signed": self.reports_signed,
             "unsigned": self.reports_unsigned,
             "unknown_key": self.reports_unknown_key,
         }
+        if self.version >= 2:
+            doc["figures_unsigned"] = self.reports_figures_unsigned
+        return doc
 
     @property
     def ok(self) -> bool:

@@ -25,6 +25,7 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 
 from computewatch.errors import ComputewatchError
+from computewatch.governance import service as governance_service
 from computewatch.jsonout import dumps as json_dumps
 from computewatch.jsonout import finite
 from computewatch.server.admission import DEFAULT_MAX_QUEUED_UPLOADS, Admission
@@ -260,6 +261,7 @@ async def ingest(
                         principal.team,
                         batch,
                         require_signed=bool(getattr(request.app.state, "require_signed", False)),
+                        on_run=governance_service.on_run_stored,
                     )
                 except IngestConflict as e:
                     return api_error(409, "conflict", str(e))

@@ -1,10 +1,12 @@
-"""Governance and ledger endpoints under ``/api/v1`` (docs/governance.md, docs/ledger.md):
+"""Governance endpoints under ``/api/v1`` (docs/governance.md), and the server's upkeep:
 
-- ``GET /governance/status``: every model's compute, tiers and obligations (a team's token sees
-  its own runs' share and opens nothing; an admin sees whole models and opens obligations);
+- ``GET /governance/status``: every model's compute, tiers and obligations, a replay of the
+  ledger (read only: a team's token sees its own runs' share, an admin whole models);
 - ``GET /governance/models/{model}/report``: one model's notification pack (JSON);
-- ``POST /governance/obligations/{id}/done`` (admin): ``{"reference": "..."}``;
-- ``GET /ledger/export`` (admin): the ledger as JSON Lines, its head signed first.
+- ``POST /governance/obligations/{id}/done`` (admin): ``{"reference": "..."}``.
+
+The ledger's own endpoints (heads, proofs, cosignatures, export) are in
+:mod:`computewatch.server.ledger_api`.
 """
 
 from __future__ import annotations
@@ -19,43 +21,27 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
 from pydantic import BaseModel, Field
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from computewatch.config import ConfigError, load_config
-from computewatch.governance import accounts
-from computewatch.governance.ledger_ops import export, key_path, publish_latest, server_key
+from computewatch.governance import accounts, service
+from computewatch.governance.ledger_ops import key_path, server_key, sign_head
 from computewatch.governance.reminders import due_reminders, reminder_events
-from computewatch.governance.status import (
-    find_model,
-    mark_done,
-    refresh,
-    report_doc,
-    status_json,
-)
-from computewatch.governance.tiers import DEFAULT_TIERS, Tier, parse_tiers
+from computewatch.governance.status import find_model, report_doc, status_json
 from computewatch.ledger.chain import format_time
-from computewatch.ledger.keys import CHECKPOINT_KIND
 from computewatch.lineage.compute import GovernanceError
 from computewatch.server.auth import (
     Principal,
     db_session,
-    get_database,
     require_admin,
     require_read,
 )
 from computewatch.server.budgets import BudgetNotifier
 from computewatch.server.web.pages import parse_targets
 from computewatch.serverdb.engine import Database
-from computewatch.serverdb.ledger_store import (
-    checkpoint,
-    due_for_checkpoint,
-    first_unsigned,
-    head,
-    prune_before,
-)
 
 router = APIRouter(prefix="/api/v1", tags=["governance"])
 log = logging.getLogger("computewatch.server")
@@ -192,27 +178,18 @@ def _log_access(db: Database, principal: Principal, action: str, ip: str) -> Non
         session.commit()
 
 
-@functools.cache
-def _tiers() -> tuple[Tier, ...]:
-    """The server's tiers: its configuration's ``[governance] tiers`` over the defaults."""
-    try:
-        config = load_config()
-    except ConfigError:
-        return DEFAULT_TIERS
-    if not config.governance_tiers:
-        return DEFAULT_TIERS
-    return parse_tiers(config.governance_tiers, str(config.path))
+_AT = Query(ge=0, description="Unix seconds days_left counts from (default now)")
 
 
 @router.get("/governance/status", response_model=list[ModelStatusOut])
 def governance_status(
     principal: Annotated[Principal, Depends(require_read)],
     session: Annotated[Session, Depends(db_session)],
+    at: Annotated[float | None, _AT] = None,
 ) -> list[dict[str, Any]]:
-    now = time.time()
-    statuses = refresh(session, _tiers(), now=now, teams=principal.teams)
-    session.commit()
-    return status_json(statuses, now)
+    """A replay of the ledger (docs/governance.md): reading it appends nothing."""
+    now = time.time() if at is None else at
+    return status_json(service.status(session, teams=principal.teams), now)
 
 
 @router.get("/governance/models/{model}/report", response_model=ModelReportOut)
@@ -222,9 +199,7 @@ def governance_report(
     session: Annotated[Session, Depends(db_session)],
 ) -> dict[str, Any]:
     now = time.time()
-    statuses = {s.compute.model: s for s in refresh(session, _tiers(), now=now,
-                                                      teams=principal.teams)}  # fmt: skip
-    session.commit()
+    statuses = {s.compute.model: s for s in service.status(session, teams=principal.teams)}
     try:
         name = find_model(statuses, model)
     except GovernanceError as e:
@@ -237,14 +212,16 @@ def obligation_done(
     obligation: int,
     reference: Annotated[str, Body(embed=True, min_length=1, max_length=2000)],
     principal: Annotated[Principal, Depends(require_admin)],
-    session: Annotated[Session, Depends(db_session)],
+    request: Request,
 ) -> dict[str, Any]:
-    try:
-        view = mark_done(session, obligation, reference)
-    except GovernanceError as e:
-        raise HTTPException(status_code=409 if "already" in str(e) else 404,
-                            detail=str(e)) from None  # fmt: skip
-    session.commit()
+    db: Database = request.app.state.db
+    with db.writing(), db.session() as session:
+        try:
+            view = service.mark_done(session, obligation, reference)
+        except GovernanceError as e:
+            raise HTTPException(status_code=409 if "already" in str(e) else 404,
+                                detail=str(e)) from None  # fmt: skip
+        session.commit()
     return {"id": view.id, "model": view.model, "tier": view.tier, "state": view.state,
             "reference": view.reference}  # fmt: skip
 
@@ -260,56 +237,62 @@ def account_check(
     try:
         d = accounts.check(
             session, account, gpus=request.gpus, hours=request.hours,
-            gpu_model=request.gpu_model, model=request.model, tiers=_tiers(),
+            gpu_model=request.gpu_model, model=request.model, tiers=service.server_tiers(),
         )  # fmt: skip
     except GovernanceError as e:
         raise HTTPException(status_code=422, detail=str(e)) from None
     return accounts.decision_json(d)
 
 
-@router.get("/ledger/export")
-def ledger_export(
-    principal: Annotated[Principal, Depends(require_admin)],
-    db: Annotated[Database, Depends(get_database)],
-) -> StreamingResponse:
-    path = _key_file()
-    lines = list(export(db, server_key(path, create=True), path))  # one snapshot, then streamed
-    return StreamingResponse(iter(lines), media_type="application/x-ndjson")
-
-
 MAINTAIN_SECONDS = 300.0
-"""How often a server signs the ledger's head, prunes it and re-judges the tiers."""
-SIGN_AFTER_SECONDS = 3600.0
-"""Unsigned entries older than this get a checkpoint even before CHECKPOINT_EVERY entries."""
+"""How often a server prunes the ledger, re-judges the tiers and sends reminders."""
+HEAD_SECONDS = 10.0
+"""How often a server signs a new head at most (``[governance] head_interval``), when the log
+grew: off the ingest path, so an ingest never waits for a signature."""
 DEFAULT_RETENTION_YEARS = 10.0
 
 
-def maintain_once(db: Database, now: float | None = None) -> None:
-    """One round of the ledger's upkeep: a signed checkpoint when due, pruning past the
-    retention (``[governance] retention_years``, default 10), and the tiers re-judged so that
-    obligations open without anyone asking for the status."""
-    now = time.time() if now is None else now
+def _config() -> Any:
     try:
-        config = load_config()
+        return load_config()
     except ConfigError:
-        config = None
-    path = key_path(None if config is None else config.governance_ledger_key)
-    key = server_key(path, create=True)  # the server is the one that creates its key
+        return None
+
+
+def maintain_once(db: Database, now: float | None = None) -> None:
+    """One round of governance upkeep (computewatch.governance.service.upkeep): pruning past
+    the retention (``[governance] retention_years``, default 10), the tiers re-judged so that
+    obligations open without anyone asking for the status, reminders due; then a head signed
+    over what it appended."""
+    now = time.time() if now is None else now
+    config = _config()
     years = (config.governance_retention_years if config else None) or DEFAULT_RETENTION_YEARS
     cutoff = dt.datetime.fromtimestamp(now - years * 365.25 * 86_400, dt.UTC)
-    with db.session() as session:
-        prune_before(session, format_time(cutoff))
-        refresh(session, _tiers(), now=now)
-        reminders = due_reminders(session, now)
-        signed = due_for_checkpoint(session) or _unsigned_since(session, now) > SIGN_AFTER_SECONDS
-        if signed:
-            checkpoint(session, key)
-        session.commit()
-    if signed:
-        publish_latest(db, path)
+    for attempt in range(3):
+        with db.writing(), db.session() as session:
+            try:
+                service.upkeep(session, service.server_tiers(), now, format_time(cutoff))
+                reminders = due_reminders(session, now)
+                session.commit()
+            except IntegrityError:  # another server opened the same obligation first
+                session.rollback()
+                if attempt == 2:
+                    raise
+                continue
+        break
+    sign_heads_once(db, now)
     targets = () if config is None else tuple(config.server_budget_notify)
     if reminders and targets:
         _notifier(targets).send_events(reminder_events(reminders, now))
+
+
+def sign_heads_once(db: Database, now: float | None = None) -> None:
+    """Sign a head over the log when it grew since the last one (and publish it beside the
+    key); the server creates its key the first time."""
+    config = _config()
+    path = key_path(None if config is None else config.governance_ledger_key)
+    key = server_key(path, create=True)  # the server is the one that creates its key
+    sign_head(db, key, path, now=now)
 
 
 def _key_file() -> Path:
@@ -327,31 +310,30 @@ def _notifier(specs: tuple[str, ...]) -> BudgetNotifier:
     return BudgetNotifier(parse_targets(specs))
 
 
-def _unsigned_since(session: Session, now: float) -> float:
-    """Seconds since the oldest entry that no checkpoint covers (0 when all are signed)."""
-    last = head(session)
-    if last is None or last.kind == CHECKPOINT_KIND:
-        return 0.0
-    first = first_unsigned(session)
-    if first is None:
-        return 0.0
-    t = dt.datetime.strptime(first.time, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
-    return now - t.timestamp()
-
-
 async def maintain(db: Database) -> None:
-    """:func:`maintain_once` every :data:`MAINTAIN_SECONDS` for the server's lifetime."""
+    """:func:`maintain_once` every :data:`MAINTAIN_SECONDS` for the server's lifetime, and a
+    head signed every ``[governance] head_interval`` seconds (default :data:`HEAD_SECONDS`)
+    when the log grew."""
     said = ""
+    last = -float("inf")
     while True:
+        config = _config()
+        interval = (config.governance_head_interval if config else None) or HEAD_SECONDS
+        due = time.monotonic() - last >= MAINTAIN_SECONDS
         try:
-            await asyncio.to_thread(maintain_once, db)
+            if due:
+                last = time.monotonic()
+                await asyncio.to_thread(maintain_once, db)
+            else:
+                await asyncio.to_thread(sign_heads_once, db)
         except Exception as e:  # the database away, a bad key file: said once, tried next round
             message = str(e) or type(e).__name__
             if message != said:
-                log.warning("ledger upkeep failed (no checkpoint until it is fixed): %s", message)
+                log.warning("ledger upkeep failed (no signed head until it is fixed): %s",
+                            message)  # fmt: skip
             said = message
         else:
             if said:
                 log.warning("ledger upkeep works again")
             said = ""
-        await asyncio.sleep(MAINTAIN_SECONDS)
+        await asyncio.sleep(min(interval, MAINTAIN_SECONDS))

@@ -1,21 +1,33 @@
-"""The governance tables of the server database: the ledger (hash-chained entries), each run's
-declared model and compute by method, and the obligations that tier crossings open. Created by
-migration ``0002_governance``: change both together."""
+"""The governance tables of the server database: the ledger (a transparency log: its entries,
+the hashes of its Merkle tree's complete subtrees, its signed heads and the witnesses'
+cosignatures), each run's declared model and compute by method, and the obligations that tier
+crossings open. Created by migrations ``0002_governance`` and ``0006_transparency_log``: change
+them together."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Float, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Float, Index, Integer, LargeBinary, String, Text, text
 from sqlalchemy.orm import Mapped, mapped_column
 
 from computewatch.serverdb.models import Base
 
-__all__ = ["LedgerEntryRow", "LedgerStart", "ModelRun", "Obligation"]
+__all__ = [
+    "LedgerCosignature",
+    "LedgerEntryRow",
+    "LedgerHead",
+    "LedgerMeta",
+    "LedgerNode",
+    "LedgerStart",
+    "ModelRun",
+    "Obligation",
+]
 
 
 class LedgerEntryRow(Base):
-    """One ledger entry; ``body`` is its canonical JSON text (computewatch.ledger.chain)."""
+    """One ledger entry; ``body`` is its body's RFC 8785 canonical JSON text, so that the
+    entry's bytes are rebuilt without parsing it (computewatch.ledger.log.line_from_parts)."""
 
     __tablename__ = "ledger_entries"
 
@@ -23,13 +35,61 @@ class LedgerEntryRow(Base):
     time: Mapped[str] = mapped_column(String(32))
     kind: Mapped[str] = mapped_column(String(32), index=True)
     body: Mapped[str] = mapped_column(Text)
-    prev: Mapped[str] = mapped_column(String(64))
-    hash: Mapped[str] = mapped_column(String(64))
+
+
+class LedgerNode(Base):
+    """The hash of one complete subtree of the Merkle tree: ``id`` is ``level << 48 | index``
+    (leaves ``index * 2**level`` to ``(index + 1) * 2**level - 1``; level 0: an entry's leaf
+    hash). Kept when entries are pruned, so roots and proofs still cover the whole tree."""
+
+    __tablename__ = "ledger_nodes"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    hash: Mapped[bytes] = mapped_column(LargeBinary(32))
+
+
+class LedgerHead(Base):
+    """A signed tree head: the C2SP checkpoint note the server signed at ``size``."""
+
+    __tablename__ = "ledger_heads"
+
+    size: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    root: Mapped[bytes] = mapped_column(LargeBinary(32))
+    signed_at: Mapped[int] = mapped_column(BigInteger)
+    """Unix seconds: the note's ``time`` line."""
+    key_id: Mapped[str] = mapped_column(String(16))
+    public_key: Mapped[str] = mapped_column(String(64))
+    """Base64 of the signing key's 32 bytes."""
+    note: Mapped[str] = mapped_column(Text)
+
+
+class LedgerCosignature(Base):
+    """A witness's ``cosignature/v1`` of the head at ``size`` (its signature line)."""
+
+    __tablename__ = "ledger_cosignatures"
+
+    size: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    witness: Mapped[str] = mapped_column(String(200), primary_key=True)
+    key_hash: Mapped[str] = mapped_column(String(8), primary_key=True)
+    public_key: Mapped[str] = mapped_column(String(64))
+    signed_at: Mapped[int] = mapped_column(BigInteger)
+    line: Mapped[str] = mapped_column(Text)
+    received_at: Mapped[float] = mapped_column(Float)
+
+
+class LedgerMeta(Base):
+    """The log's settings: ``origin`` (its name in every checkpoint), fixed at its first head."""
+
+    __tablename__ = "ledger_meta"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
 
 
 class LedgerStart(Base):
-    """Where the kept chain starts once older entries were pruned under the retention policy
-    (one row at most; none: the chain starts at seq 1 after 64 zeros)."""
+    """Where the kept log starts once older entries were pruned under the retention policy
+    (one row at most; none: it starts at seq 1). ``first_prev`` is the first format's (the hash
+    chain's) and is kept empty since."""
 
     __tablename__ = "ledger_start"
 
@@ -92,4 +152,8 @@ class Obligation(Base):
     alerted: Mapped[str | None] = mapped_column(String(200))
     """Comma-separated reminders already sent (``opened``, ``7d``, ``1d``, ``overdue``)."""
 
-    __table_args__ = (Index("ix_obligations_model_tier", "model", "tier"),)
+    __table_args__ = (
+        Index("ix_obligations_model_tier", "model", "tier"),
+        Index("ux_obligations_open", "model", "tier", unique=True,
+              sqlite_where=text("state = 'open'"), postgresql_where=text("state = 'open'")),
+    )  # fmt: skip

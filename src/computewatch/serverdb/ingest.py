@@ -19,6 +19,7 @@ import json
 import math
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
@@ -26,6 +27,7 @@ from sqlalchemy import delete, select, text, update
 from sqlalchemy.orm import Session
 
 from computewatch.jsonout import dumps as json_dumps
+from computewatch.ledger.reports import SignatureStatus
 from computewatch.redact import redact_argv, redact_mapping
 from computewatch.serverdb.engine import SQLITE_BEGIN
 from computewatch.serverdb.errors import IngestConflict, InvalidUpload
@@ -49,6 +51,7 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "SUPPORTED_PROTOCOLS",
     "ProtocolMismatch",
+    "RunHook",
     "denormalize",
     "parse_batch",
     "protocol_mismatch",
@@ -305,11 +308,29 @@ def _lock_run_ids(session: Session, ids: list[str]) -> None:
     )
 
 
+RunHook = Callable[[Session, str, RunUpload, SignatureStatus], object]
+"""What records a stored run for governance, in the ingest's transaction: ``(session, team,
+run, signature)``. The server passes the governance service's
+(computewatch.governance.service.on_run_stored: the ledger entry, then tier crossings and
+obligations); by default :func:`~computewatch.serverdb.lineage_ingest.on_stored` (the ledger
+entry and the model's compute only)."""
+
+
+def _record(session: Session, team: str, run: RunUpload, signature: SignatureStatus) -> object:
+    return on_stored(session, team, run, signature=signature)
+
+
 def store_batch(
-    session: Session, team: str, batch: IngestBatch, *, require_signed: bool = False
+    session: Session,
+    team: str,
+    batch: IngestBatch,
+    *,
+    require_signed: bool = False,
+    on_run: RunHook | None = None,
 ) -> list[IngestResult]:
     """Store every run of ``batch`` for ``team`` in one transaction (all or nothing) and
-    commit. Raises :class:`IngestConflict` when a run id belongs to another team, and
+    commit; ``on_run`` records each stored run for governance (:data:`RunHook`). Raises
+    :class:`IngestConflict` when a run id belongs to another team, and
     :class:`SignatureRefused` for a run whose signed report is invalid (or, with
     ``require_signed``, that is unsigned or signed by a key not registered for ``team``);
     nothing is stored then."""
@@ -376,8 +397,8 @@ def store_batch(
             session.add(change)
             record_signature(session, run["id"], signature)
             session.flush()
-            # governance: model compute, ledger (same transaction)
-            on_stored(session, team, run, signature=signature.status)
+            # governance: model compute, ledger, tiers (same transaction)
+            (on_run or _record)(session, team, run, signature.status)
             if postgres:
                 payload = json_dumps(
                     {

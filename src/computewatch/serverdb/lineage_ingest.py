@@ -1,8 +1,9 @@
-"""What an ingest adds for governance, in the ingest's own transaction: the run's declared model
-and compute by method (``model_runs``), and, when the upload is the run's final state, a ledger
-entry with its totals, the node's signed usage report and what its check found. The ledger keeps
-totals, methods, hashes and signatures, never the command line, names or configuration
-(docs/governance.md, "Privacy")."""
+"""What an ingest records for governance, in the ingest's own transaction (repository work; the
+governance service, computewatch.governance.service, judges tiers on top): the run's declared
+model and compute by method (``model_runs``, the live view: running runs and their forecasts),
+and, when the upload is the run's final state, a ledger entry with its figures, the node's
+signed usage report and what its check found. The ledger keeps totals, methods, hashes and
+signatures, never the command line, names or configuration (docs/governance.md, "Privacy")."""
 
 from __future__ import annotations
 
@@ -11,33 +12,28 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from computewatch.ledger.reports import UNSIGNED, SignatureStatus, document_sha256
-from computewatch.lineage.compute import Estimate, RunCompute, declaration_from_json, run_compute
+from computewatch.ledger.reports import FIGURES, UNSIGNED, SignatureStatus, document_sha256
+from computewatch.lineage.compute import RunCompute
 from computewatch.serverdb.governance_models import ModelRun
 from computewatch.serverdb.ledger_store import append, record_model_run
 from computewatch.upload.protocol import RunUpload
+from computewatch.upload.signing import figures_of, run_compute_of
 
 RUN_KIND = "run"
 
 
 def on_stored(
     session: Session, team: str, run: RunUpload, *, signature: SignatureStatus = UNSIGNED
-) -> None:
+) -> RunCompute | None:
     """Record ``run`` (just stored by the ingest) for governance; the caller commits.
-    ``signature``: what the check of its signed report found."""
-    summary = run["summary"]
-    decl = declaration_from_json(run["meta"].get("governance"))
-    rc: RunCompute | None = None
-    if decl is not None and summary is not None:
-        rc = run_compute(run["id"], summary, decl, status=run["status"],
-                         started_at=run["started_at"])  # fmt: skip
+    ``signature``: what the check of its signed report found. Returns the run's compute (None
+    when it declares no model)."""
+    rc = run_compute_of(run)
+    if rc is not None:
         record_model_run(session, _row(team, rc))
     if run["final"]:
         append(session, RUN_KIND, run_entry(team, run, rc, signature))
-
-
-def _fig(e: Estimate | None) -> dict[str, float] | None:
-    return None if e is None else {"value": e.value, "low": e.low, "high": e.high}
+    return rc
 
 
 def _row(team: str, rc: RunCompute) -> ModelRun:
@@ -61,10 +57,12 @@ def _row(team: str, rc: RunCompute) -> ModelRun:
 def run_entry(
     team: str, run: RunUpload, rc: RunCompute | None, signature: SignatureStatus = UNSIGNED
 ) -> dict[str, Any]:
-    """The ledger body of a finished run: totals, methods, the summary's SHA-256, and the
-    node's signed usage report (null when unsigned) with ``signature``, what the server's
-    check of it found."""
-    body: dict[str, Any] = {
+    """The ledger body of a finished run: its times, status, the summary's SHA-256, its
+    ``figures`` (computewatch.ledger.reports.FIGURE_FIELDS: model, stage, FLOP by method with
+    ranges, GPU-hours, energy, devices; null when it declared no model), and the node's signed
+    usage report (null when unsigned) with ``signature``, what the server's check of it found.
+    A report of the second format signed these very figures."""
+    return {
         "run_id": run["id"],
         "team": team,
         "status": run["status"],
@@ -74,16 +72,5 @@ def run_entry(
         "summary_sha256": document_sha256(run["summary"]),
         "signature": signature,
         "signed_report": dict(run["signed_report"]) if "signed_report" in run else None,
+        FIGURES: None if rc is None else figures_of(rc),
     }
-    if rc is not None:
-        body.update(
-            model=rc.declaration.model,
-            base_model=rc.declaration.base_model,
-            stage=rc.declaration.stage,
-            gpu_hours=rc.gpu_hours,
-            energy_kwh=rc.energy_kwh,
-            duration_seconds=rc.duration_seconds,
-            devices=list(rc.hardware),
-            flops={m: _fig(e) for m, e in sorted(rc.flops.items())},
-        )
-    return body

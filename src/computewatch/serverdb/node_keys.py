@@ -6,11 +6,12 @@ Registering and revoking append ``node_key`` ledger entries in the same transact
 chain itself carries every key an auditor needs to check the reports it holds.
 
 At ingest (:func:`check_upload`, in the ingest's transaction) each run's ``signed_report`` is
-checked: it must bind what arrived (run id, seq, status, times, and the SHA-256 of the summary
-and documents) and carry a valid Ed25519 signature by a registered, unrevoked key of the
-uploading team. Outcomes: ``valid``, ``unsigned``, ``unknown_key`` and ``invalid``
-(computewatch.ledger.reports); an invalid report is refused (:class:`SignatureRefused`, 422),
-and a server started with ``--require-signed`` also refuses unsigned and unknown-key uploads.
+checked: it must bind what arrived (run id, seq, status, times, the SHA-256 of the summary and
+documents, and the run's figures as the server computes them from those) and carry a valid
+Ed25519 signature by a registered, unrevoked key of the uploading team. Outcomes: ``valid``,
+``unsigned``, ``unknown_key`` and ``invalid`` (computewatch.ledger.reports); an invalid report
+is refused (:class:`SignatureRefused`, 422), and a server started with ``--require-signed``
+also refuses unsigned and unknown-key uploads.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from computewatch.errors import UsageError
 from computewatch.ledger.chain import LedgerError
 from computewatch.ledger.keys import decode_public, encode_public, key_id, report_valid
 from computewatch.ledger.reports import (
+    FIGURES,
     INVALID,
     UNKNOWN_KEY,
     UNSIGNED,
@@ -40,6 +42,7 @@ from computewatch.serverdb.ledger_store import append
 from computewatch.serverdb.models import NodeKey, RunSignature
 from computewatch.serverdb.tokens import validate_team
 from computewatch.upload.protocol import RunUpload
+from computewatch.upload.signing import report_figures
 
 __all__ = [
     "NODE_KEY_KIND",
@@ -166,7 +169,7 @@ def check_upload(session: Session, team: str, run: RunUpload) -> SignatureCheck:
         return SignatureCheck(UNSIGNED)
     doc: Mapping[str, Any] = report
     kid = str(doc.get("signed_by"))
-    problem = binding_problem(doc, report_of(run))
+    problem = binding_problem(doc, report_of(run, report_figures(run), with_figures=FIGURES in doc))
     if problem is not None:
         return SignatureCheck(INVALID, kid, f"the upload does not match its signed report: "
                               f"{problem}")  # fmt: skip

@@ -1,6 +1,9 @@
 """Signing what a machine uploads with its node key (``$COMPUTEWATCH_HOME/node-key.pem``).
 
-:class:`ReportSigner` adds a ``signed_report`` (computewatch.ledger.reports) to each run upload.
+:class:`ReportSigner` adds a ``signed_report`` (computewatch.ledger.reports) to each run upload:
+its times, status and the hashes of its summary and documents, and its ``figures``
+(:func:`report_figures`: the model it declared, every FLOP figure by method with its range,
+GPU-hours, energy and devices), exactly what the server's ledger entry of the run will list.
 The key is read, or created (mode 0600), on the first upload; when that fails, or the
 ``cryptography`` package is missing, every upload goes unsigned and :meth:`ReportSigner.notice`
 says why once. Signing never raises into the caller: the monitor never takes the job down.
@@ -11,15 +14,56 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from computewatch.lineage.compute import RunCompute, declaration_from_json, run_compute
 from computewatch.paths import data_home
 from computewatch.upload.protocol import RunUpload, SignedReport
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-__all__ = ["NODE_KEY_FILENAME", "ReportSigner", "node_key_path"]
+__all__ = ["NODE_KEY_FILENAME", "ReportSigner", "figures_of", "node_key_path", "report_figures"]
 
 NODE_KEY_FILENAME = "node-key.pem"
+
+
+def figures_of(rc: RunCompute) -> dict[str, Any]:
+    """A run's figures as its signed report and its ledger entry hold them
+    (computewatch.ledger.reports.FIGURE_FIELDS)."""
+    d = rc.declaration
+    devices = []
+    for text in rc.hardware:  # "8x H100-SXM"
+        count, _, model = text.partition("x ")
+        devices.append({"model": model, "count": int(count) if count.isdigit() else 0})
+    return {
+        "model": d.model,
+        "base_model": d.base_model,
+        "stage": d.stage,
+        "flops": {
+            m: {"value": e.value, "low": e.low, "high": e.high} for m, e in sorted(rc.flops.items())
+        },
+        "gpu_hours": rc.gpu_hours,
+        "energy_kwh": rc.energy_kwh,
+        "duration_seconds": rc.duration_seconds,
+        "devices": devices,
+    }
+
+
+def run_compute_of(upload: RunUpload) -> RunCompute | None:
+    """The run's compute, when its documents declare the model it trains (``meta.governance``)
+    and it has a summary; None otherwise."""
+    decl = declaration_from_json(upload["meta"].get("governance"))
+    summary = upload["summary"]
+    if decl is None or summary is None:
+        return None
+    return run_compute(upload["id"], summary, decl, status=upload["status"],
+                       started_at=upload["started_at"])  # fmt: skip
+
+
+def report_figures(upload: RunUpload) -> dict[str, Any] | None:
+    """The ``figures`` a node signs for ``upload`` and the server recomputes from what arrived
+    (None when the run declares no model)."""
+    rc = run_compute_of(upload)
+    return None if rc is None else figures_of(rc)
 
 
 def node_key_path() -> Path:
@@ -67,7 +111,7 @@ class ReportSigner:
             from computewatch.ledger.keys import sign_report  # loaded with the key above
             from computewatch.ledger.reports import report_of
 
-            report = report_of(upload)
+            report = report_of(upload, report_figures(upload))
             signed: dict[str, Any] = sign_report(report, key)
         except Exception as e:  # a document canonical JSON cannot hold: unsigned
             self.problem = f"cannot sign run {upload['id']}: {e}"

@@ -1,0 +1,630 @@
+"""Governance state as a replay of the ledger: every model's cumulative compute, its tiers, the
+obligations opened and done and their deadlines, computed from the log's entries alone, in
+order. ``governance status`` is this replay of the server's log; ``ledger replay FILE`` is the
+same replay of an export, so an auditor recomputes the status without the server's tables.
+
+Entries read (docs/governance.md, "The log's entries"):
+
+- ``run``: a finished run's ``figures`` (model, base model, stage, FLOP by method, GPU-hours,
+  energy, duration, devices); the newest entry of a run id wins;
+- ``running``: the runs of one model still running, with their figures so far, and the model's
+  forecast (``forecast_additional_flop_high``), as the server recorded them when they last
+  changed a tier's state (or the set of running runs changed);
+- ``governance-tiers``: the tiers in force from then on (the defaults before the first);
+- ``tier``: a tier's state for a model became ``crossed`` or ``forecast``;
+- ``obligation-opened``, ``obligation-done``, ``obligation-merged``: obligations;
+- ``prune``: entries before it were deleted; its ``governance`` carries what they added up to.
+
+The replay checks what it can: a ``tier`` entry must say what the figures before it give, an
+obligation must follow a recorded crossing of its tier with the tier's deadline, a done one must
+have been open. What fails is a problem naming the entry (:attr:`Replay.problems`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Final
+
+from computewatch.governance.status import ModelStatus, ObligationView
+from computewatch.governance.tiers import DEFAULT_TIERS, Tier, TierStatus, model_status
+from computewatch.ledger.log import LogEntry
+from computewatch.lineage.compute import (
+    TRAINING_STAGES,
+    ZERO,
+    Declaration,
+    Estimate,
+    GovernanceError,
+    ModelCompute,
+    RunCompute,
+)
+
+__all__ = [
+    "DONE",
+    "MERGED",
+    "OPENED",
+    "RUNNING",
+    "TIER",
+    "TIERS",
+    "Replay",
+    "rc_of_figures",
+    "tier_json",
+    "tiers_of_json",
+]
+
+OPENED: Final = "obligation-opened"
+DONE: Final = "obligation-done"
+MERGED: Final = "obligation-merged"
+TIERS: Final = "governance-tiers"
+TIER: Final = "tier"
+RUNNING: Final = "running"
+RUN: Final = "run"
+PRUNE: Final = "prune"
+JUDGED: Final = ("crossed", "forecast")
+"""The tier states that are entries (and, with a deadline, open an obligation)."""
+
+
+def tier_json(t: Tier) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "kind": t.kind,
+        "threshold": t.threshold,
+        "rule": t.rule,
+        "deadline_days": t.deadline_days,
+        "original_threshold": t.original_threshold,
+    }
+
+
+def tiers_of_json(doc: object) -> tuple[Tier, ...]:
+    if not isinstance(doc, list):
+        raise GovernanceError("a governance-tiers entry lists tiers")
+    out = []
+    for t in doc:
+        if not isinstance(t, Mapping):
+            raise GovernanceError("a governance-tiers entry lists tiers")
+        days, orig = t.get("deadline_days"), t.get("original_threshold")
+        out.append(
+            Tier(
+                str(t["name"]),
+                str(t["kind"]),
+                float(t["threshold"]),
+                str(t["rule"]),
+                None if days is None else int(days),
+                None if orig is None else float(orig),
+            )
+        )
+    return tuple(out)
+
+
+def _est(doc: object) -> Estimate | None:
+    if not isinstance(doc, Mapping):
+        return None
+    v, lo, hi = doc.get("value"), doc.get("low"), doc.get("high")
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in (v, lo, hi)):
+        return None
+    return Estimate(float(v), float(lo), float(hi))  # type: ignore[arg-type]
+
+
+def _num(v: object) -> float:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else 0.0
+
+
+def rc_of_figures(
+    run_id: str,
+    status: str,
+    started_at: object,
+    figures: Mapping[str, Any],
+    forecast_high: float | None = None,
+) -> RunCompute | None:
+    """A run's compute from the figures its entry holds (None when they name no model)."""
+    model = figures.get("model")
+    if not isinstance(model, str) or not model:
+        return None
+    base = figures.get("base_model")
+    flops_doc = figures.get("flops")
+    flops = {}
+    if isinstance(flops_doc, Mapping):
+        for m, doc in flops_doc.items():
+            e = _est(doc)
+            if e is not None:
+                flops[str(m)] = e
+    devices = figures.get("devices") or []
+    hardware: list[str] = []
+    for d in devices if isinstance(devices, list) else []:
+        if isinstance(d, Mapping):
+            hardware.append(f"{d.get('count')}x {d.get('model')}")
+        elif isinstance(d, str):  # the first format: "8x H100-SXM"
+            hardware.append(d)
+    energy = figures.get("energy_kwh")
+    return RunCompute(
+        run_id=run_id,
+        declaration=Declaration(
+            model, base if isinstance(base, str) else None, str(figures.get("stage") or "pretrain")
+        ),
+        status=status,
+        started_at=_num(started_at),
+        duration_seconds=_num(figures.get("duration_seconds")),
+        gpu_hours=_num(figures.get("gpu_hours")),
+        energy_kwh=None if energy is None else _num(energy),
+        flops=flops,
+        forecast_high=forecast_high,
+        hardware=tuple(hardware),
+    )
+
+
+def _figures(body: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """A run entry's figures: its ``figures`` (second format), or the first format's flat
+    fields."""
+    if "figures" in body:
+        f = body["figures"]
+        return f if isinstance(f, Mapping) else None
+    return body if isinstance(body.get("model"), str) else None
+
+
+def _time(text: object) -> float | None:
+    if not isinstance(text, str):
+        return None
+    for fmt in ("%Y-%m-%dT%H:%M:%SZ", "%Y-%m-%dT%H:%M:%S.%fZ"):
+        try:
+            return dt.datetime.strptime(text, fmt).replace(tzinfo=dt.UTC).timestamp()
+        except ValueError:
+            continue
+    return None
+
+
+@dataclass(slots=True)
+class Carried:
+    """What pruned runs added up to, for one model (from a prune entry's ``governance``)."""
+
+    base_model: str | None
+    runs: int
+    own: dict[str, Estimate]
+    gpu_hours: float
+    energy_kwh: float
+    training_seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "base_model": self.base_model,
+            "runs": self.runs,
+            "own": {
+                k: {"value": e.value, "low": e.low, "high": e.high}
+                for k, e in sorted(self.own.items())
+            },
+            "gpu_hours": self.gpu_hours,
+            "energy_kwh": self.energy_kwh,
+            "training_seconds": self.training_seconds,
+        }
+
+
+@dataclass
+class Replay:
+    """The governance state after the entries fed so far (:meth:`feed`)."""
+
+    runs: dict[str, tuple[str, RunCompute]] = field(default_factory=dict)
+    """Finished runs: run id -> (team, compute)."""
+    running: dict[str, dict[str, tuple[str, RunCompute]]] = field(default_factory=dict)
+    """Model -> its running runs as last recorded."""
+    forecasts: dict[str, float] = field(default_factory=dict)
+    carried: dict[str, Carried] = field(default_factory=dict)
+    tiers: tuple[Tier, ...] = DEFAULT_TIERS
+    tiers_recorded: bool = False
+    """Whether a ``governance-tiers`` entry was seen: from then on tier entries are required
+    before obligations (logs written before tier entries existed are replayed leniently)."""
+    states: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(model, tier) -> the state its last ``tier`` entry recorded."""
+    obligations: dict[int, ObligationView] = field(default_factory=dict)
+    problems: list[tuple[int, str]] = field(default_factory=list)
+    size: int = 0
+    """The seq of the last entry fed."""
+    carried_loaded: bool = False
+    first_seq: int = 1
+    """Where the entries fed start (after a prune: its snapshot is loaded first)."""
+
+    def copy(self) -> Replay:
+        """A copy to feed further without changing this one (its values are immutable)."""
+        return Replay(
+            dict(self.runs),
+            {k: dict(v) for k, v in self.running.items()},
+            dict(self.forecasts),
+            dict(self.carried),
+            self.tiers,
+            self.tiers_recorded,
+            dict(self.states),
+            dict(self.obligations),
+            list(self.problems),
+            self.size,
+            self.carried_loaded,
+            self.first_seq,
+        )
+
+    # -- feeding -------------------------------------------------------------------------------
+
+    def feed_all(self, entries: Iterable[LogEntry]) -> Replay:
+        for e in entries:
+            self.feed(e)
+        return self
+
+    def feed(self, e: LogEntry) -> None:
+        self.size = e.seq
+        body, kind = e.body, e.kind
+        try:
+            if kind == RUN:
+                self._run(body)
+            elif kind == RUNNING:
+                self._running(body)
+            elif kind == TIERS:
+                self.tiers = tiers_of_json(body.get("tiers"))
+                self.tiers_recorded = True
+            elif kind == TIER:
+                self._tier(e.seq, body)
+            elif kind == OPENED:
+                self._opened(e.seq, body)
+            elif kind == DONE:
+                self._done(e.seq, body)
+            elif kind == MERGED:
+                o = self.obligations.get(_int(body.get("obligation")))
+                if o is not None:
+                    self.obligations[o.id] = replace(o, state="merged")
+            elif kind == PRUNE and isinstance(body.get("governance"), Mapping):
+                if not self.carried_loaded and body.get("first_seq") == self.first_seq > 1:
+                    self.load_snapshot(body["governance"])
+                self.carried_loaded = True
+        except (GovernanceError, KeyError, TypeError, ValueError) as err:
+            self.problems.append((e.seq, f"entry {e.seq} ({kind}) cannot be replayed: {err}"))
+
+    def _run(self, body: Mapping[str, Any]) -> None:
+        run_id = str(body.get("run_id"))
+        figures = _figures(body)
+        rc = (
+            None
+            if figures is None
+            else rc_of_figures(run_id, str(body.get("status")), body.get("started_at"), figures)
+        )
+        for runs in self.running.values():
+            runs.pop(run_id, None)
+        if rc is None:
+            self.runs.pop(run_id, None)
+            return
+        self.runs[run_id] = (str(body.get("team")), rc)
+
+    def _running(self, body: Mapping[str, Any]) -> None:
+        model = str(body["model"])
+        runs: dict[str, tuple[str, RunCompute]] = {}
+        for r in body.get("runs") or []:
+            rc = rc_of_figures(
+                str(r["run_id"]),
+                "running",
+                r.get("started_at"),
+                r["figures"],
+                _maybe(r.get("forecast_flop_high")),
+            )
+            if rc is not None:
+                runs[rc.run_id] = (str(r.get("team")), rc)
+        self.running[model] = runs
+        forecast = body.get("forecast_additional_flop_high")
+        if forecast is None:
+            self.forecasts.pop(model, None)
+        else:
+            self.forecasts[model] = float(forecast)
+
+    def _tier(self, seq: int, body: Mapping[str, Any]) -> None:
+        model, tier, state = str(body["model"]), str(body["tier"]), str(body["state"])
+        now = {s.tier.name: s for s in self.tier_states(model)}
+        found = now.get(tier)
+        if found is None or found.state != state:
+            said = "no such tier" if found is None else f"{found.state}"
+            self.problems.append(
+                (
+                    seq,
+                    f"tier entry {seq} says {model} is {state} for {tier}, "
+                    f"but the entries before it give {said}",
+                )
+            )
+        self.states[(model, tier)] = state
+
+    def _opened(self, seq: int, body: Mapping[str, Any]) -> None:
+        oid = _int(body["obligation"])
+        model, tier = str(body["model"]), str(body["tier"])
+        opened, deadline = _time(body.get("opened_at")), _time(body.get("deadline"))
+        if opened is None:
+            raise ValueError("no opened_at")
+        if any(
+            o.model == model and o.tier == tier and o.state == "open"
+            for o in self.obligations.values()
+        ):
+            self.problems.append(
+                (seq, f"obligation {oid} is a second open obligation for {model} and {tier}")
+            )
+        t = next((x for x in self.tiers if x.name == tier), None)
+        if self.tiers_recorded:
+            if self.states.get((model, tier)) not in JUDGED:
+                self.problems.append(
+                    (
+                        seq,
+                        f"obligation {oid} ({model}, {tier}) was opened "
+                        "without a recorded crossing of its tier",
+                    )
+                )
+            if t is None or t.deadline_days is None:
+                self.problems.append((seq, f"obligation {oid}: tier {tier} opens none"))
+            elif deadline is None or abs(deadline - (opened + t.deadline_days * 86_400)) > 1:
+                self.problems.append(
+                    (
+                        seq,
+                        f"obligation {oid}'s deadline is not {t.deadline_days} "
+                        f"days after it opened, as {tier} says",
+                    )
+                )
+        self.obligations[oid] = ObligationView(
+            oid,
+            model,
+            tier,
+            str(body.get("trigger")),
+            str(body.get("rule") or (t.rule if t else "")),
+            _maybe(body.get("judged_flop")),
+            _str(body.get("method")),
+            _num(body.get("threshold")),
+            opened,
+            deadline,
+            "open",
+            None,
+            None,
+        )
+
+    def _done(self, seq: int, body: Mapping[str, Any]) -> None:
+        oid = _int(body["obligation"])
+        o = self.obligations.get(oid)
+        if o is None or o.state != "open":
+            self.problems.append((seq, f"obligation {oid} was marked done but was not open"))
+            if o is None:
+                return
+        done_at = _time(body.get("done_at")) or _time(body.get("opened_at"))
+        self.obligations[oid] = replace(
+            o, state="done", done_at=done_at, reference=_str(body.get("reference"))
+        )
+
+    def _carry(self, doc: Mapping[str, Any]) -> None:
+        for model, c in (doc.get("models") or {}).items():
+            own = {k: e for k, v in (c.get("own") or {}).items() if (e := _est(v)) is not None}
+            self.carried[str(model)] = Carried(
+                _str(c.get("base_model")),
+                int(c.get("runs") or 0),
+                own,
+                _num(c.get("gpu_hours")),
+                _num(c.get("energy_kwh")),
+                _num(c.get("training_seconds")),
+            )
+
+    # -- state -----------------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state after the entries fed so far, for a prune entry's ``governance``: finished
+        runs summed per model, the running runs and forecasts, the tiers in force, the tier
+        states and every obligation. A replay of the kept entries starts from it
+        (:meth:`load_snapshot`)."""
+        models = self.models()
+        out: dict[str, Any] = {}
+        for name, m in models.items():
+            c = self.carried.get(name)
+            finished = [r for r in m.runs if r.status != "running" or r.run_id in self.runs]
+            finished = [r for r in finished if r.run_id in self.runs]
+            trains = [r for r in finished if _trains(r)]
+            out[name] = Carried(
+                m.base_model,
+                len(finished) + (c.runs if c else 0),
+                _sum_own(finished, c),
+                sum(r.gpu_hours for r in trains) + (c.gpu_hours if c else 0.0),
+                sum(r.energy_kwh or 0.0 for r in trains) + (c.energy_kwh if c else 0.0),
+                sum(r.duration_seconds for r in trains) + (c.training_seconds if c else 0.0),
+            ).to_json()
+        return {
+            "models": out,
+            "running": {
+                m: [_running_json(t, rc) for t, rc in runs.values()]
+                for m, runs in sorted(self.running.items())
+            },
+            "forecasts": dict(sorted(self.forecasts.items())),
+            "tiers": [tier_json(t) for t in self.tiers] if self.tiers_recorded else None,
+            "states": [[m, t, st] for (m, t), st in sorted(self.states.items())],
+            "obligations": [_obligation_json(o) for _, o in sorted(self.obligations.items())],
+        }
+
+    def load_snapshot(self, doc: Mapping[str, Any]) -> None:
+        """Start from a prune entry's ``governance`` (what the pruned entries added up to)."""
+        self._carry(doc)
+        for model, runs in (doc.get("running") or {}).items():
+            self._running({"model": model, "runs": runs, "forecast_additional_flop_high": None})
+        for model, f in (doc.get("forecasts") or {}).items():
+            self.forecasts[str(model)] = float(f)
+        if doc.get("tiers") is not None:
+            self.tiers, self.tiers_recorded = tiers_of_json(doc["tiers"]), True
+        for m, t, st in doc.get("states") or []:
+            self.states[(str(m), str(t))] = str(st)
+        for o in doc.get("obligations") or []:
+            view = ObligationView(
+                int(o["id"]),
+                str(o["model"]),
+                str(o["tier"]),
+                str(o["trigger"]),
+                str(o.get("rule") or ""),
+                _maybe(o.get("judged_flop")),
+                _str(o.get("method")),
+                _num(o.get("threshold")),
+                _time(o.get("opened_at")) or 0.0,
+                _time(o.get("deadline")),
+                str(o["state"]),
+                _time(o.get("done_at")),
+                _str(o.get("reference")),
+            )
+            self.obligations[view.id] = view
+
+    def models(self, teams: frozenset[str] | None = None) -> dict[str, ModelCompute]:
+        """Every model's compute (a team sees its own runs only, without forecasts or pruned
+        totals)."""
+        runs = [rc for team, rc in self.runs.values() if teams is None or team in teams]
+        for by_model in self.running.values():
+            runs.extend(rc for team, rc in by_model.values() if teams is None or team in teams)
+        carried = self.carried if teams is None else {}
+        return _per_model(runs, carried, self.forecasts if teams is None else {})
+
+    def tier_states(self, model: str) -> list[TierStatus]:
+        models = self.models()
+        m = models.get(model)
+        return [] if m is None else model_status(m, models, self.tiers)
+
+    def statuses(self, teams: frozenset[str] | None = None) -> list[ModelStatus]:
+        models = self.models(teams)
+        out = []
+        for name in sorted(models):
+            m = models[name]
+            obligations = sorted(
+                (o for o in self.obligations.values() if o.model == name and o.state != "merged"),
+                key=lambda o: (o.tier, o.id),
+            )
+            c = None if teams is not None else self.carried.get(name)
+            out.append(
+                ModelStatus(m, model_status(m, models, self.tiers), obligations, c.runs if c else 0)
+            )
+        return out
+
+
+def _running_json(team: str, rc: RunCompute) -> dict[str, Any]:
+    return {
+        "run_id": rc.run_id,
+        "team": team,
+        "started_at": rc.started_at,
+        "figures": figures_json(rc),
+    }
+
+
+def figures_json(rc: RunCompute) -> dict[str, Any]:
+    """A run's figures as entries hold them (as computewatch.upload.signing.figures_of)."""
+    d = rc.declaration
+    devices = []
+    for text in rc.hardware:
+        count, _, model = text.partition("x ")
+        devices.append({"model": model, "count": int(count) if count.isdigit() else 0})
+    return {
+        "model": d.model,
+        "base_model": d.base_model,
+        "stage": d.stage,
+        "flops": {
+            m: {"value": e.value, "low": e.low, "high": e.high} for m, e in sorted(rc.flops.items())
+        },
+        "gpu_hours": rc.gpu_hours,
+        "energy_kwh": rc.energy_kwh,
+        "duration_seconds": rc.duration_seconds,
+        "devices": devices,
+    }
+
+
+def _obligation_json(o: ObligationView) -> dict[str, Any]:
+    return {
+        "id": o.id,
+        "model": o.model,
+        "tier": o.tier,
+        "trigger": o.trigger,
+        "rule": o.rule,
+        "judged_flop": o.judged_flop,
+        "method": o.method,
+        "threshold": o.threshold,
+        "opened_at": iso(o.opened_at),
+        "deadline": iso(o.deadline_at),
+        "state": o.state,
+        "done_at": iso(o.done_at),
+        "reference": o.reference,
+    }
+
+
+def iso(t: float | None) -> str | None:
+    return (
+        None if t is None else dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    )
+
+
+def _maybe(v: object) -> float | None:
+    return None if v is None else _num(v)
+
+
+def _str(v: object) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def _int(v: object) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f"not an obligation number: {v!r}")
+    return v
+
+
+def _trains(r: RunCompute) -> bool:
+    return r.declaration.stage in TRAINING_STAGES
+
+
+def _sum_own(runs: Sequence[RunCompute], c: Carried | None) -> dict[str, Estimate]:
+    own: dict[str, Estimate] = dict(c.own) if c else {}
+    for r in runs:
+        if _trains(r):
+            for k, e in r.flops.items():
+                own[k] = own.get(k, ZERO) + e
+    return own
+
+
+def _per_model(
+    runs: Iterable[RunCompute], carried: Mapping[str, Carried], forecasts: Mapping[str, float]
+) -> dict[str, ModelCompute]:
+    """As computewatch.lineage.compute.per_model, with the totals of pruned runs and the
+    recorded forecasts."""
+    models: dict[str, ModelCompute] = {}
+    for name, c in carried.items():
+        m = models[name] = ModelCompute(name, c.base_model)
+        m.own = dict(c.own)
+        m.gpu_hours, m.energy_kwh, m.training_seconds = (
+            c.gpu_hours,
+            c.energy_kwh,
+            c.training_seconds,
+        )
+    for r in runs:
+        d = r.declaration
+        held = models.get(d.model)
+        if held is None:
+            m = models[d.model] = ModelCompute(d.model, d.base_model)
+        else:
+            m = held
+            if m.base_model is None and d.base_model is not None:
+                m.base_model = d.base_model
+        m.runs.append(r)
+        if d.stage not in TRAINING_STAGES:
+            continue
+        for method, e in r.flops.items():
+            m.own[method] = m.own.get(method, ZERO) + e
+        m.gpu_hours += r.gpu_hours
+        m.energy_kwh += r.energy_kwh or 0.0
+        m.training_seconds += r.duration_seconds
+    for name, f in forecasts.items():
+        if name in models:
+            models[name].forecast_high = f
+    for name in models:
+        _cumulate(name, models, ())
+    return models
+
+
+def _cumulate(
+    name: str, models: dict[str, ModelCompute], path: tuple[str, ...]
+) -> dict[str, Estimate]:
+    m = models[name]
+    if m.cumulative:
+        return m.cumulative
+    if name in path:
+        cycle = " -> ".join([*path[path.index(name) :], name])
+        raise GovernanceError(f"base models form a cycle: {cycle}")
+    total = dict(m.own)
+    if m.base_model is not None:
+        if m.base_model in models:
+            for method, e in _cumulate(m.base_model, models, (*path, name)).items():
+                total[method] = total.get(method, ZERO) + e
+        else:
+            m.base_known = False
+    m.cumulative = total
+    return total

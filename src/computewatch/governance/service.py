@@ -1,0 +1,424 @@
+"""Governance's unit of work: the one place that appends governance entries to the ledger.
+
+- :func:`on_run_stored` (the ingest's hook, in its transaction): the run's ledger entry and
+  model compute (computewatch.serverdb.lineage_ingest), then, for a finished run, the tiers
+  judged again (:func:`judge`);
+- :func:`upkeep` (the server's upkeep, every few minutes): pruning under the retention policy,
+  the tiers in force recorded, running runs and forecasts that change a tier's state recorded,
+  tiers judged, obligations opened, reminders due;
+- :func:`mark_done`: an obligation fulfilled.
+
+Everything else reads: :func:`status` is the replay of the log (computewatch.governance.replay),
+so the status an admin sees is what an auditor recomputes from an export; reading it writes
+nothing. The ``obligations`` table is a projection of the log kept for the reminders and for
+``UNIQUE (model, tier) WHERE state = 'open'``, which two processes judging at once cannot
+break; ``model_runs`` is the live view (running runs' figures so far) the service judges from.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from computewatch.config import ConfigError, load_config
+from computewatch.governance.replay import (
+    DONE,
+    JUDGED,
+    OPENED,
+    PRUNE,
+    RUNNING,
+    TIER,
+    TIERS,
+    Replay,
+    figures_json,
+    iso,
+    tier_json,
+)
+from computewatch.governance.status import ModelStatus, ObligationView, load_models, view_of
+from computewatch.governance.tiers import DEFAULT_TIERS, Tier, TierStatus, parse_tiers
+from computewatch.ledger.jcs import loads as jcs_loads
+from computewatch.ledger.log import LogEntry
+from computewatch.ledger.reports import SignatureStatus
+from computewatch.lineage.compute import GovernanceError, RunCompute
+from computewatch.serverdb.engine import SQLITE_BEGIN
+from computewatch.serverdb.governance_models import LedgerEntryRow, ModelRun, Obligation
+from computewatch.serverdb.ledger_store import (
+    LEDGER_LOCK,
+    append,
+    entries,
+    prune_before,
+    size,
+    start,
+)
+from computewatch.serverdb.lineage_ingest import on_stored
+from computewatch.upload.protocol import RunUpload
+
+__all__ = [
+    "judge",
+    "mark_done",
+    "on_run_stored",
+    "projection_problems",
+    "replay_log",
+    "server_tiers",
+    "status",
+    "upkeep",
+]
+
+
+@functools.cache
+def server_tiers() -> tuple[Tier, ...]:
+    """The server's tiers: its configuration's ``[governance] tiers`` over the defaults."""
+    try:
+        config = load_config()
+    except ConfigError:
+        return DEFAULT_TIERS
+    if not config.governance_tiers:
+        return DEFAULT_TIERS
+    return parse_tiers(config.governance_tiers, str(config.path))
+
+
+def _lock(session: Session) -> None:
+    """Judge under the ledger's lock (PostgreSQL; SQLite: the write transaction's), so that two
+    processes never judge from the same log and both append."""
+    from sqlalchemy import text
+
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LEDGER_LOCK})
+
+
+def immediate(session: Session) -> None:
+    """On SQLite, take the write lock at BEGIN (before reading the log it appends to)."""
+    if session.get_bind().dialect.name == "sqlite":
+        session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
+
+
+# -- the replay of a database's log, cached per database -----------------------------------------
+
+
+@dataclass
+class _Cached:
+    replay: Replay
+    lock: threading.Lock
+
+
+_CACHE: dict[str, _Cached] = {}
+_CACHE_LOCK = threading.Lock()
+
+
+def _prune_entry(session: Session, first: int) -> Mapping[str, Any] | None:
+    """The prune entry that explains why the log starts at ``first`` (its governance
+    snapshot is where a replay of the kept entries starts)."""
+    if first <= 1:
+        return None
+    rows = session.scalars(
+        select(LedgerEntryRow.body)
+        .where(LedgerEntryRow.kind == PRUNE)
+        .order_by(LedgerEntryRow.seq.desc())
+    )
+    for body in rows:
+        doc = jcs_loads(body)
+        if isinstance(doc, dict) and doc.get("first_seq") == first:
+            return doc if isinstance(doc, dict) else None
+    return None
+
+
+def fresh_replay(first: int, prune: Mapping[str, Any] | None) -> Replay:
+    """An empty replay of a log starting at ``first`` (the pruned state loaded first)."""
+    r = Replay(first_seq=first, size=first - 1)
+    if prune is not None and isinstance(prune.get("governance"), Mapping):
+        r.load_snapshot(prune["governance"])
+        r.carried_loaded = True
+    return r
+
+
+def replay_log(session: Session, *, upto: int | None = None) -> Replay:
+    """The replay of the log as ``session`` sees it (its own appends included): a copy, the
+    caller's to feed further. The replay of a database's committed entries is cached between
+    calls, per database, and advanced through a read-only session of its own."""
+    if upto is not None:
+        first = start(session)
+        r = fresh_replay(first, _prune_entry(session, first))
+        return r.feed_all(entries(session, upto=upto))
+    bind = session.get_bind()
+    engine = bind if isinstance(bind, Engine) else bind.engine
+    key = engine.url.render_as_string(hide_password=False)
+    with _CACHE_LOCK:
+        cached = _CACHE.get(key)
+        if cached is None:
+            cached = _CACHE[key] = _Cached(Replay(first_seq=0), threading.Lock())
+    with cached.lock, Session(engine) as ro:
+        first, n = start(ro), size(ro)
+        r = cached.replay
+        if r.first_seq != first or r.size > n:
+            r = cached.replay = fresh_replay(first, _prune_entry(ro, first))
+        r.feed_all(entries(ro, after=r.size))
+        mine = r.copy()
+    if start(session) != mine.first_seq:  # pruned meanwhile, as this session sees it
+        first = start(session)
+        mine = fresh_replay(first, _prune_entry(session, first))
+    return mine.feed_all(entries(session, after=mine.size))
+
+
+def status(session: Session, *, teams: frozenset[str] | None = None) -> list[ModelStatus]:
+    """Every model's status, a replay of the log: read only. ``teams``: a team's view (its own
+    runs' share; an admin, None, sees whole models)."""
+    return replay_log(session).statuses(teams)
+
+
+# -- appending -------------------------------------------------------------------------------------
+
+
+def on_run_stored(session: Session, team: str, run: RunUpload, signature: SignatureStatus) -> None:
+    """The ingest's hook (computewatch.serverdb.ingest.RunHook): the run's ledger entry and
+    compute, then, for a run that declares a model, when it finishes or first arrives, the
+    tiers judged again in the same transaction (a crossing and its obligation commit with the
+    run that caused it; later live uploads are judged by the upkeep)."""
+    first = session.get(ModelRun, run["id"]) is None
+    rc = on_stored(session, team, run, signature=signature)
+    if rc is not None and (run["final"] or first):  # later live uploads: the upkeep judges
+        judge(session, server_tiers(), time.time())
+
+
+def _append(session: Session, r: Replay, kind: str, body: Mapping[str, Any]) -> LogEntry:
+    e = append(session, kind, body)
+    r.feed(e)
+    return e
+
+
+def _running_rows(session: Session) -> dict[str, list[ModelRun]]:
+    rows = session.scalars(
+        select(ModelRun).where(ModelRun.status == "running").order_by(ModelRun.run_id)
+    )
+    out: dict[str, list[ModelRun]] = {}
+    for row in rows:
+        out.setdefault(row.model, []).append(row)
+    return out
+
+
+def _states(r: Replay, model: str) -> dict[str, str]:
+    return {s.tier.name: s.state for s in r.tier_states(model)}
+
+
+def judge(session: Session, tiers: Sequence[Tier], now: float) -> Replay:
+    """Bring the log up to date with what governance knows (the caller commits): the tiers in
+    force, running runs whose figures would change a tier's state (or whose set changed), each
+    tier newly crossed or forecast, and an obligation for each such tier with a deadline.
+    Returns the replay of the log after it."""
+    _lock(session)
+    r = replay_log(session)
+    if [tier_json(t) for t in tiers] != [tier_json(t) for t in r.tiers] or not r.tiers_recorded:
+        _append(session, r, TIERS, {"tiers": [tier_json(t) for t in tiers]})
+    live = load_models(session)
+    running = _running_rows(session)
+    for model in sorted(set(running) | {m for m, runs in r.running.items() if runs}):
+        _record_running(session, r, model, running.get(model, []), live)
+    for model in sorted(r.models()):
+        for st in r.tier_states(model):
+            if st.state not in JUDGED:
+                continue
+            if r.states.get((model, st.tier.name)) != st.state:
+                _append(session, r, TIER, _tier_body(model, st))
+            opened = any(
+                o.model == model and o.tier == st.tier.name for o in r.obligations.values()
+            )
+            if st.tier.deadline_days is not None and not opened:
+                _open(session, r, model, st, now)
+    return r
+
+
+def _record_running(
+    session: Session, r: Replay, model: str, rows: list[ModelRun], live: Mapping[str, Any]
+) -> None:
+    from computewatch.governance.status import run_of
+
+    runs = [run_of(row) for row in rows]
+    teams = {row.run_id: row.team for row in rows}
+    forecast = live[model].forecast_high if model in live else None
+    body = {
+        "model": model,
+        "runs": [
+            {
+                "run_id": rc.run_id,
+                "team": teams[rc.run_id],
+                "started_at": rc.started_at,
+                "figures": figures_json(rc),
+            }
+            for rc in runs
+        ],
+        "forecast_additional_flop_high": forecast,
+    }
+    recorded = r.running.get(model, {})
+    if {rc.run_id for rc in runs} != set(recorded) or (forecast is None) != (
+        r.forecasts.get(model) is None
+    ):
+        _append(session, r, RUNNING, body)
+        return
+    if not runs:
+        return
+    candidate = r.copy()
+    candidate.feed(LogEntry(r.size + 1, "", RUNNING, body))
+    if _states(candidate, model) != _states(r, model):
+        _append(session, r, RUNNING, body)
+
+
+def _tier_body(model: str, st: TierStatus) -> dict[str, Any]:
+    return {
+        "model": model,
+        "tier": st.tier.name,
+        "state": st.state,
+        "judged_flop": st.judged_flop,
+        "method": st.method,
+        "threshold": st.threshold,
+    }
+
+
+def _open(session: Session, r: Replay, model: str, st: TierStatus, now: float) -> None:
+    days = st.tier.deadline_days
+    opened = float(int(now))
+    o = Obligation(
+        model=model,
+        tier=st.tier.name,
+        trigger=st.state,
+        rule=st.tier.rule,
+        judged_flop=st.judged_flop,
+        method=st.method,
+        threshold=st.threshold,
+        opened_at=opened,
+        deadline_at=None if days is None else opened + days * 86_400,
+        state="open",
+    )
+    session.add(o)
+    session.flush()  # UNIQUE (model, tier) WHERE state = 'open': a second one fails here
+    _append(session, r, OPENED, _body(o))
+
+
+def _body(o: Obligation) -> dict[str, Any]:
+    return {
+        "obligation": o.id,
+        "model": o.model,
+        "tier": o.tier,
+        "trigger": o.trigger,
+        "rule": o.rule,
+        "judged_flop": o.judged_flop,
+        "method": o.method,
+        "threshold": o.threshold,
+        "opened_at": iso(o.opened_at),
+        "deadline": iso(o.deadline_at),
+        "state": o.state,
+        "done_at": iso(o.done_at),
+        "reference": o.reference,
+    }
+
+
+def mark_done(session: Session, obligation_id: int, reference: str) -> ObligationView:
+    """Mark an obligation fulfilled with a reference (a notification's number, a URL); the
+    caller commits."""
+    if not reference.strip():
+        raise GovernanceError("a reference is needed to mark an obligation done")
+    immediate(session)
+    o = session.get(Obligation, obligation_id)
+    if o is None:
+        raise GovernanceError(f"no obligation {obligation_id}")
+    if o.state != "open":
+        raise GovernanceError(f"obligation {obligation_id} was already marked done")
+    o.state, o.done_at, o.reference = "done", float(int(time.time())), reference.strip()
+    session.flush()
+    append(session, DONE, _body(o))
+    return view_of(o)
+
+
+# -- upkeep ----------------------------------------------------------------------------------------
+
+
+def upkeep(session: Session, tiers: Sequence[Tier], now: float, cutoff: str | None) -> Replay:
+    """One round of governance upkeep in the session's transaction (the caller commits):
+    entries older than ``cutoff`` (ISO 8601 UTC) pruned, each prune entry carrying what they
+    added up to, then :func:`judge`."""
+    immediate(session)
+    if cutoff is not None:
+        prune_before(session, cutoff, carry=lambda keep: _carried(session, keep))
+    return judge(session, tiers, now)
+
+
+def _carried(session: Session, keep: int) -> dict[str, Any]:
+    return replay_log(session, upto=keep - 1).snapshot()
+
+
+# -- the tables against the log --------------------------------------------------------------------
+
+
+def projection_problems(session: Session, r: Replay) -> list[str]:
+    """Where the governance tables disagree with the replay of the log: an obligation whose
+    state or reference differs (marked done by an UPDATE), a finished run whose figures differ
+    (moved by an UPDATE of ``model_runs``)."""
+    out: list[str] = []
+    for row in session.scalars(select(Obligation).order_by(Obligation.id)):
+        o = r.obligations.get(row.id)
+        if o is None:
+            out.append(
+                f"obligation {row.id} ({row.model}, {row.tier}) is in the obligations "
+                "table but no entry of the log opened it"
+            )
+        elif (o.state, o.reference, o.model, o.tier) != (
+            row.state,
+            row.reference,
+            row.model,
+            row.tier,
+        ):
+            out.append(
+                f"obligation {row.id} is {row.state!r} (reference {row.reference!r}) in "
+                f"the obligations table but {o.state!r} (reference {o.reference!r}) in "
+                "the log"
+            )
+    for mr in session.scalars(
+        select(ModelRun).where(ModelRun.status != "running").order_by(ModelRun.run_id)
+    ):
+        held = r.runs.get(mr.run_id)
+        if held is None:
+            continue  # a run still uploading, or one pruned from the log
+        problem = _run_differs(mr, held[1])
+        if problem:
+            out.append(f"run {mr.run_id} in model_runs {problem} (the log's entry holds otherwise)")
+    return out
+
+
+def _run_differs(row: ModelRun, rc: RunCompute) -> str | None:
+    pairs: Iterable[tuple[str, object, object]] = [
+        ("model", row.model, rc.declaration.model),
+        ("stage", row.stage, rc.declaration.stage),
+        ("base_model", row.base_model, rc.declaration.base_model),
+        ("gpu_hours", row.gpu_hours, rc.gpu_hours),
+        ("counted", row.counted, _v(rc, "counted", "value")),
+        ("counted_high", row.counted_high, _v(rc, "counted", "high")),
+        ("hardware", row.hardware, _v(rc, "hardware", "value")),
+        ("hardware_high", row.hardware_high, _v(rc, "hardware", "high")),
+        ("architecture", row.architecture, _v(rc, "architecture", "value")),
+    ]
+    for name, mine, logged in pairs:
+        if mine != logged:
+            return f"says {name} = {mine!r}"
+    return None
+
+
+def _v(rc: RunCompute, method: str, which: str) -> float | None:
+    e = rc.flops.get(method)
+    return None if e is None else float(getattr(e, which))
+
+
+def count_open(session: Session) -> int:
+    return int(
+        session.scalar(
+            select(func.count()).select_from(Obligation).where(Obligation.state == "open")
+        )
+        or 0
+    )
+
+
+Hook = Callable[[Session, str, RunUpload, SignatureStatus], None]

@@ -1,0 +1,580 @@
+"""Verification of a transparency-log export (format version 2), streamed: one pass over the
+entries in O(log n) memory (a million entries and more).
+
+Every line must be its entry's RFC 8785 bytes with the next ``seq``; its leaf hash goes into a
+compact range, and at the size of each signed head in the header the root recomputed so far
+must be the head's. A head is valid when it is signed by the trusted key (``--public-key``; a
+key it retired through a ``key-rotation`` entry for heads before that entry) or, without one, by
+a key of the header. The newest head must cover the last entry (unless the caller allows an
+unsigned tail). Entries are checked as on the chain (docs/ledger.md): node keys registered
+before the reports they sign, each run entry's figures equal to those its node signed.
+
+With an earlier export (``--previous``) the two are read side by side and the first entry that
+differs is named (a fork: history rewritten and re-signed); with an earlier head, the root at
+its size must be its root. With witnesses' keys, the newest head cosigned by enough of them must
+cover the last entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from computewatch.ledger.chain import LedgerError
+from computewatch.ledger.keys import (
+    ROTATION_KIND,
+    decode_public,
+    key_id,
+    report_valid,
+    rotation_keys,
+)
+from computewatch.ledger.log import LogHeader, parse_entry, prefix_range
+from computewatch.ledger.merkle import CompactRange
+from computewatch.ledger.note import Checkpoint, parse_checkpoint
+from computewatch.ledger.reports import FIGURES, shape_problem
+from computewatch.ledger.verify import NODE_KEY_KIND, PRUNE_KIND, RUN_KIND, Problem, Verdict
+
+__all__ = ["LogProblem", "Previous", "WitnessKey", "verify_log"]
+
+_SEQ = re.compile(rb',"seq":([0-9]+),"time":"[^"]*"}$')
+_LEAF = b"\x00"
+
+
+@dataclass(frozen=True, slots=True)
+class WitnessKey:
+    name: str
+    key: Ed25519PublicKey
+
+
+@dataclass
+class Previous:
+    """What the auditor kept: an earlier export (``lines`` and ``header``) or an earlier head
+    (``head``); ``label`` names it in messages."""
+
+    label: str
+    head: Checkpoint | None = None
+    header: LogHeader | None = None
+    lines: Iterator[bytes] | None = None
+
+
+@dataclass(slots=True)
+class _Head:
+    cp: Checkpoint
+    signer: str
+    """The key id whose signature holds."""
+
+
+class LogProblem(Exception):
+    """Raised where a check fails; :func:`verify_log` turns it into the verdict's problem."""
+
+    def __init__(self, seq: int, what: str, message: str) -> None:
+        super().__init__(message)
+        self.problem = Problem(seq, what, message)
+
+
+def _keys(header: LogHeader) -> dict[str, Ed25519PublicKey]:
+    out: dict[str, Ed25519PublicKey] = {}
+    for kid, text in header.public_keys.items():
+        key = decode_public(text)
+        if key_id(key) != kid:
+            raise LedgerError(f"the export's public key {kid!r} does not match its id")
+        out[kid] = key
+    return out
+
+
+def _heads(header: LogHeader, keys: Mapping[str, Ed25519PublicKey]) -> dict[int, _Head]:
+    heads: dict[int, _Head] = {}
+    for n, text in enumerate(header.heads, 1):
+        try:
+            cp = parse_checkpoint(text)
+        except LedgerError as e:
+            raise LogProblem(
+                0, "signature", f"head {n} of the export is not a checkpoint: {e}"
+            ) from None
+        if cp.origin != header.origin:
+            raise LogProblem(
+                cp.size,
+                "signature",
+                f"the head at size {cp.size} is of another log "
+                f"({cp.origin!r}, not {header.origin!r})",
+            )
+        signer = next((kid for kid, k in keys.items() if cp.signed_by(cp.origin, k)), None)
+        if signer is None:
+            raise LogProblem(
+                cp.size,
+                "signature",
+                f"the head at size {cp.size} is not signed by any "
+                "key of the export (its signature does not match it)",
+            )
+        held = heads.get(cp.size)
+        if held is not None and held.cp.root != cp.root:
+            raise LogProblem(
+                cp.size,
+                "fork",
+                f"the export holds two signed heads at size {cp.size} "
+                "with different roots: the log showed two histories",
+            )
+        heads[cp.size] = _Head(cp, signer)
+    return heads
+
+
+@dataclass(slots=True)
+class _NodeKey:
+    key: Ed25519PublicKey
+    team: object
+    revoked: bool = False
+
+
+def _node_key(seq: int, body: Mapping[str, Any], nodes: dict[str, _NodeKey]) -> None:
+    action, kid, text = body.get("action"), body.get("key_id"), body.get("public_key")
+    if action == "revoke":
+        held = nodes.get(kid) if isinstance(kid, str) else None
+        if held is not None:
+            held.revoked = True
+        return
+    if action != "register" or not isinstance(kid, str) or not isinstance(text, str):
+        raise LogProblem(
+            seq,
+            "node_key",
+            f"node_key entry {seq} is neither a registration nor a revocation of a key",
+        )
+    try:
+        key = decode_public(text)
+    except LedgerError as err:
+        raise LogProblem(
+            seq, "node_key", f"node_key entry {seq} holds no readable public key: {err}"
+        ) from None
+    if key_id(key) != kid:
+        raise LogProblem(
+            seq, "node_key", f"node_key entry {seq}: key id {kid} does not match its public key"
+        )
+    nodes[kid] = _NodeKey(key, body.get("team"))
+
+
+_BOUND = ("run_id", "seq", "status", "started_at", "ended_at", "summary_sha256")
+
+
+def _run(seq: int, body: Mapping[str, Any], nodes: Mapping[str, _NodeKey], v: Verdict) -> None:
+    v.reports += 1
+    report = body.get("signed_report")
+    if report is None:
+        v.reports_unsigned += 1
+        return
+    bad = shape_problem(report)
+    if bad is not None:
+        raise LogProblem(seq, "report", f"run entry {seq}'s signed report is malformed ({bad})")
+    assert isinstance(report, Mapping)
+    for k in _BOUND:
+        if body.get(k) != report[k]:
+            raise LogProblem(
+                seq, "report", f"run entry {seq}'s {k} differs from its signed report's"
+            )
+    if FIGURES in report and body.get(FIGURES) != report[FIGURES]:
+        raise LogProblem(
+            seq,
+            "report",
+            f"run entry {seq}'s figures (model, stage, FLOP, "
+            "GPU-hours, energy, devices) differ from those its node signed",
+        )
+    node = nodes.get(report["signed_by"])
+    if node is None or node.revoked or node.team != body.get("team"):
+        v.reports_unknown_key += 1
+        return
+    if not report_valid(report, node.key):
+        raise LogProblem(
+            seq,
+            "report",
+            f"run entry {seq}'s signed report does not match its "
+            f"signature by node key {report['signed_by']} (changed after signing)",
+        )
+    v.reports_signed += 1
+    if FIGURES not in report:
+        v.reports_figures_unsigned += 1
+
+
+@dataclass
+class _Run:
+    """The state of one pass."""
+
+    header: LogHeader
+    heads: dict[int, _Head]
+    verdict: Verdict
+    tree: CompactRange
+    rotations: list[tuple[int, Ed25519PublicKey, Ed25519PublicKey]] = field(default_factory=list)
+    nodes: dict[str, _NodeKey] = field(default_factory=dict)
+    pruned_ok: bool = False
+    previous_tree: dict[str, Any] | None = None
+
+
+def _seq_of(line: bytes) -> int | None:
+    m = _SEQ.search(line)
+    return int(m.group(1)) if m else None
+
+
+def _gap(expected: int, seq: int, rest: Iterator[bytes]) -> LogProblem:
+    """The problem at an unexpected ``seq``: the rest of the export is scanned for the
+    missing entry, so that a move is told from a removal."""
+    if seq < expected:
+        return LogProblem(
+            seq,
+            "inserted",
+            f"entry {seq} appears again after entry {expected - 1}: "
+            "one copy was inserted, or the entries were reordered",
+        )
+    for line in rest:
+        if _seq_of(line) == expected:
+            return LogProblem(
+                expected, "reordered", f"entry {expected} was moved after entry {seq}"
+            )
+    gap = f"{expected}" if seq == expected + 1 else f"{expected} to {seq - 1}"
+    return LogProblem(expected, "removed", f"entry {gap} was removed (seq jumps to {seq})")
+
+
+def _compare(prev: Previous, seq: int, line: bytes, state: dict[str, Any]) -> None:
+    """One entry of the new export against the earlier one, read alongside."""
+    if prev.lines is None:
+        return
+    while True:
+        old = state.get("pending")
+        if old is None:
+            old = next(prev.lines, None)
+            if old is None:
+                prev.lines = None
+                return
+            state["tree"].append_hash(hashlib.sha256(_LEAF + old).digest())
+        old_seq = _seq_of(old)
+        if old_seq is None:
+            raise LogProblem(
+                seq,
+                "previous",
+                f"the earlier export {prev.label} holds a line that is not an entry",
+            )
+        if old_seq < seq:  # kept there, pruned here
+            state.pop("pending", None)
+            continue
+        if old_seq > seq:
+            state["pending"] = old
+            return
+        state.pop("pending", None)
+        if old != line:
+            raise LogProblem(
+                seq,
+                "fork",
+                f"entry {seq} differs from the earlier export "
+                f"{prev.label}: the log was rewritten after it was shown (a fork)",
+            )
+        state["matched"] = seq
+        return
+
+
+def verify_log(
+    header: LogHeader,
+    lines: Iterable[bytes],
+    trusted: Ed25519PublicKey | None = None,
+    *,
+    require_signed_head: bool = True,
+    witnesses: Sequence[WitnessKey] = (),
+    witnesses_required: int = 0,
+    previous: Previous | None = None,
+) -> Verdict:
+    """Check an export's entries (``lines``, each entry's bytes) against its ``header``; the
+    verdict names the first problem found."""
+    v = Verdict(version=2)
+    if trusted is None:
+        v.notes.append(
+            "no --public-key given: heads were checked against the keys in the export, which "
+            "proves it is unchanged since signed, not who signed it"
+        )
+    try:
+        keys = _keys(header)
+        if trusted is not None:
+            keys.setdefault(key_id(trusted), trusted)
+        heads = _heads(header, keys)
+        first = header.first_seq
+        tree = prefix_range(header.prefix, first - 1) if first > 1 else CompactRange()
+        run = _Run(header, heads, v, tree)
+        if first > 1:
+            v.notes.append(
+                f"entries before seq {first} were pruned under the retention "
+                "policy; the root is computed from the hashes the export keeps"
+            )
+        _stream(run, iter(lines), previous)
+        _finish(run, trusted, require_signed_head, witnesses, witnesses_required, previous)
+    except LogProblem as stop:
+        v.problem = stop.problem
+    except LedgerError as e:
+        v.problem = Problem(0, "format", str(e))
+    return v
+
+
+def _stream(run: _Run, lines: Iterator[bytes], previous: Previous | None) -> None:
+    v, tree, heads = run.verdict, run.tree, run.heads
+    expected = run.header.first_seq
+    cmp: dict[str, Any] = {"tree": CompactRange()}
+    if previous is not None and previous.header is not None:
+        ph = previous.header
+        cmp["tree"] = (
+            prefix_range(ph.prefix, ph.first_seq - 1) if ph.first_seq > 1 else (CompactRange())
+        )
+    sha = hashlib.sha256
+    at = -1 if previous is None or previous.head is None else previous.head.size
+    if tree.size in heads:
+        _at_head(run)
+    if tree.size == at:
+        _previous_head(previous, tree)  # type: ignore[arg-type]
+    for line in lines:
+        try:
+            e = parse_entry(line, f"entry {expected}")
+        except LedgerError:
+            raise LogProblem(
+                _seq_of(line) or expected,
+                "altered",
+                f"entry {_seq_of(line) or expected} is not in its canonical form "
+                "(RFC 8785): it was altered",
+            ) from None
+        if e.seq != expected:
+            raise _gap(expected, e.seq, lines)
+        tree.append_hash(sha(_LEAF + line).digest())
+        kind = e.kind
+        if kind == RUN_KIND:
+            _run(e.seq, e.body, run.nodes, v)
+        elif kind == NODE_KEY_KIND:
+            _node_key(e.seq, e.body, run.nodes)
+        elif kind == ROTATION_KIND:
+            pair = rotation_keys(e.body)
+            if pair is None:
+                raise LogProblem(
+                    e.seq,
+                    "signature",
+                    f"key-rotation entry {e.seq} is not signed by the key it retires",
+                )
+            run.rotations.append((e.seq, *pair))
+        elif kind == PRUNE_KIND and e.body.get("first_seq") == run.header.first_seq:
+            run.pruned_ok = True
+        if previous is not None:
+            _compare(previous, e.seq, line, cmp)
+        v.entries += 1
+        expected += 1
+        if tree.size in heads:
+            _at_head(run)
+        if tree.size == at:
+            _previous_head(previous, tree)  # type: ignore[arg-type]
+    v.size = tree.size
+    v.root = tree.root().hex()
+    if previous is not None:
+        _previous_end(previous, cmp, tree.size)
+        run.previous_tree = cmp
+
+
+def _at_head(run: _Run) -> None:
+    tree = run.tree
+    head = run.heads[tree.size]
+    if tree.root() != head.cp.root:
+        raise LogProblem(
+            tree.size,
+            "altered",
+            f"the entries up to {tree.size} do not match the head "
+            f"signed at size {tree.size}: an entry up to it was altered, or entries were "
+            "removed, inserted or reordered and renumbered",
+        )
+    run.verdict.checkpoints += 1
+
+
+def _previous_head(previous: Previous, tree: CompactRange) -> None:
+    assert previous.head is not None
+    if tree.root() != previous.head.root:
+        raise LogProblem(
+            tree.size,
+            "fork",
+            f"the log at size {tree.size} differs from the earlier "
+            f"head {previous.label}: an entry up to {tree.size} was rewritten after that "
+            "head was signed (a fork)",
+        )
+
+
+def _previous_end(previous: Previous, cmp: dict[str, Any], size: int) -> None:
+    if previous.head is not None:
+        if previous.head.size > size:
+            raise LogProblem(
+                size + 1,
+                "removed",
+                f"the earlier head {previous.label} is at size "
+                f"{previous.head.size} but this export ends at entry {size}: entries "
+                "were removed from the end",
+            )
+        return
+    rest = cmp.get("pending")
+    if previous.lines is not None and rest is None:
+        rest = next(previous.lines, None)
+    if rest is not None:
+        raise LogProblem(
+            size + 1,
+            "removed",
+            f"the earlier export {previous.label} holds entries "
+            f"after {size}, where this one ends: entries were removed from the end",
+        )
+
+
+def _previous_signed(
+    previous: Previous, cmp: dict[str, Any], keys: Mapping[str, Ed25519PublicKey], v: Verdict
+) -> None:
+    """The earlier export's entries, all read alongside, must be those its own newest head
+    signed (else it proves nothing about what the log showed)."""
+    if previous.header is None:
+        return
+    tree: CompactRange = cmp["tree"]
+    for text in previous.header.heads:
+        try:
+            cp = parse_checkpoint(text)
+        except LedgerError:
+            continue
+        if cp.size != tree.size or cp.origin != previous.header.origin:
+            continue
+        if not any(cp.signed_by(cp.origin, k) for k in keys.values()):
+            continue
+        if cp.root != tree.root():
+            raise LogProblem(
+                cp.size,
+                "previous",
+                f"the earlier export {previous.label} does not "
+                "match its own signed head: it cannot be compared with",
+            )
+        return
+    v.notes.append(
+        f"the earlier export {previous.label} has no head signed by a trusted key at "
+        "its end: only its entries were compared"
+    )
+
+
+def _trusted_for(run: _Run, trusted: Ed25519PublicKey | None) -> dict[str, int | None]:
+    """Key id -> the largest head size it may sign (None: any): the trusted key (else the
+    header's), and each key a rotation entry, signed by it, names as a trusted key's
+    predecessor, for heads before that entry."""
+    if trusted is None:
+        out: dict[str, int | None] = dict.fromkeys(run.header.public_keys)
+    else:
+        out = {key_id(trusted): None}
+    for seq, old, new in reversed(run.rotations):
+        if key_id(new) in out:
+            out.setdefault(key_id(old), seq - 1)
+    return out
+
+
+def _finish(
+    run: _Run,
+    trusted: Ed25519PublicKey | None,
+    require_signed_head: bool,
+    witnesses: Sequence[WitnessKey],
+    k: int,
+    previous: Previous | None,
+) -> None:
+    v, header, tree = run.verdict, run.header, run.tree
+    last = tree.size
+    if header.first_seq > 1 and not run.pruned_ok:
+        raise LogProblem(
+            header.first_seq,
+            "removed",
+            f"the log starts at entry {header.first_seq} "
+            "but no prune entry says the entries before it were deleted under the "
+            "retention policy",
+        )
+    if header.entries is not None and header.entries != v.entries:
+        missing = header.entries - v.entries
+        what = "removed from the end" if missing > 0 else "appended"
+        raise LogProblem(
+            last + 1,
+            "removed" if missing > 0 else "inserted",
+            f"{abs(missing)} entries were {what} (the header counts {header.entries})",
+        )
+    beyond = sorted(s for s in run.heads if s > last)
+    if beyond:
+        raise LogProblem(
+            last + 1,
+            "removed",
+            f"the export ends at entry {last} but holds a head "
+            f"signed at size {beyond[-1]}: entries {last + 1} to {beyond[-1]} were "
+            "removed",
+        )
+    allowed = _trusted_for(run, trusted)
+    for size in sorted(run.heads):
+        h = run.heads[size]
+        if h.signer not in allowed:
+            raise LogProblem(
+                size,
+                "signature",
+                f"the head at size {size} is signed by key {h.signer}, which is not a trusted key",
+            )
+        limit = allowed[h.signer]
+        if limit is not None and size > limit:
+            raise LogProblem(
+                size,
+                "signature",
+                f"the head at size {size} is signed by key "
+                f"{h.signer}, retired by the key rotation at entry {limit + 1}",
+            )
+    checked = [s for s in run.heads if s >= header.first_seq - 1]
+    v.last_signed_seq = max(checked, default=None)
+    if require_signed_head and v.last_signed_seq != last:
+        first = (v.last_signed_seq or header.first_seq - 1) + 1
+        raise LogProblem(
+            first,
+            "unsigned",
+            f"entries {first} to {last} are not covered by a signed "
+            f"head ({v.checkpoints} heads hold): heads were dropped or the export is "
+            "cut, so nothing proves these entries are the server's",
+        )
+    if previous is not None and run.previous_tree is not None:
+        trusted_keys = {kid: k for kid, k in _keys(header).items() if kid in allowed}
+        if trusted is not None:
+            trusted_keys[key_id(trusted)] = trusted
+        _previous_signed(previous, run.previous_tree, trusted_keys, v)
+    if previous is not None and previous.head is not None:
+        if not any(
+            previous.head.signed_by(previous.head.origin, k)
+            for k in _keys(header).values()
+            if key_id(k) in allowed
+        ):
+            raise LogProblem(
+                previous.head.size,
+                "signature",
+                f"the earlier head {previous.label} is not signed by a trusted key of this log",
+            )
+        if previous.head.size < header.first_seq - 1:
+            v.notes.append(
+                f"the earlier head {previous.label} is older than the entries kept "
+                "(pruned): it was not compared"
+            )
+    if witnesses:
+        _witnessed(run, witnesses, max(k, 1), last)
+
+
+def _witnessed(run: _Run, witnesses: Sequence[WitnessKey], k: int, last: int) -> None:
+    v = run.verdict
+    best: int | None = None
+    for size in sorted(run.heads, reverse=True):
+        cp = run.heads[size].cp
+        names = {w.name for w in witnesses if cp.cosigned_by(w.name, w.key) is not None}
+        if len(names) >= k:
+            best = size
+            break
+    v.witnessed_size = best
+    if best is None:
+        raise LogProblem(
+            last,
+            "unwitnessed",
+            f"no head of the export is cosigned by {k} of the "
+            f"{len(witnesses)} witnesses given: nothing shows others saw this history",
+        )
+    if best != last:
+        raise LogProblem(
+            best + 1,
+            "unwitnessed",
+            f"entries {best + 1} to {last} are not covered by "
+            f"a head cosigned by {k} witnesses (the newest is at size {best}): "
+            "export again once they cosigned, or check up to there",
+        )

@@ -1,0 +1,275 @@
+"""The transparency log's entries and its export file (format version 2, docs/ledger.md).
+
+An entry is the RFC 8785 canonical JSON of ``{"body","kind","seq","time"}``
+(:func:`entry_line`); its bytes are a leaf of the RFC 9162 Merkle tree
+(:mod:`computewatch.ledger.merkle`). Members sort as ``body``, ``kind``, ``seq``, ``time``, so a
+line is ``{"body":BODY,"kind":KIND,"seq":SEQ,"time":TIME}`` with BODY the canonical JSON of the
+body: the server stores BODY's text and rebuilds the line without parsing it
+(:func:`line_from_parts`).
+
+An export is JSON Lines: a header (:func:`header_json`), then each entry's bytes, one per line::
+
+    {"entries":N,"exported_at":"...","first_seq":1,"format":"computewatch-ledger",
+     "heads":["<signed checkpoint note>", ...],"origin":"...","prefix":[],
+     "public_keys":{"<key id>":"<base64>"},"version":2}
+    {"body":{...},"kind":"run","seq":1,"time":"2026-12-01T10:00:00.000000Z"}
+    ...
+
+``heads`` are signed tree heads (C2SP checkpoint notes, witnesses' cosignatures appended as more
+signature lines); the last covers the export's last entry. ``prefix`` is the compact range (hex,
+largest subtree first) of the entries pruned before ``first_seq``, so the root is still
+recomputed over the whole tree.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Final
+
+from computewatch.ledger.chain import LedgerError
+from computewatch.ledger.jcs import MAX_EXACT_INT, canonical_value, dumps, loads
+from computewatch.ledger.merkle import CompactRange
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "LogEntry",
+    "LogHeader",
+    "clean_body",
+    "entry_line",
+    "exact_number",
+    "header_json",
+    "line_from_parts",
+    "open_export",
+    "parse_entry",
+    "prefix_range",
+]
+
+FORMAT: Final = "computewatch-ledger"
+VERSION: Final = 2
+_KEYS: Final = ("body", "kind", "seq", "time")
+
+
+def exact_number(value: int | float, unit: str) -> int | float | str:
+    """``value`` as a JSON number when a double holds it exactly; otherwise (an integer beyond
+    2**53) a decimal string with its unit, ``"12345678901234567891 FLOP"``: RFC 8785 numbers
+    are doubles, and a figure must not change on its way through a verifier."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_EXACT_INT:
+        return f"{value} {unit}"
+    if isinstance(value, float) and not math.isfinite(value):
+        raise LedgerError(f"a {unit} figure of {value} has no JSON form")
+    return value
+
+
+def clean_body(body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """``body`` as a reader will see it, and its canonical JSON text; a :class:`LedgerError`
+    for what JSON cannot carry exactly (NaN, an integer beyond 2**53, a key not a string)."""
+    if not isinstance(body, Mapping):
+        raise LedgerError("a ledger entry's body is a JSON object")
+    text = dumps(body)
+    parsed = loads(text)
+    assert isinstance(parsed, dict)
+    return parsed, text.decode("utf-8")
+
+
+def _str(s: str) -> bytes:
+    return dumps(s)
+
+
+def line_from_parts(seq: int, time: str, kind: str, body_text: str | bytes) -> bytes:
+    """An entry's bytes from its stored parts (``body_text``: the body's canonical JSON)."""
+    body = body_text.encode("utf-8") if isinstance(body_text, str) else body_text
+    return b"".join(
+        (
+            b'{"body":',
+            body,
+            b',"kind":',
+            _str(kind),
+            b',"seq":',
+            str(seq).encode("ascii"),
+            b',"time":',
+            _str(time),
+            b"}",
+        )
+    )
+
+
+def entry_line(seq: int, time: str, kind: str, body: Mapping[str, Any]) -> bytes:
+    return dumps({"body": body, "kind": kind, "seq": seq, "time": time})
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    seq: int
+    time: str
+    kind: str
+    body: Mapping[str, Any]
+
+    def line(self) -> bytes:
+        return entry_line(self.seq, self.time, self.kind, self.body)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"seq": self.seq, "time": self.time, "kind": self.kind, "body": dict(self.body)}
+
+
+def parse_entry(line: bytes, where: str = "entry") -> LogEntry:
+    """An entry line as written (RFC 8785 bytes of exactly body, kind, seq and time); a
+    :class:`LedgerError` saying what is wrong otherwise."""
+    try:
+        doc = canonical_value(line)
+    except LedgerError:
+        raise LedgerError(f"{where}: not an entry in RFC 8785 canonical form") from None
+    if not isinstance(doc, dict) or len(doc) != 4 or any(k not in doc for k in _KEYS):
+        raise LedgerError(f"{where}: an entry has exactly body, kind, seq and time")
+    seq, time, kind, body = doc["seq"], doc["time"], doc["kind"], doc["body"]
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
+        raise LedgerError(f"{where}: seq is a whole number from 1")
+    if not isinstance(time, str) or not isinstance(kind, str) or not kind:
+        raise LedgerError(f"{where}: time and kind are strings")
+    if not isinstance(body, dict):
+        raise LedgerError(f"{where}: body is a JSON object")
+    return LogEntry(seq, time, kind, body)
+
+
+def prefix_range(prefix: Sequence[bytes], size: int) -> CompactRange:
+    """The compact range of the first ``size`` leaves from its hashes (largest first)."""
+    levels = [lv for lv in range(size.bit_length() - 1, -1, -1) if size >> lv & 1]
+    if len(levels) != len(prefix):
+        raise LedgerError(
+            f"the export's prefix holds {len(prefix)} hashes; {size} pruned entries need "
+            f"{len(levels)}"
+        )
+    return CompactRange(size, list(zip(levels, prefix, strict=True)))
+
+
+def header_json(
+    *,
+    origin: str,
+    exported_at: str,
+    public_keys: Mapping[str, str],
+    first_seq: int,
+    prefix: Sequence[bytes],
+    entries: int,
+    heads: Sequence[str],
+) -> dict[str, Any]:
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "origin": origin,
+        "exported_at": exported_at,
+        "public_keys": dict(public_keys),
+        "first_seq": first_seq,
+        "prefix": [h.hex() for h in prefix],
+        "entries": entries,
+        "heads": list(heads),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class LogHeader:
+    origin: str
+    public_keys: Mapping[str, str]
+    """Key id -> base64 of the server's keys (every key a head was signed with)."""
+    first_seq: int = 1
+    prefix: tuple[bytes, ...] = ()
+    entries: int | None = None
+    heads: tuple[str, ...] = ()
+    exported_at: str = ""
+
+
+def read_header(doc: object, where: str) -> LogHeader:
+    if not isinstance(doc, dict):
+        raise LedgerError(f"{where}: not a {FORMAT} export (no header line)")
+    origin, keys, first = doc.get("origin"), doc.get("public_keys"), doc.get("first_seq", 1)
+    prefix, count, heads = doc.get("prefix", []), doc.get("entries"), doc.get("heads", [])
+    if not isinstance(origin, str) or not origin:
+        raise LedgerError(f"{where}: the header names no origin")
+    if not isinstance(keys, dict) or not all(isinstance(v, str) for v in keys.values()):
+        raise LedgerError(f"{where}: public_keys maps key ids to base64 keys")
+    if not isinstance(first, int) or isinstance(first, bool) or first < 1:
+        raise LedgerError(f"{where}: first_seq is a whole number from 1")
+    if not isinstance(prefix, list) or not all(isinstance(h, str) for h in prefix):
+        raise LedgerError(f"{where}: prefix is a list of hex hashes")
+    try:
+        hashes = tuple(bytes.fromhex(h) for h in prefix)
+    except ValueError:
+        raise LedgerError(f"{where}: prefix is a list of hex hashes") from None
+    if any(len(h) != 32 for h in hashes):
+        raise LedgerError(f"{where}: a prefix hash has 32 bytes")
+    if not isinstance(heads, list) or not all(isinstance(h, str) for h in heads):
+        raise LedgerError(f"{where}: heads is a list of checkpoint notes")
+    return LogHeader(
+        origin,
+        dict(keys),
+        first,
+        hashes,
+        count if isinstance(count, int) else None,
+        tuple(heads),
+        str(doc.get("exported_at", "")),
+    )
+
+
+@dataclass
+class Export:
+    """An export file opened for streaming: its header, then :meth:`lines` (each entry's bytes,
+    newline removed, numbered from the file's line 2)."""
+
+    path: Path
+    version: int
+    header_doc: dict[str, Any]
+    _file: IO[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def header(self) -> LogHeader:
+        return read_header(self.header_doc, f"{self.path}:1")
+
+    def lines(self) -> Iterator[bytes]:
+        assert self._file is not None, "an export's lines are read once"
+        f, self._file = self._file, None
+        with f:
+            for n, raw in enumerate(f, 2):
+                line = raw[:-1] if raw.endswith(b"\n") else raw
+                if not line:
+                    raise LedgerError(f"{self.path}:{n}: an empty line")
+                yield line
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def open_export(path: Path) -> Export:
+    """An export file, its header read; a file that is not an export is a
+    :class:`LedgerError` naming it."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - handed to the Export, closed when read
+    except OSError as e:
+        raise LedgerError(f"cannot read {path}: {e.strerror or e}") from None
+    first = f.readline(1 << 24)
+    try:
+        doc = json.loads(first.decode("utf-8")) if first.strip() else None
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        doc = None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        f.close()
+        raise LedgerError(f"{path}:1: not a {FORMAT} export (no header line)")
+    version = doc.get("version")
+    if version not in (1, VERSION):
+        f.close()
+        raise LedgerError(
+            f"{path}:1: export format version {version!r}; this computewatch reads versions 1 "
+            f"and {VERSION}"
+        )
+    return Export(path, int(version), doc, f)
+
+
+def export_lines(header: Mapping[str, Any], lines: Iterable[bytes]) -> Iterator[bytes]:
+    """The lines of an export file (each ending in a newline): the header, then the entries."""
+    yield dumps(header) + b"\n"
+    for line in lines:
+        yield line + b"\n"
