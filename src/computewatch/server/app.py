@@ -33,7 +33,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from computewatch._version import __version__
-from computewatch.server import api, governance_api
+from computewatch.server import api, governance_api, ledger_api
 from computewatch.server import goodput as goodput_api
 from computewatch.server.admission import (
     DEFAULT_MAX_QUEUED_UPLOADS,
@@ -302,6 +302,7 @@ def create_app(
 
     app.include_router(api.router)
     app.include_router(governance_api.router)
+    app.include_router(ledger_api.router)
     app.include_router(goodput_api.router)
     app.middleware("http")(governance_api.access_logger)
 
