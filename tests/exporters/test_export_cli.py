@@ -44,9 +44,10 @@ def check_emf(doc: dict[str, Any]) -> None:
 
 def test_agent_once_pushes_otlp_and_writes_emf(cw: Any, otlp_receiver: Any, tmp_path: Path) -> None:
     emf = tmp_path / "emf.log"
+    # --otlp-timeout: a loaded machine's last export may take more than the default 1 s
     r = cw.ok(
         "agent", "--once", "--interval", "0.2", "--gpu-backend", "fake:2xH100-SXM",
-        "--node", "n1", "--otlp", otlp_receiver.url, "--emf", str(emf),
+        "--node", "n1", "--otlp", otlp_receiver.url, "--emf", str(emf), "--otlp-timeout", "60",
     )  # fmt: skip
     assert "computewatch_gpu_sm_active_ratio" in r.stdout  # the exposition, as without flags
     otlp_receiver.wait(lambda rec: rec.points("hw.gpu.utilization"))
@@ -85,7 +86,7 @@ def test_run_otlp_pushes_the_runs_metrics(
     emf = tmp_path / "run-emf.log"
     cw.ok(
         "run", "--quiet", "--interval", "0.2", "--otlp", otlp_receiver.url, "--emf", str(emf),
-        "--", sys.executable, str(script),
+        "--otlp-timeout", "60", "--", sys.executable, str(script),
     )  # fmt: skip
     otlp_receiver.wait(lambda rec: rec.points("computewatch.job.steps"))
     run_id = cw.show()["id"]

@@ -8,11 +8,15 @@ sampler); a worker thread of the sink maps the latest snapshot onto observable i
 collects them with an in-memory reader and exports them with ``OTLPMetricExporter``. A slow or
 unreachable endpoint delays only that thread: snapshots that arrive meanwhile replace the one
 waiting (counted in :attr:`OtlpSink.dropped`), and the first failure and the recovery are said
-once each. Counters are exported cumulative, as the agent keeps them.
+once each (the SDK's own log lines are kept quiet). The SDK itself is loaded on that thread, so
+the job starts while it loads, and :meth:`OtlpSink.close` waits for the last export at most
+``close_timeout`` seconds, so the job's end is never held longer. Counters are exported
+cumulative, as the agent keeps them.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import socket
 import sys
@@ -28,8 +32,9 @@ from computewatch.errors import UsageError
 from computewatch.metrics.families import family
 from computewatch.metrics.model import MetricSample
 
-if TYPE_CHECKING:  # the SDK is imported when a sink is made (the optional [otel] dependency)
-    from opentelemetry.metrics import CallbackOptions, Observation
+if TYPE_CHECKING:  # the SDK is imported by a sink's thread (the optional [otel] dependency)
+    from opentelemetry.metrics import CallbackOptions, Meter, Observation
+    from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExporter
 
 __all__ = [
@@ -256,36 +261,27 @@ class OtlpSink:
         prefix: str = "computewatch",
         close_timeout: float = 1.0,
     ) -> None:
-        # The OpenTelemetry SDK is imported only when OTLP export is asked for.
-        from opentelemetry.exporter.otlp.proto.http import Compression
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-        from opentelemetry.sdk.resources import Resource
-
+        # The OpenTelemetry SDK is imported only when OTLP export is asked for, and then on
+        # the sink's own thread (over a second on a busy machine): the job starts meanwhile.
+        # Here only whether it is installed (the caller says which extra to install).
+        for module in ("opentelemetry.sdk.metrics", "opentelemetry.exporter.otlp.proto.http"):
+            if importlib.util.find_spec(module) is None:
+                raise ImportError(f"No module named {module!r}", name=module)
         self.url = metrics_url(url)
         self.timeout = timeout
         self.close_timeout = close_timeout
         self._log = log if log is not None else sys.stderr
         self._prefix = prefix
         _quiet_sdk()
-        if exporter is None:
-            comp = None if compression is None else Compression(compression)
-            exporter = OTLPMetricExporter(
-                endpoint=self.url, timeout=timeout, compression=comp, headers=dict(headers or {})
-            )
-        self._exporter = exporter
-        attrs: dict[str, str] = {
-            "service.name": "computewatch",
-            "service.version": __version__,
-            "telemetry.sdk.name": "opentelemetry",
-        }
-        attrs["host.name"] = node or socket.gethostname()  # points do not repeat it
-        self._reader: InMemoryMetricReader = InMemoryMetricReader()
-        self._provider = MeterProvider(
-            resource=Resource.create(attrs), metric_readers=[self._reader]
-        )
-        self._meter = self._provider.get_meter("computewatch", __version__)
+        self._compression = compression
+        self._headers = dict(headers or {})
+        self._exporter: MetricExporter | None = exporter
+        self._host = node or socket.gethostname()  # the resource's; points do not repeat it
+        self._reader: InMemoryMetricReader | None = None
+        self._provider: MeterProvider | None = None
+        self._meter: Meter | None = None
+        self._ready = threading.Event()
+        self._setup_error = ""
         self._instruments: set[tuple[str, Instrument, str]] = set()
         self._current: _Snapshot | None = None
         self._lock = threading.Lock()
@@ -312,27 +308,73 @@ class OtlpSink:
 
     def close(self, timeout: float | None = None) -> None:
         """Export what is pending, waiting at most ``timeout`` seconds (default
-        :attr:`close_timeout`), then stop. An export still running then (an endpoint that
-        hangs) is left to the worker, a daemon thread, and no longer says anything: the end of
-        the run is never held longer than the deadline."""
+        :attr:`close_timeout`) once the SDK is loaded, then stop. An export still running then
+        (an endpoint that hangs, or refuses while the SDK retries) is said in one line, unless
+        a failure was said already, and left to the worker, a daemon thread, which says
+        nothing more: the end of the run is never held longer than the deadline."""
         wait = self.close_timeout if timeout is None else timeout
         with self._wake:
             self._closing = True
             self._wake.notify()
+        # The SDK loads while the job runs; a job shorter than that waits for it here, as it
+        # would have at its start. Then the last export has ``wait`` seconds.
+        self._ready.wait(_SETUP_WAIT)
         self._thread.join(max(wait, 0.0))
+        if self._thread.is_alive() and not self._failing and not self._setup_error:
+            self._say(
+                f"OTLP export to {self.url}: the last export did not finish within {wait:g} s "
+                "(--otlp-timeout); left unfinished"
+            )
         self._closed = True
+        if not self._ready.is_set():  # the SDK still loading: nothing was sent
+            return
         try:  # stops the SDK's retries (their back-off waits on this event) and its sockets
-            self._exporter.shutdown(timeout_millis=max(wait, 0.1) * 1000)
+            if self._exporter is not None:
+                self._exporter.shutdown(timeout_millis=max(wait, 0.1) * 1000)
         except Exception:
             pass
-        if not self._thread.is_alive():  # else the reader may still be in use by the worker
-            try:
+        if not self._thread.is_alive() and self._provider is not None:
+            try:  # (while the worker runs, its reader may be in use)
                 self._provider.shutdown(timeout_millis=max(wait, 0.1) * 1000)
             except Exception:
                 pass
 
     # -- the worker -----------------------------------------------------------------------------
+    def _setup(self) -> None:
+        """Load the SDK and make the exporter, the reader and the meter (on the worker)."""
+        try:
+            from opentelemetry.exporter.otlp.proto.http import Compression
+            from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                OTLPMetricExporter,
+            )
+            from opentelemetry.sdk.metrics import MeterProvider
+            from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+            from opentelemetry.sdk.resources import Resource
+
+            if self._exporter is None:
+                comp = None if self._compression is None else Compression(self._compression)
+                self._exporter = OTLPMetricExporter(
+                    endpoint=self.url, timeout=self.timeout, compression=comp, headers=self._headers
+                )
+            attrs = {
+                "service.name": "computewatch",
+                "service.version": __version__,
+                "telemetry.sdk.name": "opentelemetry",
+                "host.name": self._host,
+            }
+            self._reader = InMemoryMetricReader()
+            self._provider = MeterProvider(
+                resource=Resource.create(attrs), metric_readers=[self._reader]
+            )
+            self._meter = self._provider.get_meter("computewatch", __version__)
+        except Exception as e:  # said once; the sink then drops every tick
+            self._setup_error = f"{type(e).__name__}: {e}"
+            self._say(f"OTLP export to {self.url} is off: the SDK could not start ({e})")
+        finally:
+            self._ready.set()
+
     def _work(self) -> None:
+        self._setup()
         while True:
             with self._wake:
                 while self._pending is None and not self._closing:
@@ -348,6 +390,10 @@ class OtlpSink:
         """Map, collect and export ``samples`` now, on the calling thread (the worker's, or a
         benchmark's); True when the endpoint took them."""
         # the OpenTelemetry SDK (the optional `otel` extra): only once OTLP export is asked for
+        self._ready.wait()
+        if self._setup_error or self._reader is None or self._exporter is None:
+            self.failed += 1
+            return False
         from opentelemetry.sdk.metrics.export import MetricExportResult
 
         t0 = time.perf_counter()
@@ -387,6 +433,7 @@ class OtlpSink:
     def _create(self, key: tuple[str, Instrument, str]) -> None:
         name, instrument, unit = key
         callback = self._callback(key)
+        assert self._meter is not None  # made by _setup, before any push
         if instrument == "counter":
             self._meter.create_observable_counter(name, [callback], unit=unit)
         elif instrument == "updowncounter":
@@ -415,6 +462,10 @@ class OtlpSink:
             print(f"{self._prefix}: {text}", file=self._log, flush=True)
         except (OSError, ValueError):
             pass
+
+
+_SETUP_WAIT = 60.0
+"""Seconds :meth:`OtlpSink.close` waits for the SDK to load (it takes one or two)."""
 
 
 def _quiet_sdk() -> None:
