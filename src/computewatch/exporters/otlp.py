@@ -342,7 +342,7 @@ class OtlpSink:
     # -- the worker -----------------------------------------------------------------------------
     def _setup(self) -> None:
         """Load the SDK and make the exporter, the reader and the meter (on the worker)."""
-        try:
+        try:  # the OpenTelemetry SDK (the optional `otel` extra), loaded on this thread
             from opentelemetry.exporter.otlp.proto.http import Compression
             from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
                 OTLPMetricExporter,
@@ -394,6 +394,7 @@ class OtlpSink:
         if self._setup_error or self._reader is None or self._exporter is None:
             self.failed += 1
             return False
+        # the OpenTelemetry SDK (the optional `otel` extra): loaded by _setup already
         from opentelemetry.sdk.metrics.export import MetricExportResult
 
         t0 = time.perf_counter()
