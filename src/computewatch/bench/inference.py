@@ -17,7 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from computewatch.analysis.summary_types import energy_components
-from computewatch.bench.loadgen import ScenarioSettings, calibrate, run_scenario
+from computewatch.bench.loadgen import (
+    ROUND_TRIP_SECONDS,
+    ScenarioSettings,
+    calibrate,
+    run_scenario,
+)
 from computewatch.bench.records import (
     BenchError,
     InferenceResult,
@@ -77,7 +82,7 @@ def search_server_qps(
     bound = settings.latency_bound_seconds
     if bound is None:
         raise BenchError("the server search needs a latency bound (--latency-bound-ms)")
-    capacity = 1.0 / per_call_seconds
+    capacity = 1.0 / max(per_call_seconds, ROUND_TRIP_SECONDS)
     lo, hi = 0.0, 2.0 * capacity
     steps: list[SearchStep] = []
     best: LoadGenResult | None = None

@@ -66,6 +66,12 @@ class LoadGenResult:
     latency_seconds: dict[str, float]  # min, mean, p50, p90, p95, p97, p99, p99.9, max
     per_query_latency_seconds: dict[str, float]  # multi-stream: per query of N samples
     log_dir: str | None
+    early_stopping_percentile: float | None = None
+    """Single-stream: the percentile LoadGen's early stopping estimated (90.0, as MLPerf
+    reports it), None when LoadGen gave none."""
+    early_stopping_latency_seconds: float | None = None
+    """That percentile's latency as early stopping estimates it (LoadGen's
+    ``early_stopping_latency_ss``)."""
 
 
 @dataclass(frozen=True)

@@ -53,9 +53,20 @@ def _gpu_backend(text: str) -> str:
     return cli_args.gpu_backend(text, open_replay=True)
 
 
+def _scenario_name(text: str) -> str:
+    """A scenario as LoadGen spells it (``SingleStream``) or as we do (``single-stream``)."""
+    key = text.strip().lower().replace("_", "-")
+    return {"singlestream": "single-stream", "multistream": "multi-stream"}.get(key, key)
+
+
 def _scenario_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "--scenario", choices=SCENARIOS, default="single-stream", help="default single-stream"
+        "--scenario",
+        type=_scenario_name,
+        choices=SCENARIOS,
+        default="single-stream",
+        help="default single-stream (LoadGen's spellings too: SingleStream, MultiStream, "
+        "Server, Offline)",
     )
     p.add_argument(
         "--target-qps",
