@@ -38,22 +38,31 @@ _VALUE = st.one_of(
 )  # fmt: skip
 
 
+_GOOD = st.one_of(st.integers(0, 100).map(str), st.just("-"))
+
+
 @st.composite
 def monitor_logs(draw: st.DrawFn) -> str:
-    lead = draw(st.sampled_from([["Date", "Time", "gpu"], ["gpu"], ["Time", "gpu"], []]))
-    cols = lead + draw(st.lists(_COLUMN, min_size=0, max_size=6))
+    """Mostly well-formed logs (so that reading and importing are reached), with now and then a
+    header without its time columns, a row of another length, a value of any kind, a header
+    again or changed."""
+    lead = ["Date", "Time", "gpu"]
+    if draw(_rarely):
+        lead = draw(st.sampled_from([["gpu"], ["Time", "gpu"], []]))
+    read = st.sampled_from(sorted({*DMON_FIELDS, *PMON_FIELDS}))
+    cols = [*lead, draw(read), *draw(st.lists(_COLUMN, min_size=0, max_size=5))]
     sep = ", " if draw(_rarely) else "  "
     lines = ["#" + sep.join(cols), "#" + sep.join("x" for _ in cols)]
-    for _ in range(draw(st.integers(0, 8))):
+    for k in range(draw(st.integers(0, 8) if draw(_rarely) else st.integers(1, 8))):
         if draw(_rarely):
-            lines.append(
-                "#" + sep.join(draw(st.lists(_COLUMN, max_size=4)) if draw(_rarely) else cols)
-            )
+            again = draw(st.lists(_COLUMN, max_size=4)) if draw(_rarely) else cols
+            lines.append("#" + sep.join(again))
             continue
-        k = len(cols) + draw(st.integers(-1, 1))
-        row = [draw(_VALUE) for _ in range(max(k, 0))]
-        if lead[:2] == ["Date", "Time"] and row[:2] and not draw(_rarely):
-            row[0], row[1] = "20240131", f"12:00:{draw(st.integers(0, 9)):02d}"
+        width = len(cols) + (draw(st.integers(-1, 1)) if draw(_rarely) else 0)
+        row = [draw(_VALUE if draw(_rarely) else _GOOD) for _ in range(max(width, 0))]
+        if lead[:2] == ["Date", "Time"] and len(row) >= 3 and not draw(_rarely):
+            row[0], row[1] = "20240131", f"12:00:{k:02d}"
+            row[2] = draw(st.sampled_from(["0", "1"]))
         lines.append(sep.join(row))
     return "\n".join(lines) + "\n"
 
