@@ -33,3 +33,11 @@ def test_single_stream_reports_the_early_stopping_estimate(bench_cw: Any) -> Non
     assert lg["scenario"] == "single-stream"
     assert lg["early_stopping_percentile"] == 90.0
     assert lg["early_stopping_latency_seconds"] >= lg["latency_seconds"]["p50"]
+
+
+def test_no_knee_from_one_point() -> None:
+    from computewatch.bench.sweep import find_knee
+
+    assert find_knee([120.0]) is None
+    assert find_knee([None, 120.0, None]) is None
+    assert find_knee([100.0, 101.0]) == 0

@@ -43,7 +43,7 @@ def test_knee() -> None:
     assert find_knee([100, 200, 400]) is None  # still growing at the end
     assert find_knee([100, None, 105]) == 0
     assert find_knee([None, None]) is None
-    assert find_knee([50]) == 0
+    assert find_knee([50]) is None  # one point: no knee
 
 
 def test_parse_param() -> None:

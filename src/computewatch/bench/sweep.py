@@ -51,9 +51,11 @@ def parse_param(text: str) -> tuple[str, list[ParamValue]]:
 
 def find_knee(throughputs: Sequence[float | None], gain: float = KNEE_GAIN) -> int | None:
     """The index of the first point after which no point gains more than ``gain`` over it;
-    None when throughput still grows at the last point (no knee inside the sweep), or no point
-    has a throughput."""
+    None when throughput still grows at the last point (no knee inside the sweep), or fewer
+    than two points have a throughput."""
     known = [(i, t) for i, t in enumerate(throughputs) if t is not None]
+    if len(known) < 2:  # one point says nothing of where throughput stops growing
+        return None
     for j, (i, t) in enumerate(known):
         if all(u <= t * (1 + gain) for _, u in known[j + 1 :]):
             if j == len(known) - 1 and j > 0 and t > known[j - 1][1] * (1 + gain):
