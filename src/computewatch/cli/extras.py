@@ -8,7 +8,6 @@ the installed distributions and pyproject.toml.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
 
 from computewatch.errors import PROG
@@ -16,17 +15,16 @@ from computewatch.errors import PROG
 __all__ = ["COMMAND_EXTRAS", "OPTIONAL_MODULES", "Optional", "missing_extra_message"]
 
 
-@dataclass(frozen=True)
 class Optional:
     """An optional dependency: its name as users know it and the extras that install it (the
-    one a command is named for first, see COMMAND_EXTRAS)."""
+    one a command is named for first, see COMMAND_EXTRAS). A plain class: the parser's modules
+    load no dataclasses at start-up (tests/cli/test_parser.py)."""
 
-    name: str
-    extras: tuple[str, ...]
+    __slots__ = ("extras", "name")
 
     def __init__(self, name: str, *extras: str) -> None:
-        object.__setattr__(self, "name", name)
-        object.__setattr__(self, "extras", extras)
+        self.name = name
+        self.extras: tuple[str, ...] = extras
 
 
 COMMAND_EXTRAS: Final[dict[str, str]] = {
