@@ -218,6 +218,7 @@ NUMBERS: dict[str, Range] = {
     "profiling.regression_threshold": Range(0, 100, low_open=True, why="0.2 = 20% slower"),
     "governance.parameters": Range(0, 1e16, low_open=True, why="the model's parameter count"),
     "governance.retention_years": Range(0, 100, low_open=True, why="years"),
+    "governance.head_interval": Range(0.1, 86400, why="seconds between signed heads at most"),
     "governance.detect_review_flop": Range(0, 1e40, low_open=True, why="FLOP"),
 }
 """The range of every numeric key of the configuration, by ``section.key``."""

@@ -151,7 +151,7 @@ def _signers(session: Session) -> tuple[str | None, list[Ed25519PublicKey]]:
     return current, list(keys.values())
 
 
-def _check_signer(db: Database, key: Ed25519PrivateKey, key_file: Path) -> list[Ed25519PublicKey]:
+def check_signer(db: Database, key: Ed25519PrivateKey, key_file: Path) -> list[Ed25519PublicKey]:
     """Refuse to sign with a key other than the one the log's newest head (or key rotation)
     names; returns every key the log's heads were signed with, ``key`` among them."""
     with db.session() as session:
@@ -191,7 +191,7 @@ def export(db: Database, key: Ed25519PrivateKey, key_file: Path | None = None) -
     """The export's lines: the tree is signed at its size first, then read up to that size.
     The header carries every key the log's heads were signed with, the new head and, for each
     witness, the newest head it cosigned."""
-    keys = _check_signer(db, key, key_file or key_path())
+    keys = check_signer(db, key, key_file or key_path())
     head = sign_head(db, key, key_file)
     with db.session() as session:
         n = head.size
@@ -212,7 +212,7 @@ def rotate(db: Database, old: Ed25519PrivateKey, new: Ed25519PrivateKey,
            key_file: Path) -> LogEntry:  # fmt: skip
     """Retire ``old``: its last head, a key-rotation entry signed by it, and the first head
     signed by ``new``; the new head is published beside ``key_file``."""
-    _check_signer(db, old, key_file)
+    check_signer(db, old, key_file)
     with db.writing(), db.session() as session:
         _immediate(session)
         sign_head_in(session, old)

@@ -178,7 +178,7 @@ def vkey(name: str, key: Ed25519PublicKey, *, cosigner: bool = False) -> str:
 def parse_vkey(text: str) -> tuple[str, Ed25519PublicKey, bool]:
     """``(name, key, cosigner)`` of a verifier key (type 0x01: a log's Ed25519 key; 0x04: a
     witness's ``cosignature/v1`` key)."""
-    parts = text.strip().split("+")
+    parts = text.strip().split("+", 2)  # a name holds no '+'; base64 may
     if len(parts) != 3 or not parts[0]:
         raise LedgerError("a verifier key is NAME+HASH+BASE64 (C2SP signed-note)")
     name, hash_hex, b64 = parts

@@ -28,7 +28,7 @@ from sqlalchemy.orm import Session
 
 from computewatch.config import ConfigError, load_config
 from computewatch.governance import accounts, service
-from computewatch.governance.ledger_ops import key_path, server_key, sign_head
+from computewatch.governance.ledger_ops import check_signer, key_path, server_key, sign_head
 from computewatch.governance.reminders import due_reminders, reminder_events
 from computewatch.governance.status import find_model, report_doc, status_json
 from computewatch.ledger.chain import format_time
@@ -292,6 +292,7 @@ def sign_heads_once(db: Database, now: float | None = None) -> None:
     config = _config()
     path = key_path(None if config is None else config.governance_ledger_key)
     key = server_key(path, create=True)  # the server is the one that creates its key
+    check_signer(db, key, path)  # a stray key (another home, a mistyped path) signs nothing
     sign_head(db, key, path, now=now)
 
 
