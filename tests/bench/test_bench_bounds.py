@@ -41,3 +41,13 @@ def test_no_knee_from_one_point() -> None:
     assert find_knee([120.0]) is None
     assert find_knee([None, 120.0, None]) is None
     assert find_knee([100.0, 101.0]) == 0
+
+
+@pytest.mark.slow
+def test_json_says_the_error_too(bench_cw: Any) -> None:
+    r = bench_cw("bench", "inference", "bench_targets:raises", "--duration", "0.3", "--json")
+    assert r.returncode == 1 and "model exploded" in r.stderr
+    doc = json.loads(r.stdout)
+    assert "model exploded" in doc["error"] and doc["exit_code"] == 1
+    r = bench_cw("bench", "inference", "nosuchmodule:f", "--json")
+    assert r.returncode != 0 and json.loads(r.stdout)["exit_code"] == r.returncode

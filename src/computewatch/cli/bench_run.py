@@ -14,7 +14,7 @@ from computewatch.bench import sweep as bench_sweep
 from computewatch.bench.records import BenchError, as_dict
 from computewatch.bench.sweep import parse_param
 from computewatch.bench.targets import load_target, parse_target
-from computewatch.errors import PROG, UsageError
+from computewatch.errors import PROG, ComputewatchError, UsageError
 from computewatch.views.bench import print_compare, print_inference, print_sweep
 from computewatch.views.html.bench import compare_page, sweep_page
 from computewatch.views.html.page import write_page
@@ -138,4 +138,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     kinds = {"inference": _inference, "compare": _compare, "sweep": _sweep}
     if args.bench_cmd not in kinds:  # pragma: no cover - argparse requires one
         raise BenchError(f"unknown bench command {args.bench_cmd!r}")
-    return kinds[args.bench_cmd](args)
+    try:
+        return kinds[args.bench_cmd](args)
+    except ComputewatchError as e:
+        if getattr(args, "json", False):  # a script reading stdout gets the failure too
+            print(jsonout.dumps({"error": str(e), "exit_code": e.exit_code}))
+        raise
