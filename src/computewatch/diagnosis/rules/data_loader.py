@@ -10,6 +10,8 @@ from computewatch.diagnosis.rules import build, pct
 from computewatch.units import format_seconds
 
 DATA_PHASE = "data"
+SHARED_CORES = 0.5
+"""Other processes keeping more cores than this busy over the steps make the machine shared."""
 
 
 def data_starvation(data: RunData, th: Thresholds) -> list[Finding]:
@@ -69,10 +71,13 @@ def data_starvation(data: RunData, th: Thresholds) -> list[Finding]:
         lines.append(f"the run's processes kept {cores_busy:.2f} cores busy over the steps")
         numbers["cores_busy"] = cores_busy
     others = _others_cores(data, t0, t1, cores_busy)
-    if others is not None:  # a shared machine: the waits' CPU share cannot be told apart
+    if others is not None:
         lines.append(f"other processes kept {others:.2f} cores busy meanwhile")
         numbers["others_cores_busy"] = others
-    saving, workers = loader_saving(times, waits, cores, cores_busy)
+    # Other work busy on the machine takes cores from the run when it can run and gives them
+    # back when it waits: its CPU share then says nothing of its waits (taken as CPU work).
+    contended = others is not None and others > SHARED_CORES
+    saving, workers = loader_saving(times, waits, cores, None if contended else cores_busy)
     suggestion = (
         f"Feed the loop in the background: DataLoader(num_workers={workers}, pin_memory=True, "
         "prefetch_factor=4, persistent_workers=True) "
@@ -172,8 +177,8 @@ def loader_saving(
             + (
                 f"{phi:.0%} of it on a core"
                 if measured
-                else "its CPU share unknown: not measured, or the processes got less CPU than "
-                "their compute needs; taken as 100%"
+                else "its CPU share unknown: not measured, the machine shared with other work, "
+                "or the processes got less CPU than their compute needs; taken as 100%"
             )
             + f"); {workers} worker(s) overlap it with the loop's compute on the {free:g} "
             "core(s) beside the loop: a step takes max(compute, wait / workers, "
