@@ -194,4 +194,3 @@ def test_the_cli_answers_from_the_local_store(cw, lineage: Path) -> None:
     r = cw("goodput", "--model", "nope", "--db", lineage)
     assert r.returncode == 1 and "no runs of model nope" in r.stderr
     assert "Traceback" not in r.stderr
-
