@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from sqlalchemy import delete, select, text, update
+from sqlalchemy import Table, delete, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from computewatch.jsonout import dumps as json_dumps
@@ -320,6 +320,11 @@ def _record(session: Session, team: str, run: RunUpload, signature: SignatureSta
     return on_stored(session, team, run, signature=signature)
 
 
+_TAGS = cast(Table, RunTag.__table__)
+_SERIES = cast(Table, RunSeries.__table__)
+"""The tables a run's tags and series go to, written with Core inserts (see store_batch)."""
+
+
 def store_batch(
     session: Session,
     team: str,
@@ -375,17 +380,28 @@ def store_batch(
                 session.execute(delete(RunSeries).where(RunSeries.run_id == run["id"]))
             session.flush()
             tags = cast(dict[str, str], row.tags)
-            session.add_all(RunTag(run_id=run["id"], key=k, value=v) for k, v in tags.items())
-            session.add_all(
-                RunSeries(
-                    run_id=run["id"],
-                    name=s["name"],
-                    labels=dict(s["labels"]),
-                    bucket_seconds=s["bucket_seconds"],
-                    points=s["points"],
+            # Core inserts, one statement each for every tag and every series: the ORM's unit of
+            # work made an object of each and flushed them one by one (most of an upload's cost)
+            conn = session.connection()
+            if tags:
+                conn.execute(
+                    insert(_TAGS),
+                    [{"run_id": run["id"], "key": k, "value": v} for k, v in tags.items()],
                 )
-                for s in run["series"]
-            )
+            if run["series"]:
+                conn.execute(
+                    insert(_SERIES),
+                    [
+                        {
+                            "run_id": run["id"],
+                            "name": s["name"],
+                            "labels": dict(s["labels"]),
+                            "bucket_seconds": s["bucket_seconds"],
+                            "points": s["points"],
+                        }
+                        for s in run["series"]
+                    ],
+                )
             change = RunChange(
                 run_id=run["id"],
                 team=team,
