@@ -20,6 +20,7 @@ import bench_carbon
 import bench_codecarbon
 import bench_dashboard
 import bench_detect
+import bench_diagnosis
 import bench_end
 import bench_gpu
 import bench_integrations
@@ -65,6 +66,7 @@ BENCHMARKS: tuple[tuple[str, Callable[[bool], Section]], ...] = (
     ("observability", bench_observability.run),
     ("detect", bench_detect.run),
     ("agent-detection", bench_agent_detection.run),
+    ("diagnosis", bench_diagnosis.run),
     ("prices", bench_prices.run),
     ("systemd-scope", bench_systemd_scope.run),
 )
