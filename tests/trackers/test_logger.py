@@ -135,7 +135,7 @@ def test_a_full_queue_drops_the_oldest_and_counts_them() -> None:
     gate.set()
     assert logger.finish(None, "completed")
     assert [p.value for p in rec.points if p.name == "x"] == [16.0, 17.0, 18.0, 19.0, 20.0]
-    assert any("fell behind: 15 point(s) dropped" in s for s in said)
+    assert any("15 tick(s) dropped" in s for s in said)
 
 
 def test_a_backend_that_raises_is_disabled_once_and_the_others_go_on() -> None:

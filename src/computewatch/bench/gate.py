@@ -81,6 +81,13 @@ METRICS: dict[str, Metric] = {
 }
 """The metrics a gate knows, by the name ``--max``/``--min`` take (docs/bench.md)."""
 
+MIN_MODELED_CPU_SECONDS = 1.0
+"""A modeled energy from less CPU time than this is not compared: the kernel counts CPU time in
+clock ticks of 10 ms (USER_HZ 100), so one tick more or less moves the run's share of the
+machine, and its modeled energy, by far more than the figure's own ±60% (measured: 0.0 s
+against 0.01 s of CPU time in two identical 0.76 s runs, share 0% against 50%, energy x12)."""
+_UNRESOLVED = "unresolved:"
+
 _STEP_METRICS = frozenset({"step_time_p50", "step_time_p90", "step_time_mean"})
 
 
@@ -206,7 +213,11 @@ def measurements_from_summary(
     methods: dict[str, str] = {}
     if energy is not None:
         whole = any("whole machine" in str(a) for a in energy.get("attribution") or [])
-        how = f"{energy['facility'].get('method')}, {'whole machine' if whole else 'run share'}"
+        method = energy["facility"].get("method")
+        how = f"{method}, {'whole machine' if whole else 'run share'}"
+        cpu_s = summary["cpu"]["seconds_total"]
+        if method == "modeled" and (cpu_s is None or cpu_s < MIN_MODELED_CPU_SECONDS):
+            how = f"{_UNRESOLVED} modeled from {cpu_s or 0:g} s of CPU time"
         for name in ("energy", "energy_per_step", "energy_per_sample"):
             if m.get(name) is not None:
                 methods[name] = how
@@ -443,7 +454,9 @@ def check(
             continue
         change = (cur - base) / base if base else None
         how_b, how_c = baseline.methods.get(lim.metric), current.methods.get(lim.metric)
-        if how_b is not None and how_c is not None and how_b != how_c:
+        if (how_b is not None and how_c is not None and how_b != how_c) or any(
+            h is not None and h.startswith(_UNRESOLVED) for h in (how_b, how_c)
+        ):
             rows.append(
                 CheckRow(lim.metric, base, cur, change, lim.text, "incomparable",
                          f"obtained differently: {how_b} / {how_c}")

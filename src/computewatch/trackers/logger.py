@@ -1,13 +1,13 @@
 """The background delivery between a run and its trackers.
 
 The producer (the sampler's thread for ``computewatch run``, the store feed for ``track()``)
-hands each tick to :meth:`TrackerLogger.tick`: the tick becomes points
-(:class:`~computewatch.trackers.naming.PointMaker`, a loop over the tick's readings) and the
-points are appended to each tracker's own bounded queue, never a wait. Each tracker has a
-thread of its own (a tool that is slow to start or to answer delays no other: Neptune's
-start, an MLflow server that does not answer). When a tracker falls behind, its oldest points
-are dropped and counted; one that raises is disabled with one warning line, and the others and
-the job go on.
+hands each tick to :meth:`TrackerLogger.tick`: one append to a bounded deque, never a wait.
+Each tracker has a thread of its own (a tool that is slow to start or to answer delays no
+other: Neptune's start, an MLflow server that does not answer); the first of them to look
+turns the queued ticks into points (:class:`~computewatch.trackers.naming.PointMaker`) and
+appends them to every tracker's own bounded queue. When the trackers fall behind, the oldest
+ticks (or a tracker's oldest points) are dropped and counted; a tracker that raises is
+disabled with one warning line, and the others and the job go on.
 
 The run's end waits for the trackers to take the last points and the accounting until one
 deadline (:data:`FINISH_DEADLINE` seconds, ``$COMPUTEWATCH_TRACKERS_DEADLINE``); a tracker not
@@ -59,6 +59,9 @@ def finish_deadline() -> float:
     except ValueError:
         return FINISH_DEADLINE
     return value if math.isfinite(value) and value >= 0 else FINISH_DEADLINE
+
+
+_Tick = tuple[int, float, float, Sequence[Reading], Sequence[StepRecord]]
 
 
 def _stderr_line(message: str) -> None:
@@ -155,6 +158,7 @@ class _Delivery:
             self.done.set()
 
     def _drain(self) -> None:
+        self.owner._convert()
         batch: list[MetricPoint] = []
         while self.q:
             try:
@@ -163,7 +167,7 @@ class _Delivery:
                 break
         if not batch or self.disabled is not None:
             return
-        self.in_flight = len(batch)
+        self.in_flight = len(batch)  # (converted by owner._convert before the drain)
         if self._call("log", lambda: self.backend.log(batch)):
             self.delivered += len(batch)
             self.owner.logged += len(batch)
@@ -199,6 +203,8 @@ class TrackerLogger:
         """Backend name → why it was given up at the run's end."""
         self.warn = warn
         self._lock = threading.Lock()
+        self._q: deque[_Tick | list[MetricPoint]] = deque(maxlen=maxlen)
+        self._ticks_dropped = 0
         self._stop = threading.Event()
         self._final: FinalRecord | None = None
         self._end_by: float | None = None
@@ -207,8 +213,9 @@ class TrackerLogger:
 
     @property
     def dropped(self) -> int:
-        """Points dropped because a tracker fell behind (all trackers together)."""
-        return sum(d.dropped for d in self._deliveries)
+        """Ticks (or batches of points) dropped before any tracker took them, and points a
+        slow tracker dropped from its own queue."""
+        return self._ticks_dropped + sum(d.dropped for d in self._deliveries)
 
     # -- producer side (any thread, never blocks on a tracker) -------------------------------
     def start(self) -> TrackerLogger:
@@ -221,20 +228,39 @@ class TrackerLogger:
         self, seq: int, mono: float, wall: float, readings: Sequence[Reading],
         steps: Sequence[StepRecord] = (),
     ) -> None:  # fmt: skip
-        """One tick's points into every tracker's queue."""
-        try:
-            with self._lock:  # the maker keeps the previous tick's counters
-                points = self.maker.points(seq, mono, wall, readings, steps)
-        except Exception as e:  # a reading of an unexpected shape: skip the tick
-            self.warn(f"trackers: a tick could not be converted ({e})")
-            return
-        if points:
-            self.points(points)
+        """Queue one tick: an append (the oldest is dropped, and counted, when full)."""
+        q = self._q
+        if len(q) >= self.maxlen:
+            self._ticks_dropped += 1
+        q.append((seq, mono, wall, readings, steps))
 
     def points(self, points: list[MetricPoint]) -> None:
         """Queue points made elsewhere (as one batch) for every tracker."""
-        for d in self._deliveries:
-            d.put(points)
+        if len(self._q) >= self.maxlen:
+            self._ticks_dropped += 1
+        self._q.append(points)
+
+    def _convert(self) -> None:
+        """The queued ticks as points, into every tracker's queue (on a tracker's thread, or
+        at the end on the caller's; one at a time: the maker keeps the previous counters)."""
+        with self._lock:
+            q = self._q
+            while q:
+                try:
+                    item = q.popleft()
+                except IndexError:
+                    break
+                if isinstance(item, list):
+                    batch = item
+                else:
+                    try:
+                        batch = self.maker.points(*item)
+                    except Exception as e:  # a reading of an unexpected shape: skip the tick
+                        self.warn(f"trackers: a tick could not be converted ({e})")
+                        continue
+                if batch:
+                    for d in self._deliveries:
+                        d.put(batch)
 
     def begin_end(self) -> None:
         """The run has ended: the deadline starts now (once; :meth:`finish` starts it if
@@ -262,6 +288,7 @@ class TrackerLogger:
         if timeout is not None:
             self._end_by = time.monotonic() + timeout
         self.begin_end()
+        self._convert()  # the last ticks, whatever the trackers' threads are doing
         self._stop.set()
         for d in self._deliveries:
             d.wake.set()
@@ -272,6 +299,8 @@ class TrackerLogger:
             if not d.done.wait(self.remaining()):
                 ok = False
                 self._give_up(d)
+        if self._ticks_dropped:
+            self.warn(f"trackers fell behind: {self._ticks_dropped} tick(s) dropped (oldest first)")
         return ok
 
     def _give_up(self, d: _Delivery) -> None:
