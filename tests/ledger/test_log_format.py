@@ -186,3 +186,20 @@ def test_the_published_vectors_hold() -> None:
 
     assert cp.root.hex() == doc["root"] and cp.size == len(lines)
     assert cp.signed_by(cp.origin, decode_public(doc["public_key"]))
+
+
+@pytest.mark.parametrize("x", [3.2e18, 8e20, 2.0**60, -3.2e18, 1e16, 123456789012345680.0])
+def test_a_double_written_whole_reads_back_the_same(x: float) -> None:
+    """ECMAScript writes doubles from 1e16 up to 1e21 as integers (a run of 3.2e18 FLOP is
+    3200000000000000000): such a line is canonical, read as that value, written back the
+    same; an integer beyond 2**53 that is not a double's spelling is not."""
+    line = dumps({"flop": x})
+    read = canonical_value(line)
+    assert isinstance(read, dict) and b"e" not in line
+    assert float(read["flop"]) == x  # read as the integer it spells, whose double is x
+    assert dumps(read) == line
+    assert dumps({"flop": int(read["flop"])}) == line  # the integer it spells: the same bytes
+    with pytest.raises(LedgerError, match="canonical"):
+        canonical_value(b'{"flop":1152921504606846976}')  # 2**60 exactly: ES writes ...7000
+    with pytest.raises(LedgerError, match="decimal string"):
+        dumps({"flop": 2**53 + 1})

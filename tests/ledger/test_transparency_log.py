@@ -222,3 +222,88 @@ def test_the_export_header_is_canonical_json() -> None:
         heads=[_head(lines, 3)],
     )
     assert json.loads(dumps(doc))["version"] == 2
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_chunks_checked_in_workers_agree(jobs: int) -> None:
+    """Several chunks: a node key registered in the first chunk signs reports in the third;
+    a report altered in the third is named, whether checked here or in worker processes."""
+    from computewatch.ledger import audit
+    from computewatch.ledger.keys import sign_report
+    from computewatch.ledger.reports import usage_report
+
+    node = Ed25519PrivateKey.generate()
+    pub = node.public_key()
+    lines = [
+        entry_line(
+            1,
+            "t",
+            "node_key",
+            {
+                "action": "register",
+                "key_id": key_id(pub),
+                "public_key": encode_public(pub),
+                "team": "lab",
+                "name": "n",
+                "registered_at": 1,
+                "revoked_at": None,
+            },
+        )
+    ]
+    lines += _lines(2 * audit.CHUNK + 10, 2)
+    start = len(lines) + 1
+    for seq in range(start, start + 5):
+        report = sign_report(
+            usage_report(
+                run_id=f"r{seq}",
+                seq=1,
+                final=True,
+                status="completed",
+                exit_code=0,
+                started_at=1.7e9,
+                ended_at=1.7e9 + 1,
+                summary={},
+                meta={},
+                figures=None,
+            ),
+            node,
+        )
+        lines.append(
+            entry_line(
+                seq,
+                "t",
+                "run",
+                {
+                    "run_id": f"r{seq}",
+                    "team": "lab",
+                    "seq": 1,
+                    "status": "completed",
+                    "started_at": 1.7e9,
+                    "ended_at": 1.7e9 + 1,
+                    "summary_sha256": report["summary_sha256"],
+                    "signature": "valid",
+                    "signed_report": report,
+                    "figures": None,
+                },
+            )
+        )
+    v = _verify(lines, jobs=jobs)
+    assert v.ok, v.problem
+    assert (v.reports, v.reports_signed) == (5, 5) and v.entries == len(lines)
+    bad = list(lines)
+    bad[-2] = bad[-2].replace(b'"exit_code":0', b'"exit_code":1')
+    v = _verify(
+        bad,
+        [_head(lines, len(lines))],
+        header=_header(lines, [_head(lines, len(lines))]),
+        jobs=jobs,
+    )
+    assert _what(v) == ("report", len(lines) - 1)
+    gap = [*lines[: audit.CHUNK + 5], *lines[audit.CHUNK + 6 :]]
+    v = _verify(
+        gap,
+        [_head(lines, len(lines))],
+        header=_header(lines, [_head(lines, len(lines))]),
+        jobs=jobs,
+    )
+    assert _what(v) == ("removed", audit.CHUNK + 6)

@@ -47,7 +47,7 @@ def test_push_signs_each_upload_with_the_node_key(
     public = load_or_create_private_key(path).public_key()
     (sent,) = ingest.runs_seen()  # as the server parsed it from the wire
     signed = sent["signed_report"]
-    assert set(signed) == {*REPORT_FIELDS, "signed_by", "signature"}
+    assert set(signed) == {*REPORT_FIELDS, "figures", "signed_by", "signature"}
     assert signed["signed_by"] == key_id(public)
     assert report_valid(signed, public)
     assert _bound(sent) is None

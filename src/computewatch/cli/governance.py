@@ -199,6 +199,13 @@ def _ledger(sub: Any) -> None:
     )
     _witness_keys(ve)
     ve.add_argument(
+        "--jobs",
+        type=cli_args.whole,
+        metavar="N",
+        help="check entries in N worker processes (default: the CPUs, at most 4; the tree is "
+        "still built in order)",
+    )
+    ve.add_argument(
         "--allow-unsigned-tail",
         action="store_true",
         help="accept entries after the newest signed head: they are then checked only "

@@ -296,6 +296,7 @@ def _verify_file(
         verdict.notes.append("an export of format 1 (the hash chain before the transparency log)")
     else:
         previous = None if args.previous is None else _previous(args.previous)
+        jobs = args.jobs if args.jobs else _default_jobs(path)
         verdict = verify_log(
             ex.header,
             ex.lines(),
@@ -304,6 +305,7 @@ def _verify_file(
             witnesses=witnesses,
             witnesses_required=k,
             previous=previous,
+            jobs=jobs,
         )
     if args.allow_unsigned_tail and verdict.ok:
         verdict.notes.append(
@@ -312,6 +314,19 @@ def _verify_file(
             "whole"
         )
     return verdict
+
+
+SMALL_EXPORT = 8 << 20
+"""Below this size (bytes) an export is checked in this process: starting workers costs more."""
+
+
+def _default_jobs(path: Path) -> int:
+    try:
+        if path.stat().st_size < SMALL_EXPORT:
+            return 1
+    except OSError:
+        return 1
+    return max(1, min(4, os.cpu_count() or 1))
 
 
 def _print_verdict(v: Verdict, where: str, as_json: bool) -> None:

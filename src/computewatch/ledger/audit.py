@@ -17,9 +17,14 @@ cover the last entry.
 
 from __future__ import annotations
 
+import collections
 import hashlib
+import itertools
+import multiprocessing
 import re
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +35,7 @@ from computewatch.ledger.keys import (
     ROTATION_KIND,
     decode_public,
     key_id,
+    public_bytes,
     report_valid,
     rotation_keys,
 )
@@ -281,9 +287,11 @@ def verify_log(
     witnesses: Sequence[WitnessKey] = (),
     witnesses_required: int = 0,
     previous: Previous | None = None,
+    jobs: int = 1,
 ) -> Verdict:
     """Check an export's entries (``lines``, each entry's bytes) against its ``header``; the
-    verdict names the first problem found."""
+    verdict names the first problem found. ``jobs`` > 1: entries are checked in that many
+    worker processes, chunk by chunk, the tree still built here in order."""
     v = Verdict(version=2)
     if trusted is None:
         v.notes.append(
@@ -303,7 +311,7 @@ def verify_log(
                 f"entries before seq {first} were pruned under the retention "
                 "policy; the root is computed from the hashes the export keeps"
             )
-        _stream(run, iter(lines), previous)
+        _stream(run, iter(lines), previous, jobs)
         _finish(run, trusted, require_signed_head, witnesses, witnesses_required, previous)
     except LogProblem as stop:
         v.problem = stop.problem
@@ -312,7 +320,108 @@ def verify_log(
     return v
 
 
-def _stream(run: _Run, lines: Iterator[bytes], previous: Previous | None) -> None:
+CHUNK = 2048
+"""Entries checked per unit of work (in a worker process with ``jobs`` > 1)."""
+
+
+@dataclass(slots=True)
+class _Chunk:
+    """What checking one chunk of entries found (all picklable: it comes back from a worker)."""
+
+    count: int = 0
+    leaves: bytes = b""
+    """The leaf hashes of the entries checked, 32 bytes each, in order."""
+    reports: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+    rotations: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    prunes: list[int] = field(default_factory=list)
+    """The ``first_seq`` of each prune entry."""
+    problem: Problem | None = None
+    gap: tuple[int, int, int] | None = None
+    """``(expected, seq, index)`` where the seq was not the one expected."""
+
+
+_KEYS: dict[bytes, Ed25519PublicKey] = {}
+
+
+def _node_keys(snapshot: Mapping[str, tuple[bytes, object, bool]]) -> dict[str, _NodeKey]:
+    out = {}
+    for kid, (raw, team, revoked) in snapshot.items():
+        key = _KEYS.get(raw)
+        if key is None:
+            key = _KEYS[raw] = Ed25519PublicKey.from_public_bytes(raw)
+        out[kid] = _NodeKey(key, team, revoked)
+    return out
+
+
+def _check_chunk(
+    first: int, lines: Sequence[bytes], snapshot: Mapping[str, tuple[bytes, object, bool]]
+) -> _Chunk:
+    """Check ``lines``, the entries from seq ``first`` on: each one's canonical bytes, seq,
+    leaf hash, and what its kind asks (run reports against the node keys registered before)."""
+    out = _Chunk()
+    nodes = _node_keys(snapshot)
+    v = Verdict()
+    sha = hashlib.sha256
+    leaves = bytearray()
+    expected = first
+    try:
+        for i, line in enumerate(lines):
+            try:
+                e = parse_entry(line, f"entry {expected}")
+            except LedgerError:
+                seq = _seq_of(line) or expected
+                raise LogProblem(
+                    seq,
+                    "altered",
+                    f"entry {seq} is not in its canonical form (RFC 8785): it was altered",
+                ) from None
+            if e.seq != expected:
+                out.gap = (expected, e.seq, i)
+                break
+            kind = e.kind
+            if kind == RUN_KIND:
+                _run(e.seq, e.body, nodes, v)
+            elif kind == NODE_KEY_KIND:
+                _node_key(e.seq, e.body, nodes)
+            elif kind == ROTATION_KIND:
+                if rotation_keys(e.body) is None:
+                    raise LogProblem(
+                        e.seq,
+                        "signature",
+                        f"key-rotation entry {e.seq} is not signed by the key it retires",
+                    )
+                out.rotations.append((e.seq, dict(e.body)))
+            elif kind == PRUNE_KIND and isinstance(e.body.get("first_seq"), int):
+                out.prunes.append(e.body["first_seq"])
+            leaves += sha(_LEAF + line).digest()  # after its checks: a problem is named first
+            expected += 1
+    except LogProblem as stop:
+        out.problem = stop.problem
+    out.leaves = bytes(leaves)
+    out.count = len(leaves) // 32
+    out.reports = (
+        v.reports,
+        v.reports_signed,
+        v.reports_unsigned,
+        v.reports_unknown_key,
+        v.reports_figures_unsigned,
+    )
+    return out
+
+
+def _snapshot(nodes: Mapping[str, _NodeKey]) -> dict[str, tuple[bytes, object, bool]]:
+    return {kid: (public_bytes(n.key), n.team, n.revoked) for kid, n in nodes.items()}
+
+
+def _chunks(lines: Iterator[bytes]) -> Iterator[list[bytes]]:
+    while True:
+        chunk = list(itertools.islice(lines, CHUNK))
+        if not chunk:
+            return
+        yield chunk
+
+
+def _stream(run: _Run, lines: Iterator[bytes], previous: Previous | None, jobs: int) -> None:
     v, tree, heads = run.verdict, run.tree, run.heads
     expected = run.header.first_seq
     cmp: dict[str, Any] = {"tree": CompactRange()}
@@ -321,54 +430,93 @@ def _stream(run: _Run, lines: Iterator[bytes], previous: Previous | None) -> Non
         cmp["tree"] = (
             prefix_range(ph.prefix, ph.first_seq - 1) if ph.first_seq > 1 else (CompactRange())
         )
-    sha = hashlib.sha256
     at = -1 if previous is None or previous.head is None else previous.head.size
     if tree.size in heads:
         _at_head(run)
     if tree.size == at:
         _previous_head(previous, tree)  # type: ignore[arg-type]
-    for line in lines:
-        try:
-            e = parse_entry(line, f"entry {expected}")
-        except LedgerError:
-            raise LogProblem(
-                _seq_of(line) or expected,
-                "altered",
-                f"entry {_seq_of(line) or expected} is not in its canonical form "
-                "(RFC 8785): it was altered",
-            ) from None
-        if e.seq != expected:
-            raise _gap(expected, e.seq, lines)
-        tree.append_hash(sha(_LEAF + line).digest())
-        kind = e.kind
-        if kind == RUN_KIND:
-            _run(e.seq, e.body, run.nodes, v)
-        elif kind == NODE_KEY_KIND:
-            _node_key(e.seq, e.body, run.nodes)
-        elif kind == ROTATION_KIND:
-            pair = rotation_keys(e.body)
-            if pair is None:
-                raise LogProblem(
-                    e.seq,
-                    "signature",
-                    f"key-rotation entry {e.seq} is not signed by the key it retires",
-                )
-            run.rotations.append((e.seq, *pair))
-        elif kind == PRUNE_KIND and e.body.get("first_seq") == run.header.first_seq:
-            run.pruned_ok = True
-        if previous is not None:
-            _compare(previous, e.seq, line, cmp)
-        v.entries += 1
-        expected += 1
-        if tree.size in heads:
-            _at_head(run)
-        if tree.size == at:
-            _previous_head(previous, tree)  # type: ignore[arg-type]
+    counts = [0, 0, 0, 0, 0]
+    for chunk, first, result in _checked(_chunks(lines), run.header.first_seq, jobs):
+        leaves = result.leaves
+        for i in range(result.count):
+            tree.append_hash(leaves[32 * i : 32 * i + 32])
+            size = tree.size
+            if size in heads:
+                _at_head(run)
+            if size == at:
+                _previous_head(previous, tree)  # type: ignore[arg-type]
+            if previous is not None:
+                _compare(previous, first + i, chunk[i], cmp)
+        v.entries += result.count
+        expected += result.count
+        counts = [a + b for a, b in zip(counts, result.reports, strict=True)]
+        for seq, body in result.rotations:
+            pair = rotation_keys(body)
+            assert pair is not None
+            run.rotations.append((seq, *pair))
+        run.pruned_ok = run.pruned_ok or run.header.first_seq in result.prunes
+        if result.problem is not None:
+            raise LogProblem(result.problem.seq, result.problem.what, result.problem.message)
+        if result.gap is not None:
+            want, seq, index = result.gap
+            raise _gap(want, seq, itertools.chain(chunk[index + 1 :], lines))
+    (
+        v.reports,
+        v.reports_signed,
+        v.reports_unsigned,
+        v.reports_unknown_key,
+        v.reports_figures_unsigned,
+    ) = counts
     v.size = tree.size
     v.root = tree.root().hex()
     if previous is not None:
         _previous_end(previous, cmp, tree.size)
-        run.previous_tree = cmp
+
+
+def _checked(
+    chunks: Iterator[list[bytes]], first: int, jobs: int
+) -> Iterator[tuple[list[bytes], int, _Chunk]]:
+    """Each chunk with its first seq and what checking it found, in order: checked here, or by
+    ``jobs`` worker processes a few chunks ahead. The node keys each chunk is checked against are
+    those registered before it (registrations are read here as the chunks go out)."""
+    nodes: dict[str, _NodeKey] = {}
+    if jobs <= 1:
+        for chunk in chunks:
+            result = _check_chunk(first, chunk, _snapshot(nodes))
+            _register(chunk, nodes)
+            yield chunk, first, result
+            first += len(chunk)
+        return
+    ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+        pending: collections.deque[tuple[list[bytes], int, Future[_Chunk]]] = collections.deque()
+        for chunk in chunks:
+            pending.append(
+                (chunk, first, pool.submit(_check_chunk, first, chunk, _snapshot(nodes)))
+            )
+            _register(chunk, nodes)
+            first += len(chunk)
+            while len(pending) >= 2 * jobs:
+                done, at, future = pending.popleft()
+                yield done, at, future.result()
+        while pending:
+            done, at, future = pending.popleft()
+            yield done, at, future.result()
+
+
+_NODE_KEY_LINE = b'"kind":"node_key","seq":'
+
+
+def _register(chunk: Sequence[bytes], nodes: dict[str, _NodeKey]) -> None:
+    """The node keys ``chunk`` registers or revokes, for the chunks after it (a malformed
+    entry is the chunk's own problem, found where it is checked)."""
+    for line in chunk:
+        if _NODE_KEY_LINE in line:
+            try:
+                e = parse_entry(line)
+                _node_key(e.seq, e.body, nodes)
+            except (LedgerError, LogProblem):
+                continue
 
 
 def _at_head(run: _Run) -> None:

@@ -73,12 +73,13 @@ def _write(v: object, out: list[str]) -> None:
     elif isinstance(v, str):
         out.append(_encode_string(v))
     elif isinstance(v, int):
-        if abs(v) > MAX_EXACT_INT:
+        text = str(v)
+        if abs(v) > MAX_EXACT_INT and not _whole_double(text.encode("ascii")):
             raise LedgerError(
                 f"the integer {v} is beyond what a JSON number carries exactly (2**53): "
                 "write it as a decimal string with its unit"
             )
-        out.append(str(v))
+        out.append(text)
     elif isinstance(v, float):
         out.append(number_text(v))
     elif isinstance(v, Mapping):
@@ -143,48 +144,109 @@ def _float_token(text: str) -> float:
     return x
 
 
-def _int_token(text: str) -> int | float:
-    v = int(text)
-    if text == "-0":
+def _int_token(text: str) -> int:
+    # ECMAScript writes a double from 2**53 up to 1e21 as a plain integer (3.2e18 is
+    # 3200000000000000000): such a token is the double it spells exactly, nothing else
+    if text == "-0" or not _whole_double(text.encode("ascii")):
         raise _NotCanonical
-    if abs(v) > MAX_EXACT_INT:
-        # ECMAScript writes a double from 2**53 up to 1e21 as a plain integer (3.2e18 is
-        # 3200000000000000000): such a token is the double it spells exactly, nothing else
-        x = float(v)
-        if not math.isfinite(x) or number_text(x) != text:
-            raise _NotCanonical
-        return x
-    return v
+    return int(text)
 
 
-_SUSPECT = re.compile(rb"\.0[,\]}]|e[-+]0|e\+(?:1[6-9]|20)[,\]}]|[0-9]{16}")
-"""Where Python's number spelling can differ from ECMAScript's (``8.0``, ``1e-05``, ``1e+16``)
-or a number needs a closer look (16 digits or more: beyond 2**53 or a double written whole)."""
-_FAST = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+_SUSPECT = re.compile(rb"[0-9]\.0[,\]}]|[0-9]e[-+]0|[0-9]e\+(?:1[6-9]|20)[,\]}]")
+"""Number tokens whose Python spelling differs from ECMAScript's (``8.0``, ``1e-05``,
+``1e+16``): a line with one takes the full check (a match inside a string only costs time)."""
+_LONG = re.compile(rb"-?[0-9]{16,}")
+"""Integer tokens of 16 digits or more: each must be a double ECMAScript writes whole
+(``3200000000000000000``), not an integer beyond 2**53 (``9007199254740993``). (Digits inside
+a string only send the line to the full check.)"""
+_DIGITS = bytes(57 if 48 <= b <= 57 else 32 for b in range(256))
+"""Every digit to ``9``, everything else to a space: a run of 16 nines is a long number."""
+
+
+def _refuse(text: str) -> object:
+    raise _NotCanonical(f"{text} is not JSON")
+
+
+_DECODE = json.JSONDecoder(parse_constant=_refuse).raw_decode
+_MAKE_ENCODER = getattr(json.encoder, "c_make_encoder", None)
+_ENCODE = (
+    None
+    if _MAKE_ENCODER is None
+    else _MAKE_ENCODER(
+        None, None, json.encoder.encode_basestring, None, ":", ",", True, False, True
+    )
+)
+_PY_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _encode(value: object) -> str:
+    """The standard library's compact, key-sorted JSON of a parsed value (its C encoder, made
+    once)."""
+    if _ENCODE is None:
+        return _PY_ENCODER.encode(value)
+    return "".join(_ENCODE(value, 0))
+
+
+def _hinted(line: bytes) -> bool:
+    """Whether ``line`` may hold a number Python spells otherwise than ECMAScript: substrings
+    found at C speed first (``e+1`` and ``e+20`` only appear in canonical text inside strings)."""
+    return (
+        b".0," in line or b".0]" in line or b".0}" in line or b"e-0" in line
+        or b"e+0" in line or b"e+1" in line or b"e+20" in line
+    )  # fmt: skip
 
 
 def canonical_value(line: bytes) -> object:
     """The JSON value of ``line`` when ``line`` is exactly its RFC 8785 form; a
-    :class:`LedgerError` otherwise.
+    :class:`LedgerError` otherwise. (A number token beyond 2**53 spells a double; it is read as
+    the Python int of those digits, whose ``float()`` is that double and which :func:`dumps`
+    writes back the same.)
 
-    Fast for the common case: a plain parse, the standard encoder's output compared, and a scan
-    for the few spellings where Python and ECMAScript write a number differently; only a line
-    where that is not conclusive (or whose names could sort differently in UTF-16) takes the
-    full check, every number token checked and the full encoder compared."""
+    Fast for the common case: a plain parse, the standard encoder's output compared, a scan for
+    the few spellings where Python and ECMAScript write a number differently, and each long
+    integer token checked; only a line where that is not conclusive (or whose names could sort
+    differently in UTF-16) takes the full check, every number token checked and the full
+    encoder compared."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
         raise LedgerError("not RFC 8785 canonical JSON") from None
     # U+E000 and above (UTF-8 lead bytes 0xEE-0xF4) is where code point and UTF-16 order part
-    if max(line, default=0) < 0xEE and not _SUSPECT.search(line):
+    if (line.isascii() or max(line) < 0xEE) and not (_hinted(line) and _SUSPECT.search(line)):
         try:
-            value = json.loads(text, parse_constant=_refuse)
-            again = _FAST.encode(value)
+            value, end = _DECODE(text)
+            again = _encode(value) if end == len(text) else ""
         except (ValueError, _NotCanonical, RecursionError, TypeError):
             again = ""
-        if again == text:
+        if again == text and _long_tokens_whole(line):
             return value
     return _full_check(line, text)
+
+
+_RUN16 = b"9" * 16
+
+
+def _long_tokens_whole(line: bytes) -> bool:
+    """Whether every number token of 16 digits or more in ``line`` is a double written whole
+    (found through the digits mapped to nines, each checked where it starts)."""
+    nines = line.translate(_DIGITS)
+    at = nines.find(_RUN16)
+    while at >= 0:
+        start = at - 1 if at and line[at - 1] == 45 else at  # a minus sign before it
+        m = _LONG.match(line, start)
+        if m is None or not _whole_double(m.group()):
+            return False
+        at = nines.find(_RUN16, m.end())
+    return True
+
+
+def _whole_double(token: bytes) -> bool:
+    text = token.decode("ascii")
+    v = int(text)
+    if abs(v) <= MAX_EXACT_INT:
+        return text != "-0"
+    x = float(v)
+    return math.isfinite(x) and number_text(x) == text
 
 
 def _full_check(line: bytes, text: str) -> object:
@@ -196,7 +258,3 @@ def _full_check(line: bytes, text: str) -> object:
     if dumps(value) != line:
         raise LedgerError("not RFC 8785 canonical JSON")
     return value
-
-
-def _refuse(text: str) -> object:
-    raise _NotCanonical

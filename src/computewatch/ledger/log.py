@@ -31,8 +31,10 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from computewatch.ledger.chain import LedgerError
-from computewatch.ledger.jcs import MAX_EXACT_INT, canonical_value, dumps, loads
+from computewatch.ledger.jcs import MAX_EXACT_INT, canonical_value, dumps
 from computewatch.ledger.merkle import CompactRange
+
+_encode_string = json.encoder.encode_basestring
 
 __all__ = [
     "FORMAT",
@@ -71,13 +73,17 @@ def clean_body(body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     if not isinstance(body, Mapping):
         raise LedgerError("a ledger entry's body is a JSON object")
     text = dumps(body)
-    parsed = loads(text)
+    parsed = json.loads(text)  # an integer beyond 2**53 here is a double written whole
     assert isinstance(parsed, dict)
     return parsed, text.decode("utf-8")
 
 
 def _str(s: str) -> bytes:
-    return dumps(s)
+    """A string's RFC 8785 form (the standard library's C escaping is RFC 8785's)."""
+    try:
+        return _encode_string(s).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: not Unicode
+        raise LedgerError("a string of the entry is not valid Unicode") from None
 
 
 def line_from_parts(seq: int, time: str, kind: str, body_text: str | bytes) -> bytes:

@@ -174,8 +174,24 @@ async def access_logger(
 def _log_access(db: Database, principal: Principal, action: str, ip: str) -> None:
     with db.session() as session:
         accounts.record_access(session, team=principal.team, token_id=principal.token_id,
-                               action=action, ip=ip, key=accounts.cipher())  # fmt: skip
+                               action=action, ip=ip, key=_cipher(accounts.key_path()))  # fmt: skip
         session.commit()
+
+
+_CIPHERS: dict[tuple[str, int], Any] = {}
+
+
+def _cipher(path: Path) -> Any:
+    """The accounts' cipher, read once per key file (and again when the file changes): the
+    access log encrypts an address on every request."""
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError:
+        return accounts.cipher(path)  # made there the first time
+    held = _CIPHERS.get((str(path), mtime))
+    if held is None:
+        held = _CIPHERS[(str(path), mtime)] = accounts.cipher(path)
+    return held
 
 
 _AT = Query(ge=0, description="Unix seconds days_left counts from (default now)")

@@ -92,11 +92,15 @@ class SignedReport(TypedDict):
     """SHA-256 (hex) of the canonical JSON of this upload's ``summary`` (``null`` if None)."""
     meta_sha256: str
     """SHA-256 (hex) of the canonical JSON of this upload's ``meta``."""
+    figures: NotRequired[dict[str, Any] | None]
+    """The run's figures as its ledger entry holds them (computewatch.ledger.reports
+    .FIGURE_FIELDS; null when it declares no model). Reports of the first format have none."""
     signed_by: str
     """The signing key's id: the first 16 hex digits of the SHA-256 of its 32 raw bytes."""
     signature: str
-    """Base64 Ed25519 signature of ``computewatch-signed-report:v1:`` + the canonical JSON of
-    the report without ``signature`` (docs/ledger.md)."""
+    """Base64 Ed25519 signature of ``computewatch-signed-report:v2:`` + the RFC 8785 canonical
+    JSON of the report without ``signature`` (``v1`` and Python-spelled canonical JSON in the
+    first format, without ``figures``; docs/ledger.md)."""
 
 
 class RunUpload(TypedDict):

@@ -199,6 +199,12 @@ class SignedReportModel(BaseModel):
     ended_at: float | None
     summary_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
     meta_sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]
+    figures: dict[str, Any] | None = Field(
+        default=None,
+        description="the run's figures as its ledger entry holds them (model, base_model, "
+        "stage, flops by method, gpu_hours, energy_kwh, duration_seconds, devices); absent in "
+        "reports of the first format",
+    )
     signed_by: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
     signature: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9+/]{1,200}={0,2}$")]
 
