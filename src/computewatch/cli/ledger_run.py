@@ -405,6 +405,7 @@ def _replay(args: argparse.Namespace) -> int:
     if args.json:
         _emit(doc)
     else:
+        # the text view and its rich tables load only for a human reader
         from computewatch.cli.governance_run import print_status
 
         print_status(doc)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
 from computewatch.config import ConfigError, load_config
@@ -41,7 +41,13 @@ from computewatch.governance.replay import (
     iso,
     tier_json,
 )
-from computewatch.governance.status import ModelStatus, ObligationView, load_models, view_of
+from computewatch.governance.status import (
+    ModelStatus,
+    ObligationView,
+    load_models,
+    run_of,
+    view_of,
+)
 from computewatch.governance.tiers import DEFAULT_TIERS, Tier, TierStatus, parse_tiers
 from computewatch.ledger.jcs import loads as jcs_loads
 from computewatch.ledger.log import LogEntry
@@ -87,8 +93,6 @@ def server_tiers() -> tuple[Tier, ...]:
 def _lock(session: Session) -> None:
     """Judge under the ledger's lock (PostgreSQL; SQLite: the write transaction's), so that two
     processes never judge from the same log and both append."""
-    from sqlalchemy import text
-
     if session.get_bind().dialect.name == "postgresql":
         session.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": LEDGER_LOCK})
 
@@ -236,8 +240,6 @@ def judge(session: Session, tiers: Sequence[Tier], now: float) -> Replay:
 def _record_running(
     session: Session, r: Replay, model: str, rows: list[ModelRun], live: Mapping[str, Any]
 ) -> None:
-    from computewatch.governance.status import run_of
-
     runs = [run_of(row) for row in rows]
     teams = {row.run_id: row.team for row in rows}
     forecast = live[model].forecast_high if model in live else None

@@ -30,6 +30,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from computewatch.errors import ComputewatchError
 from computewatch.ledger.chain import LedgerError
 from computewatch.ledger.keys import (
     ROTATION_KIND,
@@ -75,7 +76,7 @@ class _Head:
     """The key id whose signature holds."""
 
 
-class LogProblem(Exception):
+class LogProblem(ComputewatchError):
     """Raised where a check fails; :func:`verify_log` turns it into the verdict's problem."""
 
     def __init__(self, seq: int, what: str, message: str) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from computewatch.errors import ComputewatchError
 from computewatch.ledger.chain import LedgerError
 from computewatch.ledger.log import parse_entry
 from computewatch.ledger.merkle import verify_consistency, verify_inclusion
@@ -91,8 +92,8 @@ def _head(doc: Mapping[str, Any], key: str, public_key: Ed25519PublicKey) -> Che
     return cp
 
 
-class _Fail(Exception):
-    pass
+class _Fail(ComputewatchError):
+    """A proof that does not hold (caught inside :func:`check_proof`)."""
 
 
 def check_proof(doc: object, public_key: Ed25519PublicKey) -> ProofCheck:
