@@ -329,7 +329,9 @@ class Replay:
         model, tier = str(body["model"]), str(body["tier"])
         opened, deadline = _time(body.get("opened_at")), _time(body.get("deadline"))
         if opened is None:
-            raise ValueError("no opened_at")
+            if self.tiers_recorded:
+                raise ValueError("no opened_at")
+            opened = 0.0  # an entry of the first format without its time: kept, not dated
         if any(
             o.model == model and o.tier == tier and o.state == "open"
             for o in self.obligations.values()

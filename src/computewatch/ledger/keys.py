@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from computewatch.ledger.chain import Entry, LedgerError, canonical
-from computewatch.ledger.jcs import dumps as jcs_dumps
+from computewatch.ledger.jcs import dumps_json as jcs_dumps
 from computewatch.paths import check_private_file, create_private_file, make_private_dirs
 
 CHECKPOINT_KIND = "checkpoint"
@@ -181,7 +181,7 @@ def _report_message(bare: Mapping[str, Any]) -> bytes:
     canonical JSON after ``computewatch-signed-report:v2:``; the first, the Python-spelled
     canonical JSON after ``...:v1:``."""
     if "figures" in bare:
-        return _REPORT_CONTEXT_V2 + jcs_dumps(bare)
+        return _REPORT_CONTEXT_V2 + jcs_dumps(bare)  # string keys: a report is JSON
     return _REPORT_CONTEXT + canonical(bare)
 
 

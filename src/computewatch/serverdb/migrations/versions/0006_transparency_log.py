@@ -139,6 +139,9 @@ def upgrade() -> None:
             tree.append(line_from_parts(seq, time, kind, text))
             last, count = (seq, digest), count + 1
         after = rows[-1][0]
+    with op.batch_alter_table("ledger_entries") as batch:
+        batch.drop_column("prev")
+        batch.drop_column("hash")
     if last is not None:  # the old chain's head, committed to in the new tree
         seq = last[0] + 1
         when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -146,13 +149,11 @@ def upgrade() -> None:
             {"format": 1, "last_seq": last[0], "last_hash": last[1], "entries": count}
         ).decode("utf-8")
         conn.execute(
-            sa.insert(entries).values(seq=seq, time=when, kind="chain-migrated", body=body)
+            sa.text("INSERT INTO ledger_entries (seq, time, kind, body) VALUES (:s, :t, :k, :b)"),
+            {"s": seq, "t": when, "k": "chain-migrated", "b": body},
         )
         tree.append(line_from_parts(seq, when, "chain-migrated", body))
     tree.flush()
-    with op.batch_alter_table("ledger_entries") as batch:
-        batch.drop_column("prev")
-        batch.drop_column("hash")
     _one_open_obligation(conn, tree)
     op.create_index(
         "ux_obligations_open",
