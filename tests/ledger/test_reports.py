@@ -200,3 +200,30 @@ def test_a_malformed_report_in_the_chain_is_named() -> None:
     v = _verify(entries)
     assert v.problem is not None and v.problem.what == "report"
     assert "malformed" in v.problem.message
+
+
+def test_an_exact_flop_count_beyond_2_53_is_a_decimal_string_with_its_unit() -> None:
+    """A program that counts 12345678901234567891 FLOP: no JSON number holds it exactly, so the
+    figures the node signs and the run entry lists keep it as "12345678901234567891 FLOP"; the
+    replay reads it as the nearest double."""
+    from tests.server.conftest import synthetic_upload
+
+    from computewatch.governance.replay import rc_of_figures
+    from computewatch.ledger.jcs import dumps
+    from computewatch.ledger.reports import figures_problem
+    from computewatch.serverdb.lineage_ingest import run_entry
+    from computewatch.upload.signing import report_figures, run_compute_of
+
+    up = synthetic_upload(gpus=1)
+    exact = 12345678901234567891
+    up["summary"]["flops"] = {"method": "counted", "value": exact, "low": exact,  # type: ignore[index]
+                              "high": exact}  # fmt: skip
+    up["meta"]["governance"] = {"model": "m", "stage": "pretrain"}
+    figures = report_figures(up)
+    assert figures is not None and figures_problem(figures) is None
+    assert figures["flops"]["counted"]["value"] == "12345678901234567891 FLOP"
+    assert b'"12345678901234567891 FLOP"' in dumps(figures)
+    body = run_entry("lab", up, run_compute_of(up))
+    assert body["figures"] == figures
+    rc = rc_of_figures("r", "completed", 1.0, figures)
+    assert rc is not None and rc.flops["counted"].value == float(exact)

@@ -97,13 +97,25 @@ def tiers_of_json(doc: object) -> tuple[Tier, ...]:
     return tuple(out)
 
 
+def _flop(x: object) -> float | None:
+    """A FLOP figure: a number, or the decimal string of an exact count (``"N FLOP"``)."""
+    if isinstance(x, int | float) and not isinstance(x, bool):
+        return float(x)
+    if isinstance(x, str) and x.endswith(" FLOP"):
+        try:
+            return float(int(x[:-5]))
+        except ValueError:
+            return None
+    return None
+
+
 def _est(doc: object) -> Estimate | None:
     if not isinstance(doc, Mapping):
         return None
-    v, lo, hi = doc.get("value"), doc.get("low"), doc.get("high")
-    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in (v, lo, hi)):
+    v, lo, hi = (_flop(doc.get(k)) for k in ("value", "low", "high"))
+    if v is None or lo is None or hi is None:
         return None
-    return Estimate(float(v), float(lo), float(hi))  # type: ignore[arg-type]
+    return Estimate(v, lo, hi)
 
 
 def _num(v: object) -> float:

@@ -130,11 +130,18 @@ def _number(v: object) -> bool:
         return False
 
 
+_EXACT_FLOP = re.compile(r"^-?[0-9]{16,} FLOP$")
+"""A FLOP count JSON cannot carry exactly (an integer beyond 2**53), as a decimal string."""
+
+
 def _figure(v: object) -> bool:
     return (
         isinstance(v, Mapping)
         and set(v) == {"value", "low", "high"}
-        and all(_number(v[k]) for k in ("value", "low", "high"))
+        and all(
+            _number(v[k]) or (isinstance(v[k], str) and bool(_EXACT_FLOP.match(v[k])))
+            for k in ("value", "low", "high")
+        )
     )
 
 

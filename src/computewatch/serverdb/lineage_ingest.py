@@ -17,7 +17,7 @@ from computewatch.lineage.compute import RunCompute
 from computewatch.serverdb.governance_models import ModelRun
 from computewatch.serverdb.ledger_store import append, record_model_run
 from computewatch.upload.protocol import RunUpload
-from computewatch.upload.signing import figures_of, run_compute_of
+from computewatch.upload.signing import report_figures, run_compute_of
 
 RUN_KIND = "run"
 
@@ -72,5 +72,5 @@ def run_entry(
         "summary_sha256": document_sha256(run["summary"]),
         "signature": signature,
         "signed_report": dict(run["signed_report"]) if "signed_report" in run else None,
-        FIGURES: None if rc is None else figures_of(rc),
+        FIGURES: None if rc is None else report_figures(run),
     }

@@ -59,11 +59,27 @@ def run_compute_of(upload: RunUpload) -> RunCompute | None:
                        started_at=upload["started_at"])  # fmt: skip
 
 
+EXACT: int = 2**53
+"""Integers up to this every double, and so every JSON reader, holds exactly."""
+
+
 def report_figures(upload: RunUpload) -> dict[str, Any] | None:
     """The ``figures`` a node signs for ``upload`` and the server recomputes from what arrived
-    (None when the run declares no model)."""
+    (None when the run declares no model). A counted FLOP figure the program reported as an
+    integer beyond 2**53, which no JSON number carries exactly, is kept exact as a decimal
+    string with its unit (``"12345678901234567891 FLOP"``)."""
     rc = run_compute_of(upload)
-    return None if rc is None else figures_of(rc)
+    if rc is None:
+        return None
+    figures = figures_of(rc)
+    section = (upload["summary"] or {}).get("flops")
+    counted = figures["flops"].get("counted")
+    if isinstance(section, dict) and section.get("method") == "counted" and counted is not None:
+        for k in ("value", "low", "high"):
+            raw = section.get(k)
+            if isinstance(raw, int) and not isinstance(raw, bool) and abs(raw) > EXACT:
+                counted[k] = f"{raw} FLOP"
+    return figures
 
 
 def node_key_path() -> Path:
