@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -307,3 +308,38 @@ def test_chunks_checked_in_workers_agree(jobs: int) -> None:
         jobs=jobs,
     )
     assert _what(v) == ("removed", audit.CHUNK + 6)
+
+
+def test_old_heads_are_thinned_to_one_an_hour_but_cosigned_ones_and_the_newest(
+    tmp_path: Path,
+) -> None:
+    from sqlalchemy import select
+
+    from computewatch.serverdb.engine import open_database, upgrade
+    from computewatch.serverdb.governance_models import LedgerCosignature, LedgerHead
+    from computewatch.serverdb.ledger_store import append, sign_head, thin_heads
+
+    db = open_database(f"sqlite:///{tmp_path / 'server.db'}")
+    upgrade(db)
+    day = 86_400
+    with db.session() as session:
+        for i in range(12):  # a head every 20 minutes, three days ago
+            append(session, "note", {"i": i})
+            sign_head(session, KEY, now=1_800_000_000 - 3 * day + i * 1200)
+        session.add(
+            LedgerCosignature(
+                size=5,
+                witness="w",
+                key_hash="00000000",
+                public_key="",
+                signed_at=0,
+                line="",
+                received_at=0.0,
+            )
+        )
+        append(session, "note", {"i": 12})
+        sign_head(session, KEY, now=1_800_000_000)
+        assert thin_heads(session, 1_800_000_000) == 7
+        kept = session.scalars(select(LedgerHead.size).order_by(LedgerHead.size)).all()
+    assert kept == [1, 4, 5, 7, 10, 13]  # one an hour, the cosigned, the newest
+    db.dispose()

@@ -62,6 +62,7 @@ from computewatch.serverdb.ledger_store import (
     prune_before,
     size,
     start,
+    thin_heads,
 )
 from computewatch.serverdb.lineage_ingest import on_stored
 from computewatch.upload.protocol import RunUpload
@@ -342,10 +343,12 @@ def mark_done(session: Session, obligation_id: int, reference: str) -> Obligatio
 def upkeep(session: Session, tiers: Sequence[Tier], now: float, cutoff: str | None) -> Replay:
     """One round of governance upkeep in the session's transaction (the caller commits):
     entries older than ``cutoff`` (ISO 8601 UTC) pruned, each prune entry carrying what they
-    added up to, then :func:`judge`."""
+    added up to, old heads thinned (computewatch.serverdb.ledger_store.thin_heads), then
+    :func:`judge`."""
     immediate(session)
     if cutoff is not None:
         prune_before(session, cutoff, carry=lambda keep: _carried(session, keep))
+    thin_heads(session, now)
     return judge(session, tiers, now)
 
 

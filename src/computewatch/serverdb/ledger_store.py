@@ -309,10 +309,48 @@ def head_at(session: Session, n: int) -> Head | None:
     return None if row is None else _head(session, row)
 
 
-def heads(session: Session) -> Iterator[Head]:
-    """Every stored head, smallest first (without cosignatures)."""
-    for row in session.scalars(select(LedgerHead).order_by(LedgerHead.size)):
+def heads(session: Session, *, newest: int | None = None) -> Iterator[Head]:
+    """The stored heads, smallest first (without cosignatures): every one, or the ``newest``
+    ones and every head a witness cosigned."""
+    q = select(LedgerHead)
+    if newest is not None:
+        floor = session.scalar(
+            select(LedgerHead.size).order_by(LedgerHead.size.desc()).offset(newest - 1).limit(1)
+        )
+        if floor is not None:
+            cosigned = select(LedgerCosignature.size)
+            q = q.where((LedgerHead.size >= floor) | LedgerHead.size.in_(cosigned))
+    for row in session.scalars(q.order_by(LedgerHead.size)):
         yield Head(row.size, bytes(row.root), row.signed_at, row.key_id, row.public_key, row.note)
+
+
+KEEP_EVERY_HEAD_SECONDS: Final = 86_400.0
+"""Heads younger than this are all kept; older ones, one per hour and every cosigned one (a
+server signing every 10 s would otherwise keep three million a year)."""
+
+
+def thin_heads(session: Session, now: float) -> int:
+    """Delete heads older than :data:`KEEP_EVERY_HEAD_SECONDS` but the first of each hour, the
+    cosigned ones and the newest (proofs need no stored head: they come from the subtree
+    hashes). Returns how many were deleted."""
+    cutoff = int(now - KEEP_EVERY_HEAD_SECONDS)
+    newest = session.scalar(select(func.max(LedgerHead.size)))
+    rows = session.execute(
+        select(LedgerHead.size, LedgerHead.signed_at)
+        .where(LedgerHead.signed_at < cutoff, LedgerHead.size != newest)
+        .where(LedgerHead.size.not_in(select(LedgerCosignature.size)))
+        .order_by(LedgerHead.size)
+    ).all()
+    hours: set[int] = set()
+    gone = []
+    for size_, signed_at in rows:
+        hour = int(signed_at) // 3600
+        if hour in hours:
+            gone.append(size_)
+        hours.add(hour)
+    for i in range(0, len(gone), 500):
+        session.execute(delete(LedgerHead).where(LedgerHead.size.in_(gone[i : i + 500])))
+    return len(gone)
 
 
 def head_keys(session: Session) -> dict[str, str]:
