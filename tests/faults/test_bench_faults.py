@@ -80,7 +80,7 @@ def test_bad_baseline_file(bcw, tmp_path: Path) -> None:  # type: ignore[no-unty
         assert r.returncode == 2, r.stderr
         assert str(bad) in _one_line(r)
     r = bcw("check", "last", "--baseline", "no-such-run")
-    assert r.returncode == 1 and "no-such-run" in _one_line(r)
+    assert r.returncode == 2 and "no-such-run" in _one_line(r)  # as a missing run
     r = bcw("check", "last")
     assert r.returncode == 2 and "--baseline" in _one_line(r)
 

@@ -82,8 +82,12 @@ def test_agent_detect_exports_the_families(
     prob = next(v for k, v in lines.items() if k.startswith("computewatch_job_training_prob"))
     detected = next(v for k, v in lines.items() if k.startswith("computewatch_job_detected_"))
     undeclared = next(v for k, v in lines.items() if k.startswith("computewatch_job_undeclared"))
+    uncertain = next(v for k, v in lines.items() if k.startswith("computewatch_job_detection_un"))
     assert 0 <= prob <= 1
-    assert detected == (1.0 if prob >= 0.5 else 0.0)
+    assert detected + uncertain <= 1.0  # uncertain is never training
+    assert detected == 0.0 or prob >= 0.5
+    assert uncertain == 1.0 or detected == (1.0 if prob >= 0.5 else 0.0)
+    assert any(k.startswith("computewatch_job_review_flag") for k in lines)
     assert undeclared == detected  # the holder declares no model
     assert not any(k.startswith("computewatch_job_cap_breach") for k in lines)  # no server
     assert "computewatch_agent_detection_duration_seconds" in body

@@ -84,6 +84,10 @@ def test_a_float_python_writes_its_own_way_is_canonical() -> None:
     )
     with pytest.raises(LedgerError, match="decimal string"):
         dumps({"flop": 10**25})
+    with pytest.raises(LedgerError, match="decimal string"):  # beyond every double
+        dumps({"exit_code": 10**400})
+    with pytest.raises(LedgerError, match="canonical"):
+        canonical_value(b'{"a":1' + b"0" * 400 + b"}")
 
 
 @pytest.mark.parametrize(

@@ -841,3 +841,26 @@ def test_recorded_exclusion(fake: FakeProcfs, opened: list[ProcessTreeSource]) -
     assert sorted(tree.pids) == [ROOT, KID_B]
     assert tree_value(r, "tree_cpu_seconds_total") == pytest.approx((205 + 12) / HZ)
     assert OTHER not in tree.pids
+
+
+def test_a_root_retired_before_its_final_figure_arrives_is_corrected(
+    fake: FakeProcfs, opened: list[ProcessTreeSource]
+) -> None:
+    """The supervisor reaps the root, a read runs before it hands the tree the wait4 figure
+    (a loaded machine): the root is retired on its figure of a tick ago, and the exact figure
+    that arrives after still adds what the root spent since."""
+    tree = ProcessTreeSource(ROOT, str(fake.root))
+    opened.append(tree)
+    tree.read()
+    fake.write(KID_A, "data loader", ROOT, utime=45, stime=10, read_bytes=1_000_100)
+    fake.write(103, "worker", KID_A, utime=3, stime=1, read_bytes=7)
+    r = tree.read()
+    seen = tree_value(r, "tree_cpu_seconds_total")
+    fake.exit(ROOT)
+    r = tree.read()  # the root gone, no final figure yet: its last-seen one counts
+    assert tree_value(r, "tree_cpu_seconds_total") == pytest.approx(seen)
+    tree.set_final_root_cpu(205 / HZ + 0.8)  # 0.8 s more than the reads saw
+    r = tree.read()
+    assert tree_value(r, "tree_cpu_seconds_total") == pytest.approx(seen + 0.8)
+    tree.set_final_root_cpu(205 / HZ + 0.8)  # said twice: counted once
+    assert tree_value(tree.read(), "tree_cpu_seconds_total") == pytest.approx(seen + 0.8)

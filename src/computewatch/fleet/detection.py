@@ -205,7 +205,7 @@ class JobDetection:
     """A job's latest classification and, when it was checked, the account's answer."""
 
     job: str
-    label: str  # training | inference | other
+    label: str  # training | inference | other | uncertain
     p_training: float
     undeclared: bool
     evidence: str  # the features that decided, as "name value; ..."
@@ -216,6 +216,7 @@ class JobDetection:
     answer: CheckAnswer | None = None
     hours: float | None = None
     hours_how: str = ""
+    flag: bool = False  # the hardware ceiling could reach [governance] detect_review_flop
 
 
 def require_numpy() -> None:
@@ -410,6 +411,14 @@ class TrainingDetector:
                     "computewatch_job_undeclared_training", lbl, 1.0 if r.undeclared else 0.0
                 )
             )
+            out.append(
+                MetricSample(
+                    "computewatch_job_detection_uncertain",
+                    lbl,
+                    1.0 if r.label == "uncertain" else 0.0,
+                )
+            )
+            out.append(MetricSample("computewatch_job_review_flag", lbl, 1.0 if r.flag else 0.0))
             if r.account is not None and r.answer is not None:
                 albl = tuple(sorted((*lbl, ("account", r.account))))
                 out.append(
@@ -501,6 +510,7 @@ class TrainingDetector:
                 answer=answer,
                 hours=hours,
                 hours_how=how,
+                flag=v.flag,
             )
             with self._lock:
                 self._results[ident] = result

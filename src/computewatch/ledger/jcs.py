@@ -309,7 +309,10 @@ def _whole_double(token: bytes) -> bool:
     v = int(text)
     if abs(v) <= MAX_EXACT_INT:
         return text != "-0"
-    x = float(v)
+    try:
+        x = float(v)
+    except OverflowError:  # beyond every double
+        return False
     return math.isfinite(x) and number_text(x) == text
 
 

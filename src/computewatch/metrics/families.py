@@ -215,7 +215,19 @@ FAMILIES: tuple[Family, ...] = (
     Family(
         "computewatch_job_detected_training",
         "gauge",
-        "1 when the detector labels the job training, else 0 (inference or other).",
+        "1 when the detector labels the job training, else 0 (inference, other or uncertain).",
+    ),
+    Family(
+        "computewatch_job_detection_uncertain",
+        "gauge",
+        "1 when the detector cannot tell (too short or sparse, between its calibrated bounds, "
+        "or a constant load), else 0.",
+    ),
+    Family(
+        "computewatch_job_review_flag",
+        "gauge",
+        "1 when the job's hardware compute ceiling could reach the review threshold "
+        "([governance] detect_review_flop) and it is not confidently not training.",
     ),
     Family(
         "computewatch_job_undeclared_training",

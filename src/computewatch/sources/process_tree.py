@@ -104,6 +104,9 @@ class ProcessTreeSource:
         self._exited_write = 0.0
         self._peak_hwm = 0.0
         self._final_root_cpu: float | None = None
+        # (CPU seconds counted, baseline) when the root was retired on its last-seen figure,
+        # with those of its children that vanished in the same read
+        self._root_retired: tuple[float, float] | None = None
         self._root_seen = False
         self._first = True
         self.new_processes: list[ProcessInfo] = []
@@ -122,8 +125,16 @@ class ProcessTreeSource:
 
     def set_final_root_cpu(self, seconds: float) -> None:
         """The root's exact CPU seconds (with its reaped children) from ``wait4``, used once
-        the root has gone instead of its last-seen value."""
+        the root has gone instead of its last-seen value. When a read already retired the
+        root (reaped between the supervisor's ``wait4`` and this call, with its figure up to a
+        tick old), the difference is added to the tree's total now."""
         self._final_root_cpu = seconds
+        if self._root_retired is not None:
+            counted, baseline = self._root_retired
+            self._root_retired = None
+            missing = seconds - baseline - counted
+            if missing > 0:  # never below what the reads saw (an orphan's own figure counted)
+                self._exited_cpu += missing
 
     def note_peak_rss(self, nbytes: float) -> None:
         """Raise the tree's peak RSS with a figure known elsewhere (``ru_maxrss`` of the root)."""
@@ -186,8 +197,14 @@ class ProcessTreeSource:
                     out.append(counter("process_read_bytes_total", p.read_bytes, lbl))
                     out.append(counter("process_written_bytes_total", p.write_bytes, lbl))
         alive_before = set(self._procs)
+        before = self._exited_cpu
+        root_gone = False
         for p in gone:  # parents before children: _procs is in adoption order
+            root_gone = root_gone or p.pid == self.root_pid
             self._retire(p, alive_before)
+        if root_gone and self._final_root_cpu is None:
+            root = next(p for p in gone if p.pid == self.root_pid)
+            self._root_retired = (self._exited_cpu - before, root.baseline)
         cpu += self._exited_cpu
         rd += self._exited_read
         wr += self._exited_write

@@ -325,8 +325,10 @@ def parse_answer(
         )
     if status == 413:
         raise BodyTooLarge(f"the server at {where} refused an upload as too large (413)")
-    if status == 429 or (status == 503 and retry_after is not None):
+    if status == 429:
         raise ServerBusy(f"the server at {where} is busy ({status}){said}", retry_after)
+    if status == 503 and retry_after is not None:  # unavailable for a while: retried as busy
+        raise ServerBusy(f"the server at {where} failed ({status}){said}", retry_after)
     if status >= 500:
         raise ServerFailed(f"the server at {where} failed ({status}){said}")
     if status == 409:  # a run id another team holds: the document is fine, its owner not
