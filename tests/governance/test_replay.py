@@ -162,13 +162,14 @@ def test_a_prune_snapshot_carries_the_pruned_state() -> None:
     ]
     whole = _log(*items)
     before = Replay()
+    t = "2026-12-01T10:00:00.000000Z"
     for seq, (kind, body) in enumerate(items[:5], 1):
-        before.feed(LogEntry(seq, "t", kind, body))
+        before.feed(LogEntry(seq, t, kind, body))
     kept = Replay(first_seq=6, size=5)
     kept.load_snapshot(before.snapshot())
     kept.carried_loaded = True
     for seq, (kind, body) in enumerate(items[5:], 6):
-        kept.feed(LogEntry(seq, "t", kind, body))
-    kept.feed(LogEntry(8, "t", "prune", {"first_seq": 6, "governance": before.snapshot()}))
+        kept.feed(LogEntry(seq, t, kind, body))
+    kept.feed(LogEntry(8, t, "prune", {"first_seq": 6, "governance": before.snapshot()}))
     assert kept.problems == []
     assert status_json(kept.statuses(), 0) == status_json(whole.statuses(), 0)

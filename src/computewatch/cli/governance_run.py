@@ -106,6 +106,13 @@ def print_status(doc: list[Any]) -> None:
     if not doc:
         print("no model declared yet (run --model NAME declares what a run trains)")
         return
+    overdue = [(m["model"], o) for m in doc for o in m["obligations"] if o.get("overdue")]
+    for model, o in overdue:  # said first: an overdue obligation is an alert
+        print(
+            f"OVERDUE: {model} obligation {o['id']} {o['tier']}: deadline {o['deadline']} "
+            f"passed {-o['days_left']:.1f} days ago (crossed {o.get('crossed_at') or 'n/a'}, "
+            f"noticed {o.get('noticed_at') or o['opened_at']})"
+        )
     for m in doc:
         judged = m["judged_flop"]
         line = f"{m['model']}: {m['runs']} runs, {m['gpu_hours']:.1f} GPU-hours"
@@ -116,10 +123,21 @@ def print_status(doc: list[Any]) -> None:
         print(line)
         for t in m["tiers"]:
             if t["state"] in ("crossed", "forecast", "approaching"):
-                print(f"  {t['tier']}: {t['state']} (threshold {format_flop(t['threshold'])})")
+                when = f", crossed {t['crossed_at']}" if t.get("crossed_at") else ""
+                print(
+                    f"  {t['tier']}: {t['state']} (threshold {format_flop(t['threshold'])}{when})"
+                )
+                if t.get("deadline"):
+                    print(f"    deadline {t['deadline']}: {t['deadline_rule']}")
         for o in m["obligations"]:
-            left = "" if o["days_left"] is None else f", {o['days_left']:.1f} days left"
-            print(f"  obligation {o['id']} {o['tier']}: {o['state']}{left}")
+            left = o["days_left"]
+            if left is None:
+                say = ""
+            elif left < 0:
+                say = f", OVERDUE by {-left:.1f} days"
+            else:
+                say = f", {left:.1f} days left"
+            print(f"  obligation {o['id']} {o['tier']}: {o['state']}{say}")
 
 
 def _account_json(a: Account) -> dict[str, Any]:

@@ -233,6 +233,12 @@ class Replay:
     carried_loaded: bool = False
     first_seq: int = 1
     """Where the entries fed start (after a prune: its snapshot is loaded first)."""
+    noticed: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(model, tier) -> when its last ``tier`` entry was written (its ``noticed_at``, else the
+    entry's time)."""
+    crossed: dict[tuple[str, str], float] = field(default_factory=dict)
+    """(model, tier) -> when it was crossed, as a prune's snapshot carried it (the runs that
+    tell are gone from the log)."""
 
     def copy(self) -> Replay:
         """A copy to feed further without changing this one (its values are immutable)."""
@@ -249,6 +255,8 @@ class Replay:
             self.size,
             self.carried_loaded,
             self.first_seq,
+            dict(self.noticed),
+            dict(self.crossed),
         )
 
     # -- feeding -------------------------------------------------------------------------------
@@ -271,6 +279,9 @@ class Replay:
                 self.tiers_recorded = True
             elif kind == TIER:
                 self._tier(e.seq, body)
+                when = _time(body.get("noticed_at")) or _time(e.time)
+                if when is not None:
+                    self.noticed[(str(body["model"]), str(body["tier"]))] = when
             elif kind == OPENED:
                 self._opened(e.seq, body)
             elif kind == DONE:
@@ -340,6 +351,7 @@ class Replay:
         oid = _int(body["obligation"])
         model, tier = str(body["model"]), str(body["tier"])
         opened, deadline = _time(body.get("opened_at")), _time(body.get("deadline"))
+        crossed = _time(body.get("crossed_at"))
         if opened is None:
             if self.tiers_recorded:
                 raise ValueError("no opened_at")
@@ -363,12 +375,23 @@ class Replay:
                 )
             if t is None or t.deadline_days is None:
                 self.problems.append((seq, f"obligation {oid}: tier {tier} opens none"))
-            elif deadline is None or abs(deadline - (opened + t.deadline_days * 86_400)) > 1:
+            elif crossed is not None and crossed > opened:
+                self.problems.append(
+                    (seq, f"obligation {oid} says its tier was crossed after it was opened")
+                )
+            elif (
+                deadline is None
+                or abs(
+                    deadline - ((opened if crossed is None else crossed) + t.deadline_days * 86_400)
+                )
+                > 1
+            ):
+                since = "it opened" if crossed is None else "the crossing"
                 self.problems.append(
                     (
                         seq,
                         f"obligation {oid}'s deadline is not {t.deadline_days} "
-                        f"days after it opened, as {tier} says",
+                        f"days after {since}, as {tier} says",
                     )
                 )
         self.obligations[oid] = ObligationView(
@@ -385,6 +408,7 @@ class Replay:
             "open",
             None,
             None,
+            crossed,
         )
 
     def _done(self, seq: int, body: Mapping[str, Any]) -> None:
@@ -442,6 +466,13 @@ class Replay:
             "forecasts": dict(sorted(self.forecasts.items())),
             "tiers": [tier_json(t) for t in self.tiers] if self.tiers_recorded else None,
             "states": [[m, t, st] for (m, t), st in sorted(self.states.items())],
+            "noticed": [[m, t, when] for (m, t), when in sorted(self.noticed.items())],
+            "crossed": [
+                [name, s.tier.name, s.crossed_at]
+                for name in sorted(models)
+                for s in self._tier_states(name, models)
+                if s.crossed_at is not None
+            ],
             "obligations": [_obligation_json(o) for _, o in sorted(self.obligations.items())],
         }
 
@@ -471,8 +502,13 @@ class Replay:
                 str(o["state"]),
                 _time(o.get("done_at")),
                 _str(o.get("reference")),
+                _time(o.get("crossed_at")),
             )
             self.obligations[view.id] = view
+        for m, t, when in doc.get("noticed") or []:
+            self.noticed[(str(m), str(t))] = float(when)
+        for m, t, when in doc.get("crossed") or []:
+            self.crossed[(str(m), str(t))] = float(when)
 
     def models(self, teams: frozenset[str] | None = None) -> dict[str, ModelCompute]:
         """Every model's compute (a team sees its own runs only, without forecasts or pruned
@@ -484,9 +520,20 @@ class Replay:
         return _per_model(runs, carried, self.forecasts if teams is None else {})
 
     def tier_states(self, model: str) -> list[TierStatus]:
-        models = self.models()
+        return self._tier_states(model, self.models())
+
+    def _tier_states(self, model: str, models: Mapping[str, ModelCompute]) -> list[TierStatus]:
+        """Each tier's state; a crossing the runs no longer date (pruned) keeps the time a
+        prune's snapshot carried."""
         m = models.get(model)
-        return [] if m is None else model_status(m, models, self.tiers)
+        if m is None:
+            return []
+        return [
+            replace(s, crossed_at=self.crossed.get((model, s.tier.name)))
+            if s.state == "crossed" and s.crossed_at is None
+            else s
+            for s in model_status(m, models, self.tiers)
+        ]
 
     def statuses(self, teams: frozenset[str] | None = None) -> list[ModelStatus]:
         models = self.models(teams)
@@ -498,8 +545,17 @@ class Replay:
                 key=lambda o: (o.tier, o.id),
             )
             c = None if teams is not None else self.carried.get(name)
+            noticed = {t: when for (mn, t), when in self.noticed.items() if mn == name}
             out.append(
-                ModelStatus(m, model_status(m, models, self.tiers), obligations, c.runs if c else 0)
+                ModelStatus(
+                    m,
+                    self._tier_states(name, models)
+                    if teams is None
+                    else model_status(m, models, self.tiers),
+                    obligations,
+                    c.runs if c else 0,
+                    noticed,
+                )
             )
         return out
 
@@ -545,6 +601,7 @@ def _obligation_json(o: ObligationView) -> dict[str, Any]:
         "method": o.method,
         "threshold": o.threshold,
         "opened_at": iso(o.opened_at),
+        "crossed_at": iso(o.crossed_at),
         "deadline": iso(o.deadline_at),
         "state": o.state,
         "done_at": iso(o.done_at),

@@ -229,7 +229,7 @@ def judge(session: Session, tiers: Sequence[Tier], now: float) -> Replay:
             if st.state not in JUDGED:
                 continue
             if r.states.get((model, st.tier.name)) != st.state:
-                _append(session, r, TIER, _tier_body(model, st))
+                _append(session, r, TIER, _tier_body(model, st, now))
             opened = any(
                 o.model == model and o.tier == st.tier.name for o in r.obligations.values()
             )
@@ -271,7 +271,7 @@ def _record_running(
         _append(session, r, RUNNING, body)
 
 
-def _tier_body(model: str, st: TierStatus) -> dict[str, Any]:
+def _tier_body(model: str, st: TierStatus, now: float) -> dict[str, Any]:
     return {
         "model": model,
         "tier": st.tier.name,
@@ -279,12 +279,24 @@ def _tier_body(model: str, st: TierStatus) -> dict[str, Any]:
         "judged_flop": st.judged_flop,
         "method": st.method,
         "threshold": st.threshold,
+        "crossed_at": iso(_crossed(st, now)),
+        "noticed_at": iso(float(int(now))),
     }
+
+
+def _crossed(st: TierStatus, now: float) -> float | None:
+    """When a crossed tier was crossed (whole seconds, never after ``now``); None for a
+    forecast or when the crossing is among pruned runs."""
+    if st.state != "crossed" or st.crossed_at is None:
+        return None
+    return float(int(min(st.crossed_at, now)))
 
 
 def _open(session: Session, r: Replay, model: str, st: TierStatus, now: float) -> None:
     days = st.tier.deadline_days
     opened = float(int(now))
+    crossed = _crossed(st, opened)
+    start = opened if crossed is None else crossed  # deadlines run from the crossing
     o = Obligation(
         model=model,
         tier=st.tier.name,
@@ -294,12 +306,12 @@ def _open(session: Session, r: Replay, model: str, st: TierStatus, now: float) -
         method=st.method,
         threshold=st.threshold,
         opened_at=opened,
-        deadline_at=None if days is None else opened + days * 86_400,
+        deadline_at=None if days is None else start + days * 86_400,
         state="open",
     )
     session.add(o)
     session.flush()  # UNIQUE (model, tier) WHERE state = 'open': a second one fails here
-    _append(session, r, OPENED, _body(o))
+    _append(session, r, OPENED, {**_body(o), "crossed_at": iso(crossed)})
 
 
 def _body(o: Obligation) -> dict[str, Any]:

@@ -82,11 +82,20 @@ class ObligationView:
     state: str
     done_at: float | None
     reference: str | None
+    crossed_at: float | None = None
+    """When the compute crossed the tier (its deadline counts from then); None for a forecast,
+    whose deadline counts from when it was noticed (``opened_at``), and for entries written
+    before crossing times were recorded."""
 
     def days_left(self, now: float) -> float | None:
-        if self.deadline_at is None or self.state == "done":
+        """Days to the deadline (negative when overdue); None when done or without one."""
+        if self.deadline_at is None or self.state != "open":
             return None
         return (self.deadline_at - now) / 86_400
+
+    def overdue(self, now: float) -> bool:
+        left = self.days_left(now)
+        return left is not None and left < 0
 
 
 @dataclass(slots=True)
@@ -96,6 +105,8 @@ class ModelStatus:
     obligations: list[ObligationView] = field(default_factory=list)
     pruned_runs: int = 0
     """Runs whose entries were pruned under the retention policy (their totals are counted)."""
+    noticed: dict[str, float] = field(default_factory=dict)
+    """Tier name -> when the server first recorded its present state (crossed or forecast)."""
 
 
 def find_model(names: Iterable[str], name: str) -> str:
@@ -140,34 +151,81 @@ def status_json(statuses: Iterable[ModelStatus], now: float) -> list[dict[str, A
                 "judged_flop": None if judged is None else judged[0],
                 "judged_method": None if judged is None else judged[1],
                 "forecast_additional_flop_high": m.forecast_high,
-                "tiers": [
-                    {
-                        "tier": t.tier.name,
-                        "state": t.state,
-                        "threshold": t.threshold,
-                        "judged_flop": t.judged_flop,
-                        "method": t.method,
-                        "rule": t.tier.rule,
-                        "note": t.note,
-                    }
-                    for t in s.tiers
-                ],
+                "tiers": [_tier_json(s, t, now) for t in s.tiers],
                 "obligations": [
                     {
                         "id": o.id,
                         "tier": o.tier,
                         "trigger": o.trigger,
                         "state": o.state,
+                        "crossed_at": _maybe_iso(o.crossed_at),
                         "opened_at": _iso(o.opened_at),
-                        "deadline": None if o.deadline_at is None else _iso(o.deadline_at),
-                        "days_left": None if (d := o.days_left(now)) is None else round(d, 2),
+                        "noticed_at": _iso(o.opened_at),
+                        "deadline": _maybe_iso(o.deadline_at),
+                        "days_left": _days(o.days_left(now)),
+                        "overdue": o.overdue(now),
                         "reference": o.reference,
                     }
-                    for o in s.obligations
+                    for o in _overdue_first(s.obligations, now)
                 ],
             }
         )
     return out
+
+
+def _overdue_first(obligations: Iterable[ObligationView], now: float) -> list[ObligationView]:
+    return sorted(obligations, key=lambda o: not o.overdue(now))
+
+
+def _days(d: float | None) -> float | None:
+    return None if d is None else round(d, 2)
+
+
+def _maybe_iso(t: float | None) -> str | None:
+    return None if t is None else _iso(t)
+
+
+def _tier_json(s: ModelStatus, t: TierStatus, now: float) -> dict[str, Any]:
+    """A tier's state with its dates: when it was crossed (event time), when the server
+    noticed, and its deadline (from the obligation it opened, else from the crossing)."""
+    judged = t.state in ("crossed", "forecast")
+    o = max((o for o in s.obligations if o.tier == t.tier.name), key=lambda o: o.id, default=None)
+    noticed = s.noticed.get(t.tier.name) if judged else None
+    if o is not None and judged:
+        deadline, left = o.deadline_at, o.days_left(now)
+        noticed = o.opened_at if noticed is None else min(noticed, o.opened_at)
+    elif judged and t.tier.deadline_days is not None:
+        start = t.crossed_at if t.crossed_at is not None else noticed
+        deadline = None if start is None else start + t.tier.deadline_days * 86_400
+        left = None if deadline is None else (deadline - now) / 86_400
+    else:
+        deadline, left = None, None
+    return {
+        "tier": t.tier.name,
+        "state": t.state,
+        "threshold": t.threshold,
+        "judged_flop": t.judged_flop,
+        "method": t.method,
+        "rule": t.tier.rule,
+        "deadline_rule": _deadline_rule(t),
+        "note": t.note,
+        "crossed_at": _maybe_iso(t.crossed_at),
+        "noticed_at": _maybe_iso(noticed),
+        "deadline": _maybe_iso(deadline),
+        "days_left": _days(left),
+        "overdue": left is not None and left < 0,
+    }
+
+
+def _deadline_rule(t: TierStatus) -> str:
+    """How the tier's deadline is counted, in words (the rule text says why)."""
+    days = t.tier.deadline_days
+    if days is None:
+        return "recorded only: this tier opens no obligation"
+    return (
+        f"{days} days from the crossing (the end of the run that took the compute over the "
+        f"threshold), or, for a forecast, from when the server noticed it"
+    )
 
 
 def _est(e: Estimate) -> dict[str, float]:

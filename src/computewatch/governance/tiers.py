@@ -27,11 +27,17 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from computewatch.catalog import load_accelerators
-from computewatch.lineage.compute import GovernanceError, ModelCompute
+from computewatch.lineage.compute import (
+    TRAINING_STAGES,
+    Estimate,
+    GovernanceError,
+    ModelCompute,
+    RunCompute,
+)
 
 CUMULATIVE: Final = "cumulative"  # the model's compute with its base's (SB 53, EU tiers)
 MODIFICATION: Final = "modification"  # a fine-tune's own compute against its original's third
@@ -83,6 +89,10 @@ class TierStatus:
     threshold: float
     """The threshold that applied (a modification tier: a third of the original's figure)."""
     note: str = ""
+    crossed_at: float | None = None
+    """Crossed: when the compute crossed the threshold (Unix seconds), the end of the run whose
+    figure took the sum over it (:func:`crossing_time`); None when that is not known here (the
+    crossing is among pruned runs)."""
 
 
 APPROACHING: Final = 0.10
@@ -98,10 +108,62 @@ def model_status(m: ModelCompute, models: Mapping[str, ModelCompute],
             forecast = None if judged is None or m.forecast_high is None else (
                 judged[0] + m.forecast_high
             )  # fmt: skip
-            out.append(_state(t, judged, forecast, t.threshold))
+            st = _state(t, judged, forecast, t.threshold)
+            if st.state == "crossed":
+                st = replace(st, crossed_at=crossing_time(_lineage(m, models), st.threshold,
+                                                          m.cumulative))  # fmt: skip
+            out.append(st)
         elif t.kind == MODIFICATION and m.base_model is not None:
-            out.append(_modification(t, m, models))
+            st = _modification(t, m, models)
+            if st.state == "crossed":
+                st = replace(st, crossed_at=crossing_time(_training(m.runs), st.threshold, m.own))
+            out.append(st)
     return out
+
+
+def _training(runs: Iterable[RunCompute]) -> list[RunCompute]:
+    return [r for r in runs if r.declaration.stage in TRAINING_STAGES]
+
+
+def _lineage(m: ModelCompute, models: Mapping[str, ModelCompute]) -> list[RunCompute]:
+    """The training runs a model's cumulative compute sums: its own and its bases' (a cycle,
+    refused at ingest, stops at the model seen twice)."""
+    out: list[RunCompute] = []
+    seen: set[str] = set()
+    cur: ModelCompute | None = m
+    while cur is not None and cur.model not in seen:
+        seen.add(cur.model)
+        out.extend(_training(cur.runs))
+        cur = None if cur.base_model is None else models.get(cur.base_model)
+    return out
+
+
+def run_end(r: RunCompute) -> float:
+    """When a run's compute is all spent: its end, or for a running run its latest figures."""
+    return r.started_at + r.duration_seconds
+
+
+def crossing_time(
+    runs: Sequence[RunCompute], threshold: float, total: Mapping[str, Estimate]
+) -> float | None:
+    """When the sum of ``runs``' compute first went over ``threshold``, judged as the tiers
+    judge (the highest upper bound among methods): each run's figure counts from its end
+    (:func:`run_end`), in the order the runs ended. What ``total`` holds beyond the runs
+    (pruned runs' totals, summed before the log's first entry) counts from the start; when
+    that alone crosses, the time is not known here (None)."""
+    before: dict[str, float] = {}
+    for method, e in total.items():
+        known = math.fsum(r.flops[method].high for r in runs if method in r.flops)
+        before[method] = max(0.0, e.high - known)
+    if max(before.values(), default=0.0) > threshold:
+        return None
+    sums = dict(before)
+    for r in sorted(runs, key=lambda x: (run_end(x), x.run_id)):
+        for method, e in r.flops.items():
+            sums[method] = sums.get(method, 0.0) + e.high
+        if max(sums.values(), default=0.0) > threshold:
+            return run_end(r)
+    return max((run_end(r) for r in runs), default=None)  # rounding: the last one took it
 
 
 def _modification(t: Tier, m: ModelCompute, models: Mapping[str, ModelCompute]) -> TierStatus:

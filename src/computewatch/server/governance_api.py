@@ -73,7 +73,18 @@ class TierOut(BaseModel):
     judged_flop: float | None
     method: str | None
     rule: str
+    deadline_rule: str
+    """How the deadline shown is counted."""
     note: str
+    crossed_at: str | None
+    """When the compute crossed the threshold (ISO 8601, UTC): the end of the run that took
+    it over; null unless crossed (or when the crossing is among pruned runs)."""
+    noticed_at: str | None
+    """When the server recorded the state (crossed or forecast)."""
+    deadline: str | None
+    days_left: float | None
+    """Negative when overdue; null when done or without a deadline."""
+    overdue: bool
 
 
 class ObligationOut(BaseModel):
@@ -81,10 +92,16 @@ class ObligationOut(BaseModel):
     tier: str
     trigger: str
     state: str
+    crossed_at: str | None
+    """When the tier was crossed: the deadline counts from then (null for a forecast)."""
     opened_at: str
     """ISO 8601, UTC."""
+    noticed_at: str
+    """When the server noticed (the same as ``opened_at``)."""
     deadline: str | None
     days_left: float | None
+    """Negative when overdue."""
+    overdue: bool
     reference: str | None
 
 

@@ -1,0 +1,109 @@
+"""Governance fed by real ``computewatch run`` clients and a real server: tiers crossed at the
+moment the compute crossed them (event time), deadlines counted from that moment, and an
+overdue obligation said first."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+import subprocess
+from collections.abc import Callable
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import CLI, CW, PY, TIMEOUT
+from tests.server.conftest import ServerProcess
+
+DAY = 86_400.0
+
+JOB = """
+import computewatch
+with computewatch.track() as r:
+    for _ in range({steps}):
+        r.step(flops={flops})
+"""
+
+
+def _cli(srv: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
+    e = srv.env()
+    e.pop("COMPUTEWATCH_SERVER", None)
+    e.pop("COMPUTEWATCH_TOKEN", None)
+    return subprocess.run([*CW, *args], capture_output=True, text=True, env=e, timeout=TIMEOUT,
+                          check=False, cwd=srv.home)  # fmt: skip
+
+
+def _job(tmp_path: Path, steps: int, flops: float) -> Path:
+    job = tmp_path / f"job-{steps}-{flops:g}.py"
+    job.write_text(JOB.format(steps=steps, flops=repr(flops)))
+    return job
+
+
+def _backdate(db: Path, name: str, seconds: float) -> float:
+    """Move a stored run ``seconds`` into the past, as if it had run then; its new end."""
+    with closing(sqlite3.connect(db)) as c, c:
+        c.execute(
+            "UPDATE runs SET started_at = started_at - ?, ended_at = ended_at - ?, "
+            "data_until = data_until - ? WHERE name = ?",
+            (seconds, seconds, seconds, name),
+        )
+        (ended,) = c.execute("SELECT ended_at FROM runs WHERE name = ?", (name,)).fetchone()
+    return float(ended)
+
+
+def _status(srv: ServerProcess, admin: str, *extra: str) -> list[dict[str, Any]]:
+    st = _cli(srv, "governance", "status", "--json", "--server", srv.url, "--token", admin, *extra)
+    assert st.returncode == 0, st.stderr
+    doc: list[dict[str, Any]] = json.loads(st.stdout)
+    return doc
+
+
+def _iso_seconds(text: str) -> float:
+    return dt.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
+
+
+@pytest.mark.slow
+def test_a_backdated_run_pushed_late_is_overdue_from_its_crossing(
+    cw: CLI, server: Callable[..., ServerProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    srv = server()
+    ingest, admin = srv.token("lab", "ingest"), srv.token("lab", "admin")
+    # 6 steps of 2e24 counted FLOP: 1.2e25, over eu-systemic-risk (1e25, 14 days)
+    cw.ok("run", "--quiet", "--name", "late", "--model", "late-model", "--interval", "0.2",
+          "--", PY, _job(tmp_path, 6, 2e24))  # fmt: skip
+    ended = _backdate(cw.db, "late", 20 * DAY)
+    monkeypatch.setenv("COMPUTEWATCH_SERVER", srv.url)
+    monkeypatch.setenv("COMPUTEWATCH_TOKEN", ingest)
+    cw.ok("push")
+
+    [m] = _status(srv, admin)
+    tiers = {t["tier"]: t for t in m["tiers"]}
+    tier = tiers["eu-systemic-risk"]
+    assert tier["state"] == "crossed"
+    crossed = _iso_seconds(tier["crossed_at"])
+    assert crossed == pytest.approx(ended, abs=2)  # when the run ended, not when it arrived
+    assert _iso_seconds(tier["noticed_at"]) > crossed + 19 * DAY
+    assert _iso_seconds(tier["deadline"]) == pytest.approx(crossed + 14 * DAY, abs=2)
+    assert tier["days_left"] == pytest.approx(-6.0, abs=0.1) and tier["overdue"] is True
+    assert "14 days from the crossing" in tier["deadline_rule"]
+    [o] = [o for o in m["obligations"] if o["tier"] == "eu-systemic-risk"]
+    assert o["overdue"] is True and o["days_left"] < -5.9
+    assert o["crossed_at"] == tier["crossed_at"] and o["deadline"] == tier["deadline"]
+    gpai = tiers["eu-gpai"]  # no deadline: dated, never overdue
+    assert gpai["crossed_at"] is not None and gpai["deadline"] is None and not gpai["overdue"]
+
+    text = _cli(srv, "governance", "status", "--server", srv.url, "--token", admin)
+    assert text.returncode == 0, text.stderr
+    first = text.stdout.splitlines()[0]
+    assert first.startswith("OVERDUE: late-model") and "eu-systemic-risk" in first, text.stdout
+
+    export = tmp_path / "ledger.jsonl"
+    ex = _cli(srv, "ledger", "export", "-o", str(export), "--server", srv.url, "--token", admin)
+    assert ex.returncode == 0, ex.stderr
+    replayed = _cli(srv, "ledger", "replay", str(export), "--json", "--at", "1800000000")
+    assert replayed.returncode == 0, replayed.stderr
+    status = _cli(srv, "governance", "status", "--json", "--at", "1800000000", "--server",
+                  srv.url, "--token", admin)  # fmt: skip
+    assert replayed.stdout == status.stdout  # the dates, recomputed from the export alone
