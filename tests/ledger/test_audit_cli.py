@@ -280,3 +280,43 @@ def test_a_rotated_key_keeps_older_heads_verifiable(cw: CLI, tmp_path: Path) -> 
     retired = _problem(cw, export, "--public-key", old_pub)  # only the old one: refused
     assert retired["what"] == "signature" and "not a trusted key" in retired["message"]
     assert cw("ledger", "verify", "--db", url).returncode == 0
+
+
+def test_heads_and_proofs_through_the_cli_and_a_rewrite_refused(cw: CLI, tmp_path: Path) -> None:
+    """``ledger head``, ``prove inclusion SEQ --head FILE``, ``prove consistency OLD NEW`` and
+    ``check-proof`` on a database; after the operator rewrites entry 3 and signs again, a proof
+    from the old head is refused as a fork (exit 1, nothing written) instead of printed."""
+    url, first, _, pub = _setup(cw, tmp_path)
+    older, _ = read_export(first)
+    old = tmp_path / "old-head.txt"
+    old.write_text(older["heads"][-1])
+    new = tmp_path / "new-head.json"  # the JSON of 'ledger head --json' is a head file too
+    new.write_text(cw.ok("ledger", "head", "--db", url, "--json").stdout)
+    old_size, new_size = int(old.read_text().split("\n")[1]), json.loads(new.read_text())["size"]
+    assert cw.ok("ledger", "head", "--db", url).stdout == json.loads(new.read_text())["checkpoint"]
+    assert old_size < new_size
+
+    inc = tmp_path / "inclusion.json"
+    cw.ok("ledger", "prove", "inclusion", "3", "--head", old, "--db", url, "-o", inc)
+    assert json.loads(inc.read_text())["size"] == old_size
+    held = cw.json("ledger", "check-proof", inc, "--public-key", pub)
+    assert held["ok"] and held["type"] == "inclusion" and held["size"] == old_size
+    con = tmp_path / "consistency.json"
+    cw.ok("ledger", "prove", "consistency", old, new, "--db", url, "-o", con)
+    doc = json.loads(con.read_text())
+    assert (doc["old_size"], doc["size"]) == (old_size, new_size)
+    assert cw.ok("ledger", "check-proof", con, "--public-key", pub).stdout.startswith("holds:")
+    beyond = cw("ledger", "prove", "inclusion", str(new_size + 1), "--db", url)
+    assert beyond.returncode == 2 and "is not in the tree" in beyond.stderr
+
+    def lighter(d: dict[str, Any]) -> None:
+        d["body"]["figures"]["flops"]["hardware"]["high"] = 1.0
+
+    rewrite_database(tmp_path / "server.db", load_private_key(cw.home / "ledger-ed25519.pem"),
+                     {3: lighter})  # fmt: skip
+    forked = tmp_path / "forked.json"
+    r = cw("ledger", "prove", "consistency", old, "--db", url, "-o", forked)
+    assert r.returncode == 1 and "(a fork)" in r.stderr and str(old) in r.stderr, r.stderr
+    assert not forked.exists()
+    r = cw("ledger", "prove", "inclusion", "3", "--head", old, "--db", url)
+    assert r.returncode == 1 and "(a fork)" in r.stderr, r.stderr

@@ -283,6 +283,20 @@ def test_a_witness_cosigns_consistent_heads_and_refuses_a_rewritten_history(
     assert len(evidence) == 1 and json.loads(evidence[0].read_text())["cosigned_checkpoint"]
     state = json.loads((w1 / "state.json").read_text())
     assert parse_size(state["checkpoint"]) == parse_size(head)  # still the honest head
+    # without --once it keeps watching, and alerting at every poll; the evidence is kept once
+    env = srv.env()
+    watching = subprocess.Popen(
+        [*CW, "ledger", "witness", "--log", srv.url, "--token", read, "--public-key", str(pub),
+         "--state", str(w1), "--interval", "0.2"],
+        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, env=env, cwd=srv.home,
+    )  # fmt: skip
+    try:
+        time.sleep(6)
+    finally:
+        watching.terminate()
+        _, alerts = watching.communicate(timeout=TIMEOUT)
+    assert alerts.count("ALERT: witness refuses the log's head") >= 2, alerts
+    assert len(list((w1 / "evidence").glob("*.json"))) == 1
 
     rewritten = tmp_path / "rewritten.jsonl"
     _ok(_cli(srv, "ledger", "export", "-o", str(rewritten), "--server", srv.url, "--token", admin))

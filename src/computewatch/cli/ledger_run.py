@@ -41,7 +41,8 @@ from computewatch.ledger.audit import Previous, WitnessKey, verify_log
 from computewatch.ledger.chain import LedgerError
 from computewatch.ledger.keys import encode_public, key_id, read_public_key
 from computewatch.ledger.log import open_export, parse_entry, read_header
-from computewatch.ledger.note import parse_checkpoint
+from computewatch.ledger.merkle import verify_consistency
+from computewatch.ledger.note import Checkpoint, parse_checkpoint
 from computewatch.ledger.proofs import check_proof, consistency_doc
 from computewatch.ledger.verify import Problem, Verdict, read_export, verify
 from computewatch.serverdb.engine import upgrade
@@ -194,8 +195,21 @@ def _prove(args: argparse.Namespace) -> int:
         db = open_existing(args.db)
         with db.session() as session:
             doc = prove_consistency(session, old, new)
+    _extends(doc, old, args.old)
     _write_proof(doc, args)
     return 0
+
+
+def _extends(doc: dict[str, Any], old: Checkpoint, label: str) -> None:
+    """A consistency proof is printed only when it holds: the log's tree at the old head's size
+    must be the old head's (else the log was rewritten since that head was signed)."""
+    new = parse_checkpoint(str(doc["checkpoint"]))
+    proof = [bytes.fromhex(str(h)) for h in doc["proof"]]
+    if not verify_consistency(old.size, new.size, old.root, new.root, proof):
+        raise LedgerError(
+            f"the log's head at size {new.size} does not extend {label} (size {old.size}): "
+            "the log was rewritten since that head was signed (a fork); no proof written"
+        )
 
 
 def _check_proof(args: argparse.Namespace) -> int:

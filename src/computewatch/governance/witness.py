@@ -13,6 +13,7 @@ head it cosigned (``state.json``) and ``evidence/``.
 from __future__ import annotations
 
 import binascii
+import hashlib
 import json
 import os
 import time
@@ -120,15 +121,24 @@ class Outcome:
 
 
 def _evidence(state: WitnessState, reason: str, new: Checkpoint | None, doc: Any) -> Path:
+    """Keep the refused head beside the one cosigned, once: a witness that keeps watching sees
+    the same refused head at every poll and keeps the first file (named by both heads)."""
     folder = state.dir / EVIDENCE_DIR
     make_private_dirs(folder)
     size = "unknown" if new is None else str(new.size)
-    path = folder / f"{int(time.time())}-size{size}.json"
-    n = 1
-    while path.exists():
-        n += 1
-        path = folder / f"{int(time.time())}-size{size}-{n}.json"
-    path.write_text(
+    pair = "\n".join(
+        (
+            "" if state.last is None else state.last.text(),
+            "" if new is None else new.text(),
+            reason,
+        )
+    )
+    digest = hashlib.sha256(pair.encode("utf-8")).hexdigest()[:16]
+    path = folder / f"size{size}-{digest}.json"
+    if path.exists():
+        return path
+    tmp = folder / f".{path.name}.tmp{os.getpid()}"
+    tmp.write_text(
         json.dumps(
             {
                 "reason": reason,
@@ -142,6 +152,7 @@ def _evidence(state: WitnessState, reason: str, new: Checkpoint | None, doc: Any
         + "\n",
         encoding="utf-8",
     )
+    os.replace(tmp, path)
     return path
 
 
