@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 from tests.lineage.declared_runs import BASE, TUNE, declared_run, flops_summary
 
-from computewatch.lineage.compute import Declaration, GovernanceError, declaration, per_model
+from computewatch.lineage.compute import (
+    Declaration,
+    GovernanceError,
+    declaration,
+    lineage_cycle,
+    per_model,
+)
 
 
 def test_resumed_runs_and_a_fine_tune_add_up() -> None:
@@ -37,13 +43,23 @@ def test_resumed_runs_and_a_fine_tune_add_up() -> None:
     assert judged[0] == pytest.approx(7e23 * 1.15) and judged[1] == "hardware"
 
 
-def test_a_cycle_of_base_models_is_an_error() -> None:
+def test_a_stored_cycle_of_base_models_sums_without_failing() -> None:
     runs = [
         declared_run("a", Declaration("x", "y", "finetune"), flops_summary(None, 1e20)),
         declared_run("b", Declaration("y", "x", "finetune"), flops_summary(None, 1e20)),
     ]
-    with pytest.raises(GovernanceError, match="cycle"):
-        per_model(runs)
+    models = per_model(runs)  # refused at ingest; one stored before never breaks the status
+    assert models["x"].cumulative["hardware"].value == pytest.approx(2e20)
+    assert models["y"].cumulative["hardware"].value == pytest.approx(1e20)
+    assert not models["y"].base_known
+
+
+def test_the_cycle_a_declaration_would_close_is_named() -> None:
+    bases = {"b": ["c"], "c": ["a"], "z": ["a"]}
+    assert lineage_cycle(bases, "a", "b") == "a -> b -> c -> a"
+    assert lineage_cycle(bases, "a", "a") == "a -> a"
+    assert lineage_cycle(bases, "d", "b") is None
+    assert lineage_cycle({"y": ["x"]}, "x", "y") == "x -> y -> x"
 
 
 @pytest.mark.parametrize(

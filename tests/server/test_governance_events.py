@@ -14,8 +14,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy.orm import Session
 from tests.conftest import CLI, CW, PY, TIMEOUT
-from tests.server.conftest import ServerProcess
+from tests.server.conftest import ServerProcess, batch
+
+from computewatch.ledger.reports import SignatureStatus
+from computewatch.serverdb.engine import open_database
+from computewatch.serverdb.ingest import store_batch
+from computewatch.serverdb.lineage_ingest import on_stored
+from computewatch.upload.protocol import RunUpload
 
 DAY = 86_400.0
 
@@ -107,3 +114,50 @@ def test_a_backdated_run_pushed_late_is_overdue_from_its_crossing(
     status = _cli(srv, "governance", "status", "--json", "--at", "1800000000", "--server",
                   srv.url, "--token", admin)  # fmt: skip
     assert replayed.stdout == status.stdout  # the dates, recomputed from the export alone
+
+
+@pytest.mark.slow
+def test_a_lineage_cycle_is_refused_at_ingest_and_a_stored_one_breaks_nothing(
+    cw: CLI,
+    server: Callable[..., ServerProcess],
+    make_upload: Callable[..., RunUpload],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    srv = server()
+    ingest, admin = srv.token("lab", "ingest"), srv.token("lab", "admin")
+    monkeypatch.setenv("COMPUTEWATCH_SERVER", srv.url)
+    monkeypatch.setenv("COMPUTEWATCH_TOKEN", ingest)
+    job = _job(tmp_path, 2, 1e20)
+    cw.ok("run", "--quiet", "--name", "a", "--model", "cyc-a", "--base-model", "cyc-b",
+          "--", PY, job)  # fmt: skip
+    cw.ok("run", "--quiet", "--name", "b", "--model", "cyc-b", "--base-model", "cyc-a",
+          "--", PY, job)  # fmt: skip
+    again = cw("push", "b")
+    assert again.returncode != 0
+    assert "cyc-b -> cyc-a -> cyc-b" in again.stdout + again.stderr, again.stdout + again.stderr
+    [up] = [make_upload(gpus=1)]
+    up["meta"]["governance"] = {"model": "self", "base_model": "self", "stage": "finetune"}
+    r = srv.client(ingest).post("/api/v1/runs", json=batch(up))
+    assert r.status_code == 422 and r.json()["error"] == "lineage", r.text
+    assert "self -> self" in r.json()["detail"]
+
+    models = {m["model"]: m for m in _status(srv, admin)}
+    assert set(models) == {"cyc-a"} and models["cyc-a"]["runs"] == 1
+    # a cycle stored before the check (here, past the service) breaks nobody's status
+    db = open_database(srv.db_url)
+    with db.session() as session:
+        down = make_upload(gpus=1)
+        down["meta"]["governance"] = {"model": "cyc-b", "base_model": "cyc-a",
+                                      "stage": "finetune"}  # fmt: skip
+        store_batch(session, "lab", batch(down), on_run=stored_without_checks)
+    db.engine.dispose()
+    assert srv.client(admin).get("/api/v1/governance/status").status_code == 200
+    assert {m["model"] for m in _status(srv, admin)} == {"cyc-a", "cyc-b"}
+
+
+def stored_without_checks(
+    session: Session, team: str, run: RunUpload, signature: SignatureStatus
+) -> None:
+    """The ingest's governance record without the service's checks (as before they existed)."""
+    on_stored(session, team, run, signature=signature)

@@ -687,9 +687,9 @@ def _cumulate(
     m = models[name]
     if m.cumulative:
         return m.cumulative
-    if name in path:
-        cycle = " -> ".join([*path[path.index(name) :], name])
-        raise GovernanceError(f"base models form a cycle: {cycle}")
+    if name in path:  # refused at ingest; one stored before that counts no base's share
+        models[path[-1]].base_known = False
+        return {}
     total = dict(m.own)
     if m.base_model is not None:
         if m.base_model in models:

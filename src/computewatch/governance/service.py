@@ -52,7 +52,12 @@ from computewatch.governance.tiers import DEFAULT_TIERS, Tier, TierStatus, parse
 from computewatch.ledger.jcs import loads as jcs_loads
 from computewatch.ledger.log import LogEntry
 from computewatch.ledger.reports import SignatureStatus
-from computewatch.lineage.compute import GovernanceError, RunCompute
+from computewatch.lineage.compute import (
+    DeclarationRefused,
+    GovernanceError,
+    RunCompute,
+    lineage_cycle,
+)
 from computewatch.serverdb.engine import SQLITE_BEGIN
 from computewatch.serverdb.governance_models import LedgerEntryRow, ModelRun, Obligation
 from computewatch.serverdb.ledger_store import (
@@ -68,6 +73,7 @@ from computewatch.serverdb.lineage_ingest import on_stored
 from computewatch.upload.protocol import RunUpload
 
 __all__ = [
+    "check_declaration",
     "judge",
     "mark_done",
     "on_run_stored",
@@ -185,10 +191,38 @@ def on_run_stored(session: Session, team: str, run: RunUpload, signature: Signat
     compute, then, for a run that declares a model, when it finishes or first arrives, the
     tiers judged again in the same transaction (a crossing and its obligation commit with the
     run that caused it; later live uploads are judged by the upkeep)."""
+    check_declaration(session, run)
     first = session.get(ModelRun, run["id"]) is None
     rc = on_stored(session, team, run, signature=signature)
     if rc is not None and (run["final"] or first):  # later live uploads: the upkeep judges
         judge(session, server_tiers(), time.time())
+
+
+def check_declaration(session: Session, run: RunUpload) -> None:
+    """Refuse (:class:`DeclarationRefused`, 422 naming it) a run whose declared base model is
+    the model itself or would close a cycle of base models with those already declared: a
+    cycle has no cumulative compute, and one team's upload must not break everyone's status."""
+    doc = run["meta"].get("governance")
+    if not isinstance(doc, Mapping):
+        return
+    model, base = doc.get("model"), doc.get("base_model")
+    if not isinstance(model, str) or not isinstance(base, str) or not base.strip():
+        return
+    model, base = model.strip(), base.strip()
+    bases: dict[str, set[str]] = {}
+    for m, b in session.execute(
+        select(ModelRun.model, ModelRun.base_model)
+        .where(ModelRun.base_model.is_not(None), ModelRun.run_id != run["id"])
+        .distinct()
+    ):
+        if b is not None:
+            bases.setdefault(m, set()).add(b)
+    cycle = lineage_cycle(bases, model, base)
+    if cycle is not None:
+        what = "names itself as its base model" if base == model else "closes a cycle"
+        raise DeclarationRefused(
+            f"run {run['id']}: model {model!r} {what}: base models form a cycle: {cycle}"
+        )
 
 
 def _append(session: Session, r: Replay, kind: str, body: Mapping[str, Any]) -> LogEntry:

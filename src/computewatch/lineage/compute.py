@@ -37,6 +37,17 @@ class GovernanceError(ComputewatchError):
     """A governance declaration or request that cannot be honoured."""
 
 
+class DeclarationRefused(GovernanceError):
+    """A run's declaration the server refuses at ingest (nothing of the batch is stored):
+    ``status`` is the HTTP answer (422: a lineage cycle or self-reference; 403: a model or
+    base model the run's team may not name), ``code`` the API's error code."""
+
+    def __init__(self, message: str, status: int = 422, code: str = "lineage") -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
 @dataclass(frozen=True, slots=True)
 class Declaration:
     """What a run says it trains (``run --model/--base-model/--stage/--parameters``)."""
@@ -207,9 +218,30 @@ class ModelCompute:
         return best
 
 
+def lineage_cycle(bases: Mapping[str, Iterable[str]], model: str, base: str) -> str | None:
+    """The cycle that declaring ``base`` as ``model``'s base would close, given the bases
+    already declared (model -> its bases), as ``a -> b -> a``; None when there is none."""
+    if base == model:
+        return f"{model} -> {model}"
+    parent: dict[str, str] = {base: model}
+    todo = [base]
+    while todo:
+        cur = todo.pop()
+        for nxt in sorted(bases.get(cur, ())):
+            if nxt == model:
+                chain = [cur]
+                while chain[-1] != model:
+                    chain.append(parent[chain[-1]])
+                return " -> ".join([model, *reversed(chain[:-1]), model])
+            if nxt not in parent:
+                parent[nxt] = cur
+                todo.append(nxt)
+    return None
+
+
 def per_model(runs: Iterable[RunCompute]) -> dict[str, ModelCompute]:
-    """Sum runs per model, then add each model's base (a chain of fine-tunes; a cycle in the
-    declarations is an error naming it)."""
+    """Sum runs per model, then add each model's base (a chain of fine-tunes; a cycle, refused
+    at ingest, adds no base's share where it closes: stored data never makes this fail)."""
     models: dict[str, ModelCompute] = {}
     for r in runs:
         d = r.declaration
@@ -240,9 +272,9 @@ def _cumulate(
     m = models[name]
     if m.cumulative:
         return m.cumulative
-    if name in path:
-        cycle = " -> ".join([*path[path.index(name) :], name])
-        raise GovernanceError(f"base models form a cycle: {cycle}")
+    if name in path:  # refused at ingest; one stored before that counts no base's share
+        models[path[-1]].base_known = False
+        return {}
     total = dict(m.own)
     if m.base_model is not None:
         if m.base_model in models:

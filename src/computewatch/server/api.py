@@ -28,6 +28,7 @@ from computewatch.errors import ComputewatchError
 from computewatch.governance import service as governance_service
 from computewatch.jsonout import dumps as json_dumps
 from computewatch.jsonout import finite
+from computewatch.lineage.compute import DeclarationRefused
 from computewatch.server.admission import DEFAULT_MAX_QUEUED_UPLOADS, Admission
 from computewatch.server.auth import (
     Principal,
@@ -267,6 +268,8 @@ async def ingest(
                     return api_error(409, "conflict", str(e))
                 except SignatureRefused as e:
                     return api_error(422, "signature", str(e))
+                except DeclarationRefused as e:
+                    return api_error(e.status, e.code, str(e))
                 except IntegrityError:
                     # Another process inserted one of these runs meanwhile: store again, now
                     # as an update (or a stored: false).
