@@ -20,7 +20,8 @@ from sqlalchemy import func, select
 from tests.server.conftest import batch, synthetic_upload
 
 from computewatch.server.app import create_app
-from computewatch.serverdb.models import Run, RunChange, RunSeries, RunTag
+from computewatch.serverdb.models import Run, RunChange, RunSeriesPart, RunTag
+from computewatch.serverdb.series import read_series
 from computewatch.serverdb.tokens import create_token
 from computewatch.upload.protocol import RUN_STATUSES
 
@@ -48,7 +49,7 @@ class Ingest:
             return (
                 sorted(s.execute(select(Run.id, Run.seq)).all()),
                 s.scalar(select(func.count()).select_from(RunTag)),
-                s.scalar(select(func.count()).select_from(RunSeries)),
+                s.scalar(select(func.count()).select_from(RunSeriesPart)),
                 s.scalar(select(func.count()).select_from(RunChange)),
             )
 
@@ -76,8 +77,9 @@ class Ingest:
                 assert row.ended_at is None or row.ended_at >= row.started_at
                 if res["stored"] and row.seq == run["seq"]:
                     tags = s.scalar(select(func.count()).where(RunTag.run_id == run["id"]))
-                    series = s.scalar(select(func.count()).where(RunSeries.run_id == run["id"]))
-                    assert (tags, series) == (len(run["tags"]), len(run["series"]))
+                    series = len(read_series(s, [run["id"]])[run["id"]])
+                    names = {(x["name"], tuple(sorted(x["labels"].items()))) for x in run["series"]}
+                    assert (tags, series) == (len(run["tags"]), len(names))
 
 
 @pytest.fixture(scope="module")

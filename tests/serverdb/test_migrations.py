@@ -12,7 +12,7 @@ from sqlalchemy import text
 from computewatch.serverdb.engine import current_tables, open_database, upgrade
 from computewatch.serverdb.models import Base
 
-OURS = {"runs", "run_docs", "run_tags", "run_series", "run_changes", "tokens", "web_sessions"}
+OURS = {"runs", "run_docs", "run_tags", "run_series_parts", "run_changes", "tokens", "web_sessions"}
 OURS |= {"budgets"}
 
 

@@ -224,3 +224,71 @@ def test_live_summary_equals_the_one_built_from_the_store(store: Store) -> None:
     fresh = summary_of(store, done, aggregates_from_store(store, done))
     assert _roundtrip(kept) == _roundtrip(fresh)
     assert kept["steps"] is not None and kept["steps"]["count"] == 200
+
+
+def test_uploads_that_continue_the_last_stored_one_add_up_to_the_whole(store: Store) -> None:
+    """The live uploader's uploads against a server that takes ``series_base``: after the
+    first, each carries each series' points from its last bucket on; merged as the server
+    merges them (computewatch.serverdb.series), they equal the run's whole series at every
+    upload, through k doublings (each sent whole), a lost answer and a refused one."""
+    from computewatch.serverdb.series import merge_parts
+    from computewatch.upload.payload import LiveRun
+    from computewatch.upload.protocol import FEATURE_SERIES_BASE
+
+    key = store.create_run(
+        run_id="delta001", name=None, tags={}, command=["x"], cwd=None, mode="run",
+        started_at=T0, interval_seconds=1.0, host={},
+    )  # fmt: skip
+    store.write_batch(
+        key, series=[(0, "g", {}, Kind.GAUGE), (1, "c_total", {}, Kind.COUNTER),
+                     (2, "late", {}, Kind.GAUGE)],
+    )  # fmt: skip
+    live = LiveRun(max_points=10)
+    held: list[list[Any]] = []  # the server's parts of the run
+    held_seq = 0
+    bases: list[int | None] = []
+    total = 0.0
+    for seq, first in enumerate(range(0, 137, 5), start=1):
+        ticks = range(first, min(first + 5, 137))
+        samples = []
+        for i in ticks:
+            total += i % 5
+            samples += [(key, i, 0, float((i * 37) % 11)), (key, i, 1, total)]
+            if i >= 60:
+                samples.append((key, i, 2, float(i)))
+        store.write_batch(key, ticks=[(i, 10.0 + i, T0 + i) for i in ticks], samples=samples)
+        run = store.run_by_key(key)
+        up = build_upload(store, run, seq=seq, max_points=10, live=live)
+        base = up.get("series_base")
+        bases.append(base)
+        if seq == 12:  # the answer is lost: the server stored it, the client never heard
+            held, held_seq = [up["series"]], seq
+            continue
+        if base is not None and base != held_seq:
+            live.answered(seq, {"id": run.id, "seq": seq, "stored": False, "needs_full": True},
+                          [FEATURE_SERIES_BASE])  # fmt: skip
+            up = build_upload(store, run, seq=seq, max_points=10, live=live)
+            assert "series_base" not in up
+        if up.get("series_base") is None:
+            held = [up["series"]]
+        else:
+            held.append(up["series"])
+        held_seq = seq
+        live.answered(seq, {"id": run.id, "seq": seq, "stored": True}, [FEATURE_SERIES_BASE])
+        whole = live.series.uploads(1.0)  # what a whole upload would carry now
+        assert _roundtrip(merge_parts(held)) == _roundtrip(whole), seq
+    assert bases[0] is None and bases[1] == 1  # the second continues the first
+    assert sum(b is not None for b in bases) > len(bases) // 2
+    assert bases[12] == 11  # sent after the lost answer: continued 11, sent back, resent whole
+    assert bases[2] is None  # the buckets widened (k doubled): whole
+
+
+def test_a_server_without_the_feature_gets_whole_uploads(store: Store) -> None:
+    from computewatch.upload.payload import LiveRun
+
+    run = stored_run(store, status="running")
+    live = LiveRun()
+    for seq in (1, 2, 3):
+        up = build_upload(store, run, seq=seq, live=live)
+        assert "series_base" not in up
+        live.answered(seq, {"id": run.id, "seq": seq, "stored": True}, [])

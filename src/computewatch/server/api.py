@@ -61,6 +61,7 @@ from computewatch.serverdb.queries import (
     usage,
 )
 from computewatch.upload.protocol import (
+    FEATURE_SERIES_BASE,
     MAX_BODY_BYTES,
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
@@ -278,7 +279,11 @@ async def ingest(
                     continue
                 except DataError as e:
                     return api_error(422, "invalid", f"the database refused a value: {e.orig}")
-            doc: IngestResponse = {"protocol": PROTOCOL_VERSION, "results": results}
+            doc: IngestResponse = {
+                "protocol": PROTOCOL_VERSION,
+                "results": results,
+                "features": [FEATURE_SERIES_BASE],
+            }
             return JSONResponse(doc, headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
         raise AssertionError("unreachable")
 

@@ -32,13 +32,14 @@ from computewatch.redact import redact_argv, redact_mapping
 from computewatch.serverdb.engine import SQLITE_BEGIN
 from computewatch.serverdb.errors import IngestConflict, InvalidUpload
 from computewatch.serverdb.lineage_ingest import on_stored
-from computewatch.serverdb.models import Run, RunChange, RunDoc, RunSeries, RunTag
+from computewatch.serverdb.models import Run, RunChange, RunDoc, RunTag
 from computewatch.serverdb.node_keys import (
     SignatureRefused,
     check_upload,
     record_signature,
     refusal,
 )
+from computewatch.serverdb.series import append_series, replace_series
 from computewatch.upload.protocol import (
     PROTOCOL_VERSION,
     IngestBatch,
@@ -321,8 +322,7 @@ def _record(session: Session, team: str, run: RunUpload, signature: SignatureSta
 
 
 _TAGS = cast(Table, RunTag.__table__)
-_SERIES = cast(Table, RunSeries.__table__)
-"""The tables a run's tags and series go to, written with Core inserts (see store_batch)."""
+"""The table a run's tags go to, written with one Core insert (see store_batch)."""
 
 
 def store_batch(
@@ -363,6 +363,13 @@ def store_batch(
             if row is not None and row.seq >= run["seq"]:
                 results.append({"id": run["id"], "seq": run["seq"], "stored": False})
                 continue
+            base = run.get("series_base")
+            if base is not None and (row is None or row.seq != base):
+                # the points continue an upload this server does not hold as the run's latest
+                results.append(
+                    {"id": run["id"], "seq": run["seq"], "stored": False, "needs_full": True}
+                )
+                continue
             if row is None:
                 row = Run(id=run["id"])
                 summary = _apply(row, team, run, now)
@@ -377,7 +384,6 @@ def store_batch(
                     .values(summary=summary, meta=run["meta"])
                 )
                 session.execute(delete(RunTag).where(RunTag.run_id == run["id"]))
-                session.execute(delete(RunSeries).where(RunSeries.run_id == run["id"]))
             session.flush()
             tags = cast(dict[str, str], row.tags)
             # Core inserts, one statement each for every tag and every series: the ORM's unit of
@@ -388,20 +394,10 @@ def store_batch(
                     insert(_TAGS),
                     [{"run_id": run["id"], "key": k, "value": v} for k, v in tags.items()],
                 )
-            if run["series"]:
-                conn.execute(
-                    insert(_SERIES),
-                    [
-                        {
-                            "run_id": run["id"],
-                            "name": s["name"],
-                            "labels": dict(s["labels"]),
-                            "bucket_seconds": s["bucket_seconds"],
-                            "points": s["points"],
-                        }
-                        for s in run["series"]
-                    ],
-                )
+            if base is None:
+                replace_series(conn, run["id"], run["seq"], run["series"])
+            else:
+                append_series(conn, run["id"], run["seq"], run["series"])
             change = RunChange(
                 run_id=run["id"],
                 team=team,

@@ -29,7 +29,7 @@ __all__ = [
     "Run",
     "RunChange",
     "RunDoc",
-    "RunSeries",
+    "RunSeriesPart",
     "RunSignature",
     "RunTag",
     "Token",
@@ -117,19 +117,20 @@ class RunTag(Base):
     __table_args__ = (Index("ix_run_tags_key_value", "key", "value"),)
 
 
-class RunSeries(Base):
-    """One downsampled series of a run: ``points`` are ``[t, min, mean, max]`` lists."""
+class RunSeriesPart(Base):
+    """Series of a run as one upload carried them (computewatch.serverdb.series): all of them
+    for a full upload, each series' new points for a live one that continues an earlier
+    upload. ``series`` is a list of ``{name, labels, bucket_seconds, points, kind}``, points
+    ``[t, min, mean, max]``."""
 
-    __tablename__ = "run_series"
+    __tablename__ = "run_series_parts"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     run_id: Mapped[str] = mapped_column(
         String(64), ForeignKey("runs.id", ondelete="CASCADE"), index=True
     )
-    name: Mapped[str] = mapped_column(String(200))
-    labels: Mapped[dict[str, Any]] = mapped_column(JSON)
-    bucket_seconds: Mapped[float] = mapped_column(Float)
-    points: Mapped[list[Any]] = mapped_column(JSON)
+    seq: Mapped[int] = mapped_column(BigInteger)
+    series: Mapped[list[Any]] = mapped_column(JSON)
 
 
 class RunChange(Base):

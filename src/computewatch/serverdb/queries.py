@@ -29,7 +29,8 @@ from sqlalchemy.orm import Session
 
 from computewatch.serverdb.errors import ServerDbError
 from computewatch.serverdb.governance_models import ModelRun
-from computewatch.serverdb.models import Run, RunDoc, RunSeries, RunTag
+from computewatch.serverdb.models import Run, RunDoc, RunTag
+from computewatch.serverdb.series import read_series
 
 __all__ = [
     "MAX_LIMIT",
@@ -331,10 +332,8 @@ def get_run(session: Session, run_id: str, teams: frozenset[str] | None) -> RunD
     if r is None or (teams is not None and r.team not in teams):
         return None
     series = [
-        SeriesRow(s.name, cast(dict[str, str], s.labels), s.bucket_seconds, s.points)
-        for s in session.scalars(
-            select(RunSeries).where(RunSeries.run_id == run_id).order_by(RunSeries.id)
-        )
+        SeriesRow(s["name"], dict(s["labels"]), s["bucket_seconds"], s["points"])
+        for s in read_series(session, [run_id])[run_id]
     ]
     doc = session.get(RunDoc, run_id)
     summary = doc.summary if doc is not None else None

@@ -20,7 +20,7 @@ import math
 import os
 import pwd
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from computewatch.analysis.aggregates import RunAggregates
@@ -38,8 +38,10 @@ from computewatch.redact import (
 )
 from computewatch.store import RUNNING, RunRow, SeriesRow, Store
 from computewatch.upload.protocol import (
+    FEATURE_SERIES_BASE,
     MAX_MAGNITUDE,
     MAX_POINTS,
+    IngestResult,
     RunStatus,
     RunUpload,
     SeriesUpload,
@@ -231,14 +233,31 @@ class SeriesBuckets:
                     have.merge(bucket)
             self._buckets[sid] = merged
 
-    def uploads(self, interval_seconds: float, extra: tuple[str, ...] = ()) -> list[SeriesUpload]:
-        """The series as uploaded: those with at least one point, in the store's order."""
+    def marks(self) -> dict[int, int]:
+        """Each series' last bucket now (by series index): where the points of an upload
+        that continues this state start (that bucket may still fill)."""
+        return {sid: max(held) for sid, held in self._buckets.items() if held}
+
+    def uploads(
+        self,
+        interval_seconds: float,
+        extra: tuple[str, ...] = (),
+        since: Mapping[int, int] | None = None,
+    ) -> list[SeriesUpload]:
+        """The series as uploaded: those with at least one point, in the store's order. With
+        ``since`` (:meth:`marks` of an earlier state at the same ``k``), each series' buckets
+        from its mark on only, and a series without any left out."""
         width = float(self.k * interval_seconds) if self.k > 1 else 0.0
         out: list[SeriesUpload] = []
         for sid in sorted(self.series):
             held = self._buckets.get(sid)
             if not held:
                 continue
+            if since is not None and sid in since:
+                start = since[sid]
+                held = {b: bk for b, bk in held.items() if b >= start}
+                if not held:
+                    continue
             s = self.series[sid]
             out.append(
                 {
@@ -263,6 +282,39 @@ class LiveRun:
         self.aggregates = RunAggregates()
         self._last_seq = -1
         self._last_step = 0  # rowid of the last step read
+        self.appends = False
+        """Whether the server stores uploads that continue an earlier one (it lists
+        FEATURE_SERIES_BASE in its answers)."""
+        self._acked: tuple[int, int, dict[int, int]] | None = None
+        """(seq, k, marks) of the latest upload the server stored from this state."""
+        self._sent: dict[int, tuple[int, dict[int, int]]] = {}
+        """(k, marks) of each upload built and not answered yet, by seq."""
+
+    def series_upload(
+        self, seq: int, interval_seconds: float, extra: tuple[str, ...] = ()
+    ) -> tuple[list[SeriesUpload], int | None]:
+        """The series of upload ``seq`` and the seq they continue: only the points since the
+        latest upload the server stored (``series_base``), when the server takes such uploads
+        and the buckets have not been widened since; else all of them and None."""
+        s = self.series
+        self._sent[seq] = (s.k, s.marks())
+        acked = self._acked
+        if self.appends and acked is not None and acked[1] == s.k and acked[0] < seq:
+            return s.uploads(interval_seconds, extra, since=acked[2]), acked[0]
+        return s.uploads(interval_seconds, extra), None
+
+    def answered(self, seq: int, result: IngestResult, features: Sequence[str]) -> None:
+        """What the server said of upload ``seq``: the next upload continues it when it was
+        stored; it carries the whole state when the server holds another one as the latest
+        (or asked for the whole state)."""
+        self.appends = FEATURE_SERIES_BASE in features
+        sent = self._sent.pop(seq, None)
+        for older in [q for q in self._sent if q < seq]:
+            del self._sent[older]
+        if result["stored"] and not result.get("needs_full") and sent is not None:
+            self._acked = (seq, *sent)
+        else:
+            self._acked = None
 
     def update(self, store: Store, run: RunRow) -> None:
         """Read what was stored since the last call."""
@@ -346,10 +398,11 @@ def build_upload(
     summary's aggregates, read since the last upload only), instead of reading it whole."""
     extra = tuple(configured_names() if extra_names is None else extra_names)
     tags = redact_mapping(run.tags, extra)
+    base: int | None = None
     if live is not None and live.series.max_points == max_points:
         live.update(store, run)
         now = live.summary(store, run) if run.status == RUNNING else current_summary(store, run)
-        series = live.series.uploads(run.interval_seconds, extra)
+        series, base = live.series_upload(seq, run.interval_seconds, extra)
     else:
         now = current_summary(store, run)
         series = downsample_series(store, run, max_points, extra)
@@ -360,7 +413,7 @@ def build_upload(
     # The wall clock can step back during a run (NTP): its end is then stamped before its
     # start, which the server refuses (upload.schema). The run lasted at least no time.
     ended = None if run.ended_at is None else max(run.ended_at, run.started_at)
-    return {
+    upload: RunUpload = {
         "id": run.id,
         "seq": seq,
         "final": run.status != RUNNING,
@@ -378,3 +431,6 @@ def build_upload(
         "meta": cast(dict[str, Any], scrub(store.meta(run.key), extra)),
         "series": series,
     }
+    if base is not None:
+        upload["series_base"] = base
+    return upload

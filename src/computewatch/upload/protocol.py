@@ -133,6 +133,14 @@ class RunUpload(TypedDict):
     signed_report: NotRequired[SignedReport]
     """The node's signed usage report of this upload; absent when the client does not sign
     (``[server] sign = false``, no readable key). Added in protocol 1 (additive)."""
+    series_base: NotRequired[int | None]
+    """Absent or null: ``series`` is the run's every series, replacing what the server held.
+    A seq: ``series`` continues the upload of that seq, which must be the run's latest on the
+    server: each series holds its points from its first new bucket on (the one the last upload
+    left open included) and replaces the server's points from that bucket's time on; a series
+    left out keeps its points. The server answers ``needs_full`` when it does not hold that
+    upload as the latest. Sent only to a server whose answers list
+    :data:`FEATURE_SERIES_BASE` in ``features``. Added in protocol 1 (additive)."""
 
 
 class IngestBatch(TypedDict):
@@ -144,9 +152,21 @@ class IngestResult(TypedDict):
     id: str
     seq: int
     stored: bool
-    """False when the server already held this run at this ``seq`` or a later one."""
+    """False when the server already held this run at this ``seq`` or a later one, or (with
+    ``needs_full``) when the points continue an upload it does not hold as the latest."""
+    needs_full: NotRequired[bool]
+    """True when the upload's ``series_base`` is not the run's latest seq on the server:
+    nothing of it was stored; send the run's whole state (no ``series_base``)."""
 
 
 class IngestResponse(TypedDict):
     protocol: int
     results: list[IngestResult]
+    features: NotRequired[list[str]]
+    """What this server understands beyond the protocol's base (:data:`FEATURE_SERIES_BASE`);
+    absent from older servers."""
+
+
+FEATURE_SERIES_BASE: Final = "series_base"
+"""A server that lists this in ``features`` stores uploads whose ``series_base`` names the
+upload their points continue (:class:`RunUpload`)."""

@@ -188,7 +188,36 @@ def push_runs(
     why)."""
     report = PushReport(server=client.shown_url)
     started = time.monotonic()
-    for batch in _batches(store, plan, project, report.skipped, live or {}, signer):
+    kept = live or {}
+    again = _send_plan(
+        store, client, plan, server, project, timeout, kept, signer, deadline, report
+    )
+    if again and report.error is None:
+        # uploads whose points continued one the server does not hold as the latest: once
+        # more, whole (each LiveRun now builds the whole state)
+        _send_plan(store, client, again, server, project, timeout, kept, signer, deadline, report)
+    report.seconds = time.monotonic() - started
+    notice = signer.notice() if signer is not None else None
+    if notice is not None:
+        report.notes.append(notice)
+    return report
+
+
+def _send_plan(
+    store: Store,
+    client: Client,
+    plan: Sequence[Planned],
+    server: str,
+    project: str | None,
+    timeout: float | None,
+    live: Mapping[str, LiveRun],
+    signer: ReportSigner | None,
+    deadline: float | None,
+    report: PushReport,
+) -> list[Planned]:
+    """Send ``plan`` in batches into ``report``; the runs the server asked to send whole."""
+    again: list[Planned] = []
+    for batch in _batches(store, plan, project, report.skipped, live, signer):
         body = _body(batch)
         before = client.wire_bytes
         try:
@@ -205,10 +234,17 @@ def push_runs(
         report.bytes_sent += len(body)
         report.wire_bytes += client.wire_bytes - before
         by_id = {r["id"]: r for r in answer["results"]}
+        features = answer.get("features") or []
         for item, _ in batch:
             result = by_id.get(item.run.id)
             if result is None:
                 report.skipped.append((item.run.id, "the server did not answer for it"))
+                continue
+            kept = live.get(item.run.id)
+            if kept is not None:
+                kept.answered(item.seq, result, features)
+            if result.get("needs_full"):
+                again.append(item)
                 continue
             try:
                 store.mark_uploaded(
@@ -220,11 +256,7 @@ def push_runs(
             except sqlite3.Error as e:  # read-only, locked: the next push sends it again
                 report.notes.append(f"cannot remember that run {item.run.id} went: {e}")
             (report.stored if result["stored"] else report.already).append(item.run.id)
-    report.seconds = time.monotonic() - started
-    notice = signer.notice() if signer is not None else None
-    if notice is not None:
-        report.notes.append(notice)
-    return report
+    return again
 
 
 def upload_run(

@@ -271,6 +271,19 @@ class RunModel(BaseModel):
     meta: Document
     series: Annotated[list[SeriesModel], Field(max_length=MAX_SERIES_PER_RUN)]
     signed_report: SignedReportDoc | None = None
+    series_base: Annotated[int, Field(ge=1, le=MAX_INT)] | None = Field(
+        default=None,
+        description="null: series replace the run's; a seq: series continue that upload (the "
+        "run's latest on the server) from each series' first point on",
+    )
+
+    @field_validator("series_base")
+    @classmethod
+    def _base_before(cls, base: int | None, info: ValidationInfo) -> int | None:
+        seq = info.data.get("seq")
+        if base is not None and isinstance(seq, int) and base >= seq:
+            raise ValueError(f"{base} is not before seq ({seq})")
+        return base
 
     @field_validator("ended_at")
     @classmethod
@@ -301,6 +314,8 @@ class RunModel(BaseModel):
         }
         if self.signed_report is not None:
             upload["signed_report"] = cast(SignedReport, self.signed_report)
+        if self.series_base is not None:
+            upload["series_base"] = self.series_base
         return upload
 
 

@@ -18,10 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import func, select
 from tests.conftest import CLI, TIMEOUT
 from tests.upload.conftest import stored_run
 
+from computewatch.serverdb.engine import open_database
+from computewatch.serverdb.models import RunSeriesPart
 from computewatch.store import Store
+from computewatch.upload.payload import build_upload
 
 PY = sys.executable
 JOB = "import sys; print('out'); print('err', file=sys.stderr); sys.exit(3)"
@@ -317,9 +321,26 @@ def test_a_live_run_is_visible_while_it_runs(
     (run,) = _runs(s, token)
     assert run["status"] == "completed" and run["final"], err
     with Store.open(cw.db) as store:
-        key = store.find_run(run["id"]).key
-        assert store.uploaded(s.url)[key] == (run["seq"], True)
+        local = store.find_run(run["id"])
+        assert store.uploaded(s.url)[local.key] == (run["seq"], True)
+        whole = build_upload(store, local, seq=1)["series"]
     assert token not in out + err
+    # the live uploads after the first carried only their new points; the server's series
+    # add up to the run's whole series all the same
+    got = s.client(token).get(f"/api/v1/runs/{run['id']}").json()["series"]
+    assert [(x["name"], x["labels"], x["points"]) for x in got] == [
+        (x["name"], x["labels"], x["points"]) for x in whole
+    ]
+    if "not uploaded" not in err:
+        db = open_database(s.db_url)
+        try:
+            with db.session() as session:
+                parts = session.scalar(
+                    select(func.count()).where(RunSeriesPart.run_id == run["id"])
+                )
+        finally:
+            db.dispose()
+        assert parts is not None and parts >= 2  # a whole upload, then continuations
 
 
 @pytest.mark.slow

@@ -110,7 +110,7 @@ class ChartSpec(TypedDict):
 
 @dataclass(frozen=True, slots=True)
 class SeriesData:
-    """One uploaded series as stored (``run_series``)."""
+    """One uploaded series as stored (merged from ``run_series_parts``)."""
 
     name: str
     labels: Mapping[str, str]

@@ -7,13 +7,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import cast
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from computewatch.serverdb.models import Run, RunSeries
+from computewatch.serverdb.models import Run
 from computewatch.serverdb.queries import SeriesRow
+from computewatch.serverdb.series import read_series
 
 __all__ = ["Latest", "commands_of", "latest_values", "series_of"]
 
@@ -33,14 +33,13 @@ def latest_values(
     runs the principal may see)."""
     if not run_ids:
         return {}
-    q = select(RunSeries.run_id, RunSeries.name, RunSeries.points).where(
-        RunSeries.run_id.in_(list(run_ids)), RunSeries.name.in_(list(names))
-    )
+    wanted = set(names)
     found: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for run_id, name, points in session.execute(q):
-        pts = cast(list[list[float]], points)
-        if pts and len(pts[-1]) == 4 and math.isfinite(pts[-1][2]):
-            found.setdefault((run_id, name), []).append((pts[-1][0], pts[-1][2]))
+    for run_id, series in read_series(session, run_ids).items():
+        for s in series:
+            pts = s["points"]
+            if s["name"] in wanted and pts and len(pts[-1]) == 4 and math.isfinite(pts[-1][2]):
+                found.setdefault((run_id, s["name"]), []).append((pts[-1][0], pts[-1][2]))
     return {k: Latest(max(t for t, _ in v), tuple(x for _, x in v)) for k, v in found.items()}
 
 
@@ -49,15 +48,11 @@ def series_of(session: Session, run_ids: Sequence[str]) -> dict[str, list[Series
     out: dict[str, list[SeriesRow]] = {r: [] for r in run_ids}
     if not run_ids:
         return out
-    q = (
-        select(RunSeries)
-        .where(RunSeries.run_id.in_(list(run_ids)))
-        .order_by(RunSeries.run_id, RunSeries.id)
-    )
-    for s in session.scalars(q):
-        out[s.run_id].append(
-            SeriesRow(s.name, cast(dict[str, str], s.labels), s.bucket_seconds, s.points)
-        )
+    for run_id, series in read_series(session, run_ids).items():
+        out[run_id] = [
+            SeriesRow(x["name"], dict(x["labels"]), x["bucket_seconds"], x["points"])
+            for x in series
+        ]
     return out
 
 
