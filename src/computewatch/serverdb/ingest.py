@@ -254,43 +254,58 @@ def _day(t: float) -> str:
 # -- storing --------------------------------------------------------------------------------------
 
 
-def _apply(row: Run, team: str, run: RunUpload, now: float) -> dict[str, Any] | None:
-    """Fill ``row`` from ``run``; the summary to keep (its command redacted again)."""
+def _values(team: str, run: RunUpload, now: float) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """The run row's columns from ``run`` (id aside), and the summary to keep (its command
+    redacted again)."""
     d = denormalize(run, now)
-    row.team = team
-    row.user = run["user"]
-    row.project = run["project"]
-    row.host = run["host"]
-    row.name = run["name"]
-    row.status = run["status"]
-    row.exit_code = run["exit_code"]
-    row.started_at = run["started_at"]
-    row.started_day = _day(run["started_at"])
-    row.ended_at = run["ended_at"]
-    row.duration_seconds = d.duration_seconds
-    row.gpu_model = d.gpu_model
-    row.gpu_count = d.gpu_count
-    row.gpu_hours = d.gpu_hours
-    row.idle_gpu_hours = d.idle_gpu_hours
-    row.gpu_utilization = d.gpu_utilization
-    row.mfu = d.mfu
-    row.cpu_hours = d.cpu_hours
-    row.cpu_method = d.cpu_method
-    row.kwh, row.kwh_low, row.kwh_high, row.kwh_method = d.kwh
-    row.cost_usd, row.cost_low, row.cost_high, row.cost_method = d.cost
-    row.co2e_kg, row.co2e_low, row.co2e_high, row.co2e_method = d.co2e_kg
-    row.seq = run["seq"]
-    row.final = run["final"]
-    row.updated_at = now
-    row.command = redact_argv(run["command"])
-    row.tags = redact_mapping(run["tags"])
+    kwh, kwh_low, kwh_high, kwh_method = d.kwh
+    cost, cost_low, cost_high, cost_method = d.cost
+    co2e, co2e_low, co2e_high, co2e_method = d.co2e_kg
+    values: dict[str, Any] = {
+        "team": team,
+        "user": run["user"],
+        "project": run["project"],
+        "host": run["host"],
+        "name": run["name"],
+        "status": run["status"],
+        "exit_code": run["exit_code"],
+        "started_at": run["started_at"],
+        "started_day": _day(run["started_at"]),
+        "ended_at": run["ended_at"],
+        "duration_seconds": d.duration_seconds,
+        "gpu_model": d.gpu_model,
+        "gpu_count": d.gpu_count,
+        "gpu_hours": d.gpu_hours,
+        "idle_gpu_hours": d.idle_gpu_hours,
+        "gpu_utilization": d.gpu_utilization,
+        "mfu": d.mfu,
+        "cpu_hours": d.cpu_hours,
+        "cpu_method": d.cpu_method,
+        "kwh": kwh,
+        "kwh_low": kwh_low,
+        "kwh_high": kwh_high,
+        "kwh_method": kwh_method,
+        "cost_usd": cost,
+        "cost_low": cost_low,
+        "cost_high": cost_high,
+        "cost_method": cost_method,
+        "co2e_kg": co2e,
+        "co2e_low": co2e_low,
+        "co2e_high": co2e_high,
+        "co2e_method": co2e_method,
+        "seq": run["seq"],
+        "final": run["final"],
+        "updated_at": now,
+        "command": redact_argv(run["command"]),
+        "tags": redact_mapping(run["tags"]),
+    }
     summary = run["summary"]
     if summary is not None and isinstance(summary.get("command"), list):
         summary = {
             **summary,
             "command": redact_argv([str(a) for a in summary["command"]]),
         }
-    return summary
+    return values, summary
 
 
 RUN_LOCK_CLASS: Final = 7261
@@ -321,8 +336,12 @@ def _record(session: Session, team: str, run: RunUpload, signature: SignatureSta
     return on_stored(session, team, run, signature=signature)
 
 
+_RUNS = cast(Table, Run.__table__)
+_DOCS = cast(Table, RunDoc.__table__)
 _TAGS = cast(Table, RunTag.__table__)
-"""The table a run's tags go to, written with one Core insert (see store_batch)."""
+_CHANGES = cast(Table, RunChange.__table__)
+"""The tables an upload is written to, with Core statements: the ORM's unit of work (an object
+per row, flushed and loaded back) was most of an upload's cost."""
 
 
 def store_batch(
@@ -349,72 +368,66 @@ def store_batch(
     try:
         if postgres and batch["runs"]:
             _lock_run_ids(session, [r["id"] for r in batch["runs"]])
+        conn = session.connection()
         for run in batch["runs"]:
-            q = select(Run).where(Run.id == run["id"])
+            rid = run["id"]
+            q = select(_RUNS.c.team, _RUNS.c.seq).where(_RUNS.c.id == rid)
             if postgres:
                 q = q.with_for_update()
-            row = session.scalars(q).first()
-            if row is not None and row.team != team:
-                raise IngestConflict(f"run {run['id']} belongs to another team")
+            held = conn.execute(q).first()
+            if held is not None and held.team != team:
+                raise IngestConflict(f"run {rid} belongs to another team")
             signature = check_upload(session, team, run)
-            refused = refusal(run["id"], signature, require_signed=require_signed)
+            refused = refusal(rid, signature, require_signed=require_signed)
             if refused is not None:
                 raise SignatureRefused(refused)
-            if row is not None and row.seq >= run["seq"]:
-                results.append({"id": run["id"], "seq": run["seq"], "stored": False})
+            if held is not None and held.seq >= run["seq"]:
+                results.append({"id": rid, "seq": run["seq"], "stored": False})
                 continue
             base = run.get("series_base")
-            if base is not None and (row is None or row.seq != base):
+            if base is not None and (held is None or held.seq != base):
                 # the points continue an upload this server does not hold as the run's latest
-                results.append(
-                    {"id": run["id"], "seq": run["seq"], "stored": False, "needs_full": True}
-                )
+                results.append({"id": rid, "seq": run["seq"], "stored": False, "needs_full": True})
                 continue
-            if row is None:
-                row = Run(id=run["id"])
-                summary = _apply(row, team, run, now)
-                session.add(row)
-                session.flush()
-                session.add(RunDoc(run_id=run["id"], summary=summary, meta=run["meta"]))
+            values, summary = _values(team, run, now)
+            if held is None:
+                conn.execute(insert(_RUNS).values(id=rid, **values))
+                conn.execute(insert(_DOCS).values(run_id=rid, summary=summary, meta=run["meta"]))
             else:
-                summary = _apply(row, team, run, now)
-                session.execute(
-                    update(RunDoc)
-                    .where(RunDoc.run_id == run["id"])
+                conn.execute(update(_RUNS).where(_RUNS.c.id == rid).values(**values))
+                conn.execute(
+                    update(_DOCS)
+                    .where(_DOCS.c.run_id == rid)
                     .values(summary=summary, meta=run["meta"])
                 )
-                session.execute(delete(RunTag).where(RunTag.run_id == run["id"]))
-            session.flush()
-            tags = cast(dict[str, str], row.tags)
-            # Core inserts, one statement each for every tag and every series: the ORM's unit of
-            # work made an object of each and flushed them one by one (most of an upload's cost)
-            conn = session.connection()
+                conn.execute(delete(_TAGS).where(_TAGS.c.run_id == rid))
+            tags = cast(dict[str, str], values["tags"])
             if tags:
                 conn.execute(
-                    insert(_TAGS),
-                    [{"run_id": run["id"], "key": k, "value": v} for k, v in tags.items()],
+                    insert(_TAGS), [{"run_id": rid, "key": k, "value": v} for k, v in tags.items()]
                 )
             if base is None:
-                replace_series(conn, run["id"], run["seq"], run["series"])
+                replace_series(conn, rid, run["seq"], run["series"])
             else:
-                append_series(conn, run["id"], run["seq"], run["series"])
-            change = RunChange(
-                run_id=run["id"],
-                team=team,
-                seq=run["seq"],
-                status=run["status"],
-                final=run["final"],
-                at=now,
-            )
-            session.add(change)
-            record_signature(session, run["id"], signature)
-            session.flush()
+                append_series(conn, rid, run["seq"], run["series"])
+            change_id = conn.execute(
+                insert(_CHANGES).values(
+                    run_id=rid,
+                    team=team,
+                    seq=run["seq"],
+                    status=run["status"],
+                    final=run["final"],
+                    at=now,
+                )
+            ).inserted_primary_key
+            record_signature(session, rid, signature)
+            session.expire_all()  # objects loaded before these Core writes read them again
             # governance: model compute, ledger, tiers (same transaction)
             (on_run or _record)(session, team, run, signature.status)
             if postgres:
                 payload = json_dumps(
                     {
-                        "change": change.id,
+                        "change": change_id[0] if change_id else None,
                         "id": run["id"],
                         "team": team,
                         "seq": run["seq"],

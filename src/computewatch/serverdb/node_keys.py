@@ -19,9 +19,9 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
-from sqlalchemy import select
+from sqlalchemy import Table, insert, select, update
 from sqlalchemy.orm import Session
 
 from computewatch.errors import UsageError
@@ -207,16 +207,18 @@ def refusal(run_id: str, check: SignatureCheck, *, require_signed: bool) -> str 
     return None
 
 
+_SIGNATURES = cast(Table, RunSignature.__table__)
+
+
 def record_signature(session: Session, run_id: str, check: SignatureCheck) -> None:
-    """Keep the outcome for the run's latest stored upload (the caller commits)."""
-    row = session.get(RunSignature, run_id)
+    """Keep the outcome for the run's latest stored upload (the caller commits). Two Core
+    statements, no object loaded: this runs once per stored upload."""
     now = time.time()
-    if row is None:
-        session.add(
-            RunSignature(run_id=run_id, status=check.status, key_id=check.key_id, checked_at=now)
-        )
-    else:
-        row.status, row.key_id, row.checked_at = check.status, check.key_id, now
+    conn = session.connection()
+    values = {"status": check.status, "key_id": check.key_id, "checked_at": now}
+    done = conn.execute(update(_SIGNATURES).where(_SIGNATURES.c.run_id == run_id).values(**values))
+    if done.rowcount == 0:
+        conn.execute(insert(_SIGNATURES).values(run_id=run_id, **values))
 
 
 def run_signature(session: Session, run_id: str) -> SignatureCheck:
