@@ -156,6 +156,14 @@ def format_percent(ratio: float | None, digits: int = 1) -> str:
     return MISSING if x is None else f"{x:.{digits}f}%"
 
 
+def format_mfu(ratio: float | None) -> str:
+    """MFU as a percentage, never above 100 %: more than the hardware's peak means the counted
+    FLOPs or the peak are wrong, and is said so rather than printed."""
+    if ratio is not None and ratio > 1:
+        return "implausible (over 100%: counted FLOPs above the hardware's peak)"
+    return format_percent(ratio)
+
+
 def format_watts(watts: float | None) -> str:
     """Power in whole watts with thousands separated: ``350 W``, ``5,600 W``."""
     x = _value(watts)

@@ -11,7 +11,7 @@ import json
 import sqlite3
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,17 @@ from computewatch.serverdb.engine import open_database, upgrade
 from computewatch.serverdb.ingest import store_batch
 from computewatch.serverdb.ledger_store import count, size
 from computewatch.upload.protocol import RunUpload
+
+
+@pytest.fixture(autouse=True)
+def count_simulated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The synthetic uploads' devices are simulated: these tests count them."""
+    config = tmp_path / "count-simulated.toml"
+    config.write_text("[governance]\ncount_simulated = true\n")
+    monkeypatch.setenv("COMPUTEWATCH_CONFIG", str(config))
+    service.count_simulated.cache_clear()
+    yield config
+    service.count_simulated.cache_clear()
 
 
 def _flops(value: float, spread: float = 0.15) -> dict[str, Any]:
@@ -216,12 +227,15 @@ def test_ledger_verify_of_a_database_exits_1_naming_the_entry(
 
 
 def test_upkeep_signs_prunes_and_opens_obligations(
-    make_upload: Callable[..., RunUpload], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    make_upload: Callable[..., RunUpload],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    count_simulated: Path,
 ) -> None:
     from computewatch.server.governance_api import maintain_once
 
     monkeypatch.setenv("COMPUTEWATCH_LEDGER_KEY", str(tmp_path / "key.pem"))
-    monkeypatch.setenv("COMPUTEWATCH_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("COMPUTEWATCH_CONFIG", str(count_simulated))
     db = open_database(f"sqlite:///{tmp_path / 'server.db'}")
     upgrade(db)
     with db.session() as session:
@@ -312,7 +326,8 @@ def test_obligation_reminders_go_once_each_through_the_delivery(
     from computewatch.server.governance_api import maintain_once
 
     config = tmp_path / "config.toml"
-    config.write_text(f'[server]\nbudget_notify = ["webhook:{receiver.url}/hook"]\n')
+    config.write_text(f'[server]\nbudget_notify = ["webhook:{receiver.url}/hook"]\n'
+                      "[governance]\ncount_simulated = true\n")  # fmt: skip
     monkeypatch.setenv("COMPUTEWATCH_CONFIG", str(config))
     monkeypatch.setenv("COMPUTEWATCH_LEDGER_KEY", str(tmp_path / "key.pem"))
     db = open_database(f"sqlite:///{tmp_path / 'server.db'}")

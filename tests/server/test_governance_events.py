@@ -161,3 +161,44 @@ def stored_without_checks(
 ) -> None:
     """The ingest's governance record without the service's checks (as before they existed)."""
     on_stored(session, team, run, signature=signature)
+
+
+@pytest.mark.slow
+def test_simulated_runs_are_flagged_and_left_out_and_implausible_figures_judged_at_the_bound(
+    cw: CLI, server: Callable[..., ServerProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    srv = server()
+    ingest, admin = srv.token("lab", "ingest"), srv.token("lab", "admin")
+    monkeypatch.setenv("COMPUTEWATCH_SERVER", srv.url)
+    monkeypatch.setenv("COMPUTEWATCH_TOKEN", ingest)
+    job = _job(tmp_path, 7, 1e24)  # 7e24 counted FLOP in a second or two on 8 fake GPUs
+    fake = ("--gpu-backend", "fake:8xH100-SXM", "--interval", "0.2")
+    run = cw.ok("run", "--name", "sim", "--model", "sim-model", *fake, "--", PY, job)
+    assert "MFU implausible (over 100%" in run.stderr, run.stderr
+    got = _status(srv, admin)
+    assert len(got) == 1, run.stderr
+    [m] = got
+    assert m["simulated_runs"] == 1 and m["simulated_counted"] is False
+    assert m["judged_flop"] is None  # kept and flagged, out of the totals
+    assert {t["state"] for t in m["tiers"]} == {"unknown"}
+    assert m["obligations"] == []
+
+    srv.stop()
+    config = tmp_path / "server.toml"
+    config.write_text("[governance]\ncount_simulated = true\n")
+    monkeypatch.setenv("COMPUTEWATCH_CONFIG", str(config))
+    srv.start()
+    srv.wait_healthy()
+    cw.ok("run", "--quiet", "--name", "sim2", "--model", "sim-model", *fake, "--", PY, job)
+    got = _status(srv, admin)
+    assert len(got) == 1, srv.output()
+    [m] = got
+    assert m["simulated_runs"] == 2 and m["simulated_counted"] is True
+    odd = m["implausible"]
+    assert len(odd) == 2 and all(x["counted_flop"] == pytest.approx(7e24) for x in odd)
+    bounds = sum(x["hardware_bound_flop"] for x in odd)
+    assert all(1e15 < x["hardware_bound_flop"] < 1e18 for x in odd)  # 8 x peak x seconds
+    assert m["cumulative_flop"]["counted"]["high"] == pytest.approx(bounds)
+    assert m["judged_flop"] < 1e19  # judged at the bound, not at 1.4e25
+    tiers = {t["tier"]: t["state"] for t in m["tiers"]}
+    assert tiers["eu-systemic-risk"] == "below" and m["obligations"] == []

@@ -121,6 +121,9 @@ class Config:
     """``[governance] detect_review_flop``: a detected job whose hardware compute ceiling
     reaches it is flagged for review unless confidently not training (default 1e23 FLOP)."""
     governance_tiers: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    governance_count_simulated: bool = False
+    """``[governance] count_simulated``: count runs on simulated or replayed devices in the
+    regulatory totals and caps (demos and tests); by default they are kept and flagged only."""
     """``[governance] tiers``: overrides and additions, checked by computewatch.governance."""
     server_url: str | None = None
     """``[server] url``: where runs are uploaded (computewatch.upload)."""
@@ -269,6 +272,7 @@ _SCHEMA: dict[str, dict[str, tuple[str, str]]] = {
         "head_interval": ("governance_head_interval", "number"),
         "detect_review_flop": ("governance_detect_review_flop", "number"),
         "tiers": ("governance_tiers", "table"),
+        "count_simulated": ("governance_count_simulated", "bool"),
     },
     "profiling": {
         "capture_on_regression": ("profiling_capture_on_regression", "bool"),

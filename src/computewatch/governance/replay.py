@@ -31,6 +31,7 @@ from computewatch.governance.status import ModelStatus, ObligationView
 from computewatch.governance.tiers import DEFAULT_TIERS, Tier, TierStatus, model_status
 from computewatch.ledger.log import LogEntry
 from computewatch.lineage.compute import (
+    SIMULATED,
     TRAINING_STAGES,
     ZERO,
     Declaration,
@@ -38,6 +39,7 @@ from computewatch.lineage.compute import (
     GovernanceError,
     ModelCompute,
     RunCompute,
+    devices_json,
 )
 
 __all__ = [
@@ -128,6 +130,7 @@ def rc_of_figures(
     started_at: object,
     figures: Mapping[str, Any],
     forecast_high: float | None = None,
+    simulated: bool = False,
 ) -> RunCompute | None:
     """A run's compute from the figures its entry holds (None when they name no model)."""
     model = figures.get("model")
@@ -143,11 +146,12 @@ def rc_of_figures(
                 flops[str(m)] = e
     devices = figures.get("devices") or []
     hardware: list[str] = []
+    sim = SIMULATED if simulated else ""
     for d in devices if isinstance(devices, list) else []:
         if isinstance(d, Mapping):
-            hardware.append(f"{d.get('count')}x {d.get('model')}")
+            hardware.append(f"{d.get('count')}x {d.get('model')}{sim}")
         elif isinstance(d, str):  # the first format: "8x H100-SXM"
-            hardware.append(d)
+            hardware.append(d + sim)
     energy = figures.get("energy_kwh")
     return RunCompute(
         run_id=run_id,
@@ -195,9 +199,11 @@ class Carried:
     gpu_hours: float
     energy_kwh: float
     training_seconds: float
+    simulated_runs: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "simulated_runs": self.simulated_runs,
             "base_model": self.base_model,
             "runs": self.runs,
             "own": {
@@ -239,6 +245,9 @@ class Replay:
     crossed: dict[tuple[str, str], float] = field(default_factory=dict)
     """(model, tier) -> when it was crossed, as a prune's snapshot carried it (the runs that
     tell are gone from the log)."""
+    count_simulated: bool = False
+    """Whether runs on simulated devices count (the last ``governance-tiers`` entry's
+    ``count_simulated``)."""
 
     def copy(self) -> Replay:
         """A copy to feed further without changing this one (its values are immutable)."""
@@ -257,6 +266,7 @@ class Replay:
             self.first_seq,
             dict(self.noticed),
             dict(self.crossed),
+            self.count_simulated,
         )
 
     # -- feeding -------------------------------------------------------------------------------
@@ -277,6 +287,7 @@ class Replay:
             elif kind == TIERS:
                 self.tiers = tiers_of_json(body.get("tiers"))
                 self.tiers_recorded = True
+                self.count_simulated = body.get("count_simulated") is True
             elif kind == TIER:
                 self._tier(e.seq, body)
                 when = _time(body.get("noticed_at")) or _time(e.time)
@@ -303,7 +314,13 @@ class Replay:
         rc = (
             None
             if figures is None
-            else rc_of_figures(run_id, str(body.get("status")), body.get("started_at"), figures)
+            else rc_of_figures(
+                run_id,
+                str(body.get("status")),
+                body.get("started_at"),
+                figures,
+                simulated=body.get("simulated") is True,
+            )
         )
         for runs in self.running.values():
             runs.pop(run_id, None)
@@ -322,6 +339,7 @@ class Replay:
                 r.get("started_at"),
                 r["figures"],
                 _maybe(r.get("forecast_flop_high")),
+                r.get("simulated") is True,
             )
             if rc is not None:
                 runs[rc.run_id] = (str(r.get("team")), rc)
@@ -433,6 +451,7 @@ class Replay:
                 _num(c.get("gpu_hours")),
                 _num(c.get("energy_kwh")),
                 _num(c.get("training_seconds")),
+                int(c.get("simulated_runs") or 0),
             )
 
     # -- state -----------------------------------------------------------------------------------
@@ -456,15 +475,17 @@ class Replay:
                 sum(r.gpu_hours for r in trains) + (c.gpu_hours if c else 0.0),
                 sum(r.energy_kwh or 0.0 for r in trains) + (c.energy_kwh if c else 0.0),
                 sum(r.duration_seconds for r in trains) + (c.training_seconds if c else 0.0),
+                sum(r.simulated for r in finished) + (c.simulated_runs if c else 0),
             ).to_json()
         return {
             "models": out,
             "running": {
-                m: [_running_json(t, rc) for t, rc in runs.values()]
+                m: [running_json(t, rc) for t, rc in runs.values()]
                 for m, runs in sorted(self.running.items())
             },
             "forecasts": dict(sorted(self.forecasts.items())),
             "tiers": [tier_json(t) for t in self.tiers] if self.tiers_recorded else None,
+            "count_simulated": self.count_simulated,
             "states": [[m, t, st] for (m, t), st in sorted(self.states.items())],
             "noticed": [[m, t, when] for (m, t), when in sorted(self.noticed.items())],
             "crossed": [
@@ -485,6 +506,7 @@ class Replay:
             self.forecasts[str(model)] = float(f)
         if doc.get("tiers") is not None:
             self.tiers, self.tiers_recorded = tiers_of_json(doc["tiers"]), True
+        self.count_simulated = doc.get("count_simulated") is True
         for m, t, st in doc.get("states") or []:
             self.states[(str(m), str(t))] = str(st)
         for o in doc.get("obligations") or []:
@@ -517,7 +539,9 @@ class Replay:
         for by_model in self.running.values():
             runs.extend(rc for team, rc in by_model.values() if teams is None or team in teams)
         carried = self.carried if teams is None else {}
-        return _per_model(runs, carried, self.forecasts if teams is None else {})
+        return _per_model(
+            runs, carried, self.forecasts if teams is None else {}, self.count_simulated
+        )
 
     def tier_states(self, model: str) -> list[TierStatus]:
         return self._tier_states(model, self.models())
@@ -560,22 +584,21 @@ class Replay:
         return out
 
 
-def _running_json(team: str, rc: RunCompute) -> dict[str, Any]:
-    return {
+def running_json(team: str, rc: RunCompute) -> dict[str, Any]:
+    doc: dict[str, Any] = {
         "run_id": rc.run_id,
         "team": team,
         "started_at": rc.started_at,
         "figures": figures_json(rc),
     }
+    if rc.simulated:
+        doc["simulated"] = True
+    return doc
 
 
 def figures_json(rc: RunCompute) -> dict[str, Any]:
     """A run's figures as entries hold them (as computewatch.upload.signing.figures_of)."""
     d = rc.declaration
-    devices = []
-    for text in rc.hardware:
-        count, _, model = text.partition("x ")
-        devices.append({"model": model, "count": int(count) if count.isdigit() else 0})
     return {
         "model": d.model,
         "base_model": d.base_model,
@@ -586,7 +609,7 @@ def figures_json(rc: RunCompute) -> dict[str, Any]:
         "gpu_hours": rc.gpu_hours,
         "energy_kwh": rc.energy_kwh,
         "duration_seconds": rc.duration_seconds,
-        "devices": devices,
+        "devices": devices_json(rc.hardware),
     }
 
 
@@ -643,7 +666,10 @@ def _sum_own(runs: Sequence[RunCompute], c: Carried | None) -> dict[str, Estimat
 
 
 def _per_model(
-    runs: Iterable[RunCompute], carried: Mapping[str, Carried], forecasts: Mapping[str, float]
+    runs: Iterable[RunCompute],
+    carried: Mapping[str, Carried],
+    forecasts: Mapping[str, float],
+    count_simulated: bool = False,
 ) -> dict[str, ModelCompute]:
     """As computewatch.lineage.compute.per_model, with the totals of pruned runs and the
     recorded forecasts."""
@@ -656,6 +682,7 @@ def _per_model(
             c.energy_kwh,
             c.training_seconds,
         )
+        m.simulated_runs = c.simulated_runs
     for r in runs:
         d = r.declaration
         held = models.get(d.model)
@@ -665,14 +692,7 @@ def _per_model(
             m = held
             if m.base_model is None and d.base_model is not None:
                 m.base_model = d.base_model
-        m.runs.append(r)
-        if d.stage not in TRAINING_STAGES:
-            continue
-        for method, e in r.flops.items():
-            m.own[method] = m.own.get(method, ZERO) + e
-        m.gpu_hours += r.gpu_hours
-        m.energy_kwh += r.energy_kwh or 0.0
-        m.training_seconds += r.duration_seconds
+        m.add(r, count_simulated)
     for name, f in forecasts.items():
         if name in models:
             models[name].forecast_high = f

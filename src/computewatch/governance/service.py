@@ -37,8 +37,8 @@ from computewatch.governance.replay import (
     TIER,
     TIERS,
     Replay,
-    figures_json,
     iso,
+    running_json,
     tier_json,
 )
 from computewatch.governance.status import (
@@ -83,6 +83,15 @@ __all__ = [
     "status",
     "upkeep",
 ]
+
+
+@functools.cache
+def count_simulated() -> bool:
+    """``[governance] count_simulated`` of the server's configuration (default false)."""
+    try:
+        return load_config().governance_count_simulated
+    except ConfigError:
+        return False
 
 
 @functools.cache
@@ -252,9 +261,17 @@ def judge(session: Session, tiers: Sequence[Tier], now: float) -> Replay:
     Returns the replay of the log after it."""
     _lock(session)
     r = replay_log(session)
-    if [tier_json(t) for t in tiers] != [tier_json(t) for t in r.tiers] or not r.tiers_recorded:
-        _append(session, r, TIERS, {"tiers": [tier_json(t) for t in tiers]})
-    live = load_models(session)
+    simulated = count_simulated()
+    if (
+        [tier_json(t) for t in tiers] != [tier_json(t) for t in r.tiers]
+        or not r.tiers_recorded
+        or simulated != r.count_simulated
+    ):
+        body: dict[str, Any] = {"tiers": [tier_json(t) for t in tiers]}
+        if simulated:
+            body["count_simulated"] = True
+        _append(session, r, TIERS, body)
+    live = load_models(session, count_simulated=simulated)
     running = _running_rows(session)
     for model in sorted(set(running) | {m for m, runs in r.running.items() if runs}):
         _record_running(session, r, model, running.get(model, []), live)
@@ -280,15 +297,7 @@ def _record_running(
     forecast = live[model].forecast_high if model in live else None
     body = {
         "model": model,
-        "runs": [
-            {
-                "run_id": rc.run_id,
-                "team": teams[rc.run_id],
-                "started_at": rc.started_at,
-                "figures": figures_json(rc),
-            }
-            for rc in runs
-        ],
+        "runs": [running_json(teams[rc.run_id], rc) for rc in runs],
         "forecast_additional_flop_high": forecast,
     }
     recorded = r.running.get(model, {})

@@ -58,13 +58,16 @@ def run_of(row: ModelRun) -> RunCompute:
     )
 
 
-def load_models(session: Session, teams: frozenset[str] | None = None) -> dict[str, ModelCompute]:
+def load_models(
+    session: Session, teams: frozenset[str] | None = None, *, count_simulated: bool = False
+) -> dict[str, ModelCompute]:
     """Every declared model's compute. With ``teams``, only runs of those teams count (a team
-    sees its own share; an admin, ``None``, sees whole models)."""
+    sees its own share; an admin, ``None``, sees whole models); runs on simulated devices only
+    with ``count_simulated``."""
     q = select(ModelRun)
     if teams is not None:
         q = q.where(ModelRun.team.in_(sorted(teams)))
-    return per_model(run_of(r) for r in session.scalars(q))
+    return per_model((run_of(r) for r in session.scalars(q)), count_simulated)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +154,17 @@ def status_json(statuses: Iterable[ModelStatus], now: float) -> list[dict[str, A
                 "judged_flop": None if judged is None else judged[0],
                 "judged_method": None if judged is None else judged[1],
                 "forecast_additional_flop_high": m.forecast_high,
+                "simulated_runs": m.simulated_runs,
+                "simulated_counted": m.simulated_counted,
+                "implausible": [
+                    {
+                        "run_id": x.run_id,
+                        "counted_flop": x.counted_flop,
+                        "hardware_bound_flop": x.hardware_bound_flop,
+                        "judged_at": "hardware_bound_flop",
+                    }
+                    for x in m.implausible
+                ],
                 "tiers": [_tier_json(s, t, now) for t in s.tiers],
                 "obligations": [
                     {
@@ -248,6 +262,7 @@ def report_doc(status: ModelStatus, now: float) -> dict[str, Any]:
             "gpu_hours": round(r.gpu_hours, 6),
             "energy_kwh": r.energy_kwh,
             "hardware": list(r.hardware),
+            "simulated": r.simulated,
             "flop": {k: _est(e) for k, e in sorted(r.flops.items())},
         }
         for r in runs

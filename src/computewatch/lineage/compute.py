@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from computewatch.catalog import PRECISIONS, find_by_nvml_name, load_accelerators
 from computewatch.errors import ComputewatchError
 
 STAGES: Final = (
@@ -30,6 +31,10 @@ TRAINING_STAGES: Final = frozenset({"pretrain", "finetune", "rl", "distillation"
 data generation, evaluation and inference are recorded but not counted)."""
 
 METHODS: Final = ("counted", "hardware", "architecture")
+SIMULATED: Final = " (simulated)"
+"""The suffix of a simulated or replayed device kind in a run's hardware (``8x H100-SXM
+(simulated)``): such runs are kept and flagged, and count only with ``[governance]
+count_simulated = true``."""
 ARCHITECTURE_FACTOR: Final = 6.0  # FLOP per parameter per training token (forward + backward)
 
 
@@ -132,6 +137,65 @@ class RunCompute:
     """Upper bound of the run's FLOPs at completion, while it runs with a step target."""
     hardware: tuple[str, ...] = ()
 
+    @property
+    def simulated(self) -> bool:
+        """Whether any of its devices was simulated or replayed."""
+        return any(h.endswith(SIMULATED) for h in self.hardware)
+
+
+@dataclass(frozen=True, slots=True)
+class Implausible:
+    """A counted figure above what the run's devices could do (devices × peak × duration):
+    judged at the bound, both numbers kept."""
+
+    run_id: str
+    counted_flop: float
+    hardware_bound_flop: float
+
+
+def devices_json(hardware: Iterable[str]) -> list[dict[str, Any]]:
+    """A run's hardware as figures list it (and its node signs it): ``{"model", "count"}`` per
+    kind; whether the devices were simulated is the entry's ``simulated``, beside them."""
+    out: list[dict[str, Any]] = []
+    for text in hardware:  # "8x H100-SXM", "8x H100-SXM (simulated)"
+        count, _, kind = text.partition("x ")
+        out.append(
+            {"model": kind.removesuffix(SIMULATED), "count": int(count) if count.isdigit() else 0}
+        )
+    return out
+
+
+def hardware_bound(r: RunCompute) -> float | None:
+    """The most FLOPs the run's devices could do: each device's highest dense peak (any
+    precision, from the catalog) × the run's duration; None when a device is unknown."""
+    catalog = load_accelerators()
+    per_second = 0.0
+    for text in r.hardware:
+        count, _, kind = text.partition("x ")
+        kind = kind.removesuffix(SIMULATED)
+        a = catalog.get(kind) or find_by_nvml_name(kind)
+        peaks = [] if a is None else [p for x in PRECISIONS if (p := a.peak_tflops(x))]
+        if not count.isdigit() or not peaks:
+            return None
+        per_second += int(count) * max(peaks) * 1e12
+    if per_second <= 0 or r.duration_seconds <= 0:
+        return None
+    return per_second * r.duration_seconds
+
+
+def judged_flops(r: RunCompute) -> tuple[dict[str, Estimate], Implausible | None]:
+    """The run's figures as the tiers judge them: a counted figure above the hardware bound
+    (:func:`hardware_bound`) is implausible and judged at the bound."""
+    counted = r.flops.get("counted")
+    if counted is None:
+        return dict(r.flops), None
+    bound = hardware_bound(r)
+    if bound is None or counted.high <= bound:
+        return dict(r.flops), None
+    out = dict(r.flops)
+    out["counted"] = Estimate(min(counted.value, bound), min(counted.low, bound), bound)
+    return out, Implausible(r.run_id, counted.high, bound)
+
 
 def _estimate(fig: object) -> Estimate | None:
     if not isinstance(fig, Mapping):
@@ -177,7 +241,11 @@ def run_compute(
     kwh = _estimate(energy.get("facility")) if isinstance(energy, Mapping) else None
     forecast = summary.get("forecast")
     fc = _estimate(forecast.get("flops")) if isinstance(forecast, Mapping) else None
-    kinds = Counter(str(g.get("model") or g.get("name") or "unknown") for g in gpus)
+    kinds = Counter(
+        str(g.get("model") or g.get("name") or "unknown")
+        + (SIMULATED if g.get("simulated") else "")
+        for g in gpus
+    )
     return RunCompute(
         run_id=run_id,
         declaration=decl,
@@ -210,6 +278,32 @@ class ModelCompute:
     training_seconds: float = 0.0
     forecast_high: float | None = None
     """Upper bound of own compute at the completion of the running runs with a step target."""
+    simulated_runs: int = 0
+    """Runs on simulated devices (kept and listed; counted only with ``count_simulated``)."""
+    simulated_counted: bool = False
+    implausible: list[Implausible] = field(default_factory=list)
+
+    def add(self, r: RunCompute, count_simulated: bool = False) -> bool:
+        """Add a run's compute to the model's own (its training stages; a simulated run only
+        with ``count_simulated``; a counted figure above the hardware bound at the bound).
+        Whether it counted."""
+        self.runs.append(r)
+        if r.simulated:
+            self.simulated_runs += 1
+            self.simulated_counted = count_simulated
+            if not count_simulated:
+                return False
+        if r.declaration.stage not in TRAINING_STAGES:
+            return False
+        flops, odd = judged_flops(r)
+        if odd is not None:
+            self.implausible.append(odd)
+        for method, e in flops.items():
+            self.own[method] = self.own.get(method, ZERO) + e
+        self.gpu_hours += r.gpu_hours
+        self.energy_kwh += r.energy_kwh or 0.0
+        self.training_seconds += r.duration_seconds
+        return True
 
     def judged(self, which: str = "cumulative") -> tuple[float, str] | None:
         """The highest upper bound among methods, and its method; None when nothing is known."""
@@ -239,7 +333,7 @@ def lineage_cycle(bases: Mapping[str, Iterable[str]], model: str, base: str) -> 
     return None
 
 
-def per_model(runs: Iterable[RunCompute]) -> dict[str, ModelCompute]:
+def per_model(runs: Iterable[RunCompute], count_simulated: bool = False) -> dict[str, ModelCompute]:
     """Sum runs per model, then add each model's base (a chain of fine-tunes; a cycle, refused
     at ingest, adds no base's share where it closes: stored data never makes this fail)."""
     models: dict[str, ModelCompute] = {}
@@ -250,14 +344,8 @@ def per_model(runs: Iterable[RunCompute]) -> dict[str, ModelCompute]:
             m = models[d.model] = ModelCompute(d.model, d.base_model)
         elif m.base_model is None and d.base_model is not None:
             m.base_model = d.base_model
-        m.runs.append(r)
-        if d.stage not in TRAINING_STAGES:
+        if not m.add(r, count_simulated):
             continue
-        for method, e in r.flops.items():
-            m.own[method] = m.own.get(method, ZERO) + e
-        m.gpu_hours += r.gpu_hours
-        m.energy_kwh += r.energy_kwh or 0.0
-        m.training_seconds += r.duration_seconds
         if r.status == "running" and r.forecast_high is not None:
             done = max((e.high for e in r.flops.values()), default=0.0)
             m.forecast_high = (m.forecast_high or 0.0) + max(0.0, r.forecast_high - done)

@@ -105,6 +105,16 @@ class ObligationOut(BaseModel):
     reference: str | None
 
 
+class ImplausibleOut(BaseModel):
+    """A run's counted FLOPs above its hardware's bound (devices × peak × duration)."""
+
+    run_id: str
+    counted_flop: float
+    hardware_bound_flop: float
+    judged_at: str
+    """Which of the two the tiers judged (the bound)."""
+
+
 class ModelStatusOut(BaseModel):
     """``GET /governance/status``: one model's compute, tiers and obligations."""
 
@@ -120,6 +130,11 @@ class ModelStatusOut(BaseModel):
     judged_flop: float | None
     judged_method: str | None
     forecast_additional_flop_high: float | None
+    simulated_runs: int
+    """Runs on simulated or replayed devices: listed, counted only with ``[governance]
+    count_simulated = true``."""
+    simulated_counted: bool
+    implausible: list[ImplausibleOut]
     tiers: list[TierOut]
     obligations: list[ObligationOut]
 
@@ -134,6 +149,7 @@ class ReportRunOut(BaseModel):
     gpu_hours: float
     energy_kwh: float | None
     hardware: list[str]
+    simulated: bool
     flop: dict[str, FlopEstimate]
 
 

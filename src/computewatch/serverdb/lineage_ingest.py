@@ -62,7 +62,7 @@ def run_entry(
     ranges, GPU-hours, energy, devices; null when it declared no model), and the node's signed
     usage report (null when unsigned) with ``signature``, what the server's check of it found.
     A report of the second format signed these very figures."""
-    return {
+    body: dict[str, Any] = {
         "run_id": run["id"],
         "team": team,
         "status": run["status"],
@@ -74,3 +74,6 @@ def run_entry(
         "signed_report": dict(run["signed_report"]) if "signed_report" in run else None,
         FIGURES: None if rc is None else report_figures(run),
     }
+    if rc is not None and rc.simulated:
+        body["simulated"] = True  # its devices were simulated or replayed (the summary says)
+    return body

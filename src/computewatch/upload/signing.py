@@ -14,7 +14,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from computewatch.lineage.compute import RunCompute, declaration_from_json, run_compute
+from computewatch.lineage.compute import (
+    RunCompute,
+    declaration_from_json,
+    devices_json,
+    run_compute,
+)
 from computewatch.paths import data_home
 from computewatch.upload.protocol import RunUpload, SignedReport
 
@@ -30,10 +35,6 @@ def figures_of(rc: RunCompute) -> dict[str, Any]:
     """A run's figures as its signed report and its ledger entry hold them
     (computewatch.ledger.reports.FIGURE_FIELDS)."""
     d = rc.declaration
-    devices = []
-    for text in rc.hardware:  # "8x H100-SXM"
-        count, _, model = text.partition("x ")
-        devices.append({"model": model, "count": int(count) if count.isdigit() else 0})
     return {
         "model": d.model,
         "base_model": d.base_model,
@@ -44,7 +45,7 @@ def figures_of(rc: RunCompute) -> dict[str, Any]:
         "gpu_hours": rc.gpu_hours,
         "energy_kwh": rc.energy_kwh,
         "duration_seconds": rc.duration_seconds,
-        "devices": devices,
+        "devices": devices_json(rc.hardware),
     }
 
 

@@ -24,6 +24,7 @@ from computewatch.units import (
     format_flop,
     format_grams,
     format_kwh,
+    format_mfu,
     format_percent,
     format_seconds,
     format_significant,
@@ -78,7 +79,7 @@ def _per_gpu_hour(v: float) -> str:
 
 
 _FIGURE_FORMATS: dict[str, Callable[[float], str]] = {
-    "ratio": format_percent,  # MFU, HFU: a share of the peak
+    "ratio": format_mfu,  # MFU, HFU: a share of the peak, never above 100 %
     "kWh": format_kwh,  # J, Wh or kWh: never 9.616e-06 kWh
     "gCO2e": format_grams,
     "USD": format_usd,
@@ -310,7 +311,7 @@ def flops_text(flops: FlopsSection) -> str:
             peak = flops.get("peak_flops")
             at = f" {flops['precision']}" if flops.get("precision") else ""
             of = f" of {value_text(peak, 'FLOP/s')}{at} peak" if peak else ""
-            parts.append(f"MFU {format_percent(mfu['value'])}{of}")
+            parts.append(f"MFU {format_mfu(mfu['value'])}{of}")
     hfu = flops.get("hfu")
     if isinstance(hfu, dict) and hfu.get("value") is not None:
         parts.append(f"HFU {format_percent(hfu['value'])}")

@@ -22,7 +22,7 @@ from computewatch.server.web.rendering import (
     query_string,
 )
 from computewatch.serverdb.queries import USAGE_BY, BadQuery, UsageRow, declared_models, usage
-from computewatch.units import format_grams, format_kwh, format_percent, format_usd
+from computewatch.units import format_grams, format_kwh, format_mfu, format_percent, format_usd
 from computewatch.views.goodput import goodput_html
 
 __all__ = ["router", "usage_rows"]
@@ -84,7 +84,7 @@ def usage_page(
             format_usd(r.cost_usd.value),
             format_grams(r.co2e_kg.value * 1000 if r.co2e_kg.value is not None else None),
             format_percent(r.mean_utilization),
-            format_percent(r.mean_mfu),
+            format_mfu(r.mean_mfu),
         ]
         cells.append(line)
         methods.update(f"energy {m}" for m in r.kwh.methods)
