@@ -156,9 +156,20 @@ def test_the_check_endpoint_and_the_access_log(
     r = _cli(srv, "accounts", "check", "quux", "--gpus", "4", "--hours", "5", "--server", srv.url,
            "--token", admin)  # fmt: skip
     assert r.returncode == 1 and r.stdout.startswith("deny: GPU-hour cap"), r.stdout + r.stderr
-    with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
-        rows = conn.execute("SELECT team, action, ip FROM access_log ORDER BY id").fetchall()
-    assert ("ops", "POST /api/v1/accounts/quux/check 200") in [(t, a) for t, a, _ in rows]
+    want = ("ops", "POST /api/v1/accounts/quux/check 200")
+
+    def logged() -> list[Any] | None:  # written in batches, a quarter of a second apart
+        with sqlite3.connect(db_url.removeprefix("sqlite:///")) as conn:
+            rows = conn.execute("SELECT team, action, ip FROM access_log ORDER BY id").fetchall()
+        return rows if want in [(t, a) for t, a, _ in rows] else None
+
+    deadline = time.monotonic() + 30
+    while (rows := logged()) is None:
+        assert time.monotonic() < deadline, "the access log row never came"
+        time.sleep(0.1)
+    c.get("/api/v1/runs")
+    srv.stop()  # what is queued is written as the server stops
+    assert ("ops", "GET /api/v1/runs 200") in [(t, a) for t, a, _ in logged() or rows]
     assert all(b"127.0.0.1" not in ip for _, _, ip in rows)  # encrypted
     shown = _cli(srv, "accounts", "show", "quux", "--pii", "--json", "--db", db_url)
     assert json.loads(shown.stdout)["pii"]["legal_name"] == PII.legal_name

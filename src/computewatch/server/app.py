@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from computewatch._version import __version__
 from computewatch.server import api, governance_api, ledger_api
 from computewatch.server import goodput as goodput_api
+from computewatch.server.access_log import AccessLog, AccessLogging
 from computewatch.server.admission import (
     DEFAULT_MAX_QUEUED_UPLOADS,
     ClientGone,
@@ -239,6 +240,7 @@ def create_app(
     if migrate:
         upgrade(db)
     hub = EventHub(db)
+    access_log = AccessLog(db)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -250,12 +252,14 @@ def create_app(
 
         task = asyncio.create_task(prune())
         upkeep = asyncio.create_task(governance_api.maintain(db))  # the ledger's upkeep
+        logging_task = asyncio.create_task(access_log.run())
         try:
             yield
         finally:
             task.cancel()
             upkeep.cancel()
-            await asyncio.gather(task, upkeep, return_exceptions=True)
+            logging_task.cancel()  # writes what is queued, then ends
+            await asyncio.gather(task, upkeep, logging_task, return_exceptions=True)
             # Their database work runs in the loop's default executor (asyncio.to_thread), which
             # a cancel does not stop: let it finish before the pool is disposed.
             await asyncio.get_running_loop().shutdown_default_executor()
@@ -277,6 +281,7 @@ def create_app(
     app.add_middleware(ServerTiming)
     app.state.db = db
     app.state.events = hub
+    app.state.access_log = access_log
     app.state.secure_cookies = secure_cookies
     app.state.require_signed = require_signed
     app.state.max_queued_uploads = max_queued_uploads
@@ -304,7 +309,7 @@ def create_app(
     app.include_router(governance_api.router)
     app.include_router(ledger_api.router)
     app.include_router(goodput_api.router)
-    app.middleware("http")(governance_api.access_logger)
+    app.add_middleware(AccessLogging, log=access_log)
 
     # The web pages (computewatch.server.web) are included here, before the fallback /login
     # form below, so that theirs wins when they define one.

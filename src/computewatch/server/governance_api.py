@@ -12,16 +12,14 @@ The ledger's own endpoints (heads, proofs, cosignatures, export) are in
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import functools
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
 from pydantic import BaseModel, Field
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -186,45 +184,6 @@ class CheckOut(BaseModel):
     request_flop_high: float | None
     used_gpu_hours_this_month: float
     used_flop_high_this_month: float
-
-
-async def access_logger(
-    request: Request, call_next: Callable[[Request], Awaitable[Response]]
-) -> Response:
-    """Middleware: one access-log row (team, token id, ``METHOD /path status``, the client's
-    address encrypted) for every authenticated request; never fails the request."""
-    response = await call_next(request)
-    principal = getattr(request.state, "principal", None)
-    if isinstance(principal, Principal):
-        action = f"{request.method} {request.url.path} {response.status_code}"
-        ip = request.client.host if request.client else "unknown"
-        db: Database = request.app.state.db
-        with contextlib.suppress(Exception):  # the log must not cost the caller the answer
-            await asyncio.to_thread(_log_access, db, principal, action, ip)
-    return response
-
-
-def _log_access(db: Database, principal: Principal, action: str, ip: str) -> None:
-    with db.session() as session:
-        accounts.record_access(session, team=principal.team, token_id=principal.token_id,
-                               action=action, ip=ip, key=_cipher(accounts.key_path()))  # fmt: skip
-        session.commit()
-
-
-_CIPHERS: dict[tuple[str, int], Any] = {}
-
-
-def _cipher(path: Path) -> Any:
-    """The accounts' cipher, read once per key file (and again when the file changes): the
-    access log encrypts an address on every request."""
-    try:
-        mtime = path.stat().st_mtime_ns
-    except OSError:
-        return accounts.cipher(path)  # made there the first time
-    held = _CIPHERS.get((str(path), mtime))
-    if held is None:
-        held = _CIPHERS[(str(path), mtime)] = accounts.cipher(path)
-    return held
 
 
 _AT = Query(ge=0, description="Unix seconds days_left counts from (default now)")

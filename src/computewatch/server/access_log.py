@@ -1,0 +1,164 @@
+"""The access log: one row per authenticated request (team, token id, ``METHOD /path status``,
+the client's address encrypted as the accounts' personal data), written off the request path.
+
+:class:`AccessLogging` is a plain ASGI middleware: when a request's response has started and
+authentication named a principal (``request.state.principal``), it queues the row, stamped
+with the time the request ended. One task per server process (:meth:`AccessLog.run`, started
+by the app's lifespan) writes what is queued every :data:`FLUSH_SECONDS` in one transaction,
+and the rest when the server stops. Before, each request wrote its row in a transaction of its
+own after answering: on SQLite a second write per upload, waiting for the same writer lock as
+the uploads. A row queued when the process is killed (SIGKILL) within the last
+:data:`FLUSH_SECONDS` is lost; a database that refuses a flush keeps the rows for the next one,
+up to :data:`MAX_PENDING` (past that the oldest go, and the server log says how many).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, cast
+
+from cryptography.fernet import Fernet
+from sqlalchemy import Table, insert
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from computewatch.governance import accounts
+from computewatch.server.auth import Principal
+from computewatch.serverdb.accounts_models import AccessLogRow
+from computewatch.serverdb.engine import Database
+
+__all__ = ["FLUSH_SECONDS", "MAX_PENDING", "AccessLog", "AccessLogging"]
+
+FLUSH_SECONDS: Final = 0.25
+"""How often the queued rows are written."""
+MAX_PENDING: Final = 100_000
+"""Rows kept while the database refuses them; past that the oldest are dropped (and said)."""
+
+_LOG = logging.getLogger("computewatch.server")
+_TABLE = cast(Table, AccessLogRow.__table__)
+
+
+@dataclass(frozen=True, slots=True)
+class _Row:
+    at: float
+    team: str
+    token_id: int
+    action: str
+    ip: str
+
+
+class AccessLog:
+    """Rows queued by requests, written by :meth:`run` in batches (thread-safe)."""
+
+    def __init__(self, db: Database, key: Path | None = None) -> None:
+        self.db = db
+        self._key = key
+        self._pending: deque[_Row] = deque()
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self.dropped = 0
+        self._ciphers: dict[tuple[str, int], Fernet] = {}
+
+    def add(self, principal: Principal, action: str, ip: str) -> None:
+        row = _Row(time.time(), principal.team, principal.token_id, action[:300], ip)
+        with self._lock:
+            if len(self._pending) >= MAX_PENDING:
+                self._pending.popleft()
+                self.dropped += 1
+            self._pending.append(row)
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def flush(self) -> int:
+        """Write every queued row in one transaction; the rows written. On failure the rows
+        stay queued (the caller's next flush tries again) and the error is raised."""
+        with self._write_lock:
+            with self._lock:
+                rows = list(self._pending)
+            if not rows:
+                return 0
+            key = self._cipher()
+            values = [
+                {"at": r.at, "team": r.team, "token_id": r.token_id, "action": r.action,
+                 "ip": key.encrypt(r.ip.encode())}
+                for r in rows
+            ]  # fmt: skip
+            with self.db.writing(), self.db.session() as session:
+                session.connection().execute(insert(_TABLE), values)
+                session.commit()
+            with self._lock:
+                for _ in range(min(len(rows), len(self._pending))):
+                    self._pending.popleft()
+            return len(rows)
+
+    async def run(self) -> None:
+        """Flush every FLUSH_SECONDS until cancelled, then once more."""
+        said = 0
+        try:
+            while True:
+                await asyncio.sleep(FLUSH_SECONDS)
+                if not self._pending:
+                    continue
+                try:
+                    await asyncio.to_thread(self.flush)
+                except Exception as e:  # the database away: the rows wait for the next flush
+                    _LOG.warning("access log not written (%s); %d rows wait", e, self.pending)
+                if self.dropped > said:
+                    _LOG.warning("access log: %d rows dropped (the database refused them for "
+                                 "too long)", self.dropped - said)  # fmt: skip
+                    said = self.dropped
+        finally:
+            with contextlib.suppress(Exception):
+                self.flush()
+
+    def _cipher(self) -> Fernet:
+        """The accounts' cipher, read once per key file (and again when the file changes)."""
+        path = self._key or accounts.key_path()
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            return accounts.cipher(path)  # made there the first time
+        held = self._ciphers.get((str(path), mtime))
+        if held is None:
+            held = self._ciphers[(str(path), mtime)] = accounts.cipher(path)
+        return held
+
+
+class AccessLogging:
+    """ASGI middleware: queues an access-log row for every request authentication named a
+    principal for, once its response has started (its status known)."""
+
+    def __init__(self, app: ASGIApp, log: AccessLog) -> None:
+        self.app = app
+        self.log = log
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 0
+
+        async def sent(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        scope.setdefault("state", {})  # where request.state keeps what authentication found
+        try:
+            await self.app(scope, receive, sent)
+        finally:
+            state = scope.get("state")
+            principal = state.get("principal") if isinstance(state, dict) else None
+            if status and isinstance(principal, Principal):
+                client = scope.get("client")
+                ip = str(client[0]) if client else "unknown"
+                self.log.add(principal, f"{scope['method']} {scope['path']} {status}", ip)
