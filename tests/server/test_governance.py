@@ -264,6 +264,44 @@ def test_upkeep_signs_prunes_and_opens_obligations(
     db.engine.dispose()
 
 
+def test_a_prune_keeps_simulated_runs_apart_and_dates_their_crossing_either_way(
+    make_upload: Callable[..., RunUpload], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pruned runs on simulated devices stay out of the totals while they are not counted, and
+    count (crossed when they crossed) once ``count_simulated`` is turned on after the prune."""
+    from computewatch.server.governance_api import maintain_once
+
+    monkeypatch.setenv("COMPUTEWATCH_LEDGER_KEY", str(tmp_path / "key.pem"))
+    monkeypatch.setenv("COMPUTEWATCH_CONFIG", str(tmp_path / "none.toml"))
+    service.count_simulated.cache_clear()
+    db = open_database(f"sqlite:///{tmp_path / 'server.db'}")
+    upgrade(db)
+    with db.session() as session:
+        store_batch(session, "lab", batch(*[_governed(make_upload, "m", 3e24) for _ in range(4)]))
+    maintain_once(db, now=time.time())
+    with db.session() as session:
+        before = service.status(session)
+    [m] = service_json(before)
+    assert m["judged_flop"] is None and m["simulated_runs"] == 4
+    with sqlite3.connect(tmp_path / "server.db") as c:  # two runs from long ago
+        c.execute("UPDATE ledger_entries SET time = '2010-01-01T00:00:00.000000Z' WHERE seq <= 2")
+    maintain_once(db, now=time.time() + 7200)
+    with db.session() as session:
+        after = service.status(session)
+    assert service_json(after) == service_json(before)  # the pruned two still do not count
+
+    monkeypatch.setenv("COMPUTEWATCH_CONFIG", str(tmp_path / "count-simulated.toml"))
+    service.count_simulated.cache_clear()
+    maintain_once(db, now=time.time() + 7300)
+    with db.session() as session:
+        [m] = service_json(service.status(session))
+    assert m["judged_flop"] == pytest.approx(4 * 3e24 * 1.15)
+    tiers = {t["tier"]: t for t in m["tiers"]}
+    assert tiers["eu-gpai"]["state"] == "crossed"
+    assert tiers["eu-gpai"]["crossed_at"] is not None  # the first run's end, from the snapshot
+    db.engine.dispose()
+
+
 def service_json(statuses: Any) -> Any:
     from computewatch.governance.status import status_json
 

@@ -23,7 +23,7 @@ have been open. What fails is a problem naming the entry (:attr:`Replay.problems
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
@@ -37,9 +37,11 @@ from computewatch.lineage.compute import (
     Declaration,
     Estimate,
     GovernanceError,
+    Implausible,
     ModelCompute,
     RunCompute,
     devices_json,
+    judged_flops,
 )
 
 __all__ = [
@@ -190,22 +192,36 @@ def _time(text: object) -> float | None:
 
 
 @dataclass(slots=True)
-class Carried:
-    """What pruned runs added up to, for one model (from a prune entry's ``governance``)."""
+class Totals:
+    """What some pruned training runs added up to: FLOP by method (as the tiers judge them, a
+    counted figure above the hardware bound at the bound), GPU-hours, energy, seconds."""
 
-    base_model: str | None
-    runs: int
-    own: dict[str, Estimate]
-    gpu_hours: float
-    energy_kwh: float
-    training_seconds: float
-    simulated_runs: int = 0
+    own: dict[str, Estimate] = field(default_factory=dict)
+    gpu_hours: float = 0.0
+    energy_kwh: float = 0.0
+    training_seconds: float = 0.0
+    implausible: tuple[Implausible, ...] = ()
+
+    def plus(self, runs: Iterable[RunCompute]) -> Totals:
+        """These totals with ``runs``' training compute added."""
+        own = dict(self.own)
+        implausible = list(self.implausible)
+        gpu_hours, energy_kwh, seconds = self.gpu_hours, self.energy_kwh, self.training_seconds
+        for r in runs:
+            if not _trains(r):
+                continue
+            flops, odd = judged_flops(r)
+            if odd is not None:
+                implausible.append(odd)
+            for k, e in flops.items():
+                own[k] = own.get(k, ZERO) + e
+            gpu_hours += r.gpu_hours
+            energy_kwh += r.energy_kwh or 0.0
+            seconds += r.duration_seconds
+        return Totals(own, gpu_hours, energy_kwh, seconds, tuple(implausible))
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "simulated_runs": self.simulated_runs,
-            "base_model": self.base_model,
-            "runs": self.runs,
             "own": {
                 k: {"value": e.value, "low": e.low, "high": e.high}
                 for k, e in sorted(self.own.items())
@@ -213,6 +229,46 @@ class Carried:
             "gpu_hours": self.gpu_hours,
             "energy_kwh": self.energy_kwh,
             "training_seconds": self.training_seconds,
+            "implausible": [
+                [x.run_id, x.counted_flop, x.hardware_bound_flop] for x in self.implausible
+            ],
+        }
+
+    @staticmethod
+    def of_json(c: Mapping[str, Any]) -> Totals:
+        own = {k: e for k, v in (c.get("own") or {}).items() if (e := _est(v)) is not None}
+        odd = tuple(
+            Implausible(str(x[0]), _num(x[1]), _num(x[2])) for x in c.get("implausible") or []
+        )
+        return Totals(
+            own,
+            _num(c.get("gpu_hours")),
+            _num(c.get("energy_kwh")),
+            _num(c.get("training_seconds")),
+            odd,
+        )
+
+
+@dataclass(slots=True)
+class Carried:
+    """What pruned runs added up to, for one model (from a prune entry's ``governance``): the
+    runs on real devices and, apart, those on simulated ones (counted only with
+    ``count_simulated``, which may change after the prune). A snapshot written before the two
+    were kept apart has everything in ``real``."""
+
+    base_model: str | None
+    runs: int
+    real: Totals
+    simulated_runs: int = 0
+    simulated: Totals = field(default_factory=Totals)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "simulated_runs": self.simulated_runs,
+            "base_model": self.base_model,
+            "runs": self.runs,
+            **self.real.to_json(),
+            "simulated": self.simulated.to_json(),
         }
 
 
@@ -244,7 +300,9 @@ class Replay:
     entry's time)."""
     crossed: dict[tuple[str, str], float] = field(default_factory=dict)
     """(model, tier) -> when it was crossed, as a prune's snapshot carried it (the runs that
-    tell are gone from the log)."""
+    tell are gone from the log), counting runs on real devices only."""
+    crossed_with_simulated: dict[tuple[str, str], float] = field(default_factory=dict)
+    """The same, counting runs on simulated devices too (with ``count_simulated``)."""
     count_simulated: bool = False
     """Whether runs on simulated devices count (the last ``governance-tiers`` entry's
     ``count_simulated``)."""
@@ -266,6 +324,7 @@ class Replay:
             self.first_seq,
             dict(self.noticed),
             dict(self.crossed),
+            dict(self.crossed_with_simulated),
             self.count_simulated,
         )
 
@@ -443,15 +502,13 @@ class Replay:
 
     def _carry(self, doc: Mapping[str, Any]) -> None:
         for model, c in (doc.get("models") or {}).items():
-            own = {k: e for k, v in (c.get("own") or {}).items() if (e := _est(v)) is not None}
+            sim = c.get("simulated")
             self.carried[str(model)] = Carried(
                 _str(c.get("base_model")),
                 int(c.get("runs") or 0),
-                own,
-                _num(c.get("gpu_hours")),
-                _num(c.get("energy_kwh")),
-                _num(c.get("training_seconds")),
+                Totals.of_json(c),
                 int(c.get("simulated_runs") or 0),
+                Totals.of_json(sim) if isinstance(sim, Mapping) else Totals(),
             )
 
     # -- state -----------------------------------------------------------------------------------
@@ -465,17 +522,15 @@ class Replay:
         out: dict[str, Any] = {}
         for name, m in models.items():
             c = self.carried.get(name)
-            finished = [r for r in m.runs if r.status != "running" or r.run_id in self.runs]
-            finished = [r for r in finished if r.run_id in self.runs]
-            trains = [r for r in finished if _trains(r)]
+            finished = [r for r in m.runs if r.run_id in self.runs]
+            real = [r for r in finished if not r.simulated]
+            sim = [r for r in finished if r.simulated]
             out[name] = Carried(
                 m.base_model,
                 len(finished) + (c.runs if c else 0),
-                _sum_own(finished, c),
-                sum(r.gpu_hours for r in trains) + (c.gpu_hours if c else 0.0),
-                sum(r.energy_kwh or 0.0 for r in trains) + (c.energy_kwh if c else 0.0),
-                sum(r.duration_seconds for r in trains) + (c.training_seconds if c else 0.0),
-                sum(r.simulated for r in finished) + (c.simulated_runs if c else 0),
+                (c.real if c else Totals()).plus(real),
+                len(sim) + (c.simulated_runs if c else 0),
+                (c.simulated if c else Totals()).plus(sim),
             ).to_json()
         return {
             "models": out,
@@ -488,12 +543,8 @@ class Replay:
             "count_simulated": self.count_simulated,
             "states": [[m, t, st] for (m, t), st in sorted(self.states.items())],
             "noticed": [[m, t, when] for (m, t), when in sorted(self.noticed.items())],
-            "crossed": [
-                [name, s.tier.name, s.crossed_at]
-                for name in sorted(models)
-                for s in self._tier_states(name, models)
-                if s.crossed_at is not None
-            ],
+            "crossed": self._crossings(count_simulated=False),
+            "crossed_with_simulated": self._crossings(count_simulated=True),
             "obligations": [_obligation_json(o) for _, o in sorted(self.obligations.items())],
         }
 
@@ -531,6 +582,9 @@ class Replay:
             self.noticed[(str(m), str(t))] = float(when)
         for m, t, when in doc.get("crossed") or []:
             self.crossed[(str(m), str(t))] = float(when)
+        with_simulated = doc.get("crossed_with_simulated")
+        for m, t, when in (doc.get("crossed") if with_simulated is None else with_simulated) or []:
+            self.crossed_with_simulated[(str(m), str(t))] = float(when)
 
     def models(self, teams: frozenset[str] | None = None) -> dict[str, ModelCompute]:
         """Every model's compute (a team sees its own runs only, without forecasts or pruned
@@ -538,22 +592,42 @@ class Replay:
         runs = [rc for team, rc in self.runs.values() if teams is None or team in teams]
         for by_model in self.running.values():
             runs.extend(rc for team, rc in by_model.values() if teams is None or team in teams)
+        return self._models(runs, teams, self.count_simulated)
+
+    def _models(
+        self, runs: list[RunCompute], teams: frozenset[str] | None, count_simulated: bool
+    ) -> dict[str, ModelCompute]:
         carried = self.carried if teams is None else {}
-        return _per_model(
-            runs, carried, self.forecasts if teams is None else {}, self.count_simulated
-        )
+        return _per_model(runs, carried, self.forecasts if teams is None else {}, count_simulated)
+
+    def _crossings(self, *, count_simulated: bool) -> list[list[Any]]:
+        """When each crossed tier was crossed, with runs on simulated devices counted or not
+        (a prune's snapshot carries both: the setting may change after it)."""
+        runs = [rc for _, rc in self.runs.values()]
+        for by_model in self.running.values():
+            runs.extend(rc for _, rc in by_model.values())
+        models = self._models(runs, None, count_simulated)
+        return [
+            [name, s.tier.name, s.crossed_at]
+            for name in sorted(models)
+            for s in self._tier_states(name, models, count_simulated)
+            if s.crossed_at is not None
+        ]
 
     def tier_states(self, model: str) -> list[TierStatus]:
-        return self._tier_states(model, self.models())
+        return self._tier_states(model, self.models(), self.count_simulated)
 
-    def _tier_states(self, model: str, models: Mapping[str, ModelCompute]) -> list[TierStatus]:
+    def _tier_states(
+        self, model: str, models: Mapping[str, ModelCompute], count_simulated: bool
+    ) -> list[TierStatus]:
         """Each tier's state; a crossing the runs no longer date (pruned) keeps the time a
         prune's snapshot carried."""
         m = models.get(model)
         if m is None:
             return []
+        crossed = self.crossed_with_simulated if count_simulated else self.crossed
         return [
-            replace(s, crossed_at=self.crossed.get((model, s.tier.name)))
+            replace(s, crossed_at=crossed.get((model, s.tier.name)))
             if s.state == "crossed" and s.crossed_at is None
             else s
             for s in model_status(m, models, self.tiers)
@@ -573,7 +647,7 @@ class Replay:
             out.append(
                 ModelStatus(
                     m,
-                    self._tier_states(name, models)
+                    self._tier_states(name, models, self.count_simulated)
                     if teams is None
                     else model_status(m, models, self.tiers),
                     obligations,
@@ -656,13 +730,17 @@ def _trains(r: RunCompute) -> bool:
     return r.declaration.stage in TRAINING_STAGES
 
 
-def _sum_own(runs: Sequence[RunCompute], c: Carried | None) -> dict[str, Estimate]:
-    own: dict[str, Estimate] = dict(c.own) if c else {}
-    for r in runs:
-        if _trains(r):
-            for k, e in r.flops.items():
-                own[k] = own.get(k, ZERO) + e
-    return own
+def _sum(a: Totals, b: Totals) -> Totals:
+    own = dict(a.own)
+    for k, e in b.own.items():
+        own[k] = own.get(k, ZERO) + e
+    return Totals(
+        own,
+        a.gpu_hours + b.gpu_hours,
+        a.energy_kwh + b.energy_kwh,
+        a.training_seconds + b.training_seconds,
+        a.implausible + b.implausible,
+    )
 
 
 def _per_model(
@@ -676,13 +754,16 @@ def _per_model(
     models: dict[str, ModelCompute] = {}
     for name, c in carried.items():
         m = models[name] = ModelCompute(name, c.base_model)
-        m.own = dict(c.own)
+        t = c.real.plus(()) if not count_simulated else _sum(c.real, c.simulated)
+        m.own, m.implausible = t.own, list(t.implausible)
         m.gpu_hours, m.energy_kwh, m.training_seconds = (
-            c.gpu_hours,
-            c.energy_kwh,
-            c.training_seconds,
+            t.gpu_hours,
+            t.energy_kwh,
+            t.training_seconds,
         )
         m.simulated_runs = c.simulated_runs
+        if c.simulated_runs:
+            m.simulated_counted = count_simulated
     for r in runs:
         d = r.declaration
         held = models.get(d.model)
