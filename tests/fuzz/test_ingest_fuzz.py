@@ -34,7 +34,7 @@ def fuzz(n: int) -> settings:
 
 FIELDS = [
     "id", "seq", "final", "name", "status", "exit_code", "started_at", "ended_at", "host",
-    "user", "project", "tags", "command", "summary", "meta", "series",
+    "user", "project", "tags", "command", "summary", "meta", "series", "series_base",
 ]  # fmt: skip
 
 
@@ -75,7 +75,7 @@ class Ingest:
                 assert row is not None and row.seq >= run["seq"]
                 assert row.status in RUN_STATUSES  # the schema's promises, as stored
                 assert row.ended_at is None or row.ended_at >= row.started_at
-                if res["stored"] and row.seq == run["seq"]:
+                if res["stored"] and row.seq == run["seq"] and run.get("series_base") is None:
                     tags = s.scalar(select(func.count()).where(RunTag.run_id == run["id"]))
                     series = len(read_series(s, [run["id"]])[run["id"]])
                     names = {(x["name"], tuple(sorted(x["labels"].items()))) for x in run["series"]}
@@ -150,3 +150,59 @@ def test_valid_batches_with_nested_junk(
         run["tags"][data.draw(fz.nasty_text)] = value
     doc = batch(run)
     ingest.check(_dumps(doc), doc)
+
+
+_T0 = 1_796_000_000.0
+
+
+@fuzz(60)
+@given(data=st.data())
+def test_continuations_add_up_as_documented(ingest: Ingest, data: st.DataObject) -> None:
+    """A run uploaded whole, then any sequence of continuations (right or wrong base, series
+    old and new, points overlapping or not) and whole uploads: the stored series are always
+    what the protocol says (a continuation of the latest merges, any other changes nothing)."""
+    from computewatch.serverdb.series import merge_parts, read_series
+
+    run: Any = synthetic_upload()
+    rid = run["id"]
+    names = ["a", "b", "c"]
+
+    def series(start: int) -> list[dict[str, Any]]:
+        chosen = data.draw(st.lists(st.sampled_from(names), unique=True, max_size=3))
+        out = []
+        for name in chosen:
+            n = data.draw(st.integers(0, 4))
+            first = start + data.draw(st.integers(-2, 2))
+            out.append(
+                {
+                    "name": name,
+                    "labels": {},
+                    "bucket_seconds": 0.0,
+                    "kind": "gauge",
+                    "points": [[_T0 + max(0, first) + i, 1.0, 2.0, 3.0] for i in range(n)],
+                }
+            )
+        return out  # fmt: skip
+
+    held: list[Any] = []
+    latest = 0
+    for seq in range(1, data.draw(st.integers(2, 8)) + 1):
+        up = {**run, "seq": seq, "series": series(seq * 3)}
+        if seq > 1 and data.draw(st.booleans()):
+            up["series_base"] = data.draw(st.sampled_from([latest, max(1, seq - 2), seq - 1]))
+        r = ingest.post(_dumps(batch(up)))
+        assert r.status_code == 200, r.text
+        (res,) = r.json()["results"]
+        base = up.get("series_base")
+        if base is None:
+            assert res == {"id": rid, "seq": seq, "stored": True}
+            held, latest = [up["series"]], seq
+        elif base == latest:
+            assert res == {"id": rid, "seq": seq, "stored": True}
+            held.append(up["series"])
+            latest = seq
+        else:
+            assert res == {"id": rid, "seq": seq, "stored": False, "needs_full": True}
+        with ingest.app.state.db.session() as s:
+            got = read_series(s, [rid])[rid]
+        assert json.loads(json.dumps(got)) == json.loads(json.dumps(merge_parts(held)))
