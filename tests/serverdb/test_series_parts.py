@@ -187,3 +187,21 @@ def test_migration_0007_moves_each_runs_series_into_one_part(tmp_path: Path) -> 
         ("a", "gpu", [[1.0, 1, 1, 1]]), ("a", "cpu", [[1.0, 2, 2, 2]]),
         ("b", "gpu", [[5.0, 3, 3, 3], [6.0, 4, 4, 4]]),
     ]  # fmt: skip
+
+
+def test_last_points_from_the_newest_part_or_the_merge(tmp_path: Path) -> None:
+    from computewatch.serverdb.series import last_points
+
+    srv = _Server(tmp_path)
+    a, b, c = (uuid.uuid4().hex for _ in range(3))
+    with srv.client:
+        srv.post(_run(a, 1, [_series("gpu", 0, 5), _series("cpu", 0, 5)]))
+        srv.post(_run(a, 2, [_series("gpu", 4, 3)], base=1))  # cpu had no new points
+        srv.post(_run(b, 1, [_series("gpu", 0, 2)]))
+        srv.post(_run(c, 1, [_series("cpu", 0, 2)]))
+        srv.post(_run(c, 2, [_series("cpu", 1, 2)], base=1))  # no gpu at all
+        with srv.app.state.db.session() as s:
+            got = last_points(s, [a, b, c], ["gpu", "cpu"])
+    assert got[a] == {("gpu", ()): [T0 + 6, 6.0, 6.0, 6.0], ("cpu", ()): [T0 + 4, 4.0, 4.0, 4.0]}
+    assert got[b] == {("gpu", ()): [T0 + 1, 1.0, 1.0, 1.0]}
+    assert got[c] == {("cpu", ()): [T0 + 2, 2.0, 2.0, 2.0]}

@@ -24,6 +24,7 @@ from computewatch.upload.protocol import SeriesUpload
 __all__ = [
     "COMPACT_AFTER",
     "append_series",
+    "last_points",
     "merge_parts",
     "read_series",
     "replace_series",
@@ -126,3 +127,42 @@ def read_series(session: Session, run_ids: Sequence[str]) -> dict[str, list[Seri
     for run_id, series in session.execute(q):
         out[run_id].append(series)
     return {r: merge_parts(parts) for r, parts in out.items()}
+
+
+def last_points(
+    session: Session, run_ids: Sequence[str], names: Iterable[str]
+) -> dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], list[float]]]:
+    """Each run's last point of each series named in ``names``, by (name, sorted labels).
+    A run's newest part answers for every series it holds (its points are the latest); the
+    run's other parts are read, merged, only when it has several and its newest lacks one of
+    ``names`` (a series without new points in the last upload, or a run without it)."""
+    wanted = set(names)
+    out: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], list[float]]] = {}
+    if not run_ids:
+        return out
+    counts = session.execute(
+        select(_PARTS.c.run_id, func.count(), func.max(_PARTS.c.id))
+        .where(_PARTS.c.run_id.in_(list(run_ids)))
+        .group_by(_PARTS.c.run_id)
+    ).all()
+    several = {run_id for run_id, n, _ in counts if n > 1}
+    newest = [last for _, _, last in counts]
+    again: list[str] = []
+    for start in range(0, len(newest), 500):
+        q = select(_PARTS.c.run_id, _PARTS.c.series).where(
+            _PARTS.c.id.in_(newest[start : start + 500])
+        )
+        for run_id, series in session.execute(q):
+            found = {
+                _key(x): list(x["points"][-1])
+                for x in series
+                if x.get("name") in wanted and x.get("points")
+            }
+            out[run_id] = found
+            if run_id in several and not wanted <= {k[0] for k in found}:
+                again.append(run_id)
+    for run_id, series in read_series(session, again).items():
+        out[run_id] = {
+            _key(x): list(x["points"][-1]) for x in series if x["name"] in wanted and x["points"]
+        }
+    return out

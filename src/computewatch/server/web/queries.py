@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from computewatch.serverdb.models import Run
 from computewatch.serverdb.queries import SeriesRow
-from computewatch.serverdb.series import read_series
+from computewatch.serverdb.series import last_points, read_series
 
 __all__ = ["Latest", "commands_of", "latest_values", "series_of"]
 
@@ -33,13 +33,11 @@ def latest_values(
     runs the principal may see)."""
     if not run_ids:
         return {}
-    wanted = set(names)
     found: dict[tuple[str, str], list[tuple[float, float]]] = {}
-    for run_id, series in read_series(session, run_ids).items():
-        for s in series:
-            pts = s["points"]
-            if s["name"] in wanted and pts and len(pts[-1]) == 4 and math.isfinite(pts[-1][2]):
-                found.setdefault((run_id, s["name"]), []).append((pts[-1][0], pts[-1][2]))
+    for run_id, points in last_points(session, run_ids, names).items():
+        for (name, _labels), p in points.items():
+            if len(p) == 4 and math.isfinite(p[2]):
+                found.setdefault((run_id, name), []).append((p[0], p[2]))
     return {k: Latest(max(t for t, _ in v), tuple(x for _, x in v)) for k, v in found.items()}
 
 
