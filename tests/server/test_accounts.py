@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +44,10 @@ def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Databa
 
 
 def _check(db: Database, name: str = "quux", **kw: Any) -> accounts.Decision:
+    """The check, counting the synthetic uploads' simulated devices."""
     with db.session() as s:
         return accounts.check(s, name, **{"gpus": 8, "hours": 10.0, "gpu_model": "H100-SXM",
-                                          **kw})  # fmt: skip
+                                          "count_simulated": True, **kw})  # fmt: skip
 
 
 def test_caps_and_verification_decide(
@@ -72,7 +74,7 @@ def test_caps_and_verification_decide(
         not d.allow and "unverified account" in d.reasons[0] and "eu-systemic-risk" in d.reasons[0]
     )
     with db.session() as s:
-        accounts.verify_account(s, "quux", valid_days=30)
+        accounts.verify_account(s, "quux", valid_days=30, evidence="passport", by="ops")
         s.commit()
     assert _check(db, **big).allow
     with db.session() as s:  # 31 days later the verification has expired
@@ -91,15 +93,17 @@ def test_personal_data_is_encrypted_and_kept_out_of_the_ledger(
     db = database
     with db.session() as s:
         accounts.add_account(s, "quux", PII, country="GB")
-        accounts.verify_account(s, "quux")
+        accounts.verify_account(s, "quux", evidence="passport P-991", by="Kim Ops")
         s.commit()
     raw = (tmp_path / "server.db").read_bytes()
-    for secret in (PII.legal_name, "Ada Quux", "ada@quux.example", "IBAN-ending-4242"):
+    for secret in (PII.legal_name, "Ada Quux", "ada@quux.example", "IBAN-ending-4242",
+                   "P-991", "Kim Ops"):  # fmt: skip
         assert secret.encode() not in raw
     with db.session() as s:
         shown = accounts.get_account(s, "quux", with_pii=True)
         hidden = accounts.get_account(s, "quux")
-    assert shown.pii == PII and hidden.pii is None
+    assert shown.pii == replace(PII, verification_evidence="passport P-991", verified_by="Kim Ops")
+    assert hidden.pii is None
     key = load_or_create_private_key(tmp_path / "ledger.pem")
     text = b"".join(export(db, key)).decode()
     assert PII.legal_name not in text and "ada@quux.example" not in text
@@ -114,7 +118,8 @@ def test_personal_data_is_encrypted_and_kept_out_of_the_ledger(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (("", PII), "1 to 200 characters"),
+        (("", PII), "team name"),
+        (("bad name!", PII), "team name 'bad name!'"),
         (("x", accounts.PersonalData(legal_name=" ")), "legal name"),
     ],
 )

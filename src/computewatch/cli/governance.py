@@ -93,6 +93,14 @@ def _accounts(sub: Any) -> None:
     ve = asub.add_parser("verify", help="record that the account's identity was verified")
     ve.add_argument("name", metavar="NAME")
     ve.add_argument(
+        "--evidence",
+        required=True,
+        metavar="TEXT",
+        help="what the verification rested on (documents checked, a reference); kept "
+        "encrypted with the personal data",
+    )
+    ve.add_argument("--by", required=True, metavar="WHO", help="who verified the account")
+    ve.add_argument(
         "--valid-days",
         type=cli_args.whole,
         default=365,
@@ -101,7 +109,11 @@ def _accounts(sub: Any) -> None:
     )
     se = asub.add_parser("set", help="change an account's caps or status")
     se.add_argument("name", metavar="NAME")
-    se.add_argument("--status", choices=("unverified", "verified", "suspended"))
+    se.add_argument(
+        "--status",
+        choices=("unverified", "verified", "suspended"),
+        help="suspended or unverified ('verified' only through 'accounts verify')",
+    )
     se.add_argument("--gpu-hours-per-month", type=_cap, metavar="N|none", default=argparse.SUPPRESS)
     se.add_argument("--flop-per-month", type=_cap, metavar="N|none", default=argparse.SUPPRESS)
     sh = asub.add_parser("show", help="one account (personal data only with --pii)")

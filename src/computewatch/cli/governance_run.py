@@ -182,9 +182,10 @@ def cmd_accounts(args: argparse.Namespace) -> int:
     db = _db(args.db)
     with db.session() as session:
         if cmd == "check":
+            simulated = load_config(getattr(args, "config", None)).governance_count_simulated
             d = accounts.check(session, args.name, gpus=args.gpus, hours=args.hours,
                                gpu_model=args.gpu_model, model=args.model,
-                               tiers=_tiers(args))  # fmt: skip
+                               tiers=_tiers(args), count_simulated=simulated)  # fmt: skip
             return _print_decision(accounts.decision_json(d), args.json)
         if cmd == "list":
             found = accounts.list_accounts(session)
@@ -212,12 +213,16 @@ def cmd_accounts(args: argparse.Namespace) -> int:
             caps = {k: v for k, v in _caps(args).items() if v is not None}
             a = accounts.add_account(session, args.name, pii, country=args.country, caps=caps)
         elif cmd == "verify":
-            a = accounts.verify_account(session, args.name, valid_days=args.valid_days)
+            a = accounts.verify_account(session, args.name, valid_days=args.valid_days,
+                                        evidence=args.evidence, by=args.by)  # fmt: skip
         else:
             a = accounts.update_account(session, args.name, status=args.status,
                                         caps=_caps(args) or None)  # fmt: skip
         session.commit()
     print(f"account {a.name}: {a.state}" + (f", caps {dict(a.caps)}" if a.caps else ""))
+    if cmd == "verify":
+        print(f"  verified {iso(a.verified_at)} by {args.by.strip()}; re-verification due "
+              f"{iso(a.reverify_due)}")  # fmt: skip
     return 0
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -46,8 +46,13 @@ log = logging.getLogger("computewatch.server")
 
 
 class CheckRequest(BaseModel):
+    """A scheduler's question, typed strictly: ``"8"`` is not a number, NaN and infinity are
+    refused with the field named, an unknown field is an error (not ignored)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
     gpus: int = Field(ge=1, le=1_000_000)
-    hours: float = Field(gt=0, le=8784)
+    hours: float = Field(gt=0, le=8784, allow_inf_nan=False)
     gpu_model: str | None = Field(default=None, max_length=200)
     model: str | None = Field(default=None, max_length=200)
 
@@ -174,6 +179,19 @@ class ObligationDoneOut(BaseModel):
     reference: str | None
 
 
+class MonthUseOut(BaseModel):
+    """What an account's caps count this month: every run's GPU-hours; the FLOP of every run
+    but evaluation and inference (undeclared ones at their hardware estimate), by method."""
+
+    gpu_hours: float
+    flop_high: float
+    flop_by_method: dict[str, float]
+    runs: int
+    undeclared_runs: int
+    left_out: dict[str, int]
+    """Runs left out of the FLOP cap by reason: eval, inference, simulated."""
+
+
 class CheckOut(BaseModel):
     """``POST /accounts/{account}/check``: whether the account may start the job, and why."""
 
@@ -184,6 +202,8 @@ class CheckOut(BaseModel):
     request_flop_high: float | None
     used_gpu_hours_this_month: float
     used_flop_high_this_month: float
+    used_this_month: MonthUseOut | None
+    """How the month's use was counted (null for an unknown account)."""
 
 
 _AT = Query(ge=0, description="Unix seconds days_left counts from (default now)")
@@ -246,6 +266,7 @@ def account_check(
         d = accounts.check(
             session, account, gpus=request.gpus, hours=request.hours,
             gpu_model=request.gpu_model, model=request.model, tiers=service.server_tiers(),
+            count_simulated=service.count_simulated(),
         )  # fmt: skip
     except GovernanceError as e:
         raise HTTPException(status_code=422, detail=str(e)) from None
