@@ -202,3 +202,24 @@ def test_simulated_runs_are_flagged_and_left_out_and_implausible_figures_judged_
     assert m["judged_flop"] < 1e19  # judged at the bound, not at 1.4e25
     tiers = {t["tier"]: t["state"] for t in m["tiers"]}
     assert tiers["eu-systemic-risk"] == "below" and m["obligations"] == []
+
+
+@pytest.mark.slow
+def test_a_team_token_is_told_its_view_is_partial(
+    cw: CLI, server: Callable[..., ServerProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    srv = server()
+    admin = srv.token("lab", "admin")
+    monkeypatch.setenv("COMPUTEWATCH_SERVER", srv.url)
+    job = _job(tmp_path, 2, 1e20)
+    for team, name in (("lab", "l1"), ("lab", "l2"), ("beta", "b1")):
+        monkeypatch.setenv("COMPUTEWATCH_TOKEN", srv.token(team, "ingest"))
+        cw.ok("run", "--quiet", "--name", name, "--model", "shared-m", "--", PY, job)
+    beta = srv.token("beta", "read")
+    [m] = _status(srv, beta)
+    assert m["runs"] == 1 and m["view"] == "partial" and m["hidden_runs"] == 2
+    assert "2 runs of this model are not your team's" in m["view_note"]
+    text = _cli(srv, "governance", "status", "--server", srv.url, "--token", beta)
+    assert text.returncode == 0 and "partial view: 2 runs" in text.stdout, text.stdout
+    [whole] = _status(srv, admin)
+    assert whole["runs"] == 3 and whole["view"] == "whole" and whole["hidden_runs"] == 0

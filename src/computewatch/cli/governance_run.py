@@ -121,6 +121,8 @@ def print_status(doc: list[Any]) -> None:
         if m["base_model"]:
             line += f", base {m['base_model']}" + ("" if m["base_known"] else " (unknown here)")
         print(line)
+        if m.get("view") == "partial":
+            print(f"  {m['view_note']}")
         for t in m["tiers"]:
             if t["state"] in ("crossed", "forecast", "approaching"):
                 when = f", crossed {t['crossed_at']}" if t.get("crossed_at") else ""

@@ -634,7 +634,10 @@ class Replay:
         ]
 
     def statuses(self, teams: frozenset[str] | None = None) -> list[ModelStatus]:
+        """Every model's status; a team's view (``teams``) counts its runs only and says what
+        it cannot see (:attr:`ModelStatus.hidden_runs`)."""
         models = self.models(teams)
+        hidden = {} if teams is None else self._hidden(teams)
         out = []
         for name in sorted(models):
             m = models[name]
@@ -644,17 +647,31 @@ class Replay:
             )
             c = None if teams is not None else self.carried.get(name)
             noticed = {t: when for (mn, t), when in self.noticed.items() if mn == name}
-            out.append(
-                ModelStatus(
-                    m,
-                    self._tier_states(name, models, self.count_simulated)
-                    if teams is None
-                    else model_status(m, models, self.tiers),
-                    obligations,
-                    c.runs if c else 0,
-                    noticed,
-                )
+            st = ModelStatus(
+                m,
+                self._tier_states(name, models, self.count_simulated)
+                if teams is None
+                else model_status(m, models, self.tiers),
+                obligations,
+                c.runs if c else 0,
+                noticed,
             )
+            if teams is not None:
+                st.hidden_runs = hidden.get(name, 0)
+                st.hidden_base = m.base_model is not None and m.base_model not in models
+                st.hidden_base = st.hidden_base and m.base_model in hidden
+            out.append(st)
+        return out
+
+    def _hidden(self, teams: frozenset[str]) -> dict[str, int]:
+        """Per model, the runs ``teams`` cannot see: other teams' and pruned ones."""
+        out: dict[str, int] = {name: c.runs for name, c in self.carried.items() if c.runs}
+        every = list(self.runs.values())
+        for by_model in self.running.values():
+            every.extend(by_model.values())
+        for team, rc in every:
+            if team not in teams:
+                out[rc.declaration.model] = out.get(rc.declaration.model, 0) + 1
         return out
 
 

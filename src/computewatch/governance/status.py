@@ -110,6 +110,11 @@ class ModelStatus:
     """Runs whose entries were pruned under the retention policy (their totals are counted)."""
     noticed: dict[str, float] = field(default_factory=dict)
     """Tier name -> when the server first recorded its present state (crossed or forecast)."""
+    hidden_runs: int | None = None
+    """A team's view: the model's runs it cannot see (other teams', and pruned runs, whose
+    teams the log no longer tells); None for a whole view (an admin's)."""
+    hidden_base: bool = False
+    """A team's view: the base model has runs, none of them the team's (its share unseen)."""
 
 
 def find_model(names: Iterable[str], name: str) -> str:
@@ -165,6 +170,7 @@ def status_json(statuses: Iterable[ModelStatus], now: float) -> list[dict[str, A
                     }
                     for x in m.implausible
                 ],
+                **_view_json(s),
                 "tiers": [_tier_json(s, t, now) for t in s.tiers],
                 "obligations": [
                     {
@@ -185,6 +191,24 @@ def status_json(statuses: Iterable[ModelStatus], now: float) -> list[dict[str, A
             }
         )
     return out
+
+
+def _view_json(s: ModelStatus) -> dict[str, Any]:
+    """Whether the figures are the whole model's or only what the caller's team may see."""
+    if s.hidden_runs is None:
+        return {"view": "whole", "hidden_runs": 0, "view_note": ""}
+    if not s.hidden_runs and not s.hidden_base:
+        return {"view": "whole", "hidden_runs": 0, "view_note": "every run of it is your team's"}
+    said = []
+    if s.hidden_runs:
+        said.append(f"{s.hidden_runs} runs of this model are not your team's (or were pruned)")
+    if s.hidden_base:
+        said.append(f"the base model {s.compute.base_model}'s runs are another team's")
+    note = (
+        "partial view: " + "; ".join(said) + ". Compute and tiers here count your team's runs "
+        "only; obligations are the whole model's (an admin token sees the whole status)"
+    )
+    return {"view": "partial", "hidden_runs": s.hidden_runs, "view_note": note}
 
 
 def _overdue_first(obligations: Iterable[ObligationView], now: float) -> list[ObligationView]:

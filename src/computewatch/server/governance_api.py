@@ -138,6 +138,11 @@ class ModelStatusOut(BaseModel):
     count_simulated = true``."""
     simulated_counted: bool
     implausible: list[ImplausibleOut]
+    view: Literal["whole", "partial"]
+    """``partial`` when the caller's team cannot see every run of the model (or its base's)."""
+    hidden_runs: int
+    """Runs of the model the caller cannot see: other teams' and pruned ones (0 for an admin)."""
+    view_note: str
     tiers: list[TierOut]
     obligations: list[ObligationOut]
 
