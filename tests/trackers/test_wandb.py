@@ -38,14 +38,26 @@ def test_track_logs_into_the_users_wandb_run(tracker_env: Path) -> None:
         user_run.log({"loss": 0.01})
     finally:
         user_run.finish()
-    (run_dir,) = _runs(tracker_env)  # no second W&B run was made
-    wandb_finished(run_dir)
+    dirs = _runs(tracker_env)
+    assert len(dirs) == 2, dirs  # the user's run and our companion beside it
+    for d in dirs:
+        wandb_finished(d)
+    by_config = {d: wandb_config(d) for d in dirs}
+    (run_dir,) = [d for d in dirs if "computewatch_user_run" not in by_config[d]]
+    (companion,) = [d for d in dirs if d != run_dir]
     history = wandb_history(run_dir)
     assert [h["loss"] for h in history if "loss" in h][-1] == 0.01
     steps = [h["_step"] for h in history]
     assert steps == sorted(steps) and len(steps) == len(set(steps))  # the user's step counter
-    ours = [h for h in history if "computewatch/system/gpu_0_utilization_percentage" in h]
+    key = "computewatch/system/gpu_0_utilization_percentage"
+    ours = [h for h in history if key in h]
     assert ours, history  # our points joined the user's steps
+    # every tick, none overwritten, in the companion run
+    ticks = [int(h["computewatch/tick"]) for h in wandb_history(companion) if key in h]
+    assert len(ticks) >= 4 and ticks == sorted(set(ticks)), ticks
+    assert len(ticks) > len(ours)  # more ticks than the user's run could keep
+    assert wandb_summary(run_dir)["computewatch/system_run"]
+    assert by_config[companion]["computewatch_user_run"]
     summary = wandb_summary(run_dir)
     assert run.summary is not None
     assert summary["computewatch/energy_kwh"] == pytest.approx(

@@ -7,7 +7,11 @@ The run logged is ``wandb.run`` when the program has one (found on the thread th
 tracking), else a new run named ``computewatch-<name>`` in ``WANDB_PROJECT`` (default
 ``computewatch``), in whatever mode W&B is configured for (``WANDB_MODE=offline`` writes
 locally). In the user's own run the points are logged with ``commit=False``: they join the
-user's next logged step and never move the step counter (W&B refuses steps that go back).
+user's next logged step and never move the step counter (W&B refuses steps that go back), so
+ticks between two of the user's steps leave only the last in that run; every tick also goes to
+a companion run we start beside it (same project, group the user's run's group or id, job type
+``computewatch``, its own ``computewatch/tick`` axis), linked both ways (config
+``computewatch_user_run``, summary ``computewatch/system_run``).
 W&B's own monitor measures the process that starts the run: ``WandB(monitor=False)`` switches
 it off where that process is not the job (``computewatch run``'s supervisor).
 """
@@ -47,6 +51,8 @@ class WandB:
         self.monitor = monitor
         self.own = False
         self._run: Any = run
+        self._companion: Any = None
+        """In the user's run: the run of ours every tick goes to (see the module's text)."""
         if run is None:
             mod = sys.modules.get("wandb")  # only when the program uses W&B: never imported here
             if mod is not None and getattr(mod, "run", None) is not None:
@@ -68,16 +74,41 @@ class WandB:
             self._run.define_metric("computewatch/*", step_metric=TICK_KEY)
         else:
             self._run.config.update({"computewatch_run_id": run.run_id}, allow_val_change=True)
+            self._companion = self._start_companion(run)
+
+    def _start_companion(self, run: TrackerRun) -> Any:
+        wandb = _wandb()
+        user = self._run
+        companion = wandb.init(
+            project=getattr(user, "project", None) or self.project
+            or os.environ.get("WANDB_PROJECT") or "computewatch",
+            name=f"{getattr(user, 'name', None) or run.display_name}-computewatch",
+            group=getattr(user, "group", None) or getattr(user, "id", None),
+            job_type="computewatch",
+            config={"computewatch_run_id": run.run_id,
+                    "computewatch_user_run": getattr(user, "id", None)},
+            reinit="create_new",
+            settings=wandb.Settings(x_disable_stats=True, x_start_time=run.started),
+        )  # fmt: skip
+        companion.define_metric(TICK_KEY, hidden=True)
+        companion.define_metric("computewatch/*", step_metric=TICK_KEY)
+        user.summary.update({"computewatch/system_run": getattr(companion, "id", None)})
+        return companion
 
     def log(self, points: list[MetricPoint]) -> None:
         by_step: dict[int, dict[str, float]] = {}
         for p in points:
             by_step.setdefault(p.step, {TICK_KEY: float(p.step)})[p.name] = p.value
-        for _step, row in sorted(by_step.items()):
-            if self.own:
+        rows = [row for _step, row in sorted(by_step.items())]
+        if self.own:
+            for row in rows:
                 self._run.log(row)
-            else:
-                self._run.log(row, commit=False)
+            return
+        if self._companion is not None:
+            for row in rows:
+                self._companion.log(row)
+        if rows:  # the user's next step takes the newest: one row per step in their run
+            self._run.log(rows[-1], commit=False)
 
     def finish(self, record: FinalRecord) -> None:
         summary: dict[str, Any] = dict(record.metrics)
@@ -85,6 +116,8 @@ class WandB:
         if record.findings:
             summary["computewatch/findings"] = "\n".join(record.findings)
         self._run.summary.update(summary)
+        if self._companion is not None:
+            self._companion.summary.update(summary)
         if self.own and record.config:
             self._run.config.update(record.config, allow_val_change=True)
         if record.diff:
@@ -93,5 +126,8 @@ class WandB:
             self._run.save(str(path), base_path=self._run.dir, policy="now")
 
     def close(self) -> None:
+        if self._companion is not None:
+            self._companion.finish()
+            self._companion = None
         if self.own and self._run is not None:
             self._run.finish()
