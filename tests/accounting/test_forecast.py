@@ -92,7 +92,7 @@ def test_step_durations_are_gaps_between_a_processes_steps(store: Store) -> None
 
 def test_remaining_time_and_its_range(store: Store) -> None:
     run = write_run(store, {1: step_times(MIXED)})
-    fc = forecast(store, run, summary(101), SECTIONS, 201)
+    fc = forecast(store, run, summary(101), 201, **SECTIONS)
     # mean of the 100 step times = (50 x 0.1 + 50 x 0.2) / 100 = 0.15 s
     # remaining = (201 - 101) = 100 steps x 0.15 = 15 s; at completion 20 + 15 = 35 s
     # p10 of the sorted times: position 99 x 0.1 = 9.9 -> 0.1 s -> 10 s -> 30 s
@@ -106,7 +106,7 @@ def test_remaining_time_and_its_range(store: Store) -> None:
 
 def test_projections_scale_by_elapsed_plus_remaining_over_elapsed(store: Store) -> None:
     run = write_run(store, {1: step_times(MIXED)})
-    fc = forecast(store, run, summary(101), SECTIONS, 201)
+    fc = forecast(store, run, summary(101), 201, **SECTIONS)
     # k = 35 / 20 = 1.75; k_low = 30 / 20 = 1.5; k_high = 40 / 20 = 2.0
     e = fc["energy_kwh"]
     assert (e["value"], e["low"], e["high"]) == (approx(1.75), approx(1.2), approx(2.4))
@@ -124,7 +124,7 @@ def test_sections_without_a_value_are_not_projected(store: Store) -> None:
     run = write_run(store, {1: step_times(MIXED)})
     sections = {**SECTIONS, "cost": {"total": fig(None, None, None, "USD")}}
     del sections["flops"]
-    fc = forecast(store, run, summary(101), sections, 201)
+    fc = forecast(store, run, summary(101), 201, **sections)
     assert "cost_usd" not in fc and "flops" not in fc
     assert "energy_kwh" in fc and "carbon_gco2e" in fc
 
@@ -134,24 +134,24 @@ def test_only_the_last_window_of_steps_counts(store: Store) -> None:
     durations = [1.0] * 100 + [0.1] * WINDOW
     run = write_run(store, {1: step_times(durations)})
     done = len(durations) + 1
-    fc = forecast(store, run, summary(done, elapsed=200.0), SECTIONS, done + 10)
+    fc = forecast(store, run, summary(done, elapsed=200.0), done + 10, **SECTIONS)
     # 10 steps x 0.1 s = 1 s remaining; 200 + 1 = 201 s
     assert fc["wall_seconds_at_completion"]["value"] == approx(201.0)
 
 
 def test_complete_when_done_reaches_the_total(store: Store) -> None:
     run = write_run(store, {1: step_times(MIXED)})
-    assert forecast(store, run, summary(101), SECTIONS, 101) == {
+    assert forecast(store, run, summary(101), 101, **SECTIONS) == {
         "total_steps": 101,
         "steps_done": 101,
         "complete": True,
     }
-    assert forecast(store, run, summary(101), SECTIONS, 50)["complete"] is True
+    assert forecast(store, run, summary(101), 50, **SECTIONS)["complete"] is True
 
 
 def test_no_steps_is_a_note(store: Store) -> None:
     run = write_run(store, {})
-    assert forecast(store, run, summary(0), SECTIONS, 100) == {
+    assert forecast(store, run, summary(0), 100, **SECTIONS) == {
         "total_steps": 100,
         "steps_done": 0,
         "complete": False,
@@ -159,14 +159,14 @@ def test_no_steps_is_a_note(store: Store) -> None:
     }
     # steps but no elapsed time: nothing to scale by either
     run = write_run(store, {1: step_times(MIXED)}, run_id="0e0e0e0e0e0e")
-    assert "note" in forecast(store, run, summary(101, elapsed=0.0), SECTIONS, 201)
+    assert "note" in forecast(store, run, summary(101, elapsed=0.0), 201, **SECTIONS)
 
 
 def test_ranks_reporting_every_step_count_the_steps_of_one(store: Store) -> None:
     # two data-parallel ranks, each a first step then 49 steps of 0.1 s: 100 step records,
     # 50 steps of the run
     run = write_run(store, {11: step_times([0.1] * 49), 12: step_times([0.1] * 49, MONO0 + 0.05)})
-    fc = forecast(store, run, summary(100, processes=2, elapsed=10.0), SECTIONS, 200)
+    fc = forecast(store, run, summary(100, processes=2, elapsed=10.0), 200, **SECTIONS)
     assert fc["steps_done"] == 50
     # (200 - 50) steps x 0.1 s = 15 s; 10 + 15 = 25 s
     w = fc["wall_seconds_at_completion"]

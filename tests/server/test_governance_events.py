@@ -223,3 +223,66 @@ def test_a_team_token_is_told_its_view_is_partial(
     assert text.returncode == 0 and "partial view: 2 runs" in text.stdout, text.stdout
     [whole] = _status(srv, admin)
     assert whole["runs"] == 3 and whole["view"] == "whole" and whole["hidden_runs"] == 0
+
+
+LIVE_JOB = """
+import pathlib, time
+import computewatch
+release = pathlib.Path({release!r})
+with computewatch.track() as r:
+    for _ in range(3000):
+        r.step(flops=1e22)
+        if release.exists():
+            break
+        time.sleep(0.1)
+"""
+
+
+@pytest.mark.slow
+def test_a_live_run_forecast_to_cross_opens_a_forecast_obligation_while_it_runs(
+    cw: CLI, server: Callable[..., ServerProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A real ``run --total-steps --model`` streaming to a real server: while it runs, the
+    status has its counted FLOPs so far and its forecast, and a tier its forecast high crosses
+    is ``forecast`` with a ``forecast`` obligation open."""
+    srv = server()
+    ingest, admin = srv.token("lab", "ingest"), srv.token("lab", "admin")
+    config = tmp_path / "client.toml"
+    config.write_text(f'[server]\nurl = "{srv.url}"\nstream_interval = 1\n')
+    monkeypatch.setenv("COMPUTEWATCH_CONFIG", str(config))
+    monkeypatch.setenv("COMPUTEWATCH_TOKEN", ingest)
+    release = tmp_path / "release"
+    job = tmp_path / "live_job.py"
+    job.write_text(LIVE_JOB.format(release=str(release)))
+    # 1e22 counted FLOP a step every 0.1 s, 100,000 steps planned: about 1e27 at completion,
+    # while the count so far stays far below 1e25 for the minute the test may take
+    proc = cw.popen("run", "--quiet", "--name", "fc", "--model", "fc-model",
+                    "--total-steps", "100000", "--", PY, job)  # fmt: skip
+
+    def forecast_open() -> dict[str, Any] | None:
+        got = [m for m in _status(srv, admin) if m["model"] == "fc-model"]
+        if not got:
+            return None
+        m = got[0]
+        tiers = {t["tier"]: t for t in m["tiers"]}
+        if tiers["eu-systemic-risk"]["state"] != "forecast":
+            return None
+        if not any(o["tier"] == "eu-systemic-risk" for o in m["obligations"]):
+            return None
+        return m
+
+    try:
+        m = cw.wait_for(forecast_open, timeout=90, what="a forecast obligation while it runs")
+        assert proc.poll() is None  # still running
+    finally:
+        release.touch()
+    _, err = proc.communicate(timeout=TIMEOUT)
+    assert proc.returncode == 0, err
+    counted = m["own_flop"]["counted"]
+    assert 1e22 <= counted["value"] < 1e25  # the steps so far, counted
+    assert m["forecast_additional_flop_high"] > 1e25
+    [o] = [o for o in m["obligations"] if o["tier"] == "eu-systemic-risk"]
+    assert o["trigger"] == "forecast" and o["state"] == "open" and o["crossed_at"] is None
+    assert o["deadline"] is not None and o["days_left"] > 13.9
+    tier = {t["tier"]: t for t in m["tiers"]}["eu-systemic-risk"]
+    assert tier["crossed_at"] is None and tier["noticed_at"] is not None

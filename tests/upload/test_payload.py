@@ -4,8 +4,10 @@ bounded min/mean/max buckets, secrets redacted."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+import pytest
 from tests.upload.conftest import T0, stored_run
 
 from computewatch import jsonout
@@ -292,3 +294,51 @@ def test_a_server_without_the_feature_gets_whole_uploads(store: Store) -> None:
         up = build_upload(store, run, seq=seq, live=live)
         assert "series_base" not in up
         live.answered(seq, {"id": run.id, "seq": seq, "stored": True}, [])
+
+
+def _counted_run(store: Store, *, declared_total: int | None = None) -> Any:
+    """A run started 10 s ago, running, with 11 steps of 1e20 counted FLOP one second apart."""
+    t0 = time.time() - 10.0
+    key = store.create_run(
+        run_id="flop0001", name="flops", tags={}, command=["x"], cwd=None, mode="run",
+        started_at=t0, interval_seconds=1.0, host={"allowed_cores": 2.0, "hostname": "box"},
+    )  # fmt: skip
+    meta: dict[str, Any] = {"name": "flops", "pid": 4001}
+    if declared_total is not None:
+        meta["total_steps"] = declared_total  # track(total_steps=)
+    store.write_batch(
+        key,
+        ticks=[(i, 100.0 + i, t0 + i) for i in range(11)],
+        steps=[(4001, 100.0 + i, t0 + i, None, None, 1e20) for i in range(11)],
+        writers=[(4001, 100.0, meta)],
+        data_until=t0 + 10,
+    )
+    return store.run_by_key(key)
+
+
+def test_a_live_upload_carries_the_flops_so_far_and_their_forecast(store: Store) -> None:
+    from computewatch.upload.payload import LiveRun
+
+    run = _counted_run(store)
+    up = build_upload(store, run, seq=1, live=LiveRun(total_steps=101))
+    s = up["summary"]
+    assert s is not None and not up["final"]
+    flops = s["flops"]
+    assert flops["method"] == "counted" and flops["value"] == 11e20
+    assert flops["flops_per_second"]["value"] == 1e20  # 10 steps of 1e20 in 10 s
+    fc = s["forecast"]
+    assert (fc["total_steps"], fc["steps_done"], fc["complete"]) == (101, 11, False)
+    # 90 steps to go at 1 s: 100 s in all, 10 times the FLOPs of the first 10 s
+    assert fc["flops"]["high"] >= fc["flops"]["value"] == pytest.approx(1.1e22, rel=0.05)
+    assert "energy" not in s and "energy_kwh" not in fc  # at the run's end only
+
+
+def test_a_live_upload_forecasts_to_the_step_target_track_declared(store: Store) -> None:
+    run = _counted_run(store, declared_total=1000)
+    s = build_upload(store, run, seq=1)["summary"]
+    assert s is not None and s["forecast"]["total_steps"] == 1000
+
+
+def test_a_live_upload_without_a_step_target_has_no_forecast(store: Store) -> None:
+    s = build_upload(store, _counted_run(store), seq=1)["summary"]
+    assert s is not None and s["flops"]["value"] == 11e20 and "forecast" not in s

@@ -28,6 +28,7 @@ from computewatch.analysis.summary_types import (
     EnergySection,
     GpuStats,
     HourlyCarbon,
+    LiveAccounting,
     RunSummary,
 )
 from computewatch.catalog import reference
@@ -99,7 +100,31 @@ def account(
         out["requests"] = request_accounting(requests, energy, cost)
     total = opts.total_steps or _declared_total_steps(store, run)
     if total:
-        out["forecast"] = forecast(store, run, summary, out, total)
+        out["forecast"] = forecast(store, run, summary, total, flops=flops, energy=energy,
+                                   carbon=carbon, cost=cost, steps=steps)  # fmt: skip
+    return out
+
+
+def live_accounting(
+    store: Store,
+    run: RunRow,
+    summary: RunSummary,
+    *,
+    precision: str | None = None,
+    total_steps: int | None = None,
+) -> LiveAccounting:
+    """What a live upload of a running run adds to its summary: the ``flops`` section (the
+    counted FLOPs so far with the FLOP rate, else the hardware-time estimate) and, with a step
+    target (``total_steps``, else the one ``track(total_steps=)`` declared), the ``forecast``
+    of the FLOPs at completion with its range. The run's steps are read once for both; energy,
+    carbon and cost wait for the run's end (they read every sample, and a carbon provider may
+    be a network call)."""
+    steps = store.steps(run.key)
+    flops = run_flops(store, run, summary, precision, steps)
+    out: LiveAccounting = {"flops": flops}
+    total = total_steps or _declared_total_steps(store, run)
+    if total:
+        out["forecast"] = forecast(store, run, summary, total, flops=flops, steps=steps)
     return out
 
 

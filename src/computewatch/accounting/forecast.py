@@ -10,7 +10,7 @@ ranges widened by the time range.
 
 from __future__ import annotations
 
-from typing import TypedDict
+from collections.abc import Sequence
 
 from computewatch.analysis.common import percentile
 from computewatch.analysis.summary_types import (
@@ -22,25 +22,19 @@ from computewatch.analysis.summary_types import (
     RunSummary,
 )
 from computewatch.records import ESTIMATED, Figure, figure
-from computewatch.store import RunRow, Store
+from computewatch.store import RunRow, StepRow, Store
 
 WINDOW = 200
 
 
-class ProjectedSections(TypedDict):
-    """The accounting sections a forecast projects."""
-
-    energy: EnergySection
-    carbon: CarbonSection
-    cost: CostSection
-    flops: FlopsSection
-
-
-def step_durations(store: Store, run: RunRow) -> list[float]:
-    """Durations between consecutive steps of each reporting process, in time order."""
+def step_durations(
+    store: Store, run: RunRow, steps: Sequence[StepRow] | None = None
+) -> list[float]:
+    """Durations between consecutive steps of each reporting process, in time order.
+    ``steps``: the run's, when already read (by process, then time, as the store gives them)."""
     out: list[tuple[float, float]] = []
     prev: dict[int, float] = {}
-    for s in store.steps(run.key):
+    for s in store.steps(run.key) if steps is None else steps:
         if s.pid in prev:
             out.append((s.mono, s.mono - prev[s.pid]))
         prev[s.pid] = s.mono
@@ -52,20 +46,26 @@ def forecast(
     store: Store,
     run: RunRow,
     summary: RunSummary,
-    sections: ProjectedSections,
     total_steps: int,
+    *,
+    flops: FlopsSection | None = None,
+    energy: EnergySection | None = None,
+    carbon: CarbonSection | None = None,
+    cost: CostSection | None = None,
+    steps: Sequence[StepRow] | None = None,
 ) -> Forecast:
     """The ``forecast`` section: the run at ``total_steps``, from its steps so far and the
-    accounting ``sections`` (energy, carbon, cost, flops) computed for it."""
-    steps = summary["steps"]
+    accounting sections computed for it, each projected when given (a live upload gives
+    ``flops`` alone). ``steps``: the run's, when already read."""
+    stats = summary["steps"]
     elapsed = float(summary.get("duration_seconds") or 0.0)
-    procs = max(int(steps.get("processes") or 1), 1)
+    procs = max(int(stats.get("processes") or 1), 1)
     # ``total_steps`` counts the run's steps: in data-parallel training every rank reports
     # each step, so the run has done the steps of one process (the mean over processes).
-    done = round(int(steps.get("count") or 0) / procs)
+    done = round(int(stats.get("count") or 0) / procs)
     if done >= total_steps:
         return {"total_steps": total_steps, "steps_done": done, "complete": True}
-    durations = step_durations(store, run)[-WINDOW:]
+    durations = step_durations(store, run, steps)[-WINDOW:]
     if not durations or elapsed <= 0:
         return {
             "total_steps": total_steps,
@@ -111,13 +111,12 @@ def forecast(
             assumptions=[f"{value:.6g} {cur['unit']} so far x {k:.3f}"],
         )
 
-    energy, carbon, cost = sections.get("energy"), sections.get("carbon"), sections.get("cost")
     if (e := projected(energy["facility"] if energy else None)) is not None:
         out["energy_kwh"] = e
     if (c := projected(carbon["total"] if carbon else None)) is not None:
         out["carbon_gco2e"] = c
     if (usd := projected(cost["total"] if cost else None)) is not None:
         out["cost_usd"] = usd
-    if (flops := projected(sections.get("flops"))) is not None:
-        out["flops"] = flops
+    if (f := projected(flops)) is not None:
+        out["flops"] = f
     return out

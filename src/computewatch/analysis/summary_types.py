@@ -49,6 +49,7 @@ __all__ = [
     "HostInfo",
     "Hyperparameters",
     "JointSavingJson",
+    "LiveAccounting",
     "MemoryStats",
     "NetworkStats",
     "PhaseStats",
@@ -442,6 +443,14 @@ class Accounting(TypedDict):
     flops: FlopsSection
     requests: NotRequired[RequestStats]  # the summary's requests, with per-request figures
     forecast: NotRequired[Forecast]  # with a step target
+
+
+class LiveAccounting(TypedDict):
+    """What ``accounting.engine.live_accounting`` adds to a running run's summary in a live
+    upload: its FLOPs so far and, with a step target, their forecast at completion."""
+
+    flops: FlopsSection
+    forecast: NotRequired[Forecast]
 
 
 AccountedSection = EnergySection | CarbonSection | CostSection | FlopsSection | Forecast

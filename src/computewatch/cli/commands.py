@@ -367,7 +367,14 @@ def _upload_observers(args: argparse.Namespace, accounting: AccountingOptions) -
         return []
     if settings is None:
         return []
-    return [LiveUploader(settings, resolve_db_path(args.db))]
+    return [
+        LiveUploader(
+            settings,
+            resolve_db_path(args.db),
+            total_steps=accounting.total_steps,
+            precision=accounting.precision or accounting.config.precision,
+        )
+    ]
 
 
 def cmd_devices(args: argparse.Namespace) -> int:

@@ -1,8 +1,8 @@
 """Governance's unit of work: the one place that appends governance entries to the ledger.
 
 - :func:`on_run_stored` (the ingest's hook, in its transaction): the run's ledger entry and
-  model compute (computewatch.serverdb.lineage_ingest), then, for a finished run, the tiers
-  judged again (:func:`judge`);
+  model compute (computewatch.serverdb.lineage_ingest), then, for a run that declares a model,
+  finished or live, the tiers judged again (:func:`judge`);
 - :func:`upkeep` (the server's upkeep, every few minutes): pruning under the retention policy,
   the tiers in force recorded, running runs and forecasts that change a tier's state recorded,
   tiers judged, obligations opened, reminders due;
@@ -197,13 +197,14 @@ def status(session: Session, *, teams: frozenset[str] | None = None) -> list[Mod
 
 def on_run_stored(session: Session, team: str, run: RunUpload, signature: SignatureStatus) -> None:
     """The ingest's hook (computewatch.serverdb.ingest.RunHook): the run's ledger entry and
-    compute, then, for a run that declares a model, when it finishes or first arrives, the
-    tiers judged again in the same transaction (a crossing and its obligation commit with the
-    run that caused it; later live uploads are judged by the upkeep)."""
+    compute, then, for a run that declares a model, the tiers judged again in the same
+    transaction, at every upload: a crossing and its obligation commit with the run that
+    caused it, and a live upload whose FLOPs so far or forecast take a tier over opens its
+    ``forecast`` obligation while the run goes on (judging appends to the log only when a
+    state changes)."""
     check_declaration(session, run)
-    first = session.get(ModelRun, run["id"]) is None
     rc = on_stored(session, team, run, signature=signature)
-    if rc is not None and (run["final"] or first):  # later live uploads: the upkeep judges
+    if rc is not None:
         judge(session, server_tiers(), time.time())
 
 

@@ -177,13 +177,15 @@ def _live_uploader(db: Path, run_id: str) -> LiveUploader | None:
     from computewatch.upload.stream import LiveUploader
 
     try:
-        settings = server_settings(load_config())
+        config = load_config()
+        settings = server_settings(config)
     except (ConfigError, SettingsError) as e:
         print(f"computewatch: not uploading: {e}", file=sys.stderr)
         return None
     if settings is None:
         return None
-    uploader = LiveUploader(settings, db)
+    # the step target is track(total_steps=)'s, which the uploads read from the store
+    uploader = LiveUploader(settings, db, precision=config.precision)
     uploader.begin(run_id)
     return uploader
 

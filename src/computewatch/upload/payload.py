@@ -23,6 +23,7 @@ import socket
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
+from computewatch.accounting.engine import live_accounting
 from computewatch.analysis.aggregates import RunAggregates
 from computewatch.analysis.downsample import bucket_size, counter_rate
 from computewatch.analysis.summary import current_summary, summary_of
@@ -277,9 +278,20 @@ class LiveRun:
     sampler feeds its own), both updated with what was stored since the last upload only, so
     a live upload of a long run costs its new samples, not its history."""
 
-    def __init__(self, max_points: int = MAX_POINTS) -> None:
+    def __init__(
+        self,
+        max_points: int = MAX_POINTS,
+        *,
+        total_steps: int | None = None,
+        precision: str | None = None,
+    ) -> None:
         self.series = SeriesBuckets(max_points)
         self.aggregates = RunAggregates()
+        self.total_steps = total_steps
+        """The run's planned steps (``run --total-steps``), for the FLOPs forecast; else the
+        ones ``track(total_steps=)`` declared."""
+        self.precision = precision
+        """``run --precision`` (else the configured one), for the hardware-time estimate."""
         self._last_seq = -1
         self._last_step = 0  # rowid of the last step read
         self.appends = False
@@ -373,6 +385,30 @@ def downsample_series(
     return acc.uploads(run.interval_seconds, extra)
 
 
+def _with_live_flops(
+    store: Store, run: RunRow, summary: RunSummary, live: LiveRun | None
+) -> RunSummary:
+    """A running run's summary with its FLOPs so far and their forecast at completion
+    (``accounting.engine.live_accounting``): what governance judges a running run by. A
+    failure leaves them out with a note; the upload goes all the same."""
+    out = summary.copy()
+    try:
+        sections = live_accounting(
+            store,
+            run,
+            summary,
+            precision=None if live is None else live.precision,
+            total_steps=None if live is None else live.total_steps,
+        )
+    except Exception as e:  # the run's upload matters more than its live FLOPs
+        out["notes"] = [*summary.get("notes", []), f"live FLOPs failed: {type(e).__name__}: {e}"]
+        return out
+    out["flops"] = sections["flops"]
+    if "forecast" in sections:
+        out["forecast"] = sections["forecast"]
+    return out
+
+
 def _host_of(run: RunRow) -> str:
     name = run.host.get("hostname")
     if isinstance(name, str) and name:
@@ -406,6 +442,8 @@ def build_upload(
     else:
         now = current_summary(store, run)
         series = downsample_series(store, run, max_points, extra)
+    if run.status == RUNNING:
+        now = _with_live_flops(store, run, now, live)
     summary = scrub(dict(now), extra)
     summary["command"] = redact_argv(run.command, extra)
     summary["tags"] = tags

@@ -86,7 +86,11 @@ class LiveUploader:
         stderr: TextIO | None = None,
         final_deadline: float = FINAL_DEADLINE,
         max_backoff: float = MAX_BACKOFF,
+        total_steps: int | None = None,
+        precision: str | None = None,
     ) -> None:
+        """``total_steps``, ``precision``: the run's ``--total-steps`` and precision, for the
+        FLOPs and their forecast that each live upload carries (docs/upload.md)."""
         self.settings = settings
         self.db_path = Path(db_path)
         self.client = Client(settings.url, settings.token, timeout=_REQUEST_TIMEOUT)
@@ -106,7 +110,7 @@ class LiveUploader:
         self._refused: UploadError | None = None
         self._thread: threading.Thread | None = None
         self._rng = random.Random()
-        self._live = LiveRun()
+        self._live = LiveRun(total_steps=total_steps, precision=precision)
         """The run's series and summary aggregates, read since the last upload only."""
         self._series_lock = threading.Lock()
         self._said: set[str] = set()
