@@ -27,6 +27,8 @@ def _governed(flop: float, model: str = "m", stage: str = "pretrain") -> Any:
     up = synthetic_upload(gpus=8, gpu_model="H100-SXM")
     summary = up["summary"]
     assert summary is not None
+    for gpu in summary["gpus"]:  # real devices: a simulated run stays out of the totals
+        gpu["simulated"] = False
     summary["flops"] = {
         "value": flop,
         "low": flop * 0.85,
