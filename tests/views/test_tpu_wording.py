@@ -11,7 +11,7 @@ from computewatch.catalog.tpu import tpu_by_pci_id
 
 
 def test_a_run_on_tpus_says_tpu(cw: Any) -> None:
-    cw.ok("run", "--quiet", "--gpu-backend", "fake:2xTPU-v5e", "--name", "t", "--", "sleep", "1")
+    cw.ok("run", "--quiet", "--gpu-backend", "fake:2xTPU-v5e", "--name", "t", "--", "sleep", "3")
     text = cw.ok("show", "t").stdout
     energy = next(line for line in text.splitlines() if line.startswith("energy"))
     assert "· tpu " in energy and "gpu " not in energy, energy
@@ -37,7 +37,7 @@ def test_tpu_v7x_is_in_the_catalog() -> None:
 
 
 def test_the_report_of_a_tpu_run_says_tpu(cw: Any, tmp_path: Any) -> None:
-    cw.ok("run", "--quiet", "--gpu-backend", "fake:2xTPU-v5e", "--name", "t", "--", "sleep", "1")
+    cw.ok("run", "--quiet", "--gpu-backend", "fake:2xTPU-v5e", "--name", "t", "--", "sleep", "3")
     out = tmp_path / "t.html"
     cw.ok("report", "t", "-o", out)
     html = out.read_text()
