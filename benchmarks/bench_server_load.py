@@ -183,15 +183,17 @@ class Template:
             self._reports[run_id] = base
         return base
 
-    def suffix(self, run_id: str, seq: int, team: str) -> bytes:
+    def suffix(self, run_id: str, seq: int, team: str, base: int | None = None) -> bytes:
         signed = sign_report({**self.report(run_id), "seq": seq}, self.keys[team])
+        more = f',"series_base":{base}' if base is not None else ""
         return (
-            f'{run_id}"}},"signed_report":{self._dumps(signed)},"id":"{run_id}","seq":{seq}}}]}}'
+            f'{run_id}"}},"signed_report":{self._dumps(signed)},"id":"{run_id}","seq":{seq}'
+            f"{more}}}]}}"
         ).encode()
 
-    def body(self, run_id: str, seq: int, team: str) -> bytes:
+    def body(self, run_id: str, seq: int, team: str, base: int | None = None) -> bytes:
         z = self._z.copy()
-        return self._head + z.compress(self.suffix(run_id, seq, team)) + z.flush()
+        return self._head + z.compress(self.suffix(run_id, seq, team, base)) + z.flush()
 
     def check(self) -> int:
         """That a body decodes to the upload (with its run id and seq): its size."""
@@ -353,6 +355,9 @@ class Setup:
     admin: str
     live: Template
     final: Template
+    live_next: Template
+    """A live upload after the first: each series' points from its last bucket on."""
+    final_next: Template
     db_cpu: Any = None  # () -> float: the database's CPU seconds, when it has its own processes
 
     def server_for(self, i: int) -> ServerProcess:
@@ -375,6 +380,8 @@ class Stats:
     stream_opens: int = 0
     slow_ended: Counter[str] = field(default_factory=Counter)
     errors_seen: list[str] = field(default_factory=list)
+    resent: int = 0
+    """Continuations the server sent back (needs_full), each followed by the whole state."""
 
     def answered(self, a: Answer) -> None:
         self.statuses[a.status] += 1
@@ -406,9 +413,9 @@ def _retry_after(a: Answer) -> float | None:
 
 async def upload(
     setup: Setup, server: ServerProcess, team: str, tpl: Template, run_id: str, seq: int,
-    timeout: float, stats: Stats,
+    timeout: float, stats: Stats, base: int | None = None,
 ) -> Answer | None:  # fmt: skip
-    body = tpl.body(run_id, seq, team)
+    body = tpl.body(run_id, seq, team, base)
     headers = {
         "Authorization": f"Bearer {setup.ingest[team]}",
         "Content-Type": "application/json",
@@ -440,19 +447,30 @@ async def live_run(
     await asyncio.sleep(rng.uniform(0, INTERVAL))
     seq = 0
     failures = 0
+    acked: int | None = None  # the last seq the server stored: the next upload continues it
     give_up = stop_at + INTERVAL + FINAL_DEADLINE
     while True:
         final = time.monotonic() >= stop_at
         if final and time.monotonic() > give_up:
             return  # lost: counted by its absence from stats.finals
         seq += 1
-        tpl = setup.final if final else setup.live
+        if acked is None:
+            tpl = setup.final if final else setup.live
+        else:
+            tpl = setup.final_next if final else setup.live_next
         began = time.monotonic()
         a = await upload(
-            setup, server, team, tpl, run_id, seq, FINAL_TIMEOUT if final else LIVE_TIMEOUT, stats
-        )
+            setup, server, team, tpl, run_id, seq, FINAL_TIMEOUT if final else LIVE_TIMEOUT,
+            stats, acked,
+        )  # fmt: skip
         took = time.monotonic() - began
         if a is not None and a.status == 200:
+            result = json.loads(a.body)["results"][0]
+            if result.get("needs_full"):
+                stats.resent += 1
+                acked = None
+                continue  # the whole state at once, as the client does
+            acked = seq if result["stored"] else None
             if final:
                 stats.finals.add(run_id)
                 return
@@ -786,7 +804,20 @@ def prepare(
         public = encode_public(keys[t].public_key())
         first.cli("node-key", "add", public, "--team", t, "--name", f"loadgen-{t}")
     return Setup(name, servers, ingest, read, admin, Template(live, keys), Template(final, keys),
+                 Template(continued(live), keys), Template(continued(final), keys),
                  db_cpu)  # fmt: skip
+
+
+CONTINUED_POINTS = 6
+"""Points per series of a live upload after the first: a run sampled every second, uploading
+every INTERVAL s, sends each series from its last bucket on (the live uploader's LiveRun)."""
+
+
+def continued(upload: dict[str, Any]) -> dict[str, Any]:
+    """``upload`` as the live uploader sends it once the server holds an earlier one: each
+    series' last CONTINUED_POINTS points (``series_base`` is added per request)."""
+    series = [{**x, "points": x["points"][-CONTINUED_POINTS:]} for x in upload["series"]]
+    return {**upload, "series": series}
 
 
 def ladder(setup: Setup, quick: bool, target: int) -> list[StepResult]:
@@ -961,11 +992,18 @@ def run(quick: bool) -> Section:
         keys = {t: load_or_create_private_key(tmp / f"node-key-{t}.pem") for t in TEAMS}
         sizes = Template(live, keys)
         gz = sizes.check()
+        nxt = Template(continued(live), keys)
+        gz_next = nxt.check()
         section.add(
-            f"Each live upload: a run on one fake H100 recorded by `computewatch run` "
-            f"({len(live['series'])} series, {len(live['series'][0]['points'])} points each), "
-            f"built by the live uploader's own code and signed: {sizes.plain_size():,} bytes "
-            f"of JSON, {gz:,} gzip-compressed. Every {INTERVAL:g} s per run; M = N/5 event "
+            f"Each run's first live upload: a run on one fake H100 recorded by `computewatch "
+            f"run` ({len(live['series'])} series, {len(live['series'][0]['points'])} points "
+            f"each), built by the live uploader's own code and signed: "
+            f"{sizes.plain_size():,} bytes of JSON, {gz:,} gzip-compressed. Each one after it "
+            f"continues the last one the server stored (`series_base`, as the live uploader "
+            f"sends to a server that lists the feature): each series' last {CONTINUED_POINTS} "
+            f"points, {nxt.plain_size():,} bytes of JSON, {gz_next:,} compressed, whatever the "
+            f"run's age; an answer `needs_full` is followed at once by the whole state. The "
+            f"final upload likewise. Every {INTERVAL:g} s per run; M = N/5 event "
             f"streams; {SLOW_CLIENTS} slow clients at {SLOW_BYTES} B/s against "
             f"`--body-timeout {BODY_TIMEOUT}`; the runs pages once a second per process. "
             f"{'15' if quick else '60'} s per step. Latencies are round trips of the uploads "
