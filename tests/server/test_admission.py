@@ -14,9 +14,8 @@ import pytest
 
 from computewatch.upload.protocol import RunUpload
 
-pytestmark = pytest.mark.parametrize("db", ["sqlite"], indirect=True)
 
-
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
 def test_uploads_past_the_queue_are_refused_at_once_then_stored(
     server: Callable[..., Any], make_upload: Callable[..., RunUpload], make_batch: Any
 ) -> None:
@@ -51,3 +50,44 @@ def test_uploads_past_the_queue_are_refused_at_once_then_stored(
     for run_id in bodies:
         assert reader.get(f"/api/v1/runs/{run_id}").status_code == 200
     assert "Traceback" not in s.output()
+
+
+def test_a_full_queue_refuses_before_the_token_and_the_body() -> None:
+    """While the admission queue is full, an upload is answered 429 before anything reads its
+    token or its body: the application behind is never called."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from computewatch.server.admission import Admission, EarlyRefusal
+
+    async def scenario() -> tuple[list[dict[str, Any]], int, bool]:
+        called = False
+
+        async def inner(scope: Any, receive: Any, send: Any) -> None:
+            nonlocal called
+            called = True
+
+        admission = Admission(1, 0)
+        app = SimpleNamespace(state=SimpleNamespace(admission=(asyncio.get_running_loop(),
+                                                               admission)))  # fmt: skip
+        guard = EarlyRefusal(inner, "/api/v1/runs")
+        sent: list[dict[str, Any]] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        async def receive() -> dict[str, Any]:
+            raise AssertionError("the body was read")
+
+        scope = {"type": "http", "method": "POST", "path": "/api/v1/runs", "app": app,
+                 "headers": [(b"authorization", b"Bearer not-a-token")]}  # fmt: skip
+        await admission._turns.acquire()  # an upload being stored, none may wait
+        await guard(scope, receive, send)
+        refused = admission.refused
+        admission._turns.release()
+        await guard({**scope, "path": "/api/v1/runs/x"}, receive, send)  # other paths pass
+        return sent, refused, called
+
+    sent, refused, called = asyncio.run(scenario())
+    assert sent[0]["status"] == 429 and (b"retry-after", b"1") in sent[0]["headers"]
+    assert refused == 1 and called  # called for the other path only

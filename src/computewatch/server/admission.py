@@ -18,6 +18,7 @@ from typing import Final
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from computewatch.errors import ComputewatchError
 
@@ -26,6 +27,7 @@ __all__ = [
     "RETRY_AFTER_SECONDS",
     "Admission",
     "ClientGone",
+    "EarlyRefusal",
     "Overloaded",
     "client_gone",
     "overloaded",
@@ -66,16 +68,23 @@ class Admission:
     def waiting(self) -> int:
         return self._waiting
 
+    def full(self) -> bool:
+        """Whether the next upload would be refused now."""
+        return self._turns.locked() and self._waiting >= self.queue
+
+    def busy_message(self) -> str:
+        return (
+            f"the server is busy ({self._waiting} uploads wait for their turn); retry after "
+            f"{RETRY_AFTER_SECONDS} s"
+        )
+
     @contextlib.asynccontextmanager
     async def turn(self, request: Request) -> AsyncIterator[None]:
         """Wait for this upload's turn; :class:`Overloaded` at once when the queue is full,
         :class:`ClientGone` when its client left meanwhile."""
-        if self._turns.locked() and self._waiting >= self.queue:
+        if self.full():
             self.refused += 1
-            raise Overloaded(
-                f"the server is busy ({self._waiting} uploads wait for their turn); retry after "
-                f"{RETRY_AFTER_SECONDS} s"
-            )
+            raise Overloaded(self.busy_message())
         self._waiting += 1
         try:
             await self._turns.acquire()
@@ -104,3 +113,31 @@ async def client_gone(request: Request, exc: Exception) -> Response:
     """An upload dropped because its client left: one line; the answer goes nowhere."""
     log.info("%s", exc)
     return Response(status_code=400)
+
+
+class EarlyRefusal:
+    """ASGI middleware: an upload (``POST`` to ``path``) that arrives while the admission queue
+    is full is answered 429 at once, before its token is checked (a database query) and its
+    body read and decompressed: an overloaded server spends nothing on an upload it refuses.
+    The admission is the one the ingest route made on this event loop (``app.state.admission``,
+    a ``(loop, Admission)`` pair); before the first upload there is none and nothing is refused
+    here."""
+
+    def __init__(self, app: ASGIApp, path: str) -> None:
+        self.app = app
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == self.path:
+            made = getattr(getattr(scope.get("app"), "state", None), "admission", None)
+            if made is not None and made[0] is asyncio.get_running_loop() and made[1].full():
+                admission: Admission = made[1]
+                admission.refused += 1
+                response = JSONResponse(
+                    {"error": "busy", "detail": admission.busy_message()},
+                    status_code=429,
+                    headers={"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

@@ -39,6 +39,7 @@ from computewatch.server.access_log import AccessLog, AccessLogging
 from computewatch.server.admission import (
     DEFAULT_MAX_QUEUED_UPLOADS,
     ClientGone,
+    EarlyRefusal,
     Overloaded,
     client_gone,
     overloaded,
@@ -310,6 +311,7 @@ def create_app(
     app.include_router(ledger_api.router)
     app.include_router(goodput_api.router)
     app.add_middleware(AccessLogging, log=access_log)
+    app.add_middleware(EarlyRefusal, path="/api/v1/runs")  # outermost: refused before all else
 
     # The web pages (computewatch.server.web) are included here, before the fallback /login
     # form below, so that theirs wins when they define one.
