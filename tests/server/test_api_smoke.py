@@ -17,7 +17,11 @@ def test_ingest_then_list_and_show(
     run = make_upload()
     r = c.post("/api/v1/runs", json=make_batch(run), headers={PROTOCOL_HEADER: "1"})
     assert r.status_code == 200, r.text
-    assert r.json() == {"protocol": 1, "results": [{"id": run["id"], "seq": 1, "stored": True}]}
+    assert r.json() == {
+        "protocol": 1,
+        "results": [{"id": run["id"], "seq": 1, "stored": True}],
+        "features": ["series_base"],
+    }
     page = c.get("/api/v1/runs").json()
     assert [x["id"] for x in page["runs"]] == [run["id"]]
     assert page["runs"][0]["team"] == "ml"
