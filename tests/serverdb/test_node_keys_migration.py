@@ -6,26 +6,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from alembic import command
 from alembic.autogenerate import compare_metadata
-from alembic.config import Config
 from alembic.migration import MigrationContext
 from sqlalchemy import text
+from tests.serverdb.conftest import migrate_to
 
-from computewatch.serverdb.engine import MIGRATIONS, Database, current_tables, open_database
+from computewatch.serverdb.engine import Database, current_tables, open_database
 from computewatch.serverdb.models import Base
 from computewatch.serverdb.node_keys import run_signature
 
 NEW = {"node_keys", "run_signatures"}
-
-
-def _to(db: Database, revision: str, *, down: bool = False) -> None:
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    with db.engine.connect() as conn:
-        cfg.attributes["connection"] = conn
-        (command.downgrade if down else command.upgrade)(cfg, revision)
-        conn.commit()
 
 
 def _version(db: Database) -> str:
@@ -36,7 +26,7 @@ def _version(db: Database) -> str:
 def test_0004_to_0005_and_back(db_url: str) -> None:
     db = open_database(db_url)
     try:
-        _to(db, "0004")
+        migrate_to(db, "0004")
         assert _version(db) == "0004" and not NEW & set(current_tables(db))
         with db.engine.begin() as conn:  # a run stored before signatures existed
             conn.execute(
@@ -49,7 +39,7 @@ def test_0004_to_0005_and_back(db_url: str) -> None:
                 ),
                 {"final": True},
             )
-        _to(db, "0005")
+        migrate_to(db, "0005")
         assert _version(db) == "0005" and set(current_tables(db)) >= NEW
         with db.engine.connect() as conn:
 
@@ -66,11 +56,11 @@ def test_0004_to_0005_and_back(db_url: str) -> None:
         assert diffs == [], diffs
         with db.session() as session:
             assert run_signature(session, "old-run").status == "unsigned"
-        _to(db, "0004", down=True)
+        migrate_to(db, "0004", down=True)
         assert _version(db) == "0004" and not NEW & set(current_tables(db))
         with db.engine.connect() as conn:
             assert conn.execute(text("SELECT count(*) FROM runs")).scalar() == 1
-        _to(db, "head")
+        migrate_to(db, "head")
         assert set(current_tables(db)) >= NEW
     finally:
         db.dispose()

@@ -10,13 +10,12 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from alembic import command
-from alembic.config import Config
 from sqlalchemy import func, select
 from starlette.testclient import TestClient
+from tests.serverdb.conftest import migrate_to
 
 from computewatch.server.app import create_app
-from computewatch.serverdb.engine import MIGRATIONS, open_database, upgrade
+from computewatch.serverdb.engine import open_database, upgrade
 from computewatch.serverdb.models import RunSeriesPart
 from computewatch.serverdb.series import COMPACT_AFTER, merge_parts, read_series
 from computewatch.serverdb.tokens import create_token
@@ -136,13 +135,10 @@ def test_many_appends_stay_few_parts_and_read_the_same(tmp_path: Path) -> None:
 
 def _to(url: str, revision: str, down: bool = False) -> None:
     db = open_database(url)
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    with db.engine.connect() as conn:
-        cfg.attributes["connection"] = conn
-        (command.downgrade if down else command.upgrade)(cfg, revision)
-        conn.commit()
-    db.dispose()
+    try:
+        migrate_to(db, revision, down=down)
+    finally:
+        db.dispose()
 
 
 def test_migration_0007_moves_each_runs_series_into_one_part(tmp_path: Path) -> None:
