@@ -52,7 +52,7 @@ from typing import Any
 
 import httpx
 import pytest
-from tests.conftest import free_loopback_port
+from tests.conftest import CW, TIMEOUT, free_loopback_port
 
 from computewatch.server.budgets import period_bounds
 from computewatch.upload.protocol import PROTOCOL_VERSION, IngestBatch, RunUpload
@@ -332,6 +332,15 @@ class ServerProcess:
         assert token and "\n" not in token, r.stdout
         return token
 
+    def cli(self, *args: str | Path) -> subprocess.CompletedProcess[str]:
+        """``computewatch ARGS`` with the server's home (its key files) as the working directory
+        and ``COMPUTEWATCH_HOME``, no server URL or token from the environment; not checked."""
+        e = self.env()
+        e.pop("COMPUTEWATCH_SERVER", None)
+        e.pop("COMPUTEWATCH_TOKEN", None)
+        return subprocess.run([*CW, *map(str, args)], capture_output=True, text=True, env=e,
+                              timeout=TIMEOUT, check=False, cwd=self.home)  # fmt: skip
+
     def client(self, token: str | None = None, **kw: Any) -> httpx.Client:
         """An HTTP client on this server (with ``Authorization: Bearer token`` when given);
         closed at teardown."""
@@ -527,3 +536,18 @@ def make_upload() -> Callable[..., RunUpload]:
 @pytest.fixture
 def make_batch() -> Callable[..., IngestBatch]:
     return batch
+
+
+FLOP_JOB = """
+import computewatch
+with computewatch.track() as r:
+    for _ in range({steps}):
+        r.step(flops={flops})
+"""
+
+
+def flop_job(tmp_path: Path, steps: int, flops: float) -> Path:
+    """A script that reports ``steps`` steps of ``flops`` counted FLOPs each."""
+    job = tmp_path / f"job-{steps}-{flops:g}.py"
+    job.write_text(FLOP_JOB.format(steps=steps, flops=repr(flops)))
+    return job

@@ -12,35 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.conftest import CLI, CW, PY, TIMEOUT
-from tests.server.conftest import ServerProcess, batch, started_this_month
+from tests.conftest import CLI, PY
+from tests.server.conftest import ServerProcess, batch, flop_job, started_this_month
 
 from computewatch.upload.protocol import RunUpload
 
-JOB = """
-import computewatch
-with computewatch.track() as r:
-    for _ in range({steps}):
-        r.step(flops={flops})
-"""
-
-
-def _cli(srv: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    e = srv.env()
-    e.pop("COMPUTEWATCH_SERVER", None)
-    e.pop("COMPUTEWATCH_TOKEN", None)
-    return subprocess.run([*CW, *args], capture_output=True, text=True, env=e, timeout=TIMEOUT,
-                          check=False, cwd=srv.home)  # fmt: skip
-
-
-def _job(tmp_path: Path, steps: int, flops: float) -> Path:
-    job = tmp_path / f"job-{steps}-{flops:g}.py"
-    job.write_text(JOB.format(steps=steps, flops=repr(flops)))
-    return job
-
 
 def _check(srv: ServerProcess, admin: str, account: str, *extra: str) -> dict[str, Any]:
-    r = _cli(srv, "accounts", "check", account, "--gpus", "1", "--hours", "0.01", "--json",
+    r = srv.cli("accounts", "check", account, "--gpus", "1", "--hours", "0.01", "--json",
              "--server", srv.url, "--token", admin, *extra)  # fmt: skip
     assert r.returncode in (0, 1), r.stderr
     doc: dict[str, Any] = json.loads(r.stdout)
@@ -62,9 +41,9 @@ def test_a_flop_cap_counts_undeclared_runs_and_leaves_out_eval(
     ingest, admin = srv.token("beta", "ingest"), srv.token("ops", "admin")
     db = ("--db", srv.db_url)
     assert "team name 'bad name!'" in _clean(
-        _cli(srv, "accounts", "add", "bad name!", "--legal-name", "Bad Ltd", *db)
+        srv.cli("accounts", "add", "bad name!", "--legal-name", "Bad Ltd", *db)
     )
-    added = _cli(srv, "accounts", "add", "beta", "--legal-name", "Beta Ltd",
+    added = srv.cli("accounts", "add", "beta", "--legal-name", "Beta Ltd",
                  "--flop-per-month", "1e21", *db)  # fmt: skip
     assert added.returncode == 0, added.stderr
     assert _check(srv, admin, "beta")["decision"] == "allow"
@@ -72,13 +51,13 @@ def test_a_flop_cap_counts_undeclared_runs_and_leaves_out_eval(
     monkeypatch.setenv("COMPUTEWATCH_SERVER", srv.url)
     monkeypatch.setenv("COMPUTEWATCH_TOKEN", ingest)
     cw.ok("run", "--quiet", "--name", "ev", "--model", "beta-m", "--stage", "eval",
-          "--", PY, _job(tmp_path, 2, 1e24))  # fmt: skip
+          "--", PY, flop_job(tmp_path, 2, 1e24))  # fmt: skip
     doc = _check(srv, admin, "beta")
     assert doc["decision"] == "allow", doc  # 2e24 of evaluation: not training compute
     assert doc["used_this_month"]["left_out"] == {"eval": 1}
     assert doc["used_flop_high_this_month"] == 0.0
 
-    cw.ok("run", "--quiet", "--name", "undeclared", "--", PY, _job(tmp_path, 5, 1e24))
+    cw.ok("run", "--quiet", "--name", "undeclared", "--", PY, flop_job(tmp_path, 5, 1e24))
     doc = _check(srv, admin, "beta")
     assert doc["decision"] == "deny", doc  # 5e24 counted, no --model: over the 1e21 cap
     use = doc["used_this_month"]
@@ -89,18 +68,18 @@ def test_a_flop_cap_counts_undeclared_runs_and_leaves_out_eval(
     assert said.startswith("FLOP cap") and "counted" in said and "1 of 1 runs undeclared" in said
 
     # verification rests on evidence; 'set --status verified' is not a way round it
-    refused = _clean(_cli(srv, "accounts", "set", "beta", "--status", "verified", *db))
+    refused = _clean(srv.cli("accounts", "set", "beta", "--status", "verified", *db))
     assert "accounts verify beta --evidence TEXT --by WHO" in refused
-    assert "--evidence" in _clean(_cli(srv, "accounts", "verify", "beta", *db))
-    shown = json.loads(_cli(srv, "accounts", "show", "beta", "--json", *db).stdout)
+    assert "--evidence" in _clean(srv.cli("accounts", "verify", "beta", *db))
+    shown = json.loads(srv.cli("accounts", "show", "beta", "--json", *db).stdout)
     assert shown["status"] == "unverified" and shown["verified_at"] is None
-    ok = _cli(srv, "accounts", "verify", "beta", "--evidence", "certificate of incorporation "
+    ok = srv.cli("accounts", "verify", "beta", "--evidence", "certificate of incorporation "
               "12345 checked", "--by", "kim", "--valid-days", "30", *db)  # fmt: skip
     assert ok.returncode == 0 and "re-verification due" in ok.stdout, ok.stderr
-    shown = json.loads(_cli(srv, "accounts", "show", "beta", "--json", *db).stdout)
+    shown = json.loads(srv.cli("accounts", "show", "beta", "--json", *db).stdout)
     assert shown["status"] == "verified" and shown["verified_at"] is not None
     assert shown["reverify_due"] is not None and shown["reverify_due"] > shown["verified_at"]
-    pii = json.loads(_cli(srv, "accounts", "show", "beta", "--pii", "--json", *db).stdout)["pii"]
+    pii = json.loads(srv.cli("accounts", "show", "beta", "--pii", "--json", *db).stdout)["pii"]
     assert pii["verified_by"] == "kim" and "12345" in pii["verification_evidence"]
 
 
@@ -142,7 +121,7 @@ def test_the_check_counts_simulated_runs_as_the_server_says(
     monkeypatch.setenv("COMPUTEWATCH_CONFIG", str(config))
     srv = server()
     ingest, admin = srv.token("gamma", "ingest"), srv.token("ops", "admin")
-    added = _cli(srv, "accounts", "add", "gamma", "--legal-name", "Gamma", "--db", srv.db_url)
+    added = srv.cli("accounts", "add", "gamma", "--legal-name", "Gamma", "--db", srv.db_url)
     assert added.returncode == 0, added.stderr
     up = make_upload(gpus=8, gpu_model="H100-SXM", started_at=started_this_month(3600.0))
     summary = up["summary"]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sqlite3
-import subprocess
 from collections.abc import Callable
 from contextlib import closing
 from pathlib import Path
@@ -15,8 +14,8 @@ from typing import Any
 
 import pytest
 from sqlalchemy.orm import Session
-from tests.conftest import CLI, CW, PY, TIMEOUT
-from tests.server.conftest import ServerProcess, batch
+from tests.conftest import CLI, PY, TIMEOUT
+from tests.server.conftest import ServerProcess, batch, flop_job
 
 from computewatch.ledger.reports import SignatureStatus
 from computewatch.serverdb.engine import open_database
@@ -25,27 +24,6 @@ from computewatch.serverdb.lineage_ingest import on_stored
 from computewatch.upload.protocol import RunUpload
 
 DAY = 86_400.0
-
-JOB = """
-import computewatch
-with computewatch.track() as r:
-    for _ in range({steps}):
-        r.step(flops={flops})
-"""
-
-
-def _cli(srv: ServerProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    e = srv.env()
-    e.pop("COMPUTEWATCH_SERVER", None)
-    e.pop("COMPUTEWATCH_TOKEN", None)
-    return subprocess.run([*CW, *args], capture_output=True, text=True, env=e, timeout=TIMEOUT,
-                          check=False, cwd=srv.home)  # fmt: skip
-
-
-def _job(tmp_path: Path, steps: int, flops: float) -> Path:
-    job = tmp_path / f"job-{steps}-{flops:g}.py"
-    job.write_text(JOB.format(steps=steps, flops=repr(flops)))
-    return job
 
 
 def _backdate(db: Path, name: str, seconds: float) -> float:
@@ -61,7 +39,7 @@ def _backdate(db: Path, name: str, seconds: float) -> float:
 
 
 def _status(srv: ServerProcess, admin: str, *extra: str) -> list[dict[str, Any]]:
-    st = _cli(srv, "governance", "status", "--json", "--server", srv.url, "--token", admin, *extra)
+    st = srv.cli("governance", "status", "--json", "--server", srv.url, "--token", admin, *extra)
     assert st.returncode == 0, st.stderr
     doc: list[dict[str, Any]] = json.loads(st.stdout)
     return doc
@@ -79,7 +57,7 @@ def test_a_backdated_run_pushed_late_is_overdue_from_its_crossing(
     ingest, admin = srv.token("lab", "ingest"), srv.token("lab", "admin")
     # 6 steps of 2e24 counted FLOP: 1.2e25, over eu-systemic-risk (1e25, 14 days)
     cw.ok("run", "--quiet", "--name", "late", "--model", "late-model", "--interval", "0.2",
-          "--", PY, _job(tmp_path, 6, 2e24))  # fmt: skip
+          "--", PY, flop_job(tmp_path, 6, 2e24))  # fmt: skip
     ended = _backdate(cw.db, "late", 20 * DAY)
     monkeypatch.setenv("COMPUTEWATCH_SERVER", srv.url)
     monkeypatch.setenv("COMPUTEWATCH_TOKEN", ingest)
@@ -101,17 +79,17 @@ def test_a_backdated_run_pushed_late_is_overdue_from_its_crossing(
     gpai = tiers["eu-gpai"]  # no deadline: dated, never overdue
     assert gpai["crossed_at"] is not None and gpai["deadline"] is None and not gpai["overdue"]
 
-    text = _cli(srv, "governance", "status", "--server", srv.url, "--token", admin)
+    text = srv.cli("governance", "status", "--server", srv.url, "--token", admin)
     assert text.returncode == 0, text.stderr
     first = text.stdout.splitlines()[0]
     assert first.startswith("OVERDUE: late-model") and "eu-systemic-risk" in first, text.stdout
 
     export = tmp_path / "ledger.jsonl"
-    ex = _cli(srv, "ledger", "export", "-o", str(export), "--server", srv.url, "--token", admin)
+    ex = srv.cli("ledger", "export", "-o", str(export), "--server", srv.url, "--token", admin)
     assert ex.returncode == 0, ex.stderr
-    replayed = _cli(srv, "ledger", "replay", str(export), "--json", "--at", "1800000000")
+    replayed = srv.cli("ledger", "replay", str(export), "--json", "--at", "1800000000")
     assert replayed.returncode == 0, replayed.stderr
-    status = _cli(srv, "governance", "status", "--json", "--at", "1800000000", "--server",
+    status = srv.cli("governance", "status", "--json", "--at", "1800000000", "--server",
                   srv.url, "--token", admin)  # fmt: skip
     assert replayed.stdout == status.stdout  # the dates, recomputed from the export alone
 
@@ -128,7 +106,7 @@ def test_a_lineage_cycle_is_refused_at_ingest_and_a_stored_one_breaks_nothing(
     ingest, admin = srv.token("lab", "ingest"), srv.token("lab", "admin")
     monkeypatch.setenv("COMPUTEWATCH_SERVER", srv.url)
     monkeypatch.setenv("COMPUTEWATCH_TOKEN", ingest)
-    job = _job(tmp_path, 2, 1e20)
+    job = flop_job(tmp_path, 2, 1e20)
     cw.ok("run", "--quiet", "--name", "a", "--model", "cyc-a", "--base-model", "cyc-b",
           "--", PY, job)  # fmt: skip
     cw.ok("run", "--quiet", "--name", "b", "--model", "cyc-b", "--base-model", "cyc-a",
@@ -171,7 +149,7 @@ def test_simulated_runs_are_flagged_and_left_out_and_implausible_figures_judged_
     ingest, admin = srv.token("lab", "ingest"), srv.token("lab", "admin")
     monkeypatch.setenv("COMPUTEWATCH_SERVER", srv.url)
     monkeypatch.setenv("COMPUTEWATCH_TOKEN", ingest)
-    job = _job(tmp_path, 7, 1e24)  # 7e24 counted FLOP in a second or two on 8 fake GPUs
+    job = flop_job(tmp_path, 7, 1e24)  # 7e24 counted FLOP in a second or two on 8 fake GPUs
     fake = ("--gpu-backend", "fake:8xH100-SXM", "--interval", "0.2")
     run = cw.ok("run", "--name", "sim", "--model", "sim-model", *fake, "--", PY, job)
     assert "MFU implausible (over 100%" in run.stderr, run.stderr
@@ -211,7 +189,7 @@ def test_a_team_token_is_told_its_view_is_partial(
     srv = server()
     admin = srv.token("lab", "admin")
     monkeypatch.setenv("COMPUTEWATCH_SERVER", srv.url)
-    job = _job(tmp_path, 2, 1e20)
+    job = flop_job(tmp_path, 2, 1e20)
     for team, name in (("lab", "l1"), ("lab", "l2"), ("beta", "b1")):
         monkeypatch.setenv("COMPUTEWATCH_TOKEN", srv.token(team, "ingest"))
         cw.ok("run", "--quiet", "--name", name, "--model", "shared-m", "--", PY, job)
@@ -219,7 +197,7 @@ def test_a_team_token_is_told_its_view_is_partial(
     [m] = _status(srv, beta)
     assert m["runs"] == 1 and m["view"] == "partial" and m["hidden_runs"] == 2
     assert "2 runs of this model are not your team's" in m["view_note"]
-    text = _cli(srv, "governance", "status", "--server", srv.url, "--token", beta)
+    text = srv.cli("governance", "status", "--server", srv.url, "--token", beta)
     assert text.returncode == 0 and "partial view: 2 runs" in text.stdout, text.stdout
     [whole] = _status(srv, admin)
     assert whole["runs"] == 3 and whole["view"] == "whole" and whole["hidden_runs"] == 0
