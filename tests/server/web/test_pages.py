@@ -183,6 +183,8 @@ def test_runs_filters_sort_and_pages(seeded: Seeded, open_page: Callable[..., Op
 
     def names(path: str) -> list[str]:
         o.goto(path)
+        # The list is live (a running run): a refresh may be swapping it in as it is read.
+        o.page.wait_for_selector("#runs tbody tr td:nth-child(2)")
         return texts(o, "#runs tbody tr td:nth-child(2)")
 
     assert names("/runs?user=alice&sort=name&order=asc") == ["bert-base", "llama-running"]
