@@ -342,3 +342,30 @@ def test_a_live_upload_forecasts_to_the_step_target_track_declared(store: Store)
 def test_a_live_upload_without_a_step_target_has_no_forecast(store: Store) -> None:
     s = build_upload(store, _counted_run(store), seq=1)["summary"]
     assert s is not None and s["flops"]["value"] == 11e20 and "forecast" not in s
+
+
+def test_live_uploads_count_flops_from_the_new_steps_only(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the first read, a live upload's FLOPs and forecast come from the steps stored since
+    the last upload (the run's history is not read again), and equal a whole build's."""
+    from computewatch.accounting.engine import live_accounting
+    from computewatch.upload.payload import LiveRun
+
+    run = _counted_run(store)
+    live = LiveRun(total_steps=101)
+    reads: list[int] = []
+    real = Store.steps
+    monkeypatch.setattr(Store, "steps", lambda self, key: reads.append(key) or real(self, key))
+    for seq in range(1, 4):
+        t0 = run.started_at
+        more = [(4001, 111.0 + 10 * seq + i, t0 + 11 + i, None, None, 2e20) for i in range(10)]
+        store.write_batch(run.key, steps=more, data_until=t0 + 30 * seq)
+        run = store.run_by_key(run.key)
+        reads.clear()
+        s = build_upload(store, run, seq=seq, live=live)["summary"]
+        assert reads == [], "a live upload read every step again"
+        assert s is not None
+        whole = live_accounting(store, run, s, total_steps=101)  # every step read
+        assert s["flops"] == whole["flops"] and s["forecast"] == whole.get("forecast")
+        assert s["flops"]["value"] == 11e20 + seq * 10 * 2e20

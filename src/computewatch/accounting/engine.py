@@ -15,6 +15,7 @@ from computewatch.accounting.cpu_power import CPU_IDLE_FRACTION, CpuPowerModel
 from computewatch.accounting.flops import run_flops
 from computewatch.accounting.forecast import forecast
 from computewatch.accounting.region import CloudHost, Location, detect_cloud, resolve_location
+from computewatch.accounting.tally import StepTally
 from computewatch.accounting.timed import hourly_carbon, run_sci
 from computewatch.analysis.steps import request_accounting
 from computewatch.analysis.summary_types import (
@@ -112,14 +113,16 @@ def live_accounting(
     *,
     precision: str | None = None,
     total_steps: int | None = None,
+    tally: StepTally | None = None,
 ) -> LiveAccounting:
     """What a live upload of a running run adds to its summary: the ``flops`` section (the
     counted FLOPs so far with the FLOP rate, else the hardware-time estimate) and, with a step
     target (``total_steps``, else the one ``track(total_steps=)`` declared), the ``forecast``
     of the FLOPs at completion with its range. The run's steps are read once for both; energy,
     carbon and cost wait for the run's end (they read every sample, and a carbon provider may
-    be a network call)."""
-    steps = store.steps(run.key)
+    be a network call). ``tally``: the run's steps as the live uploader keeps them, instead
+    of reading them all again."""
+    steps = store.steps(run.key) if tally is None or not tally.ordered else tally
     flops = run_flops(store, run, summary, precision, steps)
     out: LiveAccounting = {"flops": flops}
     total = total_steps or _declared_total_steps(store, run)

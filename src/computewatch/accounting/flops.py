@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from computewatch.accounting.tally import StepTally
 from computewatch.analysis.summary_types import (
     FlopsDevice,
     FlopsSection,
@@ -147,21 +148,25 @@ def run_flops(
     run: RunRow,
     summary: RunSummary,
     precision: str | None = None,
-    steps: Sequence[StepRow] | None = None,
+    steps: Sequence[StepRow] | StepTally | None = None,
 ) -> FlopsSection:
     """The ``flops`` section of a run's summary: counted (with MFU) when its steps carry
-    FLOPs, else the hardware-time estimate. ``steps``: the run's, when already read."""
+    FLOPs, else the hardware-time estimate. ``steps``: the run's (or their tally), when
+    already read."""
     gpus = list(summary.get("gpus") or [])
     estimate = hardware_estimate(gpus, float(summary.get("duration_seconds") or 0.0), precision)
     if steps is None:
         steps = store.steps(run.key)
-    if not any(s.flops is not None for s in steps):
+    if isinstance(steps, StepTally):
+        if not steps.with_flops:
+            return estimate
+    elif not any(s.flops is not None for s in steps):
         return estimate
     return counted_flops(steps, store.writers(run.key), gpus, estimate, precision)
 
 
 def counted_flops(
-    steps: Sequence[StepRow],
+    steps: Sequence[StepRow] | StepTally,
     writers: Mapping[int, tuple[float, Mapping[str, Any]]],
     gpus: Sequence[GpuStats],
     estimate: FlopsSection,
@@ -169,6 +174,7 @@ def counted_flops(
 ) -> FlopsSection:
     """The counted ``flops`` section: the steps' model FLOPs summed, the FLOP/s achieved, MFU
     and (where recomputation is declared) HFU, thresholds, and the hardware ``estimate``.
+    ``steps``: the run's rows, or their :class:`StepTally` (what the live uploader keeps).
 
     Time is each process's step window, from its first step to its last (the first step's
     FLOPs left out: its start includes warm-up and setup); a process with one step is timed
@@ -176,31 +182,25 @@ def counted_flops(
     step time is the length of their union. MFU = FLOPs in the windows / available FLOPs,
     where available is Σ window × ``peak_flops`` when every process declared its peak, else
     step time × the catalog peaks of the GPUs the run used (at ``precision``)."""
-    by_pid: dict[int, list[StepRow]] = {}
-    for s in steps:
-        by_pid.setdefault(s.pid, []).append(s)
+    tally = steps if isinstance(steps, StepTally) else StepTally.of(steps)
     total = 0.0
-    counted_steps = 0
     win_flops = win_hw_flops = 0.0
     windows: list[tuple[float, float]] = []
     declared_peak_seconds = 0.0  # Σ window × declared peak
     undeclared: list[int] = []
     factors: set[float] = set()
-    for pid, rows in sorted(by_pid.items()):
-        rows.sort(key=lambda r: r.mono)
+    for pid, p in sorted(tally.by_pid.items()):
         meta: tuple[float | None, Mapping[str, Any]] = writers.get(pid, (None, {}))
         settings = dict(meta[1].get("settings") or {})
         factor = float(settings.get("recompute_factor") or 1.0)
         if "recompute_factor" in settings:
             factors.add(factor)
-        flops = [r.flops or 0.0 for r in rows]
-        counted_steps += sum(r.flops is not None for r in rows)
-        total += sum(flops)
+        total += p.flops
         start = meta[0]
-        if len(rows) >= 2:
-            window, in_window = (rows[0].mono, rows[-1].mono), sum(flops[1:])
-        elif start is not None and start < rows[0].mono:
-            window, in_window = (start, rows[0].mono), flops[0]
+        if p.count >= 2:
+            window, in_window = (p.first_mono, p.last_mono), p.flops_after_first
+        elif start is not None and start < p.first_mono:
+            window, in_window = (start, p.first_mono), p.first_flops
         else:
             continue
         if window[1] <= window[0] or in_window <= 0:
@@ -213,8 +213,8 @@ def counted_flops(
             declared_peak_seconds += (window[1] - window[0]) * float(peak)
         else:
             undeclared.append(pid)
+    counted_steps, n_all = tally.with_flops, tally.count
     step_time = _union_length(windows)
-    n_all = len(steps)
     counted = figure(
         total,
         "FLOP",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from computewatch.accounting.tally import RECENT, StepTally
 from computewatch.analysis.common import percentile
 from computewatch.analysis.summary_types import (
     CarbonSection,
@@ -24,7 +25,7 @@ from computewatch.analysis.summary_types import (
 from computewatch.records import ESTIMATED, Figure, figure
 from computewatch.store import RunRow, StepRow, Store
 
-WINDOW = 200
+WINDOW = RECENT
 
 
 def step_durations(
@@ -52,11 +53,11 @@ def forecast(
     energy: EnergySection | None = None,
     carbon: CarbonSection | None = None,
     cost: CostSection | None = None,
-    steps: Sequence[StepRow] | None = None,
+    steps: Sequence[StepRow] | StepTally | None = None,
 ) -> Forecast:
     """The ``forecast`` section: the run at ``total_steps``, from its steps so far and the
     accounting sections computed for it, each projected when given (a live upload gives
-    ``flops`` alone). ``steps``: the run's, when already read."""
+    ``flops`` alone). ``steps``: the run's (or their tally), when already read."""
     stats = summary["steps"]
     elapsed = float(summary.get("duration_seconds") or 0.0)
     procs = max(int(stats.get("processes") or 1), 1)
@@ -65,7 +66,10 @@ def forecast(
     done = round(int(stats.get("count") or 0) / procs)
     if done >= total_steps:
         return {"total_steps": total_steps, "steps_done": done, "complete": True}
-    durations = step_durations(store, run, steps)[-WINDOW:]
+    if isinstance(steps, StepTally):
+        durations = steps.recent_durations(WINDOW)
+    else:
+        durations = step_durations(store, run, steps)[-WINDOW:]
     if not durations or elapsed <= 0:
         return {
             "total_steps": total_steps,

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, cast
 
 from computewatch.accounting.engine import live_accounting
+from computewatch.accounting.tally import StepTally
 from computewatch.analysis.aggregates import RunAggregates
 from computewatch.analysis.downsample import bucket_size, counter_rate
 from computewatch.analysis.summary import current_summary, summary_of
@@ -294,6 +295,8 @@ class LiveRun:
         """``run --precision`` (else the configured one), for the hardware-time estimate."""
         self._last_seq = -1
         self._last_step = 0  # rowid of the last step read
+        self.steps = StepTally()
+        """The run's steps as its live FLOPs and forecast read them."""
         self.appends = False
         """Whether the server stores uploads that continue an earlier one (it lists
         FEATURE_SERIES_BASE in its answers)."""
@@ -360,6 +363,8 @@ class LiveRun:
         if steps:
             self._last_step = steps[-1][0]
             agg.add_steps([r[1:] for r in steps])
+            for r in steps:
+                self.steps.add(r[1], r[2], r[6])
         agg.add_writers((pid, t, meta) for pid, (t, meta) in store.writers(run.key).items())
         agg.phases, agg.requests = store.counts(run.key, ("phases", "requests"))
 
@@ -399,6 +404,7 @@ def _with_live_flops(
             summary,
             precision=None if live is None else live.precision,
             total_steps=None if live is None else live.total_steps,
+            tally=None if live is None else live.steps,
         )
     except Exception as e:  # the run's upload matters more than its live FLOPs
         out["notes"] = [*summary.get("notes", []), f"live FLOPs failed: {type(e).__name__}: {e}"]
