@@ -11,10 +11,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
-__all__ = ["dump", "dumps", "finite"]
+try:  # the server's extra installs orjson: the server's hot path reads and writes through it
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the package alone: the standard library's json
+    _orjson = None  # type: ignore[assignment]
+
+__all__ = ["compact", "dump", "dumps", "finite", "loads"]
 
 
 def finite(obj: Any) -> Any:
@@ -79,3 +85,38 @@ def dump(
             ensure_ascii=ensure_ascii,
         )
     )
+
+
+def compact(obj: Any) -> str:
+    """``obj`` as compact JSON (no spaces), non-finite floats as ``null``: a
+    document that reads back to what :func:`dumps` writes, made by orjson where it is
+    installed (several times faster) and by :func:`dumps` where orjson cannot write ``obj``
+    (an integer beyond 64 bits, a lone surrogate, a type it does not know)."""
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(obj, option=_orjson.OPT_NON_STR_KEYS).decode()
+        except TypeError:  # orjson.JSONEncodeError is a TypeError
+            pass
+    return dumps(obj, separators=(",", ":"))
+
+
+_LONG_DIGITS = re.compile(rb"\d{19}")
+"""A run of 19 digits: an integer orjson may read as a float (it reads integers within
+64 bits exactly; -9,999,999,999,999,999,999 is not one), or a long mantissa."""
+
+
+def loads(data: bytes | str, *, parse_constant: Callable[[str], Any] | None = None) -> Any:
+    """``json.loads(data)``, through orjson where installed and where it reads the same values:
+    a document it refuses (``NaN``, lone surrogates, another encoding than UTF-8, nesting
+    deeper than 1,024) or one holding 19 digits in a row is read by ``json``, whose errors
+    (and ``parse_constant``) apply as they always did."""
+    if _orjson is not None:
+        raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+        if _LONG_DIGITS.search(raw) is None:
+            try:
+                return _orjson.loads(raw)
+            except _orjson.JSONDecodeError:
+                pass
+    if parse_constant is None:
+        return json.loads(data)
+    return json.loads(data, parse_constant=parse_constant)

@@ -21,7 +21,8 @@ from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from computewatch.jsonout import dumps as json_dumps
+from computewatch.jsonout import compact as json_compact
+from computewatch.jsonout import loads as json_loads
 from computewatch.paths import create_private_file, data_home, make_private_dirs
 from computewatch.serverdb.errors import BadDatabaseURL
 
@@ -163,7 +164,9 @@ def open_database(
     u = url if isinstance(url, URL) else parse_url(url)
     kwargs: dict[str, Any] = {
         "pool_pre_ping": True,
-        "json_serializer": json_dumps,
+        # JSON columns (summaries, series parts) through orjson where installed
+        "json_serializer": json_compact,
+        "json_deserializer": json_loads,
         "pool_size": pool_size,
         "max_overflow": pool_size,
         "pool_timeout": pool_wait,

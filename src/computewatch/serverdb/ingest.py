@@ -15,7 +15,6 @@ entry.
 from __future__ import annotations
 
 import datetime
-import json
 import math
 import time
 import zlib
@@ -27,6 +26,7 @@ from sqlalchemy import Table, delete, insert, select, text, update
 from sqlalchemy.orm import Session
 
 from computewatch.jsonout import dumps as json_dumps
+from computewatch.jsonout import loads as json_loads
 from computewatch.ledger.reports import SignatureStatus
 from computewatch.redact import redact_argv, redact_mapping
 from computewatch.serverdb.engine import SQLITE_BEGIN
@@ -118,7 +118,7 @@ def parse_batch(body: bytes | str) -> IngestBatch:
     wrong type or out of range, named) or, for a protocol the server does not speak, returns the
     batch with its ``protocol`` as sent: check it with :func:`protocol_mismatch` first."""
     try:
-        doc = json.loads(body, parse_constant=_reject_constant)
+        doc = json_loads(body, parse_constant=_reject_constant)
     except RecursionError:
         raise InvalidUpload("body: JSON nested too deeply") from None
     except (ValueError, UnicodeDecodeError) as e:
