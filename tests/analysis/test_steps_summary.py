@@ -165,6 +165,54 @@ def test_ranks_name_the_slowest_and_measure_imbalance_and_comm(store: Store) -> 
     assert rk["comm_share"] == pytest.approx(0.3)
 
 
+@pytest.mark.parametrize(
+    "name",
+    ["comm", "comm/allreduce", "allreduce", "all_gather", "all-reduce", "reduce_scatter_tensor",
+     "all_to_all_single", "nccl:all_reduce", "ncclKernel_AllReduce_RING_LL_Sum_float",
+     "NCCL broadcast", "barrier", "communication"],
+)  # fmt: skip
+def test_phases_named_like_communication_count_as_comm(store: Store, name: str) -> None:
+    from computewatch.analysis.chrome_trace import chrome_trace
+
+    steps, phases = [], []
+    for k in range(4):
+        end = M0 + k + 1
+        for pid, comm in ((10, 0.5), (11, 0.1)):
+            steps.append((pid, end))
+            phases.append((pid, name, end - comm, end, None))
+            phases.append((pid, "forward", end - 1.0, end - comm, None))
+    run = write_run(store, steps=steps, phases=phases, writers=RANK_META)
+    rk = steps_sections(store, run)["ranks"]
+    assert rk["comm_share"] == pytest.approx(0.3)
+    assert rk["comm_phases"] == [name]
+    cats = {e["name"]: e.get("cat") for e in chrome_trace(store, run)["traceEvents"]}
+    assert (cats[name], cats["forward"]) == ("comm", "phase")
+
+
+@pytest.mark.parametrize(
+    "name", ["commit", "compute", "gather_batch", "reduce_lr", "send_metrics", "forward"]
+)
+def test_other_phases_are_not_communication(name: str) -> None:
+    from computewatch.analysis.steps import is_comm_phase
+
+    assert not is_comm_phase(name)
+
+
+def test_nested_communication_phases_count_once_in_the_ranks(store: Store) -> None:
+    # A DDP bucket's "comm" holding an "allreduce" over the same time: waiting once.
+    steps, phases = [], []
+    for k in range(2):
+        end = M0 + k + 1
+        for pid in (10, 11):
+            steps.append((pid, end))
+            phases.append((pid, "comm", end - 0.5, end, None))
+            phases.append((pid, "allreduce", end - 0.4, end - 0.1, None))
+    run = write_run(store, steps=steps, phases=phases, writers=RANK_META)
+    rk = steps_sections(store, run)["ranks"]
+    assert rk["comm_share"] == pytest.approx(0.5)
+    assert rk["comm_phases"] == ["allreduce", "comm"]
+
+
 def test_a_single_rank_is_not_a_distributed_run(store: Store) -> None:
     run = write_run(store, steps=[(10, 101.0)], writers={10: {"rank": 0, "world_size": 1}})
     assert steps_sections(store, run)["ranks"] is None

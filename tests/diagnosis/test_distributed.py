@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 
-def _ranks(run, compute: dict[int, float], step: float, n: int = 50) -> None:
+def _ranks(run, compute: dict[int, float], step: float, n: int = 50, name: str = "comm") -> None:
     """Synchronous ranks: every step lasts ``step``; a rank computes ``compute[rank]`` and
-    waits in `comm` for the rest."""
+    waits in a communication phase (``name``) for the rest."""
     for rank, c in compute.items():
         pid = 100 + rank
         run.writer(pid, rank=rank, world_size=len(compute))
         for k in range(n):
-            run.phase(pid, "comm", k * step + c, (k + 1) * step)
+            run.phase(pid, name, k * step + c, (k + 1) * step)
         run.steps(pid, [step] * n)
 
 
@@ -43,6 +43,21 @@ def test_comm_share_fires_and_names_the_spread(crafted):
     assert abs(f.evidence.numbers["min_rank_share"] - 0.4) < 1e-6
     assert "overlap" in f.suggestion.lower() and "no_sync" in f.suggestion
     assert "collective_communication" not in run.ids(comm_share_high=0.6)
+
+
+def test_phases_named_like_communication_are_communication(crafted):
+    for name in ("allreduce", "nccl:all_gather"):
+        run = crafted()
+        run.ticks(30)
+        _ranks(run, {0: 0.2, 1: 0.3}, step=0.5, name=name)
+        f = run.finding("collective_communication")
+        assert abs(f.evidence.numbers["comm_share"] - 0.5) < 1e-6
+        run = crafted()
+        run.ticks(30)
+        _ranks(run, {0: 0.30, 1: 0.45, 2: 0.30, 3: 0.31}, step=0.5, name=name)
+        f = run.finding("stragglers")
+        assert f.evidence.numbers["slowest_rank"] == 1
+        assert abs(f.evidence.numbers["excess"] - 0.5) < 0.01  # compute excludes the waiting
 
 
 def test_little_comm_does_not_fire(crafted):

@@ -227,3 +227,132 @@ def test_run_prometheus_exports_the_runs_sm_activity_per_gpu() -> None:
     assert one(s, "computewatch_gpu_sm_active_ratio", method="gpm") == pytest.approx(0.3)
     assert one(s, "computewatch_gpu_ecc_errors_total", type="corrected") == 2
     assert one(s, "computewatch_gpu_throttle_seconds_total", reason="sw_power_cap") == 2.0
+
+
+def test_dcgm_default_counters_nvml_can_give(tmp_path: Path) -> None:
+    """dcgm-exporter's default counters that NVML gives: memory temperature, free memory, PCIe
+    replays, remapped rows, encoder and decoder use, the graphics engine's activity (GPM), and
+    XID as the last code beside the count; read back through prometheus_client's parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    clock = ManualClock(0.0)
+    fake = from_preset("H100-SXM", clock=clock)
+    dev = fake.devices[0]
+    dev.script("memory_temperature_c", 61)
+    dev.script("pcie_replays", 7)
+    dev.script("remapped_rows_correctable", 2)
+    dev.script("remapped_rows_uncorrectable", 1)
+    dev.script("remap_pending", 1)
+    dev.script("encoder_util_percent", 12)
+    dev.script("decoder_util_percent", 30)
+    dev.script("gpu_util_percent", 88)
+    dev.add_process(100, 8 << 30, sm_util=70)
+    node = _node(tmp_path, fake, clock)
+    try:
+        node.sample()
+        clock.advance(2.0)
+        dev.xid(79).xid(48)
+        s = node.sample()
+    finally:
+        node.close()
+    body, _ = render(s)
+    got: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for fam in text_string_to_metric_families(body.decode()):
+        for smp in fam.samples:
+            got[(smp.name, tuple(sorted(smp.labels.items())))] = smp.value
+    g = {"gpu": dev.uuid, "gpu_index": "0", "gpu_model": dev.name, "accelerator": "gpu"}
+    g.update(node="n1", simulated="true")
+
+    def value(name: str, **more: str) -> float:
+        return got[(name, tuple(sorted({**g, **more}.items())))]
+
+    assert value("computewatch_gpu_memory_temperature_celsius") == 61
+    total = value("computewatch_gpu_memory_total_bytes")
+    used = value("computewatch_gpu_memory_used_bytes")
+    assert 0 < value("computewatch_gpu_memory_free_bytes") <= total - used
+    assert value("computewatch_gpu_pcie_replays_total") == 7
+    assert value("computewatch_gpu_remapped_rows_total", type="correctable") == 2
+    assert value("computewatch_gpu_remapped_rows_total", type="uncorrectable") == 1
+    assert value("computewatch_gpu_row_remap_pending") == 1
+    assert value("computewatch_gpu_row_remap_failure") == 0
+    assert value("computewatch_gpu_encoder_utilization_ratio") == pytest.approx(0.12)
+    assert value("computewatch_gpu_decoder_utilization_ratio") == pytest.approx(0.30)
+    gr = value("computewatch_gpu_graphics_engine_active_ratio", method="gpm")
+    assert gr == pytest.approx(0.88)
+    assert value("computewatch_gpu_xid_errors_total") == 2
+    assert value("computewatch_gpu_xid_last_code") == 48  # DCGM's XID_ERRORS: the last code
+    # DCGM users join on the index: the job's per-GPU series carry it beside the UUID
+    job = {"job": "7", "node": "n1", "gpu": dev.uuid, "gpu_index": "0"}
+    sm = [
+        v
+        for (name, lbl), v in got.items()
+        if name == "computewatch_job_gpu_sm_active_ratio" and job.items() <= dict(lbl).items()
+    ]
+    assert sm == [pytest.approx(0.70)]
+
+
+def test_what_nvml_cannot_give_is_absent_and_said(tmp_path: Path) -> None:
+    """Before Hopper there is no GPM: no graphics-engine activity (DCGM reads it from its own
+    profiling counters); a board without a memory sensor has no memory temperature; each says
+    why in the device's capabilities."""
+    clock = ManualClock(0.0)
+    dev = FakeDevice("NVIDIA A100-SXM4-80GB")
+    dev.unsupported.add("nvmlDeviceGetEncoderUtilization")
+    fake = FakeNVML([dev], clock)
+    src = NvidiaSource(fake, all_gpus=True)
+    try:
+        src.read()
+        clock.advance(1.0)
+        names = {r.name for r in src.read()}
+        cap = src.devices[0].capabilities
+    finally:
+        src.close()
+    assert "gpu_graphics_engine_active_ratio" not in names
+    assert "gpu_memory_temperature_celsius" not in names
+    assert "gpu_encoder_utilization_ratio" not in names
+    assert {"gpu_pcie_replays_total", "gpu_decoder_utilization_ratio"} <= names
+    assert cap["memory_temperature"] is False
+    assert "no memory (HBM) temperature" in str(cap["memory_temperature_why"])
+    assert "GPM not supported" in str(cap["gpm_why"])
+
+
+def test_run_prometheus_says_tpu_and_exports_its_hbm_bandwidth() -> None:
+    """``run --prometheus`` on TPU chips: the HBM bandwidth the TPU source reads is exported,
+    and the chips' series say they are TPUs (label accelerator), a GPU's say gpu; the job's
+    per-device series carry the index beside the id."""
+    from computewatch.fleet.run_export import RunExport
+    from computewatch.readings import gauge, labels
+    from computewatch.sampling.observers import RunInfo, SamplerTick
+
+    got: list[list[MetricSample]] = []
+
+    class Sink:
+        def on_metrics(self, now: float, samples: Any) -> None:
+            got.append(list(samples))
+
+        def close(self) -> None:
+            pass
+
+    tpu = "TPU-0000:00:04.0"
+    facts = {
+        "hostname": "n1",
+        "gpu_backend": "fake:1xTPU-v5e",
+        "gpus": [{"uuid": tpu, "index": 0, "name": "Google TPU v5e", "model": "TPU-v5e"}],
+    }
+    ex = RunExport([Sink()], filesystems=())
+    ex.start(RunInfo("r1", None, {}, ["python"], 1000.0, facts))
+    t = labels(gpu=tpu)
+    readings = [
+        gauge("gpu_utilization_ratio", 0.9, t),
+        gauge("tpu_hbm_bandwidth_utilization_ratio", 0.42, t),
+        gauge("gpu_memory_used_bytes", 1e9, t),
+        gauge("gpu_process_memory_used_bytes", 1e9, labels(gpu=tpu, pid="7")),
+        gauge("gpu_process_sm_utilization_ratio", 0.25, labels(gpu=tpu, pid="7")),
+    ]
+    for k in range(2):
+        ex.on_tick(SamplerTick(k, 10.0 + 2 * k, 1000.0 + 2 * k, readings, []))
+    s = got[-1]
+    assert one(s, "computewatch_tpu_hbm_bandwidth_utilization_ratio", gpu=tpu) == 0.42
+    util = find(s, "computewatch_gpu_utilization_ratio", gpu=tpu)
+    assert [u.label("accelerator") for u in util] == ["tpu"]
+    assert one(s, "computewatch_job_gpu_sm_active_ratio", gpu=tpu, gpu_index="0") == 0.25

@@ -61,7 +61,7 @@ def test_prometheus_endpoint_serves_the_run_while_it_runs(
     assert f'job="{run_id}"' in text
     assert 'kind="computewatch"' in text
     assert "# TYPE computewatch_job_cpu_seconds_total counter" in text
-    assert 'computewatch_gpu_memory_total_bytes{gpu="GPU-' in text
+    assert 'computewatch_gpu_memory_total_bytes{accelerator="gpu",gpu="GPU-' in text
     assert 'simulated="true"' in text
     assert _scrape(url) is None  # the endpoint closes with the run
 

@@ -746,10 +746,10 @@ def test_every_tick_on_eight_fake_gpus_with_four_processes_each() -> None:
     for _ in range(50):
         clock.advance(0.5)
         counts.append(len(src.read()))
-    # 22 device readings + 3 about other processes + 4 processes x 2 on each GPU; the four GPM
-    # ratios (SM active, occupancy, tensor, DRAM) need two GPM samples, so the first tick lacks
-    # them.
-    assert counts == [8 * (25 + 8 - 4)] + [8 * (25 + 8)] * 49
+    # 33 device readings + 3 about other processes + 4 processes x 2 on each GPU; the five GPM
+    # ratios (graphics engine, SM active, occupancy, tensor, DRAM) need two GPM samples, so the
+    # first tick lacks them.
+    assert counts == [8 * (36 + 8 - 5)] + [8 * (36 + 8)] * 49
 
 
 def test_with_the_real_binding_it_starts_or_says_why() -> None:

@@ -1,4 +1,5 @@
-"""TPUs are said as TPUs, not GPUs: the summary's energy component and hardware line, and
+"""TPUs are said as TPUs, not GPUs: the summary's energy component and hardware line, its
+notes and assumptions, each chip's HBM bandwidth, and
 ``devices``, whose energy column says the TPU's energy is modelled (no TPU gives a power
 reading); TPU v7x (Ironwood) is in the catalog."""
 
@@ -17,8 +18,17 @@ def test_a_run_on_tpus_says_tpu(cw: Any) -> None:
     assert "· tpu " in energy and "gpu " not in energy, energy
     hardware = " ".join(text[text.index("hardware") :].split())
     assert "TPU 0 Google TPU v5e" in hardware and "GPU 0" not in hardware
+    # each chip's row has its HBM bandwidth; the notes and the energy's assumptions say TPU
+    rows = [line for line in text.splitlines() if line.startswith("tpu ")]
+    assert len(rows) == 2 and all("HBM bandwidth" in r for r in rows), rows
+    assert "TPU figures are simulated" in text and "GPU figures" not in text
+    doc = cw.json("show", "t")
+    assert all(g.get("hbm_bandwidth_mean") is not None for g in doc["gpus"])
+    said = [*doc["energy"]["attribution"], *doc["energy"]["components"]["gpu"]["assumptions"]]
+    assert any(a.startswith("TPU 0") for a in said)
+    assert not [a for a in said if a.startswith("GPU ")], said
     # the JSON key stays what it was (a contract): the component is "gpu"
-    assert "gpu" in cw.json("show", "t")["energy"]["components"]
+    assert "gpu" in doc["energy"]["components"]
 
 
 def test_devices_says_tpu_energy_is_modelled(cw: Any) -> None:

@@ -33,7 +33,7 @@ from computewatch.analysis.summary_types import (
     RunSummary,
 )
 from computewatch.catalog import reference
-from computewatch.catalog.tpu import tpu_rows
+from computewatch.catalog.tpu import accelerator_kind, devices_word, tpu_rows
 from computewatch.config import Config
 from computewatch.errors import ComputewatchError
 from computewatch.records import (
@@ -181,7 +181,8 @@ def _energy(
         gpu = _gpu_energy(gpus, opts.whole_machine)
         for g in gpus:
             rule = "charged whole (--whole-machine)" if opts.whole_machine else g.get("share_rule")
-            rules.append(f"GPU {g.get('index')}: {rule or 'charged whole'}")
+            kind = accelerator_kind(g.get("model"), g.get("uuid"))
+            rules.append(f"{kind} {g.get('index')}: {rule or 'charged whole'}")
     series = _deltas(store, run)
     cpu_share, share_rule = _cpu_share(summary, series, opts.whole_machine)
     rules.append(share_rule)
@@ -261,9 +262,10 @@ def _gpu_energy(gpus: list[GpuStats], whole: bool = False) -> Figure:
     methods = set()
     notes = []
     for g in gpus:
+        kind = accelerator_kind(g.get("model"), g.get("uuid"))
         j = g.get("energy_joules")
         if j is None:
-            notes.append(f"GPU {g.get('index')}: no energy reading")
+            notes.append(f"{kind} {g.get('index')}: no energy reading")
             continue
         method = g.get("energy_method") or "counter"
         methods.add(method)
@@ -272,7 +274,7 @@ def _gpu_energy(gpus: list[GpuStats], whole: bool = False) -> Figure:
             row = tpu_rows().get(g.get("model") or "")
             rel = row.power_relative_uncertainty if row else 0.5
             notes.append(
-                f"GPU {g.get('index')} ({g.get('model')}): no power counter; "
+                f"{kind} {g.get('index')} ({g.get('model')}): no power counter; "
                 + (
                     f"{row.idle_watts:g} W idle to {row.busy_watts:g} W busy by TensorCore duty "
                     f"cycle, +/-{rel:.0%} ({row.source}, {row.year})"
@@ -285,7 +287,7 @@ def _gpu_energy(gpus: list[GpuStats], whole: bool = False) -> Figure:
         lo, hi = relative_range(j, rel)
         total, low, high = total + j, low + lo, high + hi
         sim = " (simulated device)" if g.get("simulated") else ""
-        notes.append(f"GPU {g.get('index')}: {method}{sim}, share {share:.1%}")
+        notes.append(f"{kind} {g.get('index')}: {method}{sim}, share {share:.1%}")
     method = MEASURED if methods <= {"counter"} else POLLED
     if "modeled" in methods:
         method = MODELED
@@ -663,12 +665,14 @@ def _cost(
     compute: Figure | None = None
     if cfg.usd_per_gpu_hour is not None and ngpu:
         usd = cfg.usd_per_gpu_hour * ngpu * hours
+        word = devices_word([g.get("model") for g in gpus])
         compute = figure(
             usd,
             "USD",
             MODELED,
             assumptions=[
-                f"{ngpu} GPU(s) x {hours:.4f} h x ${cfg.usd_per_gpu_hour:g}/GPU-hour (configured)"
+                f"{ngpu} {word}(s) x {hours:.4f} h x ${cfg.usd_per_gpu_hour:g}/{word}-hour "
+                + ("(configured)" if word == "GPU" else "(usd_per_gpu_hour, configured)")
             ],
             source="configuration",
         )

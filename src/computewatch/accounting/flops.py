@@ -23,6 +23,7 @@ from computewatch.analysis.summary_types import (
     RunSummary,
 )
 from computewatch.catalog import PRECISIONS, Accelerator, load_accelerators
+from computewatch.catalog.tpu import devices_word
 from computewatch.records import COUNTED, ESTIMATED, figure
 from computewatch.store import RunRow, StepRow, Store
 
@@ -319,7 +320,11 @@ def _available(
         step_time * peak,
         peak,
         "/".join(sorted(precs)),
-        [f"step time × {len(peaks)} GPU(s) × their peak ({peak:.4g} FLOP/s in all)", *notes],
+        [
+            f"step time × {len(peaks)} {devices_word([g.get('model') for g in used])}(s) × "
+            f"their peak ({peak:.4g} FLOP/s in all)",
+            *notes,
+        ],
     )
 
 

@@ -83,6 +83,7 @@ GPU_SERIES = frozenset(
         "gpu_other_processes",
         "gpu_other_processes_sm_utilization_ratio",
         "gpu_other_processes_memory_used_bytes",
+        "tpu_hbm_bandwidth_utilization_ratio",  # a TPU chip's, labelled gpu as its others
     }
 )
 
@@ -119,7 +120,7 @@ class _Series:
         self.name = name
         self.labels = labels
         self.role = role
-        self.gpu: str | None = labels.get("gpu") if name.startswith("gpu_") else None
+        self.gpu: str | None = labels.get("gpu") if name.startswith(("gpu_", "tpu_")) else None
         self.n = 0
         self.last_seq = -1
         self.first = self.last = self.peak = math.nan

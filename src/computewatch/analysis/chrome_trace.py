@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Mapping
 from typing import IO, Any, Literal, NotRequired, TypedDict
 
-from computewatch.analysis.steps import COMM_PHASES
+from computewatch.analysis.steps import is_comm_phase
 from computewatch.store import RunRow, Store
 
 __all__ = ["ChromeTrace", "TraceEvent", "chrome_trace", "write_chrome_trace"]
@@ -112,7 +112,7 @@ def chrome_trace(store: Store, run: RunRow) -> ChromeTrace:
     for p in phases:
         ev: TraceEvent = {
             "name": p.name,
-            "cat": "comm" if p.name in COMM_PHASES else "phase",
+            "cat": "comm" if is_comm_phase(p.name) else "phase",
             "ph": "X",
             "pid": track[p.pid],
             "tid": PHASES_TID,

@@ -11,8 +11,10 @@ with ``unaccounted``, add up to the step time. The fields are documented in docs
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
@@ -31,8 +33,42 @@ from computewatch.analysis.summary_types import (
 from computewatch.records import Figure, figure
 from computewatch.store import PhaseRow, RequestRow, RunRow, StepRow, Store
 
-COMM_PHASES = frozenset({"comm"})
-"""Phase names counted as collective communication in the ranks section."""
+COMM_PHASE = "comm"
+"""The phase name ``computewatch.torch.watch_collectives`` and ``watch_ddp`` record."""
+COMM_WORDS = frozenset(
+    {
+        "comm", "comms", "communication", "collective", "collectives",
+        "allreduce", "allgather", "reducescatter", "alltoall", "alltoallv",
+        "broadcast", "bcast", "barrier", "sendrecv", "isend", "irecv", "p2p",
+    }
+)  # fmt: skip
+"""Words of a phase name that make it collective communication: a word alone, or spelt
+across separators (``all_gather``, ``all-reduce``, ``reduce_scatter``, ``all_to_all``; the
+``torch.distributed`` function names)."""
+COMM_PREFIXES = ("nccl", "rccl", "gloo")
+"""A word beginning with one of these is communication too (``nccl:all_reduce``,
+``ncclKernel_AllReduce_RING_LL_Sum_float``, ``gloo_allreduce``)."""
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+@functools.lru_cache(maxsize=4096)
+def is_comm_phase(name: str) -> bool:
+    """Whether a phase named ``name`` is collective communication: the one rule the summary's
+    ranks, the diagnosis and the traces share (docs/summary.md, "ranks"). The name is split
+    into lower-case words at anything but a letter or digit; it is communication when a word,
+    or two or three adjacent words run together, is in :data:`COMM_WORDS`, or a word starts
+    with one of :data:`COMM_PREFIXES`. ``comm``, ``comm/allreduce``, ``allreduce``,
+    ``all_gather``, ``nccl:all_reduce`` are; ``commit``, ``compute``, ``gather_batch`` are
+    not."""
+    words = _WORD.findall(name.lower())
+    for i, w in enumerate(words):
+        if w in COMM_WORDS or w.startswith(COMM_PREFIXES):
+            return True
+        if "".join(words[i : i + 2]) in COMM_WORDS or "".join(words[i : i + 3]) in COMM_WORDS:
+            return True
+    return False
+
+
 NESTED_PARENT_SHARE = 0.5
 """A phase is reported ``within`` a parent when at least this share of its self time ran
 inside that parent."""
@@ -50,6 +86,7 @@ class StepAnatomy:
     parents: dict[tuple[str, str], float] = field(default_factory=dict)  # (name, parent) → s
     accel: dict[str, float] = field(default_factory=dict)  # accelerator seconds by name
     covered: float = 0.0  # time inside any phase
+    comm: float = 0.0  # time inside any communication phase (is_comm_phase), counted once
 
     @property
     def seconds(self) -> float:
@@ -137,6 +174,8 @@ def _sweep(pid: int, start: float, end: float, phases: list[PhaseRow]) -> StepAn
             union[name] = union.get(name, 0.0) + (hi - lo)
             own[name] = own.get(name, 0.0) + (hi - lo)
             a.covered += hi - lo
+            if is_comm_phase(name):
+                a.comm += hi - lo
         return a
     points = sorted({t for iv in ivs for t in iv[:2]})
     active: list[tuple[float, float, str]] = []
@@ -150,6 +189,8 @@ def _sweep(pid: int, start: float, end: float, phases: list[PhaseRow]) -> StepAn
             continue
         d = hi - lo
         a.covered += d
+        if any(is_comm_phase(iv[2]) for iv in active):
+            a.comm += d
         inner = active[-1][2]
         own[inner] = own.get(inner, 0.0) + d
         if len(active) == 1:
@@ -254,10 +295,13 @@ def rank_stats(
         if a.pid in rank_of:
             timed.setdefault(rank_of[a.pid], []).append(a)
     rows: list[RankRow] = []
+    comm_names = sorted(
+        {n for a in anatomy if a.pid in rank_of for n in a.union if is_comm_phase(n)}
+    )
     for rank in sorted(set(rank_of.values())):
         mine = timed.get(rank, [])
         step_s = sum(a.seconds for a in mine)
-        comm = sum(sum(a.union.get(n, 0.0) for n in COMM_PHASES) for a in mine)
+        comm = sum(a.comm for a in mine)
         compute = max(step_s - comm, 0.0)
         rows.append(
             {
@@ -286,7 +330,7 @@ def rank_stats(
         "slowest_rank": slowest[0]["rank"] if slowest else None,
         "load_imbalance": _r(max(per_step) / mean - 1, 4) if mean > 0 else None,
         "comm_share": _r(all_comm / all_steps, 4) if all_steps > 0 else None,
-        "comm_phases": sorted(COMM_PHASES),
+        "comm_phases": comm_names,
     }
 
 

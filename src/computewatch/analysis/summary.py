@@ -221,6 +221,7 @@ _GpuMean = Literal[
     "tensor_active_mean",
     "sm_occupancy_mean",
     "dram_active_mean",
+    "hbm_bandwidth_mean",
 ]
 _GPU_MEANS: dict[str, _GpuMean] = {
     "gpu_utilization_ratio": "utilization_mean",
@@ -229,6 +230,7 @@ _GPU_MEANS: dict[str, _GpuMean] = {
     "gpu_tensor_active_ratio": "tensor_active_mean",
     "gpu_sm_occupancy_ratio": "sm_occupancy_mean",
     "gpu_dram_active_ratio": "dram_active_mean",
+    "tpu_hbm_bandwidth_utilization_ratio": "hbm_bandwidth_mean",
 }
 # Clock-event reasons that are not throttling: the GPU idles, or clocks were set on purpose.
 _NOT_THROTTLE = frozenset(
@@ -246,7 +248,9 @@ def _gpu_series(
     every = bool(run.host.get("gpu_all"))
     picked: list[GpuDevice] = [d for d in devices if every or d.get("uuid") in chosen]
     uuids = {d["uuid"] for d in picked}
-    wanted = [s for s in series if s.name.startswith("gpu_") and s.labels.get("gpu") in uuids]
+    wanted = [
+        s for s in series if s.name.startswith(("gpu_", "tpu_")) and s.labels.get("gpu") in uuids
+    ]
     return picked, wanted
 
 

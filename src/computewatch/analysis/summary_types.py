@@ -167,6 +167,7 @@ class GpuStats(TypedDict):
     tensor_active_mean: NotRequired[float | None]
     sm_occupancy_mean: NotRequired[float | None]
     dram_active_mean: NotRequired[float | None]
+    hbm_bandwidth_mean: NotRequired[float | None]  # TPU chips: HBM bandwidth over its peak
     memory_peak_bytes: NotRequired[int | None]
     memory_total_bytes: NotRequired[int | None]
     process_memory_peak_bytes: NotRequired[int | None]

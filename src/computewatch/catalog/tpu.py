@@ -12,9 +12,22 @@ import functools
 
 from computewatch.catalog.reference import _read, _rows
 
-__all__ = ["TPU_FILE", "TPU_VENDOR_ID", "TpuChipRow", "parse_tpu", "tpu_by_pci_id", "tpu_rows"]
+__all__ = [
+    "TPU_FILE",
+    "TPU_PREFIX",
+    "TPU_VENDOR_ID",
+    "TpuChipRow",
+    "accelerator_kind",
+    "devices_word",
+    "parse_tpu",
+    "tpu_by_pci_id",
+    "tpu_rows",
+]
 
 TPU_FILE = "data/tpu.csv"
+TPU_PREFIX = "TPU-"
+"""How a TPU chip's catalog key (``TPU-v5e``) and its device id (``TPU-<PCI address>``, as the
+TPU source names it) begin."""
 TPU_VENDOR_ID = "0x1ae0"  # Google's PCI vendor id (tpu-info device.py: GOOGLE_PCI_VENDOR_ID)
 _COLUMNS = (
     "model",
@@ -83,3 +96,18 @@ def tpu_by_pci_id(device_id: str) -> TpuChipRow | None:
     """The row of a PCI device id (``0x0063`` -> TPU-v5e), or None."""
     key = device_id.strip().lower()
     return next((r for r in tpu_rows().values() if r.pci_device_id == key), None)
+
+
+def accelerator_kind(*names: object) -> str:
+    """``"TPU"`` when any of ``names`` (a device's catalog model, its id, its ``gpu_model``
+    label) is a TPU chip's (begins with :data:`TPU_PREFIX`), else ``"GPU"``: the word every
+    output uses for that device."""
+    return "TPU" if any(str(n or "").startswith(TPU_PREFIX) for n in names) else "GPU"
+
+
+def devices_word(models: list[object]) -> str:
+    """The word for a set of devices by their models: ``"TPU"`` when all are TPU chips,
+    ``"GPU"`` otherwise (a mixed or empty set is said as GPUs)."""
+    if models and all(accelerator_kind(m) == "TPU" for m in models):
+        return "TPU"
+    return "GPU"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -202,15 +202,25 @@ class RunData:
         self._step_times = out
         return out
 
-    def phase_seconds_by_step(self, names: Iterable[str]) -> dict[int, list[float]]:
-        """Per process, the time in the named phases within each timed step (same order as
+    def phase_seconds_by_step(
+        self, names: Iterable[str] | Callable[[str], bool]
+    ) -> dict[int, list[float]]:
+        """Per process, the time in the named phases (or those a predicate of the name
+        accepts, such as ``is_comm_phase``) within each timed step (same order as
         :meth:`step_times`). A phase counts in the first step ending at or after its end,
         clipped to that step; overlapping phases (a collective timed inside a DDP bucket's
         all-reduce, async buckets in flight together) count their union once."""
-        wanted = set(names)
+        if callable(names):
+            accept = names
+        else:
+            wanted = set(names)
+
+            def accept(name: str) -> bool:
+                return phase_matches(name, wanted)
+
         by_pid: dict[int, list[PhaseRow]] = {}
         for ph in self.phases:
-            if phase_matches(ph.name, wanted):
+            if accept(ph.name):
                 by_pid.setdefault(ph.pid, []).append(ph)
         out: dict[int, list[float]] = {}
         for pid, times in self.step_times().items():

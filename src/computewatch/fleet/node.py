@@ -37,9 +37,11 @@ from computewatch.fleet.attribution import Attributor, JobIdentity
 from computewatch.metrics.families import (
     GpuCounters,
     counter_delta,
+    device_labels,
     gpu_samples,
     gpu_value_key,
     reading_energy_method,
+    with_device,
 )
 from computewatch.metrics.model import MetricSample
 from computewatch.readings import Labels, Reading
@@ -496,17 +498,14 @@ class NodeSampler:
     def _gpu_labels(self, src: GpuSource) -> None:
         for d in src.devices:
             if d.uuid not in self._gpu_lbl:
-                pairs = {
-                    "gpu": d.uuid,
-                    "gpu_index": str(
-                        d.index if d.mig_index is None else f"{d.index}.{d.mig_index}"
-                    ),
-                    "gpu_model": d.name,
-                    "node": self._node,
-                }
-                if d.simulated or src.simulated:
-                    pairs["simulated"] = "true"
-                self._gpu_lbl[d.uuid] = tuple(sorted(pairs.items()))
+                index = d.index if d.mig_index is None else f"{d.index}.{d.mig_index}"
+                self._gpu_lbl[d.uuid] = device_labels(
+                    d.uuid,
+                    index,
+                    d.name,
+                    self._node,
+                    simulated=d.simulated or src.simulated,
+                )
                 self._gpu_names[d.uuid] = d.name
 
     def _read_gpus(self, out: list[MetricSample], dt: float) -> None:
@@ -580,7 +579,7 @@ class NodeSampler:
                 if pid in sm:
                     job.sm[uuid] = job.sm.get(uuid, 0.0) + sm[pid]
                 if self.options.per_process:
-                    plbl = tuple(sorted((*p.lbl, ("gpu", uuid))))
+                    plbl = with_device(p.lbl, self._gpu_lbl.get(uuid), uuid)
                     out.append(MetricSample("computewatch_process_gpu_memory_used_bytes", plbl, m))
             if not holders or dt <= 0:
                 continue
@@ -626,7 +625,9 @@ class NodeSampler:
             add(MetricSample("computewatch_job_energy_joules_total", lbl, job.energy))
             add(MetricSample("computewatch_job_gpu_xid_errors_total", lbl, job.xid))
             for uuid, sm in job.sm.items():
-                slbl = tuple(sorted((*lbl, ("gpu", uuid), ("method", "nvml_process_samples"))))
+                slbl = with_device(
+                    lbl, self._gpu_lbl.get(uuid), uuid, method="nvml_process_samples"
+                )
                 add(MetricSample("computewatch_job_gpu_sm_active_ratio", slbl, min(sm, 1.0)))
         for ident in dead:
             del self._jobs[ident]

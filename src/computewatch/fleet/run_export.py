@@ -28,9 +28,11 @@ from computewatch.metrics.exposition import LatestSamples
 from computewatch.metrics.families import (
     GpuCounters,
     counter_delta,
+    device_labels,
     gpu_samples,
     gpu_value_key,
     reading_energy_method,
+    with_device,
 )
 from computewatch.metrics.model import MetricSample, MetricsSink
 from computewatch.metrics.server import MetricsServer, ServerSecurity
@@ -135,15 +137,10 @@ class RunExport:
 
     # -- mapping ------------------------------------------------------------------------------
     def _gpu_label(self, uuid: str, index: Any, name: Any, simulated: Any) -> Labels:
-        pairs = {
-            "gpu": uuid,
-            "gpu_index": "" if index is None else str(index),
-            "gpu_model": "" if name is None else str(name),
-            "node": self._node,
-        }
-        if simulated or self._simulated:
-            pairs["simulated"] = "true"
-        lbl = self._gpu_lbl[uuid] = tuple(sorted(pairs.items()))
+        lbl = device_labels(
+            uuid, index, name, self._node, simulated=bool(simulated or self._simulated)
+        )
+        self._gpu_lbl[uuid] = lbl
         return lbl
 
     def samples(self, tick: SamplerTick) -> list[MetricSample]:
@@ -163,7 +160,7 @@ class RunExport:
         have_rapl = have_host = False
         for r in tick.readings:
             name = r.name
-            if name.startswith("gpu_"):
+            if name.startswith(("gpu_", "tpu_")):  # a TPU chip's HBM bandwidth too
                 ld = dict(r.labels)
                 uuid = ld.get("gpu", "")
                 if name == "gpu_process_memory_used_bytes":
@@ -282,7 +279,7 @@ class RunExport:
         add(MetricSample("computewatch_job_gpu_memory_used_bytes", job, gpu_mem_total))
         add(MetricSample("computewatch_job_energy_joules_total", job, self.energy))
         for uuid, sm in sm_job.items():
-            slbl = tuple(sorted((*job, ("gpu", uuid), ("method", "nvml_process_samples"))))
+            slbl = with_device(job, self._gpu_lbl.get(uuid), uuid, method="nvml_process_samples")
             add(MetricSample("computewatch_job_gpu_sm_active_ratio", slbl, sm))
         add(MetricSample("computewatch_job_steps_total", job, self.steps))
         add(MetricSample("computewatch_job_step_time_seconds_total", job, self.step_time))

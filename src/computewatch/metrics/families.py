@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from computewatch.catalog.clock_events import CLOCK_EVENT_REASONS, decode_clock_events
+from computewatch.catalog.tpu import accelerator_kind
 from computewatch.metrics.model import MetricSample
 from computewatch.readings import Labels
 
@@ -25,10 +26,12 @@ __all__ = [
     "Family",
     "GpuCounters",
     "counter_delta",
+    "device_labels",
     "family",
     "gpu_samples",
     "gpu_value_key",
     "reading_energy_method",
+    "with_device",
 ]
 
 MetricType = Literal["gauge", "counter", "info"]
@@ -43,7 +46,7 @@ class Family:
     help: str
 
 
-_GPU = "gpu, gpu_index, gpu_model, node"
+_GPU = "gpu, gpu_index, gpu_model, accelerator, node"
 _JOB = "job, user, team, node"
 
 FAMILIES: tuple[Family, ...] = (
@@ -55,8 +58,18 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family("computewatch_gpu_memory_used_bytes", "gauge", "GPU memory in use, bytes."),
     Family("computewatch_gpu_memory_total_bytes", "gauge", "GPU memory size, bytes."),
+    Family(
+        "computewatch_gpu_memory_free_bytes",
+        "gauge",
+        "GPU memory free, bytes (NVML's free: total - used - reserved by the driver).",
+    ),
     Family("computewatch_gpu_power_watts", "gauge", "GPU board power, watts."),
     Family("computewatch_gpu_temperature_celsius", "gauge", "GPU temperature, degrees Celsius."),
+    Family(
+        "computewatch_gpu_memory_temperature_celsius",
+        "gauge",
+        "GPU memory (HBM) temperature, degrees Celsius, where the board has the sensor.",
+    ),
     Family(
         "computewatch_gpu_energy_joules_total",
         "counter",
@@ -98,6 +111,12 @@ FAMILIES: tuple[Family, ...] = (
         "Fraction of time a tensor-core pipe was active (0-1; GPM).",
     ),
     Family(
+        "computewatch_gpu_graphics_engine_active_ratio",
+        "gauge",
+        "Fraction of time any compute or graphics work was active on the GPU (0-1; GPM "
+        "GRAPHICS_UTIL, DCGM's GR_ENGINE_ACTIVE).",
+    ),
+    Family(
         "computewatch_gpu_dram_active_ratio",
         "gauge",
         "Fraction of time device memory was being read or written (0-1); label method: gpm "
@@ -116,6 +135,42 @@ FAMILIES: tuple[Family, ...] = (
         "computewatch_gpu_xid_errors_total",
         "counter",
         "XID error events the driver reported since the exporter started.",
+    ),
+    Family(
+        "computewatch_gpu_xid_last_code",
+        "gauge",
+        "Code of the last XID error the driver reported since the exporter started (0: none).",
+    ),
+    Family(
+        "computewatch_gpu_pcie_replays_total",
+        "counter",
+        "PCIe packets the GPU's link retransmitted since the driver loaded.",
+    ),
+    Family(
+        "computewatch_gpu_remapped_rows_total",
+        "counter",
+        "Memory rows remapped over the GPU's life, by label type: correctable, uncorrectable "
+        "(the errors that caused them; Ampere and later).",
+    ),
+    Family(
+        "computewatch_gpu_row_remap_pending",
+        "gauge",
+        "1 while a row remapping waits for a GPU reset, else 0.",
+    ),
+    Family(
+        "computewatch_gpu_row_remap_failure",
+        "gauge",
+        "1 once a row remapping has failed (the GPU needs service), else 0.",
+    ),
+    Family(
+        "computewatch_gpu_encoder_utilization_ratio",
+        "gauge",
+        "Fraction of NVML's sampling period the video encoder was busy (0-1).",
+    ),
+    Family(
+        "computewatch_gpu_decoder_utilization_ratio",
+        "gauge",
+        "Fraction of NVML's sampling period the video decoder was busy (0-1).",
     ),
     Family(
         "computewatch_gpu_ecc_errors_total",
@@ -301,6 +356,38 @@ FAMILIES: tuple[Family, ...] = (
 
 _BY_NAME = {f.name: f for f in FAMILIES}
 
+
+def device_labels(
+    uuid: str, index: object, model: object, node: str, *, simulated: bool = False
+) -> Labels:
+    """The labels of one device's series, for both producers: ``gpu`` (its UUID, a TPU chip's
+    ``TPU-<PCI address>``), ``gpu_index`` (the index, which DCGM's exporter calls ``gpu``:
+    DCGM dashboards join on it), ``gpu_model``, ``accelerator`` (``gpu`` or ``tpu``, from the
+    device), ``node``, and ``simulated="true"`` for a fake or replayed device."""
+    pairs = {
+        "gpu": uuid,
+        "gpu_index": "" if index is None else str(index),
+        "gpu_model": "" if model is None else str(model),
+        "accelerator": accelerator_kind(uuid, model).lower(),
+        "node": node,
+    }
+    if simulated:
+        pairs["simulated"] = "true"
+    return tuple(sorted(pairs.items()))
+
+
+def with_device(lbl: Labels, device: Labels | None, uuid: str, **more: str) -> Labels:
+    """A job's or a process's labels (``lbl``) for one device: its ``gpu`` and ``gpu_index``
+    (from ``device``, its :func:`device_labels`; the UUID alone when unknown) and ``more``."""
+    d = dict(device or ())
+    pairs = dict(lbl)
+    pairs["gpu"] = d.get("gpu", uuid)
+    if d.get("gpu_index"):
+        pairs["gpu_index"] = d["gpu_index"]
+    pairs.update(more)
+    return tuple(sorted(pairs.items()))
+
+
 GPU_LABELS = _GPU
 JOB_LABELS = _JOB
 
@@ -326,12 +413,20 @@ _GPU_GAUGES = (  # reading name, exported name
     ("gpu_utilization_ratio", "computewatch_gpu_utilization_ratio"),
     ("gpu_memory_used_bytes", "computewatch_gpu_memory_used_bytes"),
     ("gpu_memory_total_bytes", "computewatch_gpu_memory_total_bytes"),
+    ("gpu_memory_free_bytes", "computewatch_gpu_memory_free_bytes"),
     ("gpu_power_watts", "computewatch_gpu_power_watts"),
     ("gpu_temperature_celsius", "computewatch_gpu_temperature_celsius"),
+    ("gpu_memory_temperature_celsius", "computewatch_gpu_memory_temperature_celsius"),
     ("gpu_sm_clock_hertz", "computewatch_gpu_sm_clock_hertz"),
     ("gpu_memory_clock_hertz", "computewatch_gpu_memory_clock_hertz"),
     ("gpu_power_limit_watts", "computewatch_gpu_power_limit_watts"),
     ("gpu_xid_errors_total", "computewatch_gpu_xid_errors_total"),
+    ("gpu_xid_last_code", "computewatch_gpu_xid_last_code"),
+    ("gpu_pcie_replays_total", "computewatch_gpu_pcie_replays_total"),
+    ("gpu_row_remap_pending", "computewatch_gpu_row_remap_pending"),
+    ("gpu_row_remap_failure", "computewatch_gpu_row_remap_failure"),
+    ("gpu_encoder_utilization_ratio", "computewatch_gpu_encoder_utilization_ratio"),
+    ("gpu_decoder_utilization_ratio", "computewatch_gpu_decoder_utilization_ratio"),
     ("gpu_pcie_transmit_bytes_per_second", "computewatch_gpu_pcie_transmit_bytes_per_second"),
     ("gpu_pcie_receive_bytes_per_second", "computewatch_gpu_pcie_receive_bytes_per_second"),
     ("gpu_nvlink_transmit_bytes_total", "computewatch_gpu_nvlink_transmit_bytes_total"),
@@ -340,12 +435,14 @@ _GPU_GAUGES = (  # reading name, exported name
 )
 # GPM's ratios (Hopper and later), exported with method="gpm".
 _GPM_GAUGES = (
+    ("gpu_graphics_engine_active_ratio", "computewatch_gpu_graphics_engine_active_ratio"),
     ("gpu_sm_active_ratio", "computewatch_gpu_sm_active_ratio"),
     ("gpu_sm_occupancy_ratio", "computewatch_gpu_sm_occupancy_ratio"),
     ("gpu_tensor_active_ratio", "computewatch_gpu_tensor_active_ratio"),
     ("gpu_dram_active_ratio", "computewatch_gpu_dram_active_ratio"),
 )
 _ECC_TYPES = ("corrected", "uncorrected")
+_REMAP_TYPES = ("correctable", "uncorrectable")
 _ALL_REASONS = tuple(name for _, name in CLOCK_EVENT_REASONS)
 
 
@@ -365,8 +462,9 @@ def reading_energy_method(name: str, labels: Mapping[str, str]) -> str | None:
 def gpu_value_key(name: str, labels: Mapping[str, str]) -> str:
     """The key of one GPU reading in the per-GPU ``values`` that :func:`gpu_samples` takes:
     the reading's name, with the ECC error type appended (``gpu_ecc_errors_total:corrected``)
-    so that the two ECC counters of a GPU do not overwrite each other."""
-    if name == "gpu_ecc_errors_total":
+    so that the two ECC counters of a GPU do not overwrite each other (nor its two remapped-row
+    counters)."""
+    if name in ("gpu_ecc_errors_total", "gpu_remapped_rows_total"):
         return f"{name}:{labels.get('type', '')}"
     return name
 
@@ -445,6 +543,12 @@ def gpu_samples(
         v = values.get(f"gpu_ecc_errors_total:{kind}")
         if v is not None:
             out.append(MetricSample("computewatch_gpu_ecc_errors_total", _with(lbl, type=kind), v))
+    for kind in _REMAP_TYPES:
+        v = values.get(f"gpu_remapped_rows_total:{kind}")
+        if v is not None:
+            out.append(
+                MetricSample("computewatch_gpu_remapped_rows_total", _with(lbl, type=kind), v)
+            )
     mask = values.get("gpu_clock_event_reasons")
     if mask is not None:
         reasons = set(decode_clock_events(mask))

@@ -7,6 +7,7 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from computewatch.catalog.tpu import devices_word
 from computewatch.sources.base import Source, SourceUnavailable
 from computewatch.sources.gpus import GpuBackend, open_backend
 from computewatch.sources.host import HostSource, allowed_cores, host_facts
@@ -88,7 +89,8 @@ def build_monitor(
     facts["gpu_backend"] = gpu_backend
     facts["gpu_all"] = all_gpus
     if backend.simulated:
-        notes.append("GPU figures are simulated (fake or replayed devices), not measured")
+        word = devices_word([d.model or d.uuid for d in backend.devices])
+        notes.append(f"{word} figures are simulated (fake or replayed devices), not measured")
     if gpu_backend != "auto" or not backend.sources:
         facts["gpu_skipped"] = {name: why for name, why in backend.skipped}
     for name, why in backend.skipped:

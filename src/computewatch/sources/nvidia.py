@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from computewatch.catalog import find_by_nvml_name
 from computewatch.catalog.clock_events import CLOCK_EVENT_REASONS, decode_clock_events
-from computewatch.readings import counter, gauge, labels
+from computewatch.readings import Labels, counter, gauge, labels
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.gpu_common import (
     Add,
@@ -60,11 +60,31 @@ _MAX_EVENTS_PER_TICK = 256
 
 # GPM metric ids (nvml.h, nvmlGpmMetricId_t) and the ratio each becomes; NVML gives 0-100 %.
 _GPM_METRICS: tuple[tuple[str, int, str], ...] = (
+    # "Percentage of time any compute/graphics app was active on the GPU": DCGM's GR_ENGINE_ACTIVE
+    ("NVML_GPM_METRIC_GRAPHICS_UTIL", 1, "gpu_graphics_engine_active_ratio"),
     ("NVML_GPM_METRIC_SM_UTIL", 2, "gpu_sm_active_ratio"),
     ("NVML_GPM_METRIC_SM_OCCUPANCY", 3, "gpu_sm_occupancy_ratio"),
     ("NVML_GPM_METRIC_ANY_TENSOR_UTIL", 5, "gpu_tensor_active_ratio"),
     ("NVML_GPM_METRIC_DRAM_BW_UTIL", 10, "gpu_dram_active_ratio"),
 )
+
+# Field values read in one nvmlDeviceGetFieldValues call per tick (nvml.h NVML_FI_DEV_*): the
+# constant's name, its value as a fallback, the reading, gauge or counter, and its capability.
+_FIELDS: tuple[tuple[str, int, str, bool, str], ...] = (
+    ("NVML_FI_DEV_MEMORY_TEMP", 82, "gpu_memory_temperature_celsius", False, "memory_temperature"),
+    ("NVML_FI_DEV_PCIE_REPLAY_COUNTER", 94, "gpu_pcie_replays_total", True, "pcie_replays"),
+    ("NVML_FI_DEV_REMAPPED_COR", 142, "gpu_remapped_rows_total:correctable", True, "row_remap"),
+    ("NVML_FI_DEV_REMAPPED_UNC", 143, "gpu_remapped_rows_total:uncorrectable", True, "row_remap"),
+    ("NVML_FI_DEV_REMAPPED_PENDING", 144, "gpu_row_remap_pending", False, "row_remap"),
+    ("NVML_FI_DEV_REMAPPED_FAILURE", 145, "gpu_row_remap_failure", False, "row_remap"),
+)
+_FIELD_WHAT = {
+    "memory_temperature": "memory (HBM) temperature",
+    "pcie_replays": "PCIe replay counter",
+    "row_remap": "row remapping (Ampere and later)",
+}
+# nvmlValueType_t -> the member of nvmlValue_t that holds it
+_VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")
 
 Reader = Callable[["_Dev", Add], None]
 
@@ -76,6 +96,7 @@ class _Dev(GpuDev):
         "children",
         "e_base",
         "e_last",
+        "fields",
         "gpm_cur",
         "gpm_get",
         "gpm_have_prev",
@@ -90,6 +111,7 @@ class _Dev(GpuDev):
         "proc_ts",
         "xid",
         "xid_codes",
+        "xid_last",
     )
 
     def __init__(self, info: GpuDevice, handle: Any, parent: _Dev | None) -> None:
@@ -112,6 +134,9 @@ class _Dev(GpuDev):
         self.proc_ts = 0
         self.xid: float | None = None  # XID count; None when events are not registered
         self.xid_codes: set[int] = set()
+        self.xid_last = 0.0  # the last XID's code (DCGM's XID_ERRORS); 0 before any
+        # field values read each tick: (field id, reading, counter?, labels)
+        self.fields: list[tuple[int, str, bool, Labels]] = []
 
 
 def _text(value: object) -> str:
@@ -471,6 +496,10 @@ class NvidiaSource(VendorGpuSource[_Dev]):
             ("clock_events", self._r_clock_events),
             ("pcie", self._r_pcie),
         ]
+        if d.parent is None:  # whole-GPU figures: a MIG instance's are its parent's
+            if self._setup_fields(d):
+                r.append(("fields", self._r_fields))
+            r += [("encoder", self._r_encoder), ("decoder", self._r_decoder)]
         if d.parent is not None:
             for feature in ("nvlink", "gpm"):
                 cap[feature] = False
@@ -518,6 +547,33 @@ class NvidiaSource(VendorGpuSource[_Dev]):
             f"{links} NVLink links" if links > 0 else "no NVLink links (NVML link count is 0)"
         )
         return links > 0
+
+    def _setup_fields(self, d: _Dev) -> bool:
+        """The field values this GPU answers (memory temperature, PCIe replays, remapped
+        rows), probed once: a field NVML refuses here is left out, with the reason in the
+        capabilities, and the rest are read in one call per tick."""
+        nvml = self._mod
+        cap = d.info.capabilities
+        ids = [getattr(nvml, const, default) for const, default, *_ in _FIELDS]
+        values, e = self._call("nvmlDeviceGetFieldValues", d.handle, ids)
+        answered: dict[str, bool] = {}
+        extra = {"parent": d.info.mig_parent_uuid} if d.info.mig_parent_uuid else {}
+        for i, (_, _, name, is_counter, feature) in enumerate(_FIELDS):
+            ok = values is not None and i < len(values) and values[i].nvmlReturn == 0
+            answered[feature] = answered.get(feature, False) or ok
+            if ok:
+                metric, _, kind = name.partition(":")
+                lbl = labels(gpu=d.info.uuid, type=kind, **extra) if kind else d.lbl
+                d.fields.append((ids[i], metric, is_counter, lbl))
+        for feature, ok in answered.items():
+            cap[feature] = ok
+            if ok:
+                cap[f"{feature}_why"] = f"{_FIELD_WHAT[feature]}: nvmlDeviceGetFieldValues"
+            elif values is None:
+                cap[f"{feature}_why"] = f"field values unavailable ({e})"
+            else:
+                cap[f"{feature}_why"] = f"NVML gives no {_FIELD_WHAT[feature]} on this GPU"
+        return bool(d.fields)
 
     def _setup_gpm(self, d: _Dev) -> bool:
         """GPM (Hopper and later): two samples per device, swapped each tick."""
@@ -617,11 +673,13 @@ class NvidiaSource(VendorGpuSource[_Dev]):
         # v2 separates the driver-reserved memory from "used" (nvmlMemory_v2_t).
         m = self._mod.nvmlDeviceGetMemoryInfo(d.handle, self._mod.nvmlMemory_v2)
         add(gauge("gpu_memory_used_bytes", m.used, d.lbl))
+        add(gauge("gpu_memory_free_bytes", m.free, d.lbl))
         add(gauge("gpu_memory_total_bytes", m.total, d.lbl))
 
     def _r_memory_v1(self, d: _Dev, add: Add) -> None:
         m = self._mod.nvmlDeviceGetMemoryInfo(d.handle)
         add(gauge("gpu_memory_used_bytes", m.used, d.lbl))
+        add(gauge("gpu_memory_free_bytes", m.free, d.lbl))
         add(gauge("gpu_memory_total_bytes", m.total, d.lbl))
 
     def _r_power(self, d: _Dev, add: Add) -> None:
@@ -707,6 +765,28 @@ class NvidiaSource(VendorGpuSource[_Dev]):
         add(counter("gpu_ecc_errors_total", corrected, d.lbl_corrected))
         add(counter("gpu_ecc_errors_total", uncorrected, d.lbl_uncorrected))
 
+    def _r_fields(self, d: _Dev, add: Add) -> None:
+        nvml = self._mod
+        values = nvml.nvmlDeviceGetFieldValues(d.handle, [f[0] for f in d.fields])
+        read = 0
+        for (_, name, is_counter, lbl), v in zip(d.fields, values, strict=False):
+            if v.nvmlReturn != 0:
+                continue
+            read += 1
+            member = _VALUE_MEMBERS[v.valueType] if 0 <= v.valueType < 7 else "ullVal"
+            x = float(getattr(v.value, member))
+            add(counter(name, x, lbl) if is_counter else gauge(name, x, lbl))
+        if not read and values:
+            raise nvml.NVMLError(values[0].nvmlReturn)
+
+    def _r_encoder(self, d: _Dev, add: Add) -> None:
+        util, _period_us = self._mod.nvmlDeviceGetEncoderUtilization(d.handle)
+        add(gauge("gpu_encoder_utilization_ratio", util / 100.0, d.lbl))
+
+    def _r_decoder(self, d: _Dev, add: Add) -> None:
+        util, _period_us = self._mod.nvmlDeviceGetDecoderUtilization(d.handle)
+        add(gauge("gpu_decoder_utilization_ratio", util / 100.0, d.lbl))
+
     def _r_fan(self, d: _Dev, add: Add) -> None:
         add(gauge("gpu_fan_ratio", self._mod.nvmlDeviceGetFanSpeed(d.handle) / 100.0, d.lbl))
 
@@ -729,6 +809,7 @@ class NvidiaSource(VendorGpuSource[_Dev]):
     def _r_xid(self, d: _Dev, add: Add) -> None:
         if d.xid is not None:
             add(counter("gpu_xid_errors_total", d.xid, d.lbl))
+            add(gauge("gpu_xid_last_code", d.xid_last, d.lbl))
 
     def _before_devices(self) -> None:
         if self._event_set is not None:
@@ -755,6 +836,7 @@ class NvidiaSource(VendorGpuSource[_Dev]):
                 continue
             d.xid += 1
             code = int(ev.eventData)
+            d.xid_last = float(code)
             if code not in d.xid_codes:
                 d.xid_codes.add(code)
                 self._note(f"GPU {uuid} reported XID {code} at {clock_time()}", "")

@@ -141,9 +141,15 @@ NVML_VALUE_TYPE_DOUBLE = 0
 NVML_VALUE_TYPE_UNSIGNED_INT = 1
 NVML_VALUE_TYPE_UNSIGNED_LONG = 2
 NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3
+NVML_FI_DEV_MEMORY_TEMP = 82  # °C, HBM boards
 NVML_FI_DEV_NVLINK_LINK_COUNT = 91
+NVML_FI_DEV_PCIE_REPLAY_COUNTER = 94  # since the driver loaded
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, cumulative; scopeId = link, UINT_MAX = all
 NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX = 139
+NVML_FI_DEV_REMAPPED_COR = 142  # rows remapped for correctable errors (Ampere and later)
+NVML_FI_DEV_REMAPPED_UNC = 143  # ... for uncorrectable errors
+NVML_FI_DEV_REMAPPED_PENDING = 144  # 1 while a remapping waits for a GPU reset
+NVML_FI_DEV_REMAPPED_FAILURE = 145  # 1 once a remapping failed
 
 NVML_GPM_METRIC_GRAPHICS_UTIL = 1
 NVML_GPM_METRIC_SM_UTIL = 2
@@ -419,6 +425,14 @@ FIELDS: dict[str, str] = {
     "gpm_sm_occupancy_percent": "GPM NVML_GPM_METRIC_SM_OCCUPANCY",
     "gpm_tensor_active_percent": "GPM NVML_GPM_METRIC_ANY_TENSOR_UTIL",
     "gpm_dram_active_percent": "GPM NVML_GPM_METRIC_DRAM_BW_UTIL",
+    "memory_temperature_c": "field NVML_FI_DEV_MEMORY_TEMP (default: NOT_SUPPORTED)",
+    "pcie_replays": "field NVML_FI_DEV_PCIE_REPLAY_COUNTER, and nvmlDeviceGetPcieReplayCounter",
+    "remapped_rows_correctable": "field NVML_FI_DEV_REMAPPED_COR, and nvmlDeviceGetRemappedRows",
+    "remapped_rows_uncorrectable": "field NVML_FI_DEV_REMAPPED_UNC, and nvmlDeviceGetRemappedRows",
+    "remap_pending": "field NVML_FI_DEV_REMAPPED_PENDING (0 or 1), and nvmlDeviceGetRemappedRows",
+    "remap_failure": "field NVML_FI_DEV_REMAPPED_FAILURE (0 or 1), and nvmlDeviceGetRemappedRows",
+    "encoder_util_percent": "nvmlDeviceGetEncoderUtilization()[0]",
+    "decoder_util_percent": "nvmlDeviceGetDecoderUtilization()[0]",
 }
 """Scriptable readings and where they show. A value of None makes the call NOT_SUPPORTED."""
 
@@ -477,6 +491,23 @@ _DEFAULTS: dict[str, float | int | None] = {
     "gpm_sm_occupancy_percent": 0.0,
     "gpm_tensor_active_percent": 0.0,
     "gpm_dram_active_percent": 0.0,
+    "memory_temperature_c": None,  # only boards with an HBM sensor: presets script it
+    "pcie_replays": 0,
+    "remapped_rows_correctable": 0,
+    "remapped_rows_uncorrectable": 0,
+    "remap_pending": 0,
+    "remap_failure": 0,
+    "encoder_util_percent": 0,
+    "decoder_util_percent": 0,
+}
+# Field values (nvmlDeviceGetFieldValues) read from a scripted reading, as unsigned ints.
+_FIELD_READINGS = {
+    NVML_FI_DEV_MEMORY_TEMP: "memory_temperature_c",
+    NVML_FI_DEV_PCIE_REPLAY_COUNTER: "pcie_replays",
+    NVML_FI_DEV_REMAPPED_COR: "remapped_rows_correctable",
+    NVML_FI_DEV_REMAPPED_UNC: "remapped_rows_uncorrectable",
+    NVML_FI_DEV_REMAPPED_PENDING: "remap_pending",
+    NVML_FI_DEV_REMAPPED_FAILURE: "remap_failure",
 }
 
 # What a MIG device handle does not support (per-instance figures NVML does not give).
@@ -495,6 +526,10 @@ _MIG_UNSUPPORTED = frozenset(
         "nvmlDeviceGetTotalEccErrors",
         "nvmlDeviceGetFanSpeed",
         "nvmlDeviceGetFieldValues",
+        "nvmlDeviceGetPcieReplayCounter",
+        "nvmlDeviceGetRemappedRows",
+        "nvmlDeviceGetEncoderUtilization",
+        "nvmlDeviceGetDecoderUtilization",
         "nvmlDeviceGetProcessUtilization",
         "nvmlDeviceRegisterEvents",
         "nvmlDeviceGetMigMode",
@@ -1019,10 +1054,40 @@ class FakeNVML:
                     else:
                         total = int(value)
                         fv.value.ullVal = total if scope == _UINT_MAX else total // d.nvlink_links
+            elif fid in _FIELD_READINGS:
+                value = d._scripts[_FIELD_READINGS[fid]].take(d._clock())
+                if value is None:
+                    fv.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
+                else:
+                    fv.valueType = NVML_VALUE_TYPE_UNSIGNED_INT
+                    fv.value.uiVal = int(value)
             else:
                 fv.nvmlReturn = NVML_ERROR_NOT_SUPPORTED
             out.append(fv)
         return out
+
+    def nvmlDeviceGetPcieReplayCounter(self, handle: FakeDevice) -> int:
+        return int(self._dev(handle, "nvmlDeviceGetPcieReplayCounter")._take("pcie_replays"))
+
+    def nvmlDeviceGetRemappedRows(self, device: FakeDevice) -> tuple[int, int, int, int]:
+        """(correctable rows, uncorrectable rows, pending, failure occurred), as pynvml."""
+        d = self._dev(device, "nvmlDeviceGetRemappedRows")
+        return (
+            int(d._take("remapped_rows_correctable")),
+            int(d._take("remapped_rows_uncorrectable")),
+            int(d._take("remap_pending")),
+            int(d._take("remap_failure")),
+        )
+
+    def nvmlDeviceGetEncoderUtilization(self, handle: FakeDevice) -> list[int]:
+        """[utilization %, sampling period µs], as pynvml."""
+        d = self._dev(handle, "nvmlDeviceGetEncoderUtilization")
+        return [int(d._take("encoder_util_percent")), 167_000]
+
+    def nvmlDeviceGetDecoderUtilization(self, handle: FakeDevice) -> list[int]:
+        """[utilization %, sampling period µs], as pynvml."""
+        d = self._dev(handle, "nvmlDeviceGetDecoderUtilization")
+        return [int(d._take("decoder_util_percent")), 167_000]
 
     # -- processes ----------------------------------------------------------------------------
     def _processes(self, handle: FakeDevice, function: str, graphics: bool) -> list[_ProcessInfo]:
@@ -1302,4 +1367,5 @@ def _preset_device(acc: Accelerator, i: int, seed: int, count: int) -> FakeDevic
     d.script("gpm_sm_occupancy_percent", lambda t: 45 * util(t))
     d.script("gpm_tensor_active_percent", lambda t: 60 * util(t))
     d.script("gpm_dram_active_percent", lambda t: 50 * util(t))
+    d.script("memory_temperature_c", lambda t: round(32 + 45 * util(t)))  # HBM runs warmer
     return d

@@ -251,6 +251,8 @@ def gpu_text(g: GpuStats) -> str:
         parts.append(f"SM active {format_percent(g['sm_active_mean'])}")
     if g.get("tensor_active_mean") is not None:
         parts.append(f"tensor {format_percent(g['tensor_active_mean'])}")
+    if g.get("hbm_bandwidth_mean") is not None:
+        parts.append(f"HBM bandwidth {format_percent(g['hbm_bandwidth_mean'])}")
     if g.get("memory_peak_bytes") is not None:
         mem = f"mem peak {format_bytes(g['memory_peak_bytes'])}"
         if g.get("process_memory_peak_bytes") is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+from computewatch.catalog.tpu import accelerator_kind
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, stretches
@@ -27,13 +28,15 @@ TPU_SPEEDUPS = (
 
 
 def _all_tpus(gpus: list[dict[str, Any]]) -> bool:
-    return bool(gpus) and all(str(g.get("model") or "").startswith("TPU-") for g in gpus)
+    return bool(gpus) and all(accelerator_kind(g.get("model")) == "TPU" for g in gpus)
 
 
 def gpu_label(g: dict[str, Any]) -> str:
-    """``GPU 0 NVIDIA H100 80GB HBM3``, marked ``(simulated)`` for a fake device."""
+    """``GPU 0 NVIDIA H100 80GB HBM3`` (``TPU 0 Google TPU v5e`` for a TPU chip), marked
+    ``(simulated)`` for a fake device."""
     sim = " (simulated)" if g.get("simulated") else ""
-    return f"GPU {g.get('index')} {g.get('name') or ''}{sim}".replace("  ", " ").strip()
+    kind = accelerator_kind(g.get("model"), g.get("uuid"))
+    return f"{kind} {g.get('index')} {g.get('name') or ''}{sim}".replace("  ", " ").strip()
 
 
 def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
@@ -78,7 +81,7 @@ def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
         data,
         th,
         id="low_gpu_utilization",
-        title="Low GPU utilization",
+        title=f"Low {'TPU' if _all_tpus(gpus) else 'GPU'} utilization",
         seconds=at_stake,
         saving=Saving(
             at_stake,
@@ -182,7 +185,7 @@ def gpu_memory_headroom(data: RunData, th: Thresholds) -> list[Finding]:
         data,
         th,
         id="gpu_memory_headroom",
-        title="GPU memory headroom: room for a larger batch",
+        title=f"{'TPU' if _all_tpus(gpus) else 'GPU'} memory headroom: room for a larger batch",
         seconds=None,
         severity="low",
         keep_small=True,

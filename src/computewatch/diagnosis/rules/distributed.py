@@ -1,18 +1,18 @@
 """Distributed runs: a straggler rank, and time spent in collective communication (the
-``comm`` phases a rank records around its collectives)."""
+phases a rank records around its collectives: ``comm``, or any name ``is_comm_phase``
+accepts, such as ``allreduce`` or ``nccl:all_gather``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from computewatch.analysis.steps import is_comm_phase
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
-from computewatch.diagnosis.loader import NotApplicable, RunData, phase_matches
+from computewatch.diagnosis.loader import NotApplicable, RunData
 from computewatch.diagnosis.rules import build, pct
 from computewatch.diagnosis.stats import median
 from computewatch.units import format_seconds
-
-COMM_PHASE = "comm"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,7 +36,7 @@ def rank_times(data: RunData, th: Thresholds) -> list[RankTimes]:
     """Per rank (from the writers' ``rank``), step and ``comm`` time over the steps every rank
     has, warm-up steps left out. Raises NotApplicable for fewer than two ranks."""
     times = data.step_times()
-    comm = data.phase_seconds_by_step([COMM_PHASE])
+    comm = data.phase_seconds_by_step(is_comm_phase)
     ranked: dict[int, int] = {}
     for pid, ts in times.items():
         r = data.rank_of(pid)
@@ -66,7 +66,7 @@ def stragglers(data: RunData, th: Thresholds) -> list[Finding]:
         return []
     excess = (slow.compute_per_step - med) / med
     lost = (slow.compute_per_step - med) * slow.steps
-    has_comm = any(phase_matches(p.name, {COMM_PHASE}) for p in data.phases)
+    has_comm = any(is_comm_phase(p.name) for p in data.phases)
     lines = [
         f"rank {slow.rank} is {pct(excess)} slower than the other ranks (median): "
         f"{format_seconds(slow.compute_per_step)} of compute per step against "
@@ -127,7 +127,7 @@ def stragglers(data: RunData, th: Thresholds) -> list[Finding]:
 
 def collective_communication(data: RunData, th: Thresholds) -> list[Finding]:
     """Fires when ``comm`` phases take ``comm_share_high`` or more of the ranks' step time."""
-    if not any(phase_matches(p.name, {COMM_PHASE}) for p in data.phases):
+    if not any(is_comm_phase(p.name) for p in data.phases):
         raise NotApplicable("no `comm` phases recorded")
     ranks = rank_times(data, th)
     step = sum(r.step_seconds for r in ranks)
@@ -187,7 +187,7 @@ def collective_communication(data: RunData, th: Thresholds) -> list[Finding]:
 def _per_step_compute(data: RunData, pid: int, th: Thresholds) -> list[float]:
     """One process's compute time (step minus ``comm``) of each step after the warm-up."""
     times = data.step_times().get(pid, [])
-    comm = data.phase_seconds_by_step([COMM_PHASE]).get(pid, [0.0] * len(times))
+    comm = data.phase_seconds_by_step(is_comm_phase).get(pid, [0.0] * len(times))
     skip = th.skip_first_steps
     return [t.seconds - c for t, c in zip(times[skip:], comm[skip:], strict=False)]
 
