@@ -93,11 +93,16 @@ def test_a_float_python_writes_its_own_way_is_canonical() -> None:
 @pytest.mark.parametrize(
     "line",
     [b'{"b":1,"a":2}', b'{"a": 1}', b'{"a":1.0}', b'{"a":1E3}', b'{"a":"\\u0041"}',
-     b'{"a":1,"a":1}', b'{"a":-0}', b'{"a":12345678901234567890}', b'{"a":NaN}', b'{"a":"\\/"}'],
+     b'{"a":1,"a":1}', b'{"a":-0}', b'{"a":12345678901234567890}', b'{"a":NaN}', b'{"a":"\\/"}',
+     # integer tokens beyond 64 bits, and text after the value
+     b'{"a":123456789012345678901234567890}', b'{"a":-9999999999999999999}',
+     b'{"a":18446744073709551615}', b'{"a":1} ', b'{"a":1}{"b":2}'],
 )  # fmt: skip
 def test_non_canonical_lines_are_refused(line: bytes) -> None:
     with pytest.raises(LedgerError, match="canonical"):
         canonical_value(line)
+    with pytest.raises(LedgerError, match="lone surrogate"):
+        canonical_value(b'{"a":"\\ud800"}')
 
 
 def _leaves(n: int) -> list[bytes]:
