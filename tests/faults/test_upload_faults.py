@@ -96,6 +96,9 @@ def test_run_with_a_server_that_never_answers(
     assert cw.show()["exit_code"] == 4  # stored locally, waiting for push
 
 
+GRANT_REFUSED = json.dumps({"error": "base_model_grant", "detail": "team lab has not granted it"})
+
+
 @pytest.mark.slow
 def test_push_to_a_failing_server_keeps_the_runs(
     cw: Any, answering: tuple[str, type[_Answer]]
@@ -109,6 +112,7 @@ def test_push_to_a_failing_server_keeps_the_runs(
         (422, json.dumps({"detail": f"bad field (token {TOKEN})"}).encode(), "bad field"),
         (401, b"", "refused the token (401)"),
         (403, b"", "an ingest token is needed"),
+        (403, GRANT_REFUSED.encode(), "refused the run's model (403): team lab"),
     ]:
         answer.status, answer.body = status, body
         r = cw("push", "--server", url, "--token", TOKEN)

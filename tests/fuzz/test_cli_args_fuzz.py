@@ -20,7 +20,10 @@ from computewatch.cli.alerts import _amount, _target
 from computewatch.cli.args import whole
 from computewatch.cli.fleet import _usd_arg, parse_time
 from computewatch.cli.flops import _whole
+from computewatch.cli.governance import _team
 from computewatch.cli.main import _interval, _tag, _top_interval, parse_age
+from computewatch.governance.status import find_model
+from computewatch.lineage.compute import GovernanceError, bare_name, qualify, team_of
 
 BASE = settings.get_profile("computewatch-fuzz")  # tests/fuzz/conftest.py
 
@@ -127,3 +130,39 @@ def test_tags_and_targets(text: str) -> None:
         _target(text)
     except argparse.ArgumentTypeError:
         pass
+
+
+_names = st.one_of(
+    st.text(max_size=20),
+    st.text("ab/-_. \n", max_size=8),
+    st.sampled_from(["", "/", "a/", "/a", "a//b", "acme/x", "x", " acme/x "]),
+)
+
+
+@fuzz(200)
+@given(text=_names)
+def test_team_names(text: str) -> None:
+    """``governance grant --to TEAM``: a valid team name, or one argparse error."""
+    try:
+        v = _team(text)
+    except argparse.ArgumentTypeError:
+        return
+    assert v == text and "/" not in v and v[:1].isalnum()
+
+
+@fuzz(200)
+@given(name=_names, team=_names.filter(lambda t: "/" not in t), known=st.lists(_names, max_size=6))
+def test_model_names_resolve_to_a_known_model_or_one_error(
+    name: str, team: str, known: list[str]
+) -> None:
+    """A model named by a run is ``team/name`` (its team's when bare; a team name never holds
+    a ``/``); a name asked of the status is a known model or a GovernanceError, never another
+    exception."""
+    q = qualify(team, name)
+    assert "/" in q and (team_of(q) == team if "/" not in name else q == name)
+    assert bare_name(q) == (name if "/" not in name else bare_name(name))
+    try:
+        got = find_model(known, name, team or None)
+    except GovernanceError:
+        return
+    assert got in known

@@ -173,3 +173,44 @@ def test_a_prune_snapshot_carries_the_pruned_state() -> None:
     kept.feed(LogEntry(8, t, "prune", {"first_seq": 6, "governance": before.snapshot()}))
     assert kept.problems == []
     assert status_json(kept.statuses(), 0) == status_json(whole.statuses(), 0)
+
+
+def test_a_model_is_team_and_name_and_entries_before_that_name_the_first_team() -> None:
+    """Two teams' runs of one name are two models; a bare name in a tier, obligation or
+    running entry written before models were qualified is the model of the team that first
+    declared it, as migration 0008 qualified the obligations table."""
+    beta = _run("b", "m", 2e25, team="beta")
+    ft = _run("f", "chat", 1e23, team="beta")
+    ft[1]["figures"]["base_model"] = "lab/m"
+    r = _log(
+        TIERS,
+        _run("a", "m", 6e24),
+        beta,
+        ft,
+        _tier("m", "eu-gpai", "crossed"),  # legacy: lab's (the first to declare m)
+        _tier("beta/m", "eu-gpai", "crossed"),
+        _tier("beta/m", "eu-systemic-risk", "crossed"),
+        _opened(1, "beta/m", "eu-systemic-risk"),
+    )
+    assert r.problems == []
+    by = {s.compute.model: s for s in r.statuses()}
+    assert set(by) == {"lab/m", "beta/m", "beta/chat"}
+    assert by["lab/m"].compute.cumulative["hardware"].value == 6e24
+    assert by["beta/m"].compute.cumulative["hardware"].value == 2e25
+    assert by["beta/chat"].compute.base_model == "lab/m"
+    assert by["beta/chat"].compute.cumulative["hardware"].value == 6e24 + 1e23
+    assert [o.model for o in r.obligations.values()] == ["beta/m"]
+    assert r.owners == {"m": "lab", "chat": "beta"}
+    # a legacy running entry of the name holds every team's running runs of it
+    running = {
+        "model": "m",
+        "runs": [
+            {"run_id": "x", "team": "beta", "started_at": 1.7e9, "figures": _figures("m", 1e20)}
+        ],
+        "forecast_additional_flop_high": 5e25,
+    }
+    r.feed(LogEntry(9, "2026-12-01T10:00:00.000000Z", "running", running))
+    assert set(r.running) == {"beta/m"} and r.forecasts == {"lab/m": 5e25}
+    # beta's view: its runs only, lab's base model not its to see
+    [chat, m] = r.statuses(frozenset({"beta"}))
+    assert chat.hidden_base and m.compute.model == "beta/m"

@@ -108,5 +108,8 @@ def test_a_hash_chain_becomes_the_log(tmp_path: Path) -> None:
     with db.session() as session:
         r = replay_log(session)
     assert [o.state for _, o in sorted(r.obligations.items())] == ["open", "merged"]
-    assert r.models()["m"].own["hardware"].value == 3.2e18
+    assert r.models()["lab/m"].own["hardware"].value == 3.2e18  # 0008: models are team/name
+    assert {o.model for o in r.obligations.values()} == {"lab/m"}
+    with sqlite3.connect(path) as c:  # the table qualified as the replay reads the log
+        assert c.execute("SELECT DISTINCT model FROM obligations").fetchall() == [("lab/m",)]
     db.dispose()

@@ -78,6 +78,6 @@ def test_goodput_from_the_server(server: Callable[..., ServerProcess], tmp_path:
     assert bad.status_code == 400
     usage = srv.client(read).get("/usage")
     assert usage.status_code == 200 and "Goodput by model" in usage.text
-    assert "model llm" in usage.text and "lost_progress" in usage.text
+    assert "model lab/llm" in usage.text and "lost_progress" in usage.text
     page = srv.client(read).get("/runs/runB")
     assert page.status_code == 200 and 'id="section-goodput"' in page.text

@@ -88,7 +88,8 @@ def test_models_tiers_obligations_and_the_ledger(
     st = _cli(srv, "governance", "status", "--json", "--server", srv.url, "--token", admin)
     assert st.returncode == 0, st.stderr
     models = {m["model"]: m for m in json.loads(st.stdout)}
-    base, chat, big = models["acme-7b"], models["acme-7b-chat"], models["acme-70b"]
+    base, chat, big = models["lab/acme-7b"], models["lab/acme-7b-chat"], models["lab/acme-70b"]
+    assert chat["base_model"] == "lab/acme-7b"  # a bare name: the run's team's model
     assert base["runs"] == 3
     assert base["cumulative_flop"]["hardware"]["value"] == pytest.approx(6e24)
     assert base["judged_flop"] == pytest.approx(6e24 * 1.15)
@@ -120,11 +121,11 @@ def test_models_tiers_obligations_and_the_ledger(
               "--token", admin)  # fmt: skip
     assert rp.returncode == 0, rp.stderr
     page = report.read_text()
-    assert "Training compute of acme-7b" in page and "<svg" in page and "train.py" not in page
+    assert "Training compute of lab/acme-7b" in page and "<svg" in page and "train.py" not in page
     unknown = _cli(srv, "governance", "report", "acme-7", "-o", str(tmp_path / "x.json"),
                    "--server", srv.url, "--token", admin)  # fmt: skip
     assert unknown.returncode == 1
-    assert "did you mean" in unknown.stderr and "acme-7b" in unknown.stderr
+    assert "did you mean" in unknown.stderr and "lab/acme-7b" in unknown.stderr
     assert len(unknown.stderr.strip().splitlines()) == 1
 
     admin_client = srv.client(admin)
@@ -256,8 +257,8 @@ def test_upkeep_signs_prunes_and_opens_obligations(
         kinds = [k for (k,) in c.execute("SELECT kind FROM ledger_entries ORDER BY seq")]
         opened = c.execute("SELECT model, tier, trigger FROM obligations ORDER BY id").fetchall()
     assert kinds[-1] == "prune" and kinds.count("run") == 2  # runs 1 and 2 pruned
-    assert sorted(opened) == [("big", "eu-systemic-risk", "forecast"),
-                              ("m", "eu-systemic-risk", "crossed")]  # fmt: skip
+    assert sorted(opened) == [("lab/big", "eu-systemic-risk", "forecast"),
+                              ("lab/m", "eu-systemic-risk", "crossed")]  # fmt: skip
     with db.session() as session:
         after = service.status(session)  # the pruned runs are carried in the prune entry
     assert service_json(after) == service_json(before)
@@ -347,10 +348,10 @@ def test_judging_at_once_opens_one_obligation_and_reading_appends_nothing(
         service.status(session)
         service.status(session)
         assert size(session) == before
-    assert [(o.model, o.tier, o.state) for o in rows] == [("big", "eu-systemic-risk", "open")]
+    assert [(o.model, o.tier, o.state) for o in rows] == [("lab/big", "eu-systemic-risk", "open")]
     assert n == 1
     with database.session() as session, pytest.raises(IntegrityError):
-        session.add(Obligation(model="big", tier="eu-systemic-risk", trigger="crossed", rule="",
+        session.add(Obligation(model="lab/big", tier="eu-systemic-risk", trigger="crossed", rule="",
                                threshold=1e25, opened_at=0.0, state="open"))  # fmt: skip
         session.flush()
     database.dispose()
@@ -376,7 +377,7 @@ def test_obligation_reminders_go_once_each_through_the_delivery(
     maintain_once(db, now=now)  # opens the obligation and says so
     receiver.wait(lambda r: len(r.bodies) >= 1)
     [alert] = receiver.alerts()
-    assert alert["labels"]["reminder"] == "opened" and alert["labels"]["model"] == "big"
+    assert alert["labels"]["reminder"] == "opened" and alert["labels"]["model"] == "lab/big"
     assert "14.0 days left" in alert["annotations"]["summary"]
     with db.session() as session:
         assert due_reminders(session, now + 3600) == []  # nothing new an hour later

@@ -82,7 +82,7 @@ def test_a_backdated_run_pushed_late_is_overdue_from_its_crossing(
     text = srv.cli("governance", "status", "--server", srv.url, "--token", admin)
     assert text.returncode == 0, text.stderr
     first = text.stdout.splitlines()[0]
-    assert first.startswith("OVERDUE: late-model") and "eu-systemic-risk" in first, text.stdout
+    assert first.startswith("OVERDUE: lab/late-model") and "eu-systemic-risk" in first, text.stdout
 
     export = tmp_path / "ledger.jsonl"
     ex = srv.cli("ledger", "export", "-o", str(export), "--server", srv.url, "--token", admin)
@@ -113,15 +113,17 @@ def test_a_lineage_cycle_is_refused_at_ingest_and_a_stored_one_breaks_nothing(
           "--", PY, job)  # fmt: skip
     again = cw("push", "b")
     assert again.returncode != 0
-    assert "cyc-b -> cyc-a -> cyc-b" in again.stdout + again.stderr, again.stdout + again.stderr
+    assert "lab/cyc-b -> lab/cyc-a -> lab/cyc-b" in again.stdout + again.stderr, (
+        again.stdout + again.stderr
+    )
     [up] = [make_upload(gpus=1)]
     up["meta"]["governance"] = {"model": "self", "base_model": "self", "stage": "finetune"}
     r = srv.client(ingest).post("/api/v1/runs", json=batch(up))
     assert r.status_code == 422 and r.json()["error"] == "lineage", r.text
-    assert "self -> self" in r.json()["detail"]
+    assert "lab/self -> lab/self" in r.json()["detail"]
 
     models = {m["model"]: m for m in _status(srv, admin)}
-    assert set(models) == {"cyc-a"} and models["cyc-a"]["runs"] == 1
+    assert set(models) == {"lab/cyc-a"} and models["lab/cyc-a"]["runs"] == 1
     # a cycle stored before the check (here, past the service) breaks nobody's status
     db = open_database(srv.db_url)
     with db.session() as session:
@@ -131,7 +133,7 @@ def test_a_lineage_cycle_is_refused_at_ingest_and_a_stored_one_breaks_nothing(
         store_batch(session, "lab", batch(down), on_run=stored_without_checks)
     db.engine.dispose()
     assert srv.client(admin).get("/api/v1/governance/status").status_code == 200
-    assert {m["model"] for m in _status(srv, admin)} == {"cyc-a", "cyc-b"}
+    assert {m["model"] for m in _status(srv, admin)} == {"lab/cyc-a", "lab/cyc-b"}
 
 
 def stored_without_checks(
@@ -186,21 +188,31 @@ def test_simulated_runs_are_flagged_and_left_out_and_implausible_figures_judged_
 def test_a_team_token_is_told_its_view_is_partial(
     cw: CLI, server: Callable[..., ServerProcess], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """A team fine-tuning another team's model (granted) sees its own runs, and is told that
+    the base model's runs are not its to see."""
     srv = server()
     admin = srv.token("lab", "admin")
     monkeypatch.setenv("COMPUTEWATCH_SERVER", srv.url)
     job = flop_job(tmp_path, 2, 1e20)
-    for team, name in (("lab", "l1"), ("lab", "l2"), ("beta", "b1")):
-        monkeypatch.setenv("COMPUTEWATCH_TOKEN", srv.token(team, "ingest"))
+    monkeypatch.setenv("COMPUTEWATCH_TOKEN", srv.token("lab", "ingest"))
+    for name in ("l1", "l2"):
         cw.ok("run", "--quiet", "--name", name, "--model", "shared-m", "--", PY, job)
+    granted = srv.cli("governance", "grant", "lab/shared-m", "--to", "beta", "--server", srv.url,
+                      "--token", admin)  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    monkeypatch.setenv("COMPUTEWATCH_TOKEN", srv.token("beta", "ingest"))
+    cw.ok("run", "--quiet", "--name", "b1", "--model", "beta-ft", "--base-model", "lab/shared-m",
+          "--", PY, job)  # fmt: skip
     beta = srv.token("beta", "read")
     [m] = _status(srv, beta)
-    assert m["runs"] == 1 and m["view"] == "partial" and m["hidden_runs"] == 2
-    assert "2 runs of this model are not your team's" in m["view_note"]
+    assert m["model"] == "beta/beta-ft" and m["base_model"] == "lab/shared-m"
+    assert m["runs"] == 1 and m["view"] == "partial" and m["hidden_runs"] == 0
+    assert "the base model lab/shared-m's runs are another team's" in m["view_note"]
     text = srv.cli("governance", "status", "--server", srv.url, "--token", beta)
-    assert text.returncode == 0 and "partial view: 2 runs" in text.stdout, text.stdout
-    [whole] = _status(srv, admin)
-    assert whole["runs"] == 3 and whole["view"] == "whole" and whole["hidden_runs"] == 0
+    assert text.returncode == 0 and "partial view: the base model" in text.stdout, text.stdout
+    whole = {x["model"]: x for x in _status(srv, admin)}
+    assert whole["lab/shared-m"]["runs"] == 2 and whole["beta/beta-ft"]["runs"] == 1
+    assert whole["beta/beta-ft"]["view"] == "whole" and whole["beta/beta-ft"]["hidden_runs"] == 0
 
 
 LIVE_JOB = """
@@ -238,7 +250,7 @@ def test_a_live_run_forecast_to_cross_opens_a_forecast_obligation_while_it_runs(
                     "--total-steps", "100000", "--", PY, job)  # fmt: skip
 
     def forecast_open() -> dict[str, Any] | None:
-        got = [m for m in _status(srv, admin) if m["model"] == "fc-model"]
+        got = [m for m in _status(srv, admin) if m["model"] == "lab/fc-model"]
         if not got:
             return None
         m = got[0]

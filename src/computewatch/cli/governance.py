@@ -136,6 +136,16 @@ def _accounts(sub: Any) -> None:
         _source(p)
 
 
+def _team(text: str) -> str:
+    from computewatch.errors import UsageError
+    from computewatch.serverdb.tokens import validate_team
+
+    try:
+        return validate_team(text)
+    except UsageError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def _json(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="JSON output")
 
@@ -316,3 +326,23 @@ def add_governance_parsers(sub: Any) -> None:
     dn.add_argument("obligation", type=cli_args.whole, metavar="ID")
     dn.add_argument("--reference", required=True, metavar="TEXT")
     _source(dn)
+    gr = gsub.add_parser(
+        "grant",
+        help="let another team's runs fine-tune one of your team's models (admin)",
+        description="A model is TEAM/NAME; a run names its own team's models only. A run of "
+        "another team may name MODEL as its --base-model (as TEAM/NAME) once an admin granted "
+        "it to that team; the grant is recorded in the ledger.",
+    )
+    rv = gsub.add_parser(
+        "revoke",
+        help="withdraw a grant: the team's new runs may no longer name the model as a base",
+    )
+    for p, flag in ((gr, "--to"), (rv, "--from")):
+        p.add_argument("model", metavar="MODEL", help="TEAM/NAME (through --server, a bare "
+                       "NAME is the admin token's team's)")  # fmt: skip
+        p.add_argument(flag, dest="team", required=True, metavar="TEAM", type=_team,
+                       help="the team whose runs may name it as their base model")  # fmt: skip
+        _source(p)
+    gl = gsub.add_parser("grants", help="the grants in force (a team's token: its own)")
+    _json(gl)
+    _source(gl)

@@ -14,7 +14,7 @@ from computewatch import jsonout
 from computewatch.analysis.common import iso
 from computewatch.config import load_config
 from computewatch.errors import PROG, ComputewatchError, UsageError
-from computewatch.governance import accounts, remote
+from computewatch.governance import accounts, remote, service
 from computewatch.governance.accounts import Account
 from computewatch.governance.report import render_report
 from computewatch.governance.service import mark_done, status
@@ -66,6 +66,8 @@ def cmd_governance(args: argparse.Namespace) -> int:
                 session.commit()
             print(f"obligation {view.id} ({view.model}, {view.tier}) done: {view.reference}")
         return 0
+    if args.governance_cmd in ("grant", "revoke", "grants"):
+        return _grants(args, server)
     if args.governance_cmd == "status":
         at = args.at
         if server is not None:
@@ -99,6 +101,42 @@ def cmd_governance(args: argparse.Namespace) -> int:
     except OSError as e:
         raise ComputewatchError(f"cannot write {out}: {e.strerror or e}") from None
     print(f"{PROG}: report written to {out}", file=sys.stderr)
+    return 0
+
+
+def _grants(args: argparse.Namespace, server: remote.Remote | None) -> int:
+    """``governance grant MODEL --to TEAM``, ``revoke MODEL --from TEAM``, ``grants``."""
+    cmd = args.governance_cmd
+    if cmd == "grants":
+        if server is not None:
+            found = server.grants()
+        else:
+            db = _db(args.db)
+            with db.session() as session:
+                found = [g.to_json() for g in service.grants(session)]
+        if args.json:
+            _emit(found)
+        elif not found:
+            print("no grants: each team's runs name their own team's models only")
+        for g in [] if args.json else found:
+            print(f"{g['model']} -> team {g['team']} (granted {g['granted_at']} by "
+                  f"{g['granted_by']})")  # fmt: skip
+        return 0
+    revoke = cmd == "revoke"
+    if server is not None:
+        doc = server.grant(args.model, args.team, revoke=revoke)
+    else:
+        db = _db(args.db)
+        act = service.revoke if revoke else service.grant
+        with db.writing(), db.session() as session:
+            doc = act(session, args.model, args.team, by="database").to_json()
+            session.commit()
+    if revoke:
+        print(f"revoked: team {doc['team']}'s new runs may no longer name {doc['model']} as "
+              "their base model (runs stored before keep their lineage)")  # fmt: skip
+    else:
+        print(f"granted: team {doc['team']}'s runs may name {doc['model']} as their base "
+              f"model (--base-model {doc['model']})")  # fmt: skip
     return 0
 
 

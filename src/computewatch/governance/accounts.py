@@ -44,6 +44,7 @@ from computewatch.lineage.compute import (
     GovernanceError,
     RunCompute,
     judged_flops,
+    qualify,
     run_compute,
 )
 from computewatch.paths import check_private_file, create_private_file, data_home
@@ -383,6 +384,7 @@ def check(
     if acct.state in ("unverified", "expired"):
         base = 0.0
         if model is not None:
+            model = qualify(name, model)  # a bare name: the account's (= team's) model
             m = load_models(session, count_simulated=count_simulated).get(model)
             judged = None if m is None else m.judged()
             base = 0.0 if judged is None else judged[0]

@@ -91,6 +91,19 @@ class Remote:
         body = json.dumps({"reference": reference}).encode()
         return self._json(f"/api/v1/governance/obligations/{obligation}/done", body)
 
+    def grant(self, model: str, team: str, *, revoke: bool = False) -> dict[str, Any]:
+        """``POST /api/v1/governance/grants`` (``/revoke`` with ``revoke``)."""
+        body = json.dumps({"model": model, "team": team}).encode()
+        path = "/api/v1/governance/grants" + ("/revoke" if revoke else "")
+        return self._object(path, body)
+
+    def grants(self) -> list[Any]:
+        """``GET /api/v1/governance/grants``: the grants the token may see."""
+        doc = self._json("/api/v1/governance/grants")
+        if not isinstance(doc, list):
+            raise ServerFailed("the server's grants are not a list")
+        return doc
+
     def _object(self, path: str, data: bytes | None = None) -> dict[str, Any]:
         doc = self._json(path, data)
         if not isinstance(doc, dict):

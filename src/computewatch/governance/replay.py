@@ -13,7 +13,15 @@ Entries read (docs/governance.md, "The log's entries"):
 - ``governance-tiers``: the tiers in force from then on (the defaults before the first);
 - ``tier``: a tier's state for a model became ``crossed`` or ``forecast``;
 - ``obligation-opened``, ``obligation-done``, ``obligation-merged``: obligations;
-- ``prune``: entries before it were deleted; its ``governance`` carries what they added up to.
+- ``prune``: entries before it were deleted; its ``governance`` carries what they added up to;
+- ``model-grant``, ``model-revoke``: a team's leave to fine-tune another team's model (recorded
+  for the audit; the ingest enforces them, the sums do not depend on them).
+
+A model is ``team/name``: a run entry's figures hold the name its run declared, qualified here
+with the entry's team (a bare base model is the run's team's too). Entries written before models
+were qualified name a model without its team (``tier``, ``obligation-opened``, ``running``): such
+a name is the model of the team that first declared it in the log (:attr:`Replay.owners`), as
+migration 0008 qualified the obligations table.
 
 The replay checks what it can: a ``tier`` entry must say what the figures before it give, an
 obligation must follow a recorded crossing of its tier with the tier's deadline, a done one must
@@ -31,6 +39,7 @@ from computewatch.governance.status import ModelStatus, ObligationView
 from computewatch.governance.tiers import DEFAULT_TIERS, Tier, TierStatus, model_status
 from computewatch.ledger.log import LogEntry
 from computewatch.lineage.compute import (
+    MODEL_SEP,
     SIMULATED,
     TRAINING_STAGES,
     ZERO,
@@ -40,14 +49,18 @@ from computewatch.lineage.compute import (
     Implausible,
     ModelCompute,
     RunCompute,
+    bare_name,
     devices_json,
     judged_flops,
+    qualify,
 )
 
 __all__ = [
     "DONE",
+    "GRANT",
     "MERGED",
     "OPENED",
+    "REVOKE",
     "RUNNING",
     "TIER",
     "TIERS",
@@ -65,6 +78,8 @@ TIER: Final = "tier"
 RUNNING: Final = "running"
 RUN: Final = "run"
 PRUNE: Final = "prune"
+GRANT: Final = "model-grant"
+REVOKE: Final = "model-revoke"
 JUDGED: Final = ("crossed", "forecast")
 """The tier states that are entries (and, with a deadline, open an obligation)."""
 
@@ -306,6 +321,9 @@ class Replay:
     count_simulated: bool = False
     """Whether runs on simulated devices count (the last ``governance-tiers`` entry's
     ``count_simulated``)."""
+    owners: dict[str, str] = field(default_factory=dict)
+    """A bare model name -> the team that first declared it in the log: what the name meant in
+    entries written before models were ``team/name``."""
 
     def copy(self) -> Replay:
         """A copy to feed further without changing this one (its values are immutable)."""
@@ -326,6 +344,7 @@ class Replay:
             dict(self.crossed),
             dict(self.crossed_with_simulated),
             self.count_simulated,
+            dict(self.owners),
         )
 
     # -- feeding -------------------------------------------------------------------------------
@@ -351,7 +370,7 @@ class Replay:
                 self._tier(e.seq, body)
                 when = _time(body.get("noticed_at")) or _time(e.time)
                 if when is not None:
-                    self.noticed[(str(body["model"]), str(body["tier"]))] = when
+                    self.noticed[(self.name(str(body["model"])), str(body["tier"]))] = when
             elif kind == OPENED:
                 self._opened(e.seq, body)
             elif kind == DONE:
@@ -386,11 +405,26 @@ class Replay:
         if rc is None:
             self.runs.pop(run_id, None)
             return
-        self.runs[run_id] = (str(body.get("team")), rc)
+        team = str(body.get("team"))
+        self.runs[run_id] = (team, self._declared(team, rc))
+
+    def name(self, model: str) -> str:
+        """The model an entry's ``model`` names: ``team/name`` as written, or a bare name of an
+        entry written before models were qualified (the team that first declared it)."""
+        owner = None if MODEL_SEP in model else self.owners.get(model)
+        return model if owner is None else f"{owner}{MODEL_SEP}{model}"
+
+    def _declared(self, team: str, rc: RunCompute) -> RunCompute:
+        """``rc`` with its model and base model qualified with its run's team."""
+        d = rc.declaration
+        if MODEL_SEP not in d.model:
+            self.owners.setdefault(d.model, team)
+        base = None if d.base_model is None else qualify(team, d.base_model)
+        return replace(rc, declaration=replace(d, model=qualify(team, d.model), base_model=base))
 
     def _running(self, body: Mapping[str, Any]) -> None:
-        model = str(body["model"])
-        runs: dict[str, tuple[str, RunCompute]] = {}
+        said = str(body["model"])
+        by_model: dict[str, dict[str, tuple[str, RunCompute]]] = {}
         for r in body.get("runs") or []:
             rc = rc_of_figures(
                 str(r["run_id"]),
@@ -401,8 +435,17 @@ class Replay:
                 r.get("simulated") is True,
             )
             if rc is not None:
-                runs[rc.run_id] = (str(r.get("team")), rc)
-        self.running[model] = runs
+                team = str(r.get("team"))
+                rc = self._declared(team, rc)
+                by_model.setdefault(rc.declaration.model, {})[rc.run_id] = (team, rc)
+        if MODEL_SEP in said:
+            model = said
+            self.running[model] = by_model.get(model, {})
+        else:  # written before models were qualified: the runs of every team's model of the name
+            model = self.name(said)
+            for held in [m for m in self.running if bare_name(m) == said]:
+                self.running[held] = {}
+            self.running.update(by_model)
         forecast = body.get("forecast_additional_flop_high")
         if forecast is None:
             self.forecasts.pop(model, None)
@@ -410,7 +453,7 @@ class Replay:
             self.forecasts[model] = float(forecast)
 
     def _tier(self, seq: int, body: Mapping[str, Any]) -> None:
-        model, tier, state = str(body["model"]), str(body["tier"]), str(body["state"])
+        model, tier, state = self.name(str(body["model"])), str(body["tier"]), str(body["state"])
         now = {s.tier.name: s for s in self.tier_states(model)}
         found = now.get(tier)
         if found is None or found.state != state:
@@ -426,7 +469,7 @@ class Replay:
 
     def _opened(self, seq: int, body: Mapping[str, Any]) -> None:
         oid = _int(body["obligation"])
-        model, tier = str(body["model"]), str(body["tier"])
+        model, tier = self.name(str(body["model"])), str(body["tier"])
         opened, deadline = _time(body.get("opened_at")), _time(body.get("deadline"))
         crossed = _time(body.get("crossed_at"))
         if opened is None:
@@ -503,8 +546,9 @@ class Replay:
     def _carry(self, doc: Mapping[str, Any]) -> None:
         for model, c in (doc.get("models") or {}).items():
             sim = c.get("simulated")
-            self.carried[str(model)] = Carried(
-                _str(c.get("base_model")),
+            base = _str(c.get("base_model"))
+            self.carried[self.name(str(model))] = Carried(
+                None if base is None else self.name(base),
                 int(c.get("runs") or 0),
                 Totals.of_json(c),
                 int(c.get("simulated_runs") or 0),
@@ -546,24 +590,27 @@ class Replay:
             "crossed": self._crossings(count_simulated=False),
             "crossed_with_simulated": self._crossings(count_simulated=True),
             "obligations": [_obligation_json(o) for _, o in sorted(self.obligations.items())],
+            "owners": dict(sorted(self.owners.items())),
         }
 
     def load_snapshot(self, doc: Mapping[str, Any]) -> None:
         """Start from a prune entry's ``governance`` (what the pruned entries added up to)."""
-        self._carry(doc)
+        for bare, team in (doc.get("owners") or {}).items():
+            self.owners[str(bare)] = str(team)
         for model, runs in (doc.get("running") or {}).items():
             self._running({"model": model, "runs": runs, "forecast_additional_flop_high": None})
+        self._carry(doc)
         for model, f in (doc.get("forecasts") or {}).items():
-            self.forecasts[str(model)] = float(f)
+            self.forecasts[self.name(str(model))] = float(f)
         if doc.get("tiers") is not None:
             self.tiers, self.tiers_recorded = tiers_of_json(doc["tiers"]), True
         self.count_simulated = doc.get("count_simulated") is True
         for m, t, st in doc.get("states") or []:
-            self.states[(str(m), str(t))] = str(st)
+            self.states[(self.name(str(m)), str(t))] = str(st)
         for o in doc.get("obligations") or []:
             view = ObligationView(
                 int(o["id"]),
-                str(o["model"]),
+                self.name(str(o["model"])),
                 str(o["tier"]),
                 str(o["trigger"]),
                 str(o.get("rule") or ""),
@@ -579,12 +626,12 @@ class Replay:
             )
             self.obligations[view.id] = view
         for m, t, when in doc.get("noticed") or []:
-            self.noticed[(str(m), str(t))] = float(when)
+            self.noticed[(self.name(str(m)), str(t))] = float(when)
         for m, t, when in doc.get("crossed") or []:
-            self.crossed[(str(m), str(t))] = float(when)
+            self.crossed[(self.name(str(m)), str(t))] = float(when)
         with_simulated = doc.get("crossed_with_simulated")
         for m, t, when in (doc.get("crossed") if with_simulated is None else with_simulated) or []:
-            self.crossed_with_simulated[(str(m), str(t))] = float(when)
+            self.crossed_with_simulated[(self.name(str(m)), str(t))] = float(when)
 
     def models(self, teams: frozenset[str] | None = None) -> dict[str, ModelCompute]:
         """Every model's compute (a team sees its own runs only, without forecasts or pruned

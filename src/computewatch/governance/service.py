@@ -6,7 +6,9 @@
 - :func:`upkeep` (the server's upkeep, every few minutes): pruning under the retention policy,
   the tiers in force recorded, running runs and forecasts that change a tier's state recorded,
   tiers judged, obligations opened, reminders due;
-- :func:`mark_done`: an obligation fulfilled.
+- :func:`mark_done`: an obligation fulfilled;
+- :func:`grant`, :func:`revoke`: a team's leave to name another team's model as its runs' base
+  model (a model is ``team/name``: a run names its own team's models only).
 
 Everything else reads: :func:`status` is the replay of the log (computewatch.governance.replay),
 so the status an admin sees is what an auditor recomputes from an export; reading it writes
@@ -28,11 +30,14 @@ from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
 from computewatch.config import ConfigError, load_config
+from computewatch.errors import ComputewatchError
 from computewatch.governance.replay import (
     DONE,
+    GRANT,
     JUDGED,
     OPENED,
     PRUNE,
+    REVOKE,
     RUNNING,
     TIER,
     TIERS,
@@ -44,6 +49,7 @@ from computewatch.governance.replay import (
 from computewatch.governance.status import (
     ModelStatus,
     ObligationView,
+    find_model,
     load_models,
     run_of,
     view_of,
@@ -53,13 +59,21 @@ from computewatch.ledger.jcs import loads as jcs_loads
 from computewatch.ledger.log import LogEntry
 from computewatch.ledger.reports import SignatureStatus
 from computewatch.lineage.compute import (
+    MODEL_SEP,
     DeclarationRefused,
     GovernanceError,
     RunCompute,
     lineage_cycle,
+    qualify,
+    team_of,
 )
 from computewatch.serverdb.engine import SQLITE_BEGIN
-from computewatch.serverdb.governance_models import LedgerEntryRow, ModelRun, Obligation
+from computewatch.serverdb.governance_models import (
+    LedgerEntryRow,
+    ModelGrant,
+    ModelRun,
+    Obligation,
+)
 from computewatch.serverdb.ledger_store import (
     LEDGER_LOCK,
     append,
@@ -70,15 +84,20 @@ from computewatch.serverdb.ledger_store import (
     thin_heads,
 )
 from computewatch.serverdb.lineage_ingest import on_stored
+from computewatch.serverdb.tokens import validate_team
 from computewatch.upload.protocol import RunUpload
 
 __all__ = [
+    "Grant",
     "check_declaration",
+    "grant",
+    "grants",
     "judge",
     "mark_done",
     "on_run_stored",
     "projection_problems",
     "replay_log",
+    "revoke",
     "server_tiers",
     "status",
     "upkeep",
@@ -202,23 +221,28 @@ def on_run_stored(session: Session, team: str, run: RunUpload, signature: Signat
     caused it, and a live upload whose FLOPs so far or forecast take a tier over opens its
     ``forecast`` obligation while the run goes on (judging appends to the log only when a
     state changes)."""
-    check_declaration(session, run)
+    check_declaration(session, team, run)
     rc = on_stored(session, team, run, signature=signature)
     if rc is not None:
         judge(session, server_tiers(), time.time())
 
 
-def check_declaration(session: Session, run: RunUpload) -> None:
-    """Refuse (:class:`DeclarationRefused`, 422 naming it) a run whose declared base model is
-    the model itself or would close a cycle of base models with those already declared: a
-    cycle has no cumulative compute, and one team's upload must not break everyone's status."""
+def check_declaration(session: Session, team: str, run: RunUpload) -> None:
+    """Refuse (:class:`DeclarationRefused`) a run of ``team`` that names another team's model
+    as its own, or another team's model as its base without that team's grant (403 naming the
+    team), or whose base model is the model itself or would close a cycle of base models with
+    those already declared (422 naming the cycle): a cycle has no cumulative compute, and one
+    team's upload must not break everyone's status."""
     doc = run["meta"].get("governance")
     if not isinstance(doc, Mapping):
         return
-    model, base = doc.get("model"), doc.get("base_model")
-    if not isinstance(model, str) or not isinstance(base, str) or not base.strip():
+    declared, base = doc.get("model"), doc.get("base_model")
+    if not isinstance(declared, str) or not declared.strip():
         return
-    model, base = model.strip(), base.strip()
+    model = _own_model(team, run["id"], declared.strip())
+    if not isinstance(base, str) or not base.strip():
+        return
+    base = _base_model(session, team, run["id"], base.strip())
     bases: dict[str, set[str]] = {}
     for m, b in session.execute(
         select(ModelRun.model, ModelRun.base_model)
@@ -233,6 +257,53 @@ def check_declaration(session: Session, run: RunUpload) -> None:
         raise DeclarationRefused(
             f"run {run['id']}: model {model!r} {what}: base models form a cycle: {cycle}"
         )
+
+
+def _checked_name(model: str, run_id: str) -> str:
+    """``model`` when it is ``team/name`` with a valid team and a name (422 otherwise)."""
+    owner, _, name = model.partition(MODEL_SEP)
+    try:
+        validate_team(owner)
+    except ComputewatchError as e:
+        raise DeclarationRefused(f"run {run_id}: model {model!r}: {e}", code="invalid") from None
+    if not name.strip():
+        raise DeclarationRefused(
+            f"run {run_id}: model {model!r} names a team but no model", code="invalid"
+        )
+    return model
+
+
+def _own_model(team: str, run_id: str, declared: str) -> str:
+    """The model a run of ``team`` trains: ``team/NAME`` (403 when it names another team's)."""
+    model = _checked_name(qualify(team, declared), run_id)
+    owner = team_of(model)
+    if owner != team:
+        raise DeclarationRefused(
+            f"run {run_id} of team {team} names team {owner}'s model {model!r} as the model it "
+            f"trains: a run names its own team's models only (--model NAME means {team}/NAME)",
+            status=403,
+            code="model_team",
+        )
+    return model
+
+
+def _base_model(session: Session, team: str, run_id: str, declared: str) -> str:
+    """The base model a run of ``team`` names: its own team's, or another team's that granted
+    it (403 otherwise)."""
+    base = _checked_name(qualify(team, declared), run_id)
+    owner = team_of(base)
+    if owner == team or session.get(ModelGrant, (base, team)) is not None:
+        return base
+    stored = session.get(ModelRun, run_id)
+    if stored is None or stored.base_model != base:  # a run accepted before a revoke goes on
+        raise DeclarationRefused(
+            f"run {run_id} of team {team} names team {owner}'s model {base!r} as its base "
+            f"model, which team {owner} has not granted to team {team} (an admin grants it: "
+            f"computewatch governance grant {base} --to {team})",
+            status=403,
+            code="base_model_grant",
+        )
+    return base
 
 
 def _append(session: Session, r: Replay, kind: str, body: Mapping[str, Any]) -> LogEntry:
@@ -483,3 +554,99 @@ def count_open(session: Session) -> int:
 
 
 Hook = Callable[[Session, str, RunUpload, SignatureStatus], None]
+
+
+# -- grants ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """Team ``team``'s runs may name ``model`` (another team's) as their base model."""
+
+    model: str
+    team: str
+    granted_at: float
+    granted_by: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "team": self.team,
+            "granted_at": iso(self.granted_at),
+            "granted_by": self.granted_by,
+        }
+
+
+def _grant_of(row: ModelGrant) -> Grant:
+    return Grant(row.model, row.team, row.granted_at, row.granted_by)
+
+
+def _granted_model(session: Session, model: str, team: str, default_team: str | None) -> str:
+    """The model a grant names (``team/name``; a bare name is ``default_team``'s), checked to
+    be a model with runs here and another team's than ``team``."""
+    model = model.strip()
+    if MODEL_SEP not in model:
+        if default_team is None:
+            raise GovernanceError(f"name the model with its team: TEAM/{model}")
+        model = qualify(default_team, model)
+    owner = team_of(model) or ""
+    try:
+        validate_team(owner)
+        validate_team(team)
+    except ComputewatchError as e:
+        raise GovernanceError(str(e)) from None
+    if owner == team:
+        raise GovernanceError(
+            f"{model} is team {team}'s own model: its runs name it without a grant"
+        )
+    known = set(session.scalars(select(ModelRun.model).distinct()))
+    known |= set(replay_log(session).models())
+    return find_model(known, model)
+
+
+def grant(
+    session: Session, model: str, team: str, *, by: str, default_team: str | None = None
+) -> Grant:
+    """Let ``team``'s runs name ``model`` (``owner/name``) as their base model: recorded in the
+    log and in ``model_grants`` (the caller commits; the caller checked that ``by`` may speak
+    for the model's team). Granting again changes nothing."""
+    immediate(session)
+    model = _granted_model(session, model, team, default_team)
+    row = session.get(ModelGrant, (model, team))
+    if row is not None:
+        return _grant_of(row)
+    row = ModelGrant(model=model, team=team, granted_at=float(int(time.time())), granted_by=by)
+    session.add(row)
+    session.flush()
+    append(session, GRANT, {"model": model, "team": team, "granted_at": iso(row.granted_at),
+                            "granted_by": by})  # fmt: skip
+    return _grant_of(row)
+
+
+def revoke(
+    session: Session, model: str, team: str, *, by: str, default_team: str | None = None
+) -> Grant:
+    """Withdraw a grant (the caller commits): ``team``'s new runs may no longer name ``model``
+    as their base; runs stored before keep their lineage (their compute was done)."""
+    immediate(session)
+    model = model.strip()
+    if MODEL_SEP not in model and default_team is not None:
+        model = qualify(default_team, model)
+    row = session.get(ModelGrant, (model, team))
+    if row is None:
+        raise GovernanceError(f"team {team} holds no grant of {model!r}")
+    held = _grant_of(row)
+    session.delete(row)
+    session.flush()
+    append(session, REVOKE, {"model": model, "team": team, "revoked_at": iso(time.time()),
+                             "revoked_by": by})  # fmt: skip
+    return held
+
+
+def grants(session: Session, teams: frozenset[str] | None = None) -> list[Grant]:
+    """The grants in force; with ``teams``, those of their models and those given to them."""
+    rows = session.scalars(select(ModelGrant).order_by(ModelGrant.model, ModelGrant.team))
+    out = [_grant_of(r) for r in rows]
+    if teams is None:
+        return out
+    return [g for g in out if g.team in teams or team_of(g.model) in teams]

@@ -18,13 +18,16 @@ from sqlalchemy.orm import Session
 
 from computewatch.governance.tiers import TierStatus
 from computewatch.lineage.compute import (
+    MODEL_SEP,
     TRAINING_STAGES,
     Declaration,
     Estimate,
     GovernanceError,
     ModelCompute,
     RunCompute,
+    bare_name,
     per_model,
+    qualify,
 )
 from computewatch.serverdb.governance_models import ModelRun, Obligation
 
@@ -117,12 +120,27 @@ class ModelStatus:
     """A team's view: the base model has runs, none of them the team's (its share unseen)."""
 
 
-def find_model(names: Iterable[str], name: str) -> str:
-    """``name`` when it is a known model; otherwise an error with close matches."""
+def find_model(names: Iterable[str], name: str, team: str | None = None) -> str:
+    """The known model ``name`` means: itself (``team/name``); a bare name is ``team``'s model
+    of that name, else the one team's that has it; otherwise an error with close matches (or
+    the teams to choose from)."""
     known = sorted(set(names))
     if name in known:
         return name
+    if MODEL_SEP not in name:
+        if team is not None and qualify(team, name) in known:
+            return qualify(team, name)
+        teams = [m for m in known if bare_name(m) == name and MODEL_SEP in m]
+        if len(teams) == 1:
+            return teams[0]
+        if teams:
+            raise GovernanceError(
+                f"{len(teams)} teams have a model named {name!r}: say which ({', '.join(teams)})"
+            )
     close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+    if not close and MODEL_SEP not in name:
+        by_name = {bare_name(m): m for m in known}
+        close = [by_name[c] for c in difflib.get_close_matches(name, by_name, n=3, cutoff=0.5)]
     hint = f"; did you mean {', '.join(close)}?" if close else ""
     listed = "" if close or not known else f" (known: {', '.join(known[:10])})"
     raise GovernanceError(f"no model named {name!r}{hint}{listed}")

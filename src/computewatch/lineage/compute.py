@@ -53,6 +53,30 @@ class DeclarationRefused(GovernanceError):
         self.code = code
 
 
+MODEL_SEP: Final = "/"
+"""A model's identity is ``team/name``: the team whose runs train it, and its name there."""
+
+
+def qualify(team: str, name: str) -> str:
+    """The model ``name`` means when a run of ``team`` names it: a bare ``name`` is
+    ``team/name``; a name with a team (``other/name``) is that team's (the ingest refuses a
+    run that names another team's model as its own)."""
+    return name if MODEL_SEP in name else f"{team}{MODEL_SEP}{name}"
+
+
+def team_of(model: str) -> str | None:
+    """The team of a qualified model (``team/name``); None for a bare name (stored before
+    models were qualified)."""
+    team, sep, _ = model.partition(MODEL_SEP)
+    return team if sep else None
+
+
+def bare_name(model: str) -> str:
+    """The name of a model within its team (``name`` of ``team/name``)."""
+    team, sep, name = model.partition(MODEL_SEP)
+    return name if sep else team
+
+
 @dataclass(frozen=True, slots=True)
 class Declaration:
     """What a run says it trains (``run --model/--base-model/--stage/--parameters``)."""

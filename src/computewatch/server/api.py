@@ -209,13 +209,18 @@ def _mismatch_response(version: object) -> JSONResponse | None:
         200: {"description": "IngestResponse: {protocol, results: [{id, seq, stored}]}"},
         400: {"description": "a protocol version the server does not speak"},
         401: {"description": "no valid token"},
-        403: {"description": "the token's scope cannot upload"},
+        403: {
+            "description": "the token's scope cannot upload, or a run names another team's "
+            "model as its own (error: model_team) or as its base without that team's grant "
+            "(error: base_model_grant); detail names the run and the team"
+        },
         409: {"description": "a run id another team holds"},
         413: {"description": "body larger than MAX_BODY_BYTES (decompressed too)"},
         415: {"description": "a Content-Encoding other than gzip"},
         422: {
-            "description": "malformed batch (detail names the field), or a run's signed "
-            "report refused (error: signature; detail names the run and why)"
+            "description": "malformed batch (detail names the field), a run's signed "
+            "report refused (error: signature; detail names the run and why), or its base "
+            "models forming a cycle (error: lineage; detail names the cycle)"
         },
         503: {"description": "database unavailable"},
     },

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from computewatch.goodput.json import GoodputJson, report_json
 from computewatch.goodput.model import RunTime, goodput, run_time_from_json
 from computewatch.jsonout import finite
+from computewatch.lineage.compute import qualify
 from computewatch.server.auth import Principal, db_session, require_read
 from computewatch.serverdb.queries import LineageRun, lineage_runs
 
@@ -59,5 +60,7 @@ def goodput_route(
 ) -> Any:
     if (model is None) == (job is None):
         raise HTTPException(400, "give model=NAME or job=KEY")
+    if model is not None:
+        model = qualify(principal.team, model)  # a bare name: the caller's team's model
     result = server_goodput(session, principal.teams, model=model, job=job)
     return JSONResponse(finite(result))

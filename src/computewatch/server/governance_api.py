@@ -3,7 +3,10 @@
 - ``GET /governance/status``: every model's compute, tiers and obligations, a replay of the
   ledger (read only: a team's token sees its own runs' share, an admin whole models);
 - ``GET /governance/models/{model}/report``: one model's notification pack (JSON);
-- ``POST /governance/obligations/{id}/done`` (admin): ``{"reference": "..."}``.
+- ``POST /governance/obligations/{id}/done`` (admin): ``{"reference": "..."}``;
+- ``GET /governance/grants``: the grants in force (a team's token: its models' and its own);
+  ``POST /governance/grants`` and ``POST /governance/grants/revoke`` (admin): ``{"model":
+  "team/name", "team": "..."}``, a team's leave to name another team's model as a base model.
 
 The ledger's own endpoints (heads, proofs, cosignatures, export) are in
 :mod:`computewatch.server.ledger_api`.
@@ -176,6 +179,24 @@ class ModelReportOut(ModelStatusOut):
     privacy: str
 
 
+class GrantRequest(BaseModel):
+    """A grant to give or withdraw: ``team``'s runs may name ``model`` as their base model."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    model: str = Field(min_length=1, max_length=401)
+    """``team/name`` (a bare name: the admin token's team's model)."""
+    team: str = Field(min_length=1, max_length=200)
+
+
+class GrantOut(BaseModel):
+    model: str
+    team: str
+    granted_at: str | None
+    """ISO 8601, UTC."""
+    granted_by: str
+
+
 class ObligationDoneOut(BaseModel):
     id: int
     model: str
@@ -225,16 +246,18 @@ def governance_status(
     return status_json(service.status(session, teams=principal.teams), now)
 
 
-@router.get("/governance/models/{model}/report", response_model=ModelReportOut)
+@router.get("/governance/models/{model:path}/report", response_model=ModelReportOut)
 def governance_report(
     model: str,
     principal: Annotated[Principal, Depends(require_read)],
     session: Annotated[Session, Depends(db_session)],
 ) -> dict[str, Any]:
+    """One model's notification pack: ``team/name`` (a bare name: the caller's team's, or the
+    one team's that has it)."""
     now = time.time()
     statuses = {s.compute.model: s for s in service.status(session, teams=principal.teams)}
     try:
-        name = find_model(statuses, model)
+        name = find_model(statuses, model, principal.team)
     except GovernanceError as e:
         raise HTTPException(status_code=404, detail=str(e)) from None
     return report_doc(statuses[name], now)
@@ -257,6 +280,51 @@ def obligation_done(
         session.commit()
     return {"id": view.id, "model": view.model, "tier": view.tier, "state": view.state,
             "reference": view.reference}  # fmt: skip
+
+
+@router.get("/governance/grants", response_model=list[GrantOut])
+def governance_grants(
+    principal: Annotated[Principal, Depends(require_read)],
+    session: Annotated[Session, Depends(db_session)],
+) -> list[dict[str, Any]]:
+    """The grants in force: an admin sees every one, a team's token its models' and its own."""
+    return [g.to_json() for g in service.grants(session, principal.teams)]
+
+
+def _granting(
+    request: Request, principal: Principal, body: GrantRequest, give: bool
+) -> dict[str, Any]:
+    db: Database = request.app.state.db
+    by = f"admin of {principal.team}, token {principal.token_id}"
+    act = service.grant if give else service.revoke
+    with db.writing(), db.session() as session:
+        try:
+            g = act(session, body.model, body.team, by=by, default_team=principal.team)
+        except GovernanceError as e:
+            missing = "no model named" in str(e) or "holds no grant" in str(e)
+            raise HTTPException(status_code=404 if missing else 422, detail=str(e)) from None
+        session.commit()
+    return g.to_json()
+
+
+@router.post("/governance/grants", response_model=GrantOut)
+def governance_grant(
+    body: Annotated[GrantRequest, Body()],
+    principal: Annotated[Principal, Depends(require_admin)],
+    request: Request,
+) -> dict[str, Any]:
+    """Let ``team``'s runs name ``model`` (another team's) as their base model (admin)."""
+    return _granting(request, principal, body, True)
+
+
+@router.post("/governance/grants/revoke", response_model=GrantOut)
+def governance_revoke(
+    body: Annotated[GrantRequest, Body()],
+    principal: Annotated[Principal, Depends(require_admin)],
+    request: Request,
+) -> dict[str, Any]:
+    """Withdraw a grant (admin): runs stored before keep their lineage."""
+    return _granting(request, principal, body, False)
 
 
 @router.post("/accounts/{account}/check", response_model=CheckOut)

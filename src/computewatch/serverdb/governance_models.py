@@ -1,7 +1,8 @@
 """The governance tables of the server database: the ledger (a transparency log: its entries,
 the hashes of its Merkle tree's complete subtrees, its signed heads and the witnesses'
 cosignatures), each run's declared model and compute by method, and the obligations that tier
-crossings open. Created by migrations ``0002_governance`` and ``0006_transparency_log``: change
+crossings open, and the grants that let one team's runs fine-tune another team's model. Created
+by migrations ``0002_governance``, ``0006_transparency_log`` and ``0008_model_identity``: change
 them together."""
 
 from __future__ import annotations
@@ -14,15 +15,20 @@ from sqlalchemy.orm import Mapped, mapped_column
 from computewatch.serverdb.models import Base
 
 __all__ = [
+    "MODEL_NAME_LENGTH",
     "LedgerCosignature",
     "LedgerEntryRow",
     "LedgerHead",
     "LedgerMeta",
     "LedgerNode",
     "LedgerStart",
+    "ModelGrant",
     "ModelRun",
     "Obligation",
 ]
+
+MODEL_NAME_LENGTH = 401
+"""A model is ``team/name``: a team name (200 at most) and a declared name (200 at most)."""
 
 
 class LedgerEntryRow(Base):
@@ -107,8 +113,10 @@ class ModelRun(Base):
 
     run_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     team: Mapped[str] = mapped_column(String(200))
-    model: Mapped[str] = mapped_column(String(200), index=True)
-    base_model: Mapped[str | None] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(MODEL_NAME_LENGTH), index=True)
+    """``team/name``: the run's team and the name it declared."""
+    base_model: Mapped[str | None] = mapped_column(String(MODEL_NAME_LENGTH))
+    """``team/name``: the run's team's, or another team's that granted it."""
     stage: Mapped[str] = mapped_column(String(32))
     parameters: Mapped[float | None] = mapped_column(Float)
     status: Mapped[str] = mapped_column(String(32))
@@ -135,7 +143,7 @@ class Obligation(Base):
     __tablename__ = "obligations"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    model: Mapped[str] = mapped_column(String(200))
+    model: Mapped[str] = mapped_column(String(MODEL_NAME_LENGTH))
     tier: Mapped[str] = mapped_column(String(64))
     trigger: Mapped[str] = mapped_column(String(16))
     """``crossed`` or ``forecast``."""
@@ -157,3 +165,19 @@ class Obligation(Base):
         Index("ux_obligations_open", "model", "tier", unique=True,
               sqlite_where=text("state = 'open'"), postgresql_where=text("state = 'open'")),
     )  # fmt: skip
+
+
+class ModelGrant(Base):
+    """A team's leave to name another team's model as its runs' base model, given by an admin
+    (``governance grant MODEL --to TEAM``); the log holds each grant and revocation too."""
+
+    __tablename__ = "model_grants"
+
+    model: Mapped[str] = mapped_column(String(MODEL_NAME_LENGTH), primary_key=True)
+    """``team/name``: the model granted (its team is the one that granted it)."""
+    team: Mapped[str] = mapped_column(String(200), primary_key=True)
+    """The team whose runs may name it as their base model."""
+    granted_at: Mapped[float] = mapped_column(Float)
+    granted_by: Mapped[str] = mapped_column(String(200))
+    """Who granted it: the admin token's team and id (``admin of lab, token 3``) or
+    ``database`` (the command line on the server's database)."""

@@ -1,6 +1,7 @@
 """What an ingest records for governance, in the ingest's own transaction (repository work; the
 governance service, computewatch.governance.service, judges tiers on top): the run's declared
-model and compute by method (``model_runs``, the live view: running runs and their forecasts),
+model and compute by method (``model_runs``, the live view: running runs and their forecasts;
+models named ``team/name``, a bare name qualified with the run's team),
 and, when the upload is the run's final state, a ledger entry with its figures, the node's
 signed usage report and what its check found. The ledger keeps totals, methods, hashes and
 signatures, never the command line, names or configuration (docs/governance.md, "Privacy")."""
@@ -13,7 +14,7 @@ from typing import Any
 from sqlalchemy.orm import Session
 
 from computewatch.ledger.reports import FIGURES, UNSIGNED, SignatureStatus, document_sha256
-from computewatch.lineage.compute import RunCompute
+from computewatch.lineage.compute import RunCompute, qualify
 from computewatch.serverdb.governance_models import ModelRun
 from computewatch.serverdb.ledger_store import append, record_model_run
 from computewatch.upload.protocol import RunUpload
@@ -40,7 +41,8 @@ def _row(team: str, rc: RunCompute) -> ModelRun:
     d, f = rc.declaration, rc.flops
     counted, hw, arch = f.get("counted"), f.get("hardware"), f.get("architecture")
     return ModelRun(
-        run_id=rc.run_id, team=team, model=d.model, base_model=d.base_model, stage=d.stage,
+        run_id=rc.run_id, team=team, model=qualify(team, d.model),
+        base_model=None if d.base_model is None else qualify(team, d.base_model), stage=d.stage,
         parameters=d.parameters, status=rc.status, started_at=rc.started_at,
         duration_seconds=rc.duration_seconds, gpu_hours=rc.gpu_hours, energy_kwh=rc.energy_kwh,
         counted=None if counted is None else counted.value,

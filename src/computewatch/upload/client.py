@@ -140,6 +140,18 @@ def encode_batch(batch: IngestBatch) -> bytes:
     return jsonout.dumps(batch, separators=(",", ":")).encode()
 
 
+_DECLARATION_CODES = frozenset({"model_team", "base_model_grant"})
+"""403 answers about a run's declared model (another team's), not about the token's scope."""
+
+
+def _error_code(body: bytes) -> object:
+    try:
+        doc = json.loads(body)
+    except (ValueError, RecursionError):
+        return None
+    return doc.get("error") if isinstance(doc, dict) else None
+
+
 def _reason(body: bytes, token: str | None) -> str:
     """What the server said about a refusal, in one short line, without the token."""
     text = body.decode("utf-8", "replace").strip()
@@ -320,6 +332,8 @@ def parse_answer(
             )
         raise BadToken(f"the server at {where} refused the token (401){said}")
     if status == 403:
+        if _error_code(answer) in _DECLARATION_CODES:  # the run's model, not the token
+            raise WrongScope(f"the server at {where} refused the run's model (403){said}")
         raise WrongScope(
             f"the token may not upload to {where} (403: an ingest token is needed){said}"
         )

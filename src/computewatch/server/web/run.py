@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 
 from computewatch.analysis.repro import with_repro
 from computewatch.analysis.summary_types import RunSummary
+from computewatch.lineage.compute import qualify
 from computewatch.server.auth import Principal
 from computewatch.server.goodput import server_goodput
 from computewatch.server.web.charts import run_charts
@@ -211,7 +212,8 @@ def _run_view(session: Session, principal: Principal, run_id: str) -> dict[str, 
     if isinstance(model, str) and model:  # the training this run is part of, run by run
         goodput = _safe_html(
             lambda: goodput_html(
-                server_goodput(session, principal.teams, model=model), "Goodput across its runs"
+                server_goodput(session, principal.teams, model=qualify(r.team, model)),
+                "Goodput across its runs",
             )
         )
     # the reproducibility record uploaded with the run: command, git, packages, hyperparameters
