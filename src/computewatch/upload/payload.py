@@ -103,19 +103,32 @@ def _num(v: float) -> float:
 class _Bucket:
     """One series' points in one bucket: time of the bucket's first tick, min, sum, count, max."""
 
-    __slots__ = ("count", "hi", "lo", "t", "total")
+    __slots__ = ("_point", "count", "hi", "lo", "t", "total")
 
     def __init__(self, t: float, lo: float, total: float, count: int, hi: float) -> None:
         self.t, self.lo, self.total, self.count, self.hi = t, lo, total, count, hi
+        self._point: list[float] | None = None
 
     def merge(self, other: _Bucket) -> None:
         self.lo = min(self.lo, other.lo)
         self.hi = max(self.hi, other.hi)
         self.total += other.total
         self.count += other.count
+        self._point = None
+
+    def move(self, t: float) -> None:
+        """The bucket now starts at ``t`` (its buckets merged: ``SeriesBuckets._double``)."""
+        self.t = t
+        self._point = None
 
     def point(self) -> list[float]:
-        return [round(self.t, 3), _num(self.lo), _num(self.total / self.count), _num(self.hi)]
+        """``[t, min, mean, max]`` as uploaded, written once for a bucket that no longer
+        changes (a whole upload of a long run re-sends closed buckets as they were)."""
+        p = self._point
+        if p is None:
+            p = [round(self.t, 3), _num(self.lo), _num(self.total / self.count), _num(self.hi)]
+            self._point = p
+        return list(p)
 
 
 class SeriesBuckets:
@@ -229,7 +242,7 @@ class SeriesBuckets:
                 j = b // 2
                 have = merged.get(j)
                 if have is None:
-                    bucket.t = self._first_wall[j]
+                    bucket.move(self._first_wall[j])
                     merged[j] = bucket
                 else:
                     have.merge(bucket)
