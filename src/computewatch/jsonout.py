@@ -9,16 +9,25 @@ writing a bad document.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
-try:  # the server's extra installs orjson: the server's hot path reads and writes through it
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - the package alone: the standard library's json
-    _orjson = None  # type: ignore[assignment]
+
+@functools.cache
+def _fast() -> Any:
+    """orjson where installed (the server's extra installs it; the server's hot path reads and
+    writes through it), else None. Imported at first use, not with this module: the command
+    line starts without it."""
+    try:
+        import orjson
+    except ImportError:  # the package alone: the standard library's json
+        return None
+    return orjson
+
 
 __all__ = ["compact", "dump", "dumps", "finite", "loads"]
 
@@ -92,9 +101,11 @@ def compact(obj: Any) -> str:
     document that reads back to what :func:`dumps` writes, made by orjson where it is
     installed (several times faster) and by :func:`dumps` where orjson cannot write ``obj``
     (an integer beyond 64 bits, a lone surrogate, a type it does not know)."""
-    if _orjson is not None:
+    fast = _fast()
+    if fast:
         try:
-            return _orjson.dumps(obj, option=_orjson.OPT_NON_STR_KEYS).decode()
+            written: bytes = fast.dumps(obj, option=fast.OPT_NON_STR_KEYS)
+            return written.decode()
         except TypeError:  # orjson.JSONEncodeError is a TypeError
             pass
     return dumps(obj, separators=(",", ":"))
@@ -110,12 +121,13 @@ def loads(data: bytes | str, *, parse_constant: Callable[[str], Any] | None = No
     a document it refuses (``NaN``, lone surrogates, another encoding than UTF-8, nesting
     deeper than 1,024) or one holding 19 digits in a row is read by ``json``, whose errors
     (and ``parse_constant``) apply as they always did."""
-    if _orjson is not None:
+    fast = _fast()
+    if fast:
         raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
         if _LONG_DIGITS.search(raw) is None:
             try:
-                return _orjson.loads(raw)
-            except _orjson.JSONDecodeError:
+                return fast.loads(raw)
+            except fast.JSONDecodeError:
                 pass
     if parse_constant is None:
         return json.loads(data)
