@@ -22,6 +22,7 @@ from computewatch.bench.loadgen import (
     ScenarioSettings,
     calibrate,
     run_scenario,
+    sustained_qps,
 )
 from computewatch.bench.records import (
     BenchError,
@@ -46,6 +47,7 @@ __all__ = [
     "inference",
     "meets_bound",
     "resources_from_summary",
+    "search_budget",
     "search_server_qps",
     "store_bench_meta",
     "wait_until_sampling",
@@ -56,6 +58,16 @@ DEFAULT_INTERVAL = 0.2
 SEARCH_PRECISION = 0.05
 """The search stops when the bracket [met, not met] is narrower than this share of its top."""
 _SEARCH_MAX_RUNS = 8
+SEARCH_FLOOR = 10.0
+"""With the stored run of ``duration`` D, the whole command ends within max(2 D, this)."""
+_SEARCH_RESERVE = 4.0
+"""Seconds of the bound kept for what is not the search nor the stored run: the command's
+start, calibration, the sampler's start and the run's end (about 3 s on a loaded 2-core
+machine)."""
+_TRIAL_FLOOR = 0.25
+"""The shortest search trial (LoadGen's min_duration), seconds."""
+_PILOT_SECONDS = 0.1
+"""The capacity pilot's back-to-back calls, seconds (one call at least)."""
 _KWH_J = 3.6e6
 _FIRST_TICK = "SELECT 1 FROM ticks JOIN runs ON ticks.run_key = runs.key WHERE runs.id=? LIMIT 1"
 
@@ -68,6 +80,13 @@ def meets_bound(r: LoadGenResult) -> bool:
     return bool(r.perf_constraints_met and r.min_duration_met and r.min_queries_met)
 
 
+def search_budget(duration: float) -> float:
+    """Seconds the server search may take before a stored run of ``duration`` seconds, so that
+    the whole command ends within max(2 × duration, :data:`SEARCH_FLOOR`): what is left after
+    the stored run and :data:`_SEARCH_RESERVE` (at least two of the shortest trials)."""
+    return max(2 * _TRIAL_FLOOR, max(2 * duration, SEARCH_FLOOR) - duration - _SEARCH_RESERVE)
+
+
 def search_server_qps(
     fn: Callable[[list[Any]], object],
     samples: Sequence[Any],
@@ -75,23 +94,41 @@ def search_server_qps(
     *,
     target: str,
     per_call_seconds: float,
+    budget_seconds: float | None = None,
 ) -> tuple[ServerSearch, LoadGenResult | None]:
-    """Bisect the server's target QPS between 0 and twice the calibrated serial capacity
-    (1 / seconds per call): each try is one LoadGen server run; the highest that
-    :func:`meets_bound` wins. Returns the search and the best run's result."""
+    """Bisect the server's target QPS: each try is one short LoadGen server run; the highest
+    that :func:`meets_bound` wins. Returns the search and the best run's result.
+
+    The serial capacity c comes from a short pilot (back-to-back calls, :data:`_PILOT_SECONDS`;
+    never above 1 / LoadGen's round trip), and the bracket is [0, c × (1 + bound / duration)]:
+    above its top, a run of the stored duration queues more than the bound. The first try is
+    c. The search takes about ``budget_seconds`` (default :func:`search_budget` of the
+    duration): each trial lasts the budget's share of the most trials (a trial over capacity
+    also drains its queue: up to twice its duration), no more than the duration and no less
+    than :data:`_TRIAL_FLOOR`; a trial that could end past the budget does not start once one
+    has run. Short trials see less of a queue than the stored run: the stored run says whether
+    the best QPS held (a note when it did not)."""
     bound = settings.latency_bound_seconds
     if bound is None:
         raise BenchError("the server search needs a latency bound (--latency-bound-ms)")
-    capacity = 1.0 / max(per_call_seconds, ROUND_TRIP_SECONDS)
-    lo, hi = 0.0, 2.0 * capacity
+    budget = search_budget(settings.duration_seconds) if budget_seconds is None else budget_seconds
+    end_by = time.monotonic() + budget
+    trial = min(settings.duration_seconds, max(_TRIAL_FLOOR, budget / (2 * _SEARCH_MAX_RUNS)))
+    capacity = min(
+        1.0 / max(per_call_seconds, ROUND_TRIP_SECONDS),
+        sustained_qps(fn, target, samples, 1, _PILOT_SECONDS),
+    )
+    lo, hi = 0.0, capacity * (1.0 + bound / settings.duration_seconds)
     steps: list[SearchStep] = []
     best: LoadGenResult | None = None
-    qps = capacity  # first try: the calibrated capacity itself
+    qps = capacity  # first try: the pilot's capacity itself
     for _ in range(_SEARCH_MAX_RUNS):
+        if steps and time.monotonic() + 2 * trial > end_by:
+            break
         result, _window, _n = run_scenario(
             fn,
             samples,
-            replace(settings, target_qps=qps),
+            replace(settings, target_qps=qps, duration_seconds=trial),
             target=target,
             per_call_seconds=per_call_seconds,
         )
