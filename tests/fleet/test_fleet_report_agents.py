@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,23 @@ SCRAPE_SECONDS = 60
 CPU_TDP_WATTS = 10.0
 
 pytestmark = pytest.mark.slow
+
+
+def _held_lines(port: int) -> str:
+    """An agent's exported lines about jobs, GPU processes and its own notes (a failure's
+    evidence: which jobs it holds, on which GPUs, and what it could not read)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError as e:
+        return f"127.0.0.1:{port}: {e}"
+    wanted = ("computewatch_job_info", "computewatch_job_gpu", "computewatch_job_processes",
+              "computewatch_process_gpu", "computewatch_gpu_other_processes", "note", "skipped",
+              "error")  # fmt: skip
+    lines = [
+        ln for ln in text.splitlines() if not ln.startswith("#") and any(w in ln for w in wanted)
+    ]
+    return f"127.0.0.1:{port}:\n  " + "\n  ".join(lines[:80])
 
 
 def _mean_fake_power_watts(preset: str, start: float, end: float) -> float:
@@ -87,11 +105,17 @@ def test_two_agents_scraped_then_reported_by_team(
             # sample above zero), so that the window below starts with both teams on their GPUs
             # even when an agent's first ticks come late on a loaded machine.
             counted = 'sum by (team) (computewatch_job_gpu_seconds_total{team=~"nlp|vision"}) > 0'
-            cw.wait_for(
-                lambda: len(prom.query(counted)) == 2,
-                timeout=90,
-                what="both teams' GPUs counted",
-            )
+            deadline = time.monotonic() + 90
+            while len(prom.query(counted)) != 2:
+                if time.monotonic() > deadline:  # what each agent exports now, to find why
+                    pytest.fail(
+                        "timed out after 90 s waiting for both teams' GPUs counted; the "
+                        "children: "
+                        + json.dumps(tagged_children)
+                        + "; the agents now:\n"
+                        + "\n".join(_held_lines(p) for p in ports)
+                    )
+                time.sleep(0.2)
             time.sleep(max(0.0, SCRAPE_SECONDS - (time.monotonic() - started)))
             asked = time.monotonic()
             r = cw("fleet", "--prometheus", base, "--since", "5m", "--by", "team", "--json")
