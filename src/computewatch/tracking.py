@@ -768,7 +768,13 @@ def _start_trackers(cfg: track, run: Run) -> None:
         if db is None:
             warn_once("trackers", "log_to: the run's store is unknown; not logging to trackers")
             return
-        logger = TrackerLogger(backends, TrackerRun(run.id, cfg.name, cfg.tags, run._config))
+        from computewatch.trackers.backlog import backlog_path
+
+        logger = TrackerLogger(
+            backends,
+            TrackerRun(run.id, cfg.name, cfg.tags, run._config),
+            keep_path=backlog_path(db, run.id),  # what a tracker does not receive: push --trackers
+        )
         feed = StoreFeed(
             db, run.id, logger, interval=max(cfg.interval, 1.0), peak_flops=cfg.peak_flops
         )

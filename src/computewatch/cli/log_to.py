@@ -53,4 +53,8 @@ def tracker_observers(args: argparse.Namespace, config: Config) -> list[RunObser
             specs.append(WandB(monitor=False))
         else:
             specs.append(n)
-    return [TrackerObserver(backends_for(specs, "--log-to"))]
+    from computewatch.paths import resolve_db_path
+
+    # what a tracker does not receive is kept beside the run's store (push --trackers)
+    db = resolve_db_path(getattr(args, "db", None))
+    return [TrackerObserver(backends_for(specs, "--log-to"), db_path=db)]

@@ -1,4 +1,6 @@
-"""``computewatch push [RUN ...] [--all]``: upload runs to a team's ``computewatch server``."""
+"""``computewatch push [RUN ...] [--all]``: upload runs to a team's ``computewatch server``;
+``computewatch push --trackers [RUN ...]``: deliver what the experiment trackers did not
+receive during the runs (docs/trackers.md)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,14 @@ def add_push_parser(sub: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="every run, running ones as they are now and those already sent again (the "
         "server keeps one copy of each)",
+    )
+    p.add_argument(
+        "--trackers",
+        action="store_true",
+        help="instead: deliver to the experiment trackers (MLflow, W&B, TensorBoard, Neptune) "
+        "what they did not receive during the runs (kept when one was down or given up at "
+        "the run's end; with no RUN, every run with something kept); exit 1 when a tracker "
+        "still could not take it (it stays kept)",
     )
     p.add_argument("--server", metavar="URL", help="the server's base URL")
     p.add_argument(
@@ -72,6 +82,8 @@ def cmd_push(args: argparse.Namespace) -> int:
 
     if args.all and args.runs:
         raise UsageError("give RUN ... or --all, not both")
+    if args.trackers:
+        return _push_trackers(args)
     try:
         config = load_config(args.config)
     except ConfigError as e:
@@ -135,3 +147,46 @@ def _print_report(
             f"{len(skipped)} skipped" + (f" ({quiet_skips} sent before)" if quiet_skips else "")
         )
     print(", ".join(parts), file=out)
+
+
+def _push_trackers(args: argparse.Namespace) -> int:
+    """``push --trackers``: one line per tracker of each run; exit 1 when one is left."""
+    from computewatch.paths import resolve_db_path
+    from computewatch.store import Store, StoreError
+    from computewatch.trackers.backlog import runs_with_backlog
+    from computewatch.trackers.replay import deliver_kept
+
+    for flag, given in (("--all", args.all), ("--server", args.server), ("--token", args.token)):
+        if given:
+            raise UsageError(f"--trackers delivers to the trackers, not to a server: drop {flag}")
+    path = resolve_db_path(args.db)
+    if not path.exists():
+        raise ComputewatchError(
+            f"no database at {path}" if args.db else f"no runs recorded yet ({path})"
+        )
+    with Store.open_readonly(path) as store:
+        if args.runs:
+            rows = [store.find_run(ref) for ref in args.runs]
+        else:
+            rows = []
+            for run_id in runs_with_backlog(path):
+                try:
+                    rows.append(store.find_run(run_id))
+                except StoreError:  # a backlog of a run this store does not hold: left alone
+                    continue
+    done = deliver_kept(path, rows)
+    if args.json:
+        jsonout.dump([d.as_dict() for d in done], sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        if not done:
+            print("nothing kept for the trackers: every tracker received its runs")
+        for d in done:
+            print(d.line())
+    left = [d for d in done if not d.delivered]
+    if left:
+        raise ComputewatchError(
+            f"{len(left)} tracker delivery(ies) not done; what they did not take stays kept for "
+            "the next `computewatch push --trackers`"
+        )
+    return 0

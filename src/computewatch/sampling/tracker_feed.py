@@ -21,6 +21,7 @@ from computewatch.sampling.observers import RunInfo, SamplerTick
 from computewatch.sampling.repro import ENV_RUN_DB
 from computewatch.store import Store, StoreError
 from computewatch.trackers import TrackerBackend, TrackerLogger, TrackerRun
+from computewatch.trackers.backlog import backlog_path
 from computewatch.trackers.naming import PointMaker, catalog_peak, gpu_index_of
 
 __all__ = ["ENV_RUN_DB", "StoreFeed", "TrackerObserver", "point_maker"]
@@ -43,15 +44,19 @@ def point_maker(facts: Mapping[str, Any], peak_flops: float | None = None) -> Po
 class TrackerObserver:
     """The trackers as an observer of ``computewatch run``'s sampler."""
 
-    def __init__(self, backends: Sequence[TrackerBackend]) -> None:
+    def __init__(self, backends: Sequence[TrackerBackend], *, db_path: Path | None = None) -> None:
         self.backends = list(backends)
+        self.db_path = db_path
+        """The run's store: what a tracker does not receive is kept beside it."""
         self.logger: TrackerLogger | None = None
 
     def start(self, run: RunInfo) -> None:
+        keep = None if self.db_path is None else backlog_path(self.db_path, run.run_id)
         self.logger = TrackerLogger(
             self.backends,
             TrackerRun(run.run_id, run.name, dict(run.tags), started=run.started_at),
             maker=point_maker(run.facts),
+            keep_path=keep,
         ).start()
 
     def on_tick(self, tick: SamplerTick) -> None:

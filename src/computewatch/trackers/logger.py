@@ -12,7 +12,10 @@ disabled with one warning line, and the others and the job go on.
 The run's end waits for the trackers to take the last points and the accounting until one
 deadline (:data:`FINISH_DEADLINE` seconds, ``$COMPUTEWATCH_TRACKERS_DEADLINE``); a tracker not
 done by then is given up with one line naming it, what it was doing and what was not
-delivered (dropped: the run itself is in the local store).
+delivered. With ``keep_path`` (a run's, :func:`~computewatch.trackers.backlog.backlog_path`),
+what a tracker did not receive (points of a disabled or given-up tracker, a slow one's oldest,
+the accounting) is kept there for ``computewatch push --trackers``; without it, or when it
+cannot be written, it is dropped and counted (the run itself is in the local store).
 """
 
 from __future__ import annotations
@@ -24,11 +27,19 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.readings import Reading
 from computewatch.records import StepRecord
-from computewatch.trackers.base import FinalRecord, MetricPoint, TrackerBackend, TrackerRun
+from computewatch.trackers.backlog import BACKLOG_CAP, Kept, target_of, write_kept
+from computewatch.trackers.base import (
+    TRACKER_NAMES,
+    FinalRecord,
+    MetricPoint,
+    TrackerBackend,
+    TrackerRun,
+)
 from computewatch.trackers.final import final_record
 from computewatch.trackers.naming import PointMaker
 
@@ -87,8 +98,17 @@ class _Delivery:
         """Points dropped because this tracker fell behind."""
         self.delivered = 0
         """Points this tracker took."""
-        self.in_flight = 0
-        """Points of the call under way."""
+        self.in_flight: list[MetricPoint] = []
+        """The points of the call under way."""
+        self.kept: deque[MetricPoint] = deque(maxlen=owner.backlog_cap)
+        """Points not delivered, for ``push --trackers`` (when the logger keeps)."""
+        self.kept_dropped = 0
+        """Points dropped beyond the backlog's cap."""
+        self.finished = False
+        """True once the tracker took the run's accounting."""
+        self.keeps = owner.keep_path is not None and self.name in TRACKER_NAMES
+        """True when what it does not receive is kept (a tool ``push --trackers`` can make
+        again: not a backend object of the user's own)."""
         self.stage = "start"
         """What the thread is doing: start, open, log, finish, close, done."""
         self.stage_since = time.monotonic()
@@ -101,16 +121,42 @@ class _Delivery:
         )
 
     def put(self, points: list[MetricPoint]) -> None:
-        if self.disabled is not None or self.abandoned:
+        if self.abandoned:
+            return
+        if self.disabled is not None:
+            self.keep(points)
             return
         q = self.q
         if len(q) >= self.owner.maxlen:
             self.dropped += len(q[0])
+            self.keep(q[0])
         q.append(points)  # taken every flush_seconds, in one call
+
+    def keep(self, points: Sequence[MetricPoint]) -> None:
+        """Points this tracker will not get now: kept for ``push --trackers`` (the oldest
+        beyond the cap dropped and counted) when the logger keeps."""
+        if not self.keeps or not points:
+            return
+        kept = self.kept
+        over = len(kept) + len(points) - self.owner.backlog_cap
+        if over > 0:
+            self.kept_dropped += over
+        kept.extend(points)
 
     def pending(self) -> int:
         """Points not delivered: queued and the call under way."""
-        return sum(len(b) for b in list(self.q)) + self.in_flight
+        return sum(len(b) for b in list(self.q)) + len(self.in_flight)
+
+    def keep_pending(self) -> int:
+        """Keep what is queued and the call under way (its fate unknown: the tool may have
+        some of it; the push skips those where the tool can say so). Returns the count."""
+        batches = list(self.q)
+        self.q.clear()
+        lost = sum(len(b) for b in batches) + len(self.in_flight)
+        self.keep(self.in_flight)
+        for b in batches:
+            self.keep(b)
+        return lost
 
     def _call(self, stage: str, fn: Callable[[], None]) -> bool:
         if self.disabled is not None or self.abandoned:
@@ -124,12 +170,17 @@ class _Delivery:
                 return False
             self.disabled = why
             self.owner.disabled[self.name] = why
-            lost = self.pending()
-            more = f"; {lost} point(s) not delivered (dropped)" if lost else ""
+            lost = self.keep_pending()
+            if self.keeps:
+                more = (
+                    "; what it does not receive is kept for `computewatch push --trackers "
+                    f"{self.owner.run.run_id}`"
+                )
+            else:
+                more = f"; {lost} point(s) not delivered (dropped)" if lost else ""
             self.owner.warn(
-                f"tracker {self.name} disabled ({stage} failed: {why}){more}; the run goes on"
+                f"tracker {self.name} disabled ({stage} failed: {why}); the run goes on{more}"
             )
-            self.q.clear()
             return False
         return True
 
@@ -146,13 +197,15 @@ class _Delivery:
                     break
             final = owner._final
             if final is not None:
-                self._call("finish", lambda: self.backend.finish(final))
+                self.finished = self._call("finish", lambda: self.backend.finish(final))
             self._call("close", self.backend.close)
             if self.dropped and not self.abandoned:
-                owner.warn(
-                    f"tracker {self.name} fell behind: {self.dropped} point(s) dropped "
-                    "(oldest first)"
+                fate = (
+                    "kept for `computewatch push --trackers`"
+                    if self.keeps
+                    else "dropped (oldest first)"
                 )
+                owner.warn(f"tracker {self.name} fell behind: {self.dropped} point(s) {fate}")
         finally:
             self.stage = "done"
             self.done.set()
@@ -165,13 +218,16 @@ class _Delivery:
                 batch.extend(self.q.popleft())
             except IndexError:
                 break
-        if not batch or self.disabled is not None:
+        if self.disabled is not None:
+            self.keep(batch)
             return
-        self.in_flight = len(batch)  # (converted by owner._convert before the drain)
+        if not batch:
+            return
+        self.in_flight = batch  # (converted by owner._convert before the drain)
         if self._call("log", lambda: self.backend.log(batch)):
             self.delivered += len(batch)
             self.owner.logged += len(batch)
-        self.in_flight = 0
+        self.in_flight = []
 
 
 class TrackerLogger:
@@ -187,8 +243,17 @@ class TrackerLogger:
         flush_seconds: float = 1.0,
         deadline: float | None = None,
         warn: Callable[[str], None] = _stderr_line,
+        keep_path: Path | None = None,
+        backlog_cap: int = BACKLOG_CAP,
     ) -> None:
         self.backends = list(backends)
+        self.keep_path = keep_path
+        """Where what a tracker did not receive is kept (None: dropped and counted)."""
+        self.backlog_cap = backlog_cap
+        self.kept: dict[str, Kept] = {}
+        """Tracker name → what was kept for it at the end (:meth:`finish`)."""
+        self.keep_failed: str | None = None
+        """Why the backlog could not be written, when it could not."""
         self.run = run
         self.maker = maker or PointMaker()
         self.maxlen = maxlen
@@ -275,16 +340,23 @@ class TrackerLogger:
         return max(0.0, self._end_by - time.monotonic())
 
     def finish(
-        self, summary: RunSummary | None, status: str, *, timeout: float | None = None
+        self,
+        summary: RunSummary | None,
+        status: str,
+        *,
+        timeout: float | None = None,
+        final: bool = True,
     ) -> bool:
-        """Hand over the run's end and wait for the trackers to take it and close, until the
-        deadline (``timeout`` seconds from now when given). True when every tracker did; each
-        one given up is said in one line."""
-        try:
-            self._final = final_record(summary, status)
-        except Exception as e:  # a summary of an older shape: the series are still logged
-            self.warn(f"trackers: the run's accounting could not be read ({e})")
-            self._final = FinalRecord({}, {"computewatch.status": status}, [], status)
+        """Hand over the run's end (``final``: its accounting too) and wait for the trackers to
+        take it and close, until the deadline (``timeout`` seconds from now when given). True
+        when every tracker did; each one given up is said in one line, with what was kept for
+        ``computewatch push --trackers`` or dropped."""
+        if final:
+            try:
+                self._final = final_record(summary, status)
+            except Exception as e:  # a summary of an older shape: the series are still logged
+                self.warn(f"trackers: the run's accounting could not be read ({e})")
+                self._final = FinalRecord({}, {"computewatch.status": status}, [], status)
         if timeout is not None:
             self._end_by = time.monotonic() + timeout
         self.begin_end()
@@ -295,15 +367,83 @@ class TrackerLogger:
         if not self._started:
             return True
         ok = True
+        given_up: list[tuple[_Delivery, str, int]] = []
         for d in self._deliveries:
             if not d.done.wait(self.remaining()):
                 ok = False
-                self._give_up(d)
+                given_up.append(self._give_up(d))
+        self._keep(final)
+        for d, why, lost in given_up:
+            what = [f"{lost} point(s)"] if lost else []
+            if final and not d.finished:
+                what.append("the run's accounting")
+            said = " and ".join(what) or "nothing"
+            self.warn(
+                f"tracker {d.name} given up at the run's end after {self.deadline:g} s: {why}; "
+                f"{said} not delivered ({self._fate(d)})"
+            )
+        for d in self._deliveries:
+            if d.disabled is not None and d.keeps:
+                if self.keep_failed is not None:
+                    self.warn(
+                        f"tracker {d.name}: {self._backlog_text(d, final)} could not be kept "
+                        f"({self.keep_failed}): dropped (the run is in the local store)"
+                    )
+                elif d.kept_dropped:
+                    self.warn(
+                        f"tracker {d.name}: {d.kept_dropped} older point(s) beyond the "
+                        f"backlog's cap of {self.backlog_cap:,} dropped"
+                    )
         if self._ticks_dropped:
             self.warn(f"trackers fell behind: {self._ticks_dropped} tick(s) dropped (oldest first)")
         return ok
 
-    def _give_up(self, d: _Delivery) -> None:
+    def _backlog_text(self, d: _Delivery, final: bool) -> str:
+        what = [f"{len(d.kept)} point(s)"] if d.kept else []
+        if final and not d.finished:
+            what.append("the run's accounting")
+        return " and ".join(what) or "nothing"
+
+    def _fate(self, d: _Delivery) -> str:
+        if not d.keeps:
+            return "dropped; the run is in the local store"
+        if self.keep_failed is not None:
+            return f"dropped: could not be kept ({self.keep_failed}); the run is in the local store"
+        cap = (
+            f"; {d.kept_dropped} older point(s) beyond the backlog's cap of "
+            f"{self.backlog_cap:,} dropped"
+            if d.kept_dropped
+            else ""
+        )
+        return f"kept: `computewatch push --trackers {self.run.run_id}` delivers them{cap}"
+
+    def _keep(self, final: bool) -> None:
+        """Write what each tracker did not receive to :attr:`keep_path` (an entry with nothing
+        left is removed)."""
+        if self.keep_path is None:
+            return
+        entries = []
+        for d in self._deliveries:
+            if not d.keeps:
+                continue
+            entry = Kept(
+                d.name,
+                target_of(d.backend),
+                list(d.kept),
+                final and not d.finished,
+                d.disabled or self.gave_up.get(d.name, ""),
+                d.kept_dropped,
+            )
+            self.kept[d.name] = entry
+            entries.append(entry)
+        if not entries:
+            return
+        try:
+            write_kept(self.keep_path, self.run.run_id, entries)
+        except OSError as e:
+            self.keep_failed = _why(e)
+
+    def _give_up(self, d: _Delivery) -> tuple[_Delivery, str, int]:
         d.abandoned = True
         took = time.monotonic() - d.stage_since
         try:
@@ -313,12 +453,5 @@ class TrackerLogger:
         at = f" ({where})" if isinstance(where, str) and where else ""
         why = f"{d.stage} still running after {took:.1f} s{at}"
         self.gave_up[d.name] = why
-        lost = d.pending()
-        what = [f"{lost} point(s)"] if lost else []
-        if d.stage in ("start", "open", "log", "finish"):
-            what.append("the run's accounting")
-        said = " and ".join(what) or "nothing"
-        self.warn(
-            f"tracker {d.name} given up at the run's end after {self.deadline:g} s: {why}; "
-            f"{said} not delivered (dropped; the run is in the local store)"
-        )
+        lost = d.keep_pending()
+        return d, why, lost

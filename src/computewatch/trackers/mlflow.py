@@ -56,15 +56,22 @@ class MLflow:
         tracking_uri: str | None = None,
         experiment: str | None = None,
         quiet: bool = False,
+        own: bool = False,
+        resume: bool = False,
     ) -> None:
         self.run_id = run_id
+        self.resume = resume
+        """True (``push --trackers``): the run may already hold some of the points; those it
+        has (same metric, same step) are read back and not logged again."""
+        self._have: dict[str, set[int]] = {}
         self.quiet = quiet
         """True: MLflow's own INFO lines ("Creating initial MLflow database tables...") are
         not printed. ``computewatch run`` sets it: its stderr is the job's."""
         self.tracking_uri = tracking_uri
         self.experiment = experiment
-        self.own = False
-        """True when this backend started the MLflow run (and ends it)."""
+        self.own = own and run_id is not None
+        """True when this backend started the MLflow run (and ends it); given with ``run_id``,
+        a run computewatch started before (a backlog's), ended again at the close."""
         self._client: Any = None
         self._params: set[str] = set()
         self._ended: float | None = None
@@ -85,6 +92,15 @@ class MLflow:
         """The tracking URI, as the lines about this backend name it."""
         # never asks mlflow: the module may be half imported on the delivery thread
         return self.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+
+    def target(self) -> dict[str, object]:
+        """What names this backend's run, for ``push --trackers``."""
+        return {
+            "run_id": self.run_id,
+            "tracking_uri": self.where or None,
+            "experiment": self.experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME"),
+            "own": self.own,
+        }
 
     def open(self, run: TrackerRun) -> None:
         self._run = run
@@ -114,6 +130,8 @@ class MLflow:
             self.run_id = created.info.run_id
             self.own = True
             self._log_params(run.config)
+        elif self.own:  # a run of ours from before (a backlog's): tagged when it was made
+            pass
         else:
             for k, v in tags.items():
                 client.set_tag(self.run_id, k, v)
@@ -129,8 +147,19 @@ class MLflow:
             self._client.log_batch(self.run_id, params=items[i : i + 100])
         self._params.update(p.key for p in items)
 
+    def _missing(self, keyed: list[tuple[str, int]]) -> list[bool]:
+        """For ``resume``: whether the run lacks each (metric, step), its history read once
+        per metric."""
+        for key in {k for k, _ in keyed} - self._have.keys():
+            history = self._client.get_metric_history(self.run_id, key)
+            self._have[key] = {int(m.step) for m in history}
+        return [step not in self._have[key] for key, step in keyed]
+
     def log(self, points: list[MetricPoint]) -> None:
         entities = importlib.import_module("mlflow.entities")
+        if self.resume:
+            missing = self._missing([(p.name, p.step) for p in points])
+            points = [p for p, m in zip(points, missing, strict=True) if m]
         metrics = [entities.Metric(p.name, p.value, int(p.wall * 1000), p.step) for p in points]
         for i in range(0, len(metrics), _BATCH):
             self._client.log_batch(self.run_id, metrics=metrics[i : i + _BATCH])
@@ -152,9 +181,13 @@ class MLflow:
             if record.git_commit and "mlflow.source.git.commit" not in have:
                 tags["mlflow.source.git.commit"] = record.git_commit
         at = int((record.ended or time.time()) * 1000)
+        figures = dict(record.metrics)
+        if self.resume:
+            missing = self._missing([(k, 0) for k in figures])
+            figures = {k: v for (k, v), m in zip(figures.items(), missing, strict=True) if m}
         client.log_batch(
             self.run_id,
-            metrics=[entities.Metric(k, v, at, 0) for k, v in record.metrics.items()],
+            metrics=[entities.Metric(k, v, at, 0) for k, v in figures.items()],
             tags=[entities.RunTag(k, v[:_TAG_CHARS]) for k, v in tags.items()],
         )
         if record.diff:

@@ -12,6 +12,7 @@ own hardware monitoring and output capture are off in the run we start: computew
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 from computewatch.analysis.repro import flatten
@@ -34,6 +35,10 @@ class Neptune:
         self.project = project
         self.own = False
         self._run: Any = run
+
+    def target(self) -> dict[str, object]:
+        """The project, for ``push --trackers`` (which starts a new run there)."""
+        return {"project": self.project or os.environ.get("NEPTUNE_PROJECT")}
 
     def open(self, run: TrackerRun) -> None:
         if self._run is None:

@@ -35,6 +35,10 @@ class TensorBoard:
         self._last_step = 0
         self._last_wall = 0.0
 
+    def target(self) -> dict[str, object]:
+        """The log directory (absolute), for ``push --trackers``."""
+        return {"log_dir": os.path.abspath(self.log_dir) if self.log_dir else None}
+
     def open(self, run: TrackerRun) -> None:
         if self.log_dir is None:
             base = os.environ.get(ENV_DIR)

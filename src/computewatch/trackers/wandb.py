@@ -45,10 +45,17 @@ class WandB:
     name = "wandb"
 
     def __init__(
-        self, run: Any = None, *, project: str | None = None, monitor: bool = True
+        self,
+        run: Any = None,
+        *,
+        project: str | None = None,
+        monitor: bool = True,
+        resume: str | None = None,
     ) -> None:
         self.project = project
         self.monitor = monitor
+        self.resume = resume
+        """A run id of ours to continue (``push --trackers``; W&B's ``resume="allow"``)."""
         self.own = False
         self._run: Any = run
         self._companion: Any = None
@@ -58,11 +65,22 @@ class WandB:
             if mod is not None and getattr(mod, "run", None) is not None:
                 self._run = mod.run
 
+    def target(self) -> dict[str, object]:
+        """What names the run our ticks go to (ours, or the companion of the user's), for
+        ``push --trackers``."""
+        mine = self._run if self.own else self._companion
+        return {
+            "run_id": getattr(mine, "id", None) if mine is not None else self.resume,
+            "project": getattr(mine, "project", None) if mine is not None else self.project,
+        }
+
     def open(self, run: TrackerRun) -> None:
         if self._run is None:
             wandb = _wandb()
             self._run = wandb.init(
                 project=self.project or os.environ.get("WANDB_PROJECT") or "computewatch",
+                id=self.resume,
+                resume="allow" if self.resume else None,
                 name=run.display_name,
                 config={**run.config, "computewatch_run_id": run.run_id},
                 tags=[f"{k}={v}"[:64] for k, v in run.tags.items()] or None,
