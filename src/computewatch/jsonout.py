@@ -22,7 +22,7 @@ def _fast() -> Any:
     """orjson where installed (the server's extra installs it; the server's hot path reads and
     writes through it), else None. Imported at first use, not with this module: the command
     line starts without it."""
-    try:
+    try:  # orjson: an optional dependency (the server's extra)
         import orjson
     except ImportError:  # the package alone: the standard library's json
         return None

@@ -768,6 +768,7 @@ def _start_trackers(cfg: track, run: Run) -> None:
         if db is None:
             warn_once("trackers", "log_to: the run's store is unknown; not logging to trackers")
             return
+        # loaded with log_to only: track()'s import stays light
         from computewatch.trackers.backlog import backlog_path
 
         logger = TrackerLogger(

@@ -137,6 +137,7 @@ def _accounts(sub: Any) -> None:
 
 
 def _team(text: str) -> str:
+    # loaded when an argument is parsed, not when the parser is built (start-up time)
     from computewatch.errors import UsageError
     from computewatch.serverdb.tokens import validate_team
 

@@ -53,8 +53,9 @@ def tracker_observers(args: argparse.Namespace, config: Config) -> list[RunObser
             specs.append(WandB(monitor=False))
         else:
             specs.append(n)
+    # what a tracker does not receive is kept beside the run's store (push --trackers); the
+    # module loads with --log-to only (start-up time)
     from computewatch.paths import resolve_db_path
 
-    # what a tracker does not receive is kept beside the run's store (push --trackers)
     db = resolve_db_path(getattr(args, "db", None))
     return [TrackerObserver(backends_for(specs, "--log-to"), db_path=db)]

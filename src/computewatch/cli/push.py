@@ -151,6 +151,7 @@ def _print_report(
 
 def _push_trackers(args: argparse.Namespace) -> int:
     """``push --trackers``: one line per tracker of each run; exit 1 when one is left."""
+    # this option's modules load when it runs (the command line's start-up time)
     from computewatch.paths import resolve_db_path
     from computewatch.store import Store, StoreError
     from computewatch.trackers.backlog import runs_with_backlog

@@ -182,6 +182,7 @@ def target_of(backend: TrackerBackend) -> dict[str, Any]:
 def backend_for(tracker: str, target: dict[str, Any]) -> TrackerBackend:
     """The backend that delivers a kept entry: into the run it names when it names one (points
     the tool already has are skipped where the tool can say so: MLflow), else a new run."""
+    # each tracker's module (and its framework) loads only when a kept entry is delivered
     from computewatch.trackers.mlflow import MLflow
     from computewatch.trackers.neptune import Neptune
     from computewatch.trackers.tensorboard import TensorBoard
