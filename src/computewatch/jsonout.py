@@ -12,7 +12,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import re
 from collections.abc import Callable, Mapping
 from typing import IO, Any
 
@@ -111,8 +110,10 @@ def compact(obj: Any) -> str:
     return dumps(obj, separators=(",", ":"))
 
 
-_LONG_DIGITS = re.compile(rb"\d{19}")
-"""A run of 19 digits: an integer orjson may read as a float (it reads integers within
+_NINES = bytes.maketrans(b"012345678", b"999999999")
+_LONG_RUN = b"9" * 19
+"""19 digits in a row (found as nines after ``_NINES``, at C speed: a regular expression took
+ten times orjson's own time): an integer orjson may read as a float (it reads integers within
 64 bits exactly; -9,999,999,999,999,999,999 is not one), or a long mantissa."""
 
 
@@ -124,7 +125,7 @@ def loads(data: bytes | str, *, parse_constant: Callable[[str], Any] | None = No
     fast = _fast()
     if fast:
         raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
-        if _LONG_DIGITS.search(raw) is None:
+        if _LONG_RUN not in raw.translate(_NINES):
             try:
                 return fast.loads(raw)
             except fast.JSONDecodeError:
