@@ -304,7 +304,12 @@ def test_forwarded_headers_are_believed_only_from_the_allowed_addresses(
         login = {"data": {"token": admin}, "headers": forwarded, "follow_redirects": False}
         assert "Secure" in proxy.post("/login", **login).headers["set-cookie"]
         assert "Secure" not in local.post("/login", **login).headers["set-cookie"]
-    got = sorted((row["action"], row["ip"]) for row in _access_log(s, "ml"))
+
+    def three_rows() -> list[tuple[str, str]] | None:  # the log is written in batches
+        got = sorted((row["action"], row["ip"]) for row in _access_log(s, "ml"))
+        return got if len(got) >= 3 else None
+
+    got = CLI.wait_for(three_rows, WAIT, "three access-log rows")
     assert got == [
         ("GET /api/v1/me 200", "127.0.0.3"),
         ("GET /api/v1/me 200", FORGED),
