@@ -13,7 +13,6 @@ from typing import Any, cast
 
 from computewatch.accounting.cpu_power import CPU_IDLE_FRACTION, CpuPowerModel
 from computewatch.accounting.flops import run_flops
-from computewatch.accounting.forecast import forecast
 from computewatch.accounting.region import CloudHost, Location, detect_cloud, resolve_location
 from computewatch.accounting.tally import StepTally
 from computewatch.accounting.timed import hourly_carbon, run_sci
@@ -101,6 +100,8 @@ def account(
         out["requests"] = request_accounting(requests, energy, cost)
     total = opts.total_steps or _declared_total_steps(store, run)
     if total:
+        from computewatch.accounting.forecast import forecast  # with a step target only
+
         out["forecast"] = forecast(store, run, summary, total, flops=flops, energy=energy,
                                    carbon=carbon, cost=cost, steps=steps)  # fmt: skip
     return out
@@ -127,6 +128,8 @@ def live_accounting(
     out: LiveAccounting = {"flops": flops}
     total = total_steps or _declared_total_steps(store, run)
     if total:
+        from computewatch.accounting.forecast import forecast  # with a step target only
+
         out["forecast"] = forecast(store, run, summary, total, flops=flops, steps=steps)
     return out
 

@@ -12,7 +12,6 @@ endpoint, no IP geolocation: docs/security.md).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 from collections.abc import Mapping
@@ -105,6 +104,8 @@ def close_matches(code: str, limit: int = 5) -> list[str]:
     for key, row in rows.items():
         candidates.setdefault(key.casefold(), key)
         candidates.setdefault(row.name.casefold(), key)
+    import difflib  # on an unknown code only: not on every run's start-up
+
     for match in difflib.get_close_matches(query, list(candidates), n=limit * 2, cutoff=0.6):
         key = candidates[match]
         if key not in found:

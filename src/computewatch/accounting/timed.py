@@ -12,30 +12,25 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from computewatch.analysis.summary_types import HourlyCarbon, RunSummary
-from computewatch.carbon.cache import CachedProvider
-from computewatch.carbon.providers import (
-    FILE,
-    WATTTIME,
-    IntensityProvider,
-    ProviderSettings,
-    make_provider,
-    settings_from_config,
-)
 from computewatch.carbon.records import IntensityError, utc_iso
 from computewatch.carbon.sci import SciScore, UnitCount, canonical_unit, sci_score
-from computewatch.carbon.timed import EnergyInterval, TimedCarbon, timed_carbon
 from computewatch.config import Config
 from computewatch.records import Figure
 from computewatch.store import RunRow, Store
+
+if TYPE_CHECKING:  # types only: the providers load with a [carbon] provider (hourly_carbon)
+    from computewatch.carbon.providers import IntensityProvider, ProviderSettings
+    from computewatch.carbon.timed import EnergyInterval, TimedCarbon
 
 __all__ = ["HourlyResult", "energy_profile", "hourly_carbon", "run_sci", "sci_units"]
 
 J_PER_KWH = 3.6e6
 _MAX_INTERVALS = 2000  # the profile's resolution: a 24 h run at 1 s ticks is read every ~43 s
 
-ProviderFactory = Callable[[str, ProviderSettings], IntensityProvider]
+ProviderFactory = Callable[[str, "ProviderSettings"], "IntensityProvider"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,6 +44,8 @@ def energy_profile(
     store: Store, run: RunRow, facility_kwh: float, accel_facility_kwh: float
 ) -> tuple[list[EnergyInterval], str]:
     """The run's facility energy as intervals over wall time, and how it was spread."""
+    from computewatch.carbon.timed import EnergyInterval  # hourly carbon only: see hourly_carbon
+
     bounds = store.tick_bounds(run.key)
     if bounds is None or bounds[1][2] <= bounds[0][2]:
         start = run.started_at
@@ -105,6 +102,12 @@ def hourly_carbon(
     """The run's operational carbon over time from ``cfg.carbon_provider``. Raises
     IntensityError (ProviderError included) when the provider cannot give it: the caller keeps
     the yearly figure and says why."""
+    # only with a [carbon] provider: a run without one (most runs) never loads the providers,
+    # their HTTP client and cache (start-up of `run`, benchmarks/bench_end.py)
+    from computewatch.carbon.cache import CachedProvider
+    from computewatch.carbon.providers import FILE, WATTTIME, make_provider, settings_from_config
+    from computewatch.carbon.timed import timed_carbon
+
     name = cfg.carbon_provider or FILE
     settings = settings_from_config(cfg, environ=environ)
     inner = (factory or make_provider)(name, settings)

@@ -391,7 +391,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "ledger": ("computewatch.cli.ledger_run", "cmd_ledger"),
     "governance": ("computewatch.cli.governance_run", "cmd_governance"),
     "accounts": ("computewatch.cli.governance_run", "cmd_accounts"),
-    "run": (_CORE, "cmd_run"),
+    "run": ("computewatch.cli.run", "cmd_run"),
     "devices": (_CORE, "cmd_devices"),
     "runs": (_CORE, "cmd_runs"),
     "show": (_CORE, "cmd_show"),

@@ -1,0 +1,109 @@
+"""What ``computewatch run --quiet -- true`` loads: the fixed cost of every run is mostly the
+modules it imports (benchmarks/bench_end.py measures it from outside), so a run of a command
+that does nothing must not load what it does not use. A structural check, not a timed one:
+the modules are listed, and timing cannot flake on a list."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from computewatch.store import Store
+
+# Run in a child: main() as the console script calls it, then the loaded modules.
+RUN = """
+import json, sys
+from computewatch.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+NOT_FOR_A_QUIET_RUN = {
+    # other commands' code
+    "computewatch.cli.commands",
+    "computewatch.analysis.compare",
+    "computewatch.analysis.export",
+    "computewatch.analysis.retention",
+    "computewatch.sampling.top",
+    "computewatch.tracking",
+    # the views: --quiet draws nothing and prints no summary
+    "computewatch.views.live",
+    "computewatch.views.summary_text",
+    "computewatch.views.summary_rows",
+    "computewatch.views.grid",
+    # what only a flag or a configuration asks for
+    "computewatch.lineage.compute",  # --model, [governance]
+    "computewatch.accounting.forecast",  # --total-steps
+    "computewatch.carbon.providers",  # [carbon] provider: hourly intensity
+    "computewatch.carbon.cache",
+    "computewatch.carbon.http",
+    "computewatch.carbon.timed",
+    "computewatch.profiling.wrap",  # --cprofile, --nsys
+    "computewatch.metrics",  # --prometheus, alerts
+    "computewatch.exporters",  # --otlp, --statsd ...
+    "computewatch.upload",  # a server configured
+    "computewatch.fleet",
+    "computewatch.server",
+    "computewatch.serverdb",
+    "computewatch.ledger",
+    "computewatch.governance",
+    "difflib",  # a region's suggestions, on a typo only
+    # optional extras and heavy libraries, installed or not
+    "numpy",
+    "pydantic",
+    "sqlalchemy",
+    "orjson",
+    "torch",
+    "rich",
+    "yaml",
+    "pyarrow",
+    "fastapi",
+    "prometheus_client",
+    "opentelemetry",
+}
+
+
+def _loaded(cw: Any, tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
+    env = cw.env(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    for k in ("COMPUTEWATCH_CONFIG", "COMPUTEWATCH_SERVER"):  # no configuration, no server
+        env.pop(k, None)
+    r = subprocess.run(
+        [sys.executable, "-c", RUN, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
+        check=False,
+    )
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout.splitlines()[-1])
+    return out["code"], set(out["modules"])
+
+
+def _under(loaded: set[str], names: set[str]) -> list[str]:
+    """The modules of ``loaded`` that are one of ``names`` or inside one of them."""
+    return sorted(m for m in loaded if m in names or any(m.startswith(n + ".") for n in names))
+
+
+def test_a_quiet_run_of_true_loads_only_what_a_run_needs(cw: Any, tmp_path: Path) -> None:
+    code, loaded = _loaded(cw, tmp_path, "run", "--quiet", "--", "true")
+    assert code == 0
+    assert _under(loaded, NOT_FOR_A_QUIET_RUN) == []
+    # what it does need is still done: the run is stored, accounted and diagnosed
+    assert {"computewatch.accounting.engine", "computewatch.diagnosis.engine"} <= loaded
+    summary = cw.show()
+    assert summary["status"] == "completed" and summary["exit_code"] == 0
+    assert "energy" in summary and "carbon" in summary and "diagnosis" in summary
+
+
+def test_a_run_that_prints_its_summary_loads_the_view(cw: Any, tmp_path: Path) -> None:
+    """The other side of the list: what is left out of a quiet run loads when it is used."""
+    code, loaded = _loaded(cw, tmp_path, "run", "--model", "m", "--", "true")
+    assert code == 0
+    assert {"computewatch.views.summary_text", "computewatch.lineage.compute"} <= loaded
+    with Store.open(cw.db) as store:
+        assert store.meta(store.find_run("last").key)["governance"]["model"] == "m"
