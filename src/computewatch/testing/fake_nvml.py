@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -37,6 +38,7 @@ from computewatch.testing._script import (
     str_seed,
     unit,
 )
+from computewatch.testing.job_state import STATE_ENV, JobState, follow
 from computewatch.testing.presets import parse_preset
 
 __all__ = [
@@ -595,6 +597,10 @@ class FakeDevice:
         self._energy = Integral(float(energy_start_mj))  # mW·s = mJ
         self._clock: Callable[[], float] = time.monotonic
         self._owner: FakeNVML | None = None
+        self.process_memory: Callable[[float], int | None] | None = None
+        """When set, the memory every process on the device holds, as a function of the fake's
+        clock (None from it: each process's own ``used_memory``); a job's state file sets it
+        (:mod:`computewatch.testing.job_state`)."""
 
     def __repr__(self) -> str:
         return f"<FakeDevice {self.index} {self.name} {self.uuid}>"
@@ -1103,7 +1109,11 @@ class FakeNVML:
                 gi, ci = owner.gpu_instance_id, owner.compute_instance_id
             elif d.parent is not None:
                 gi, ci = d.gpu_instance_id, d.compute_instance_id
-            out.append(_ProcessInfo(p.pid, p.used_memory, gi, ci))
+            used = p.used_memory
+            if d.process_memory is not None:
+                scripted = d.process_memory(d._clock())
+                used = used if scripted is None else scripted
+            out.append(_ProcessInfo(p.pid, used, gi, ci))
         return out
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeDevice) -> list[_ProcessInfo]:
@@ -1296,6 +1306,7 @@ def from_preset(
     seed: int = 0,
     *,
     clock: Callable[[], float] = time.monotonic,
+    state_file: str | os.PathLike[str] | None = None,
 ) -> FakeNVML:
     """A fake machine of ``COUNTxMODEL`` busy GPUs (``"8xH100-SXM"``; a bare model means one).
 
@@ -1304,10 +1315,20 @@ def from_preset(
     counter integrating that power over ``clock``, temperature, clocks, PCIe and NVLink traffic,
     clock-event reasons, zero ECC errors and, on Hopper and later, GPM metrics. Names, memory and
     power limits come from the catalog; UUIDs and PCI bus ids are deterministic from ``seed``.
+
+    ``state_file`` (default: the ``COMPUTEWATCH_FAKE_GPU_STATE`` environment variable, so that
+    ``--gpu-backend fake:PRESET`` follows it too) names a JSON file the job running on the
+    devices writes: the readings it holds replace the preset's, so a job scripts its own device
+    (idle while it sleeps, throttled clocks ...; :mod:`computewatch.testing.job_state`).
     """
     catalog = {k: a for k, a in load_accelerators().items() if a.nvml_names}
     count, acc = parse_preset(preset, catalog)
     devices = [_preset_device(acc, i, seed, count) for i in range(count)]
+    path = state_file if state_file is not None else os.environ.get(STATE_ENV)
+    if path:
+        state = JobState(path)
+        for d in devices:
+            follow(d, state)
     return FakeNVML(devices, clock)
 
 
