@@ -37,7 +37,7 @@ def test_the_example_job_and_its_report(cw: Any, tmp_path: Path) -> None:
     }  # fmt: skip
     assert set(d["not_applicable"]) == {
         "collective_communication", "gpu_memory_headroom", "gpu_throttling", "idle_allocation",
-        "low_gpu_utilization", "low_mfu", "stragglers",
+        "low_gpu_utilization", "low_mfu", "stragglers", "host_device_sync",
     }  # fmt: skip
     assert d["not_applicable"]["low_gpu_utilization"] == "the run used no GPU"
     assert {f["id"] for f in d["findings"]} <= set(d["checked"])

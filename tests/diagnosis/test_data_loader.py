@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
+from computewatch.diagnosis.loader import StepTime
+from computewatch.diagnosis.rules.data_loader import loader_saving
+
 
 def _loop(run, wait: float, compute: float, n: int = 60, pid: int = 10) -> None:
     """``n`` steps, each waiting ``wait`` for data then computing ``compute``."""
@@ -70,3 +75,24 @@ def test_gpu_idle_while_waiting_is_quoted(crafted):
     assert f.evidence.numbers["gpu_utilization_waiting"] < 0.2
     assert f.evidence.numbers["gpu_utilization_otherwise"] > 0.7
     assert any("while waiting for data" in line for line in f.evidence.lines)
+
+
+def test_a_shared_machine_leaves_the_workers_only_the_cores_others_left_free():
+    # 100 steps of 10 ms compute and 30 ms waiting for a loader that keeps a core busy, on 2
+    # cores. Quiet: one worker on the free core makes a step max(10, 30) ms: 1 s saved.
+    times = {1: [StepTime(1, i + 1, i * 0.04, (i + 1) * 0.04) for i in range(100)]}
+    waits = {1: [0.03] * 100}
+    quiet, workers = loader_saving(times, waits, 2.0, None)
+    assert workers == 1 and quiet.seconds == pytest.approx(1.0, rel=0.01)
+    # Other processes kept 0.9 cores busy meanwhile: the worker has a tenth of a core, which
+    # loads slower than the loop loads itself: nothing to win, but a rerun on a quieter
+    # machine could win what the quiet machine does (the range's high end).
+    shared, _ = loader_saving(times, waits, 2.0, None, others=0.9)
+    assert shared.seconds == pytest.approx(0.0, abs=1e-9)
+    assert shared.high_seconds == pytest.approx(quiet.seconds, rel=0.01)
+    assert "0.90 cores busy with other work" in shared.assumes
+    # Half a core left free: a batch every 60 ms, slower than the 40 ms step it replaces.
+    half, _ = loader_saving(times, waits, 2.0, None, others=0.5)
+    assert half.seconds == pytest.approx(0.0, abs=1e-9)
+    some, _ = loader_saving(times, waits, 2.0, None, others=0.2)
+    assert 0 < some.seconds < quiet.seconds

@@ -18,6 +18,7 @@ from computewatch.diagnosis.rules import (
     host,
     idle,
     steps,
+    sync,
     throttling,
 )
 from computewatch.goodput.local import run_time
@@ -31,6 +32,7 @@ def all_rules() -> Mapping[str, Rule]:
     return {
         "data_starvation": data_loader.data_starvation,
         "low_gpu_utilization": accelerator.low_gpu_utilization,
+        "host_device_sync": sync.host_device_sync,
         "low_mfu": accelerator.low_mfu,
         "gpu_memory_headroom": accelerator.gpu_memory_headroom,
         "cpu_bound": host.cpu_bound,

@@ -202,6 +202,23 @@ class RunData:
         self._step_times = out
         return out
 
+    def step_noise(self) -> float:
+        """How much the steps' total could differ in a rerun, from the run's own variation:
+        half the interquartile range of the step times over their median (robust to the
+        outliers a finding may be about), times the steps' time per process; 0 with fewer
+        than 8 steps in every process."""
+        out = []
+        for ts in self.step_times().values():
+            d = sorted(t.seconds for t in ts[1:])  # the first step is warm-up
+            if len(d) < 8:
+                continue
+            n = len(d)
+            q1, q3 = d[(n - 1) // 4], d[(3 * (n - 1)) // 4]
+            mid = d[n // 2] if n % 2 else (d[n // 2 - 1] + d[n // 2]) / 2
+            if mid > 0:
+                out.append((q3 - q1) / (2 * mid) * sum(d))
+        return sum(out) / len(out) if out else 0.0
+
     def phase_seconds_by_step(
         self, names: Iterable[str] | Callable[[str], bool]
     ) -> dict[int, list[float]]:

@@ -48,6 +48,13 @@ def build(
     if seconds is not None and seconds >= 0:  # never more than the symptom's own time
         part = saving.part_seconds
         saving = replace(saving, part_seconds=seconds if part is None else min(part, seconds))
+    noise = data.step_noise()
+    if noise > 0 and saving.seconds > 0:  # the run's own variation: a rerun differs by as much
+        saving = replace(
+            saving,
+            low_seconds=max(saving.low_seconds - noise, 0.0),
+            high_seconds=saving.high_seconds + noise,
+        )
     won = saving.bounded(data.duration).priced(data.usd_per_second, data.kwh_per_second)
     sev = severity or severity_for(
         won.seconds, data.duration, high=th.severity_high, medium=th.severity_medium

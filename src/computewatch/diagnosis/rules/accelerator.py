@@ -47,8 +47,15 @@ def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
     ranges: list[TimeRange] = []
     lost = 0.0
     seen = 0
+    # More work per launch shortens the time work is launched: the steps, when reported (an
+    # idle stretch before or after them is the idle rule's, a start-up is not sped up by it).
+    span = _steps_span(data)
+    window = span[1] - span[0] if span is not None else data.duration
     for g in gpus:
         pts = [p for s in data.of("gpu_utilization_ratio", gpu=g["uuid"]) for p in s.points]
+        if span is not None:
+            inside = [p for p in pts if span[0] < p[0] <= span[1]]
+            pts = inside if len(inside) >= 2 else pts
         if len(pts) < 2:
             continue
         seen += 1
@@ -56,7 +63,7 @@ def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
         m = mean(values)
         if m >= th.gpu_utilization_low:
             continue
-        lost += (1 - m / th.gpu_utilization_low) * data.duration
+        lost += (1 - m / th.gpu_utilization_low) * window
         low = sum(1 for u in values if u < th.gpu_utilization_low) / len(values)
         lines.append(
             f"{gpu_label(g)}: utilization mean {pct(m)}, median {pct(median(values))}, below "
@@ -89,10 +96,10 @@ def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
             at_stake,
             f"more work per launch until utilization reaches {pct(th.gpu_utilization_low)}",
             f"the same work done at {pct(th.gpu_utilization_low)} utilization (time scales "
-            f"with utilization over the run: {pct(share)} of it); low: half of that, where the "
-            "host or the data loader also limit the steps",
+            f"with utilization over the {'steps' if span else 'run'}: {pct(share)} of the run); "
+            "low: half of that, where the host or the data loader also limit the steps",
             "accelerator",
-            data.duration,
+            window,
         ),
         evidence=Evidence(tuple(lines), numbers, tuple(ranges)),
         suggestion=(
@@ -104,6 +111,14 @@ def low_gpu_utilization(data: RunData, th: Thresholds) -> list[Finding]:
             f"{SPEEDUPS}. If the data phase or one CPU core is the limit, fix that first."
         ),
     )
+
+
+def _steps_span(data: RunData) -> tuple[float, float] | None:
+    """From the first timed step's start to the last one's end (monotonic), or None."""
+    times = [t for ts in data.step_times().values() for t in ts]
+    if len(times) < 2:
+        return None
+    return min(t.start for t in times), max(t.end for t in times)
 
 
 def _number(v: Any) -> float | None:

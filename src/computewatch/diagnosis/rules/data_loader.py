@@ -77,7 +77,9 @@ def data_starvation(data: RunData, th: Thresholds) -> list[Finding]:
     # Other work busy on the machine takes cores from the run when it can run and gives them
     # back when it waits: its CPU share then says nothing of its waits (taken as CPU work).
     contended = others is not None and others > SHARED_CORES
-    saving, workers = loader_saving(times, waits, cores, None if contended else cores_busy)
+    saving, workers = loader_saving(
+        times, waits, cores, None if contended else cores_busy, others if contended else None
+    )
     suggestion = (
         f"Feed the loop in the background: DataLoader(num_workers={workers}, pin_memory=True, "
         "prefetch_factor=4, persistent_workers=True) "
@@ -112,6 +114,7 @@ def loader_saving(
     waits: dict[int, list[float]],
     cores: float,
     busy: float | None,
+    others: float | None = None,
 ) -> tuple[Saving, int]:
     """What ``w`` background loader workers would save, and ``w``. Each step ``i`` now takes
     its compute ``c_i`` plus its wait ``d_i``; with the loading overlapped it takes
@@ -122,10 +125,15 @@ def loader_saving(
     core: ``phi = (busy (c + d) - c) / d``. A loader waiting on I/O (``phi`` near 0) gains from
     more workers than cores; one already in parallel (``phi`` above 1: its CPU work per batch is
     ``busy (c + d) - c``) gains only where cores are free. Processes run side by side: the
-    saving is per process."""
+    saving is per process. ``others``: the cores other processes kept busy meanwhile (a
+    shared machine), which the workers cannot use: the free cores are those they left beside
+    the loop (at least a tenth of a core); the high end of the range takes them all free."""
     procs = max(len([p for p, ts in times.items() if ts]), 1)
     per_proc = max(cores / procs, 1.0)
-    free = max(per_proc - 1.0, 1.0) if per_proc >= 2 else 0.5
+    free_all = max(per_proc - 1.0, 1.0) if per_proc >= 2 else 0.5
+    free = free_all
+    if others is not None:
+        free = min(max(per_proc - 1.0 - others / procs, 0.1), free_all)
     c_all = [
         max(t.seconds - w, 0.0)
         for p, ts in times.items()
@@ -151,19 +159,20 @@ def loader_saving(
         workers = max(2, min(8, int(d_mean / c_mean) + 2))
     cpu_batch = (busy or 0.0) / procs * (c_mean + d_mean) - c_mean  # parallel loader only
 
-    def after(eff: float, cpu_share: float) -> float:
+    def after(eff: float, cpu_share: float, cores_free: float) -> float:
         total = 0.0
         for c, d in zip(c_all, d_all, strict=True):
             if parallel:
-                total += max(c, min(c + d, cpu_batch / (free * eff)))
+                total += max(c, min(c + d, cpu_batch / (cores_free * eff)))
             else:
-                total += max(c, d / (workers * eff), cpu_share * d / (free * eff))
+                total += max(c, min(c + d, max(d / (workers * eff),
+                                               cpu_share * d / (cores_free * eff))))  # fmt: skip
         return total
 
     now = sum(c_all) + sum(d_all)
-    mid = (now - after(1.0, phi)) / procs
-    low = (now - after(0.75, min(phi + 0.25, 1.0))) / procs
-    high = (now - after(1.0, max(phi - 0.25, 0.0))) / procs
+    mid = (now - after(1.0, phi, free)) / procs
+    low = (now - after(0.75, min(phi + 0.25, 1.0), free)) / procs
+    high = (now - after(1.0, max(phi - 0.25, 0.0), free_all)) / procs
     if parallel:
         assumes = (
             f"the loading already runs in parallel ({busy:.2f} cores busy over the steps); "
@@ -180,9 +189,16 @@ def loader_saving(
                 else "its CPU share unknown: not measured, the machine shared with other work, "
                 "or the processes got less CPU than their compute needs; taken as 100%"
             )
-            + f"); {workers} worker(s) overlap it with the loop's compute on the {free:g} "
-            "core(s) beside the loop: a step takes max(compute, wait / workers, "
-            "CPU work / free cores); low: workers 25% less efficient"
+            + f"); {workers} worker(s) overlap it with the loop's compute on the {free:.2g} "
+            "core(s) beside the loop"
+            + (
+                f" that other processes left free ({others:.2f} cores busy with other work)"
+                if others is not None
+                else ""
+            )
+            + ": a step takes max(compute, wait / workers, CPU work / free cores); low: workers "
+            "25% less efficient"
+            + ("; high: every core beside the loop free" if free < free_all else "")
         )
     part = "loop-io" if phi < 0.5 and not parallel else "loop"
     fix = f"{workers} loader worker(s) per process (DataLoader(num_workers={workers}))"

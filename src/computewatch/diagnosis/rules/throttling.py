@@ -52,7 +52,11 @@ def gpu_throttling(data: RunData, th: Thresholds) -> list[Finding]:
         if data.duration <= 0 or throttled / data.duration < th.throttle_share:
             continue
         slowdown = _clock_drop(data, uuid, spans)
-        lost += throttled * (slowdown if slowdown is not None else 1.0)
+        # Only the time the GPU was busy runs faster at a higher clock: the throttled time
+        # weighted by the utilization then (all of it where utilization was not read).
+        util = {t: u for s in data.of("gpu_utilization_ratio", gpu=uuid) for t, u in s.points}
+        busy = sum((t1 - t0) * util.get(t1, 1.0) for t0, t1, on in flags if on) if flags else None
+        lost += (throttled if busy is None else busy) * (slowdown if slowdown is not None else 1.0)
         throttled_all += throttled
         measured_drop = measured_drop and slowdown is not None
         kinds |= {"thermal" if r in THERMAL else "power" for r in per_reason}
@@ -100,8 +104,9 @@ def gpu_throttling(data: RunData, th: Thresholds) -> list[Finding]:
             (0.5 if measured_drop else 0.0) * lost / len(gpus),
             lost / len(gpus),
             "the GPU's clocks restored (cooling, or the default power limit)",
-            "the throttled stretches run at the highest SM clock seen, their time scaling with "
-            "the clock (work bound by the GPU's compute); low: half of that, for work bound by "
+            "the throttled stretches run at the highest SM clock seen, their busy time (weighted "
+            "by the GPU's utilization) scaling with the clock (work bound by the GPU's "
+            "compute); low: half of that, for work bound by "
             "memory, which the SM clock does not speed up"
             + ("" if measured_drop else "; the clocks were not read: the whole throttled time"),
             "accelerator-clock",
