@@ -5,7 +5,6 @@ the modules are listed, and timing cannot flake on a list."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +12,16 @@ from typing import Any
 
 from computewatch.store import Store
 
-# Run in a child: main() as the console script calls it, then the loaded modules.
+# Run in a child: main() as the console script calls it, then its status and the loaded
+# modules, one a line (written without json, which is on the list of one test).
 RUN = """
-import json, sys
+import sys
 from computewatch.cli import main
-code = main(sys.argv[1:])
-print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+try:
+    code = main(sys.argv[1:])
+except SystemExit as e:  # argparse's own exit
+    code = e.code
+print("MODULES", code, *sorted(sys.modules))
 """
 
 NOT_FOR_A_QUIET_RUN = {
@@ -80,8 +83,8 @@ def _loaded(cw: Any, tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
         check=False,
     )
     assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.splitlines()[-1])
-    return out["code"], set(out["modules"])
+    _, code, *modules = r.stdout.splitlines()[-1].split()
+    return int(code), set(modules)
 
 
 def _under(loaded: set[str], names: set[str]) -> list[str]:
@@ -107,3 +110,20 @@ def test_a_run_that_prints_its_summary_loads_the_view(cw: Any, tmp_path: Path) -
     assert {"computewatch.views.summary_text", "computewatch.lineage.compute"} <= loaded
     with Store.open(cw.db) as store:
         assert store.meta(store.find_run("last").key)["governance"]["model"] == "m"
+
+
+def test_version_builds_no_parser(cw: Any, tmp_path: Path) -> None:
+    """``computewatch --version`` prints what argparse would, loading no command's parser."""
+    code, loaded = _loaded(cw, tmp_path, "--version")
+    assert code == 0
+    ours = {m for m in loaded if m.startswith("computewatch")}
+    assert ours <= {
+        "computewatch",
+        "computewatch._version",
+        "computewatch.cli",
+        "computewatch.cli.main",
+        "computewatch.cli.args",
+        "computewatch.errors",
+        "computewatch.escape",
+    }, sorted(ours)
+    assert not {"sqlite3", "pathlib", "json", "dataclasses"} & loaded

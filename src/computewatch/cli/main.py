@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import importlib
 import io
 import os
-import sqlite3
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn, TextIO, cast
 
 from computewatch._version import __version__
 from computewatch.cli import args as cli_args
-from computewatch.cli.agent import add_agent_parser
-from computewatch.cli.alerts import add_alert_arguments, add_alerts_parser
 from computewatch.cli.args import (
     BACKEND_CHOICES,
     EXPORT_FORMATS,
@@ -24,24 +22,6 @@ from computewatch.cli.args import (
     MIN_INTERVAL,
     PRECISIONS,
 )
-from computewatch.cli.bench import add_bench_parser
-from computewatch.cli.carbon import add_carbon_parser, add_green_start_arguments, add_sci_argument
-from computewatch.cli.card import add_card_parser
-from computewatch.cli.check import add_check_parser
-from computewatch.cli.detect import add_detect_parser
-from computewatch.cli.diagnose import add_diagnose_parser
-from computewatch.cli.exporters import add_export_arguments
-from computewatch.cli.extras import missing_extra_message
-from computewatch.cli.fleet import add_fleet_parser
-from computewatch.cli.flops import add_flops_parser
-from computewatch.cli.goodput import add_goodput_parser, start_step
-from computewatch.cli.governance import add_governance_parsers
-from computewatch.cli.log_to import add_log_to_argument
-from computewatch.cli.nodekey import add_nodekey_parser
-from computewatch.cli.profile import add_profile_parser, add_profile_run_arguments
-from computewatch.cli.push import add_push_parser
-from computewatch.cli.server import add_server_parser
-from computewatch.cli.traces import add_traces_parser
 from computewatch.errors import PROG, ComputewatchError
 from computewatch.escape import clean_text
 
@@ -117,8 +97,24 @@ class _OnlyOne:
         aliases = kwargs.get("aliases", ())
         if self._only == name or self._only in aliases:
             return self._sub.add_parser(name, **kwargs)
-        self._sub.add_parser(name, help=kwargs.get("help"), aliases=aliases)
+        self._sub.add_parser(name, help=kwargs.get("help"), aliases=aliases, listed_only=True)
         return _Dropped()
+
+
+def _parser_factory() -> Callable[..., _Parser]:
+    """The subcommands' ``parser_class``: a new parser for each command, except those
+    :class:`_OnlyOne` lists without options (``listed_only``), which share one empty parser
+    (building an ``ArgumentParser`` costs ~0.3 ms: 30 of them were most of ``run``'s parse)."""
+    shared: list[_Parser] = []
+
+    def make(*, listed_only: bool = False, **kwargs: Any) -> _Parser:
+        if not listed_only:
+            return _Parser(**kwargs)
+        if not shared:
+            shared.append(_Parser(prog=f"{PROG} COMMAND"))
+        return shared[0]
+
+    return make
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -130,10 +126,37 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "a record of every run.",
     )
     p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
-    real = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
+    real = p.add_subparsers(
+        dest="cmd", metavar="COMMAND", parser_class=cast("type[_Parser]", _parser_factory())
+    )
     sub = (
         real if only is None else cast("argparse._SubParsersAction[_Parser]", _OnlyOne(real, only))
     )
+
+    # the commands' parsers: only when a command line is parsed (--version needs none)
+    from computewatch.cli.agent import add_agent_parser
+    from computewatch.cli.alerts import add_alert_arguments, add_alerts_parser
+    from computewatch.cli.bench import add_bench_parser
+    from computewatch.cli.carbon import (
+        add_carbon_parser,
+        add_green_start_arguments,
+        add_sci_argument,
+    )
+    from computewatch.cli.card import add_card_parser
+    from computewatch.cli.check import add_check_parser
+    from computewatch.cli.detect import add_detect_parser
+    from computewatch.cli.diagnose import add_diagnose_parser
+    from computewatch.cli.exporters import add_export_arguments
+    from computewatch.cli.fleet import add_fleet_parser
+    from computewatch.cli.flops import add_flops_parser
+    from computewatch.cli.goodput import add_goodput_parser, start_step
+    from computewatch.cli.governance import add_governance_parsers
+    from computewatch.cli.log_to import add_log_to_argument
+    from computewatch.cli.nodekey import add_nodekey_parser
+    from computewatch.cli.profile import add_profile_parser, add_profile_run_arguments
+    from computewatch.cli.push import add_push_parser
+    from computewatch.cli.server import add_server_parser
+    from computewatch.cli.traces import add_traces_parser
 
     def with_db(sp: argparse.ArgumentParser) -> argparse.ArgumentParser:
         sp.add_argument(
@@ -423,8 +446,19 @@ so ``computewatch --version`` and ``--help`` load none of the library."""
 
 
 def _command(name: str) -> Callable[[argparse.Namespace], int]:
+    """The command's function, its module imported with the cyclic garbage collector paused:
+    importing builds many objects and next to no garbage cycles, and the collections it would
+    trigger (some 50 for ``run``) were ~7% of a short run's CPU (benchmarks/bench_end.py)."""
     module, func = COMMANDS[name]
-    command: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(module), func)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        command: Callable[[argparse.Namespace], int] = getattr(
+            importlib.import_module(module), func
+        )
+    finally:
+        if enabled:
+            gc.enable()
     return command
 
 
@@ -540,6 +574,9 @@ def _say(message: str) -> None:
 
 def _main(argv: list[str] | None) -> int:
     words = sys.argv[1:] if argv is None else argv
+    if words[:1] == ["--version"]:  # what argparse prints for it, without building a parser
+        print(f"{PROG} {__version__}")
+        return 0
     # The command is the first word: the top level's only options (--help, --version) end
     # the parse. Anything else (a typo, no command) gets the whole parser and its message.
     parser = build_parser(words[0] if words and words[0] in COMMANDS else None)
@@ -552,9 +589,6 @@ def _main(argv: list[str] | None) -> int:
     except ComputewatchError as e:  # the one place a failure becomes a message and a status
         _say(str(e))
         return e.exit_code
-    except sqlite3.Error as e:
-        _say(f"database error: {e}")
-        return 1
     except BrokenPipeError:
         # The reader went away (``| head``): stop quietly, as other Unix tools do.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -568,6 +602,8 @@ def _main(argv: list[str] | None) -> int:
     except ModuleNotFoundError as e:  # an optional extra not installed, or a bug
         if os.environ.get("COMPUTEWATCH_DEBUG"):
             raise
+        from computewatch.cli.extras import missing_extra_message  # on this failure only
+
         message = missing_extra_message(e, args.cmd)
         if message is None:
             _say(_internal(e))
@@ -575,10 +611,21 @@ def _main(argv: list[str] | None) -> int:
         _say(message)
         return 1
     except Exception as e:  # a bug: one line, and the traceback on request
+        if _is_database_error(e):
+            _say(f"database error: {e}")
+            return 1
         if os.environ.get("COMPUTEWATCH_DEBUG"):
             raise
         _say(_internal(e))
         return 70  # EX_SOFTWARE (sysexits.h)
+
+
+def _is_database_error(e: Exception) -> bool:
+    """A ``sqlite3.Error``: said as a database error. Looked up where the store loaded it (a
+    command that never imported sqlite3 cannot raise its errors), so that ``--version`` and
+    ``--help`` do not import it."""
+    sqlite3 = sys.modules.get("sqlite3")
+    return sqlite3 is not None and isinstance(e, sqlite3.Error)
 
 
 def _internal(e: BaseException) -> str:
