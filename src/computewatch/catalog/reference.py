@@ -317,14 +317,16 @@ def parse_grid(text: str, filename: str = GRID_FILE) -> dict[str, GridIntensity]
     """Parse the grid table; cloud rows without a figure take their grid row's figure."""
     out: dict[str, GridIntensity] = {}
     pending: list[tuple[_Row, GridIntensity]] = []
+    seen: set[str] = set()  # every code so far, cloud rows' included (a list was quadratic)
     for row in _rows(text, filename, _GRID_COLUMNS):
         code = row.text("code")
         kind = row.text("kind")
         if kind not in GRID_KINDS:
             raise row.fail("kind", f"{kind!r} is not one of {', '.join(GRID_KINDS)}")
         _check_grid_code(row, code, kind)
-        if code in out or any(p.code == code for _, p in pending):
+        if code in seen:
             raise row.fail("code", f"duplicate code {code!r}")
+        seen.add(code)
         grid = row.text("grid", required=False) or None
         if kind == "cloud" and grid is None:
             raise row.fail("grid", "a cloud row must name the grid it draws from")
