@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -695,6 +696,133 @@ def test_nvlink_counters_turning_unsupported() -> None:
     assert "gpu_nvlink_receive_bytes_total" in names(src.read())
     assert "gpu_nvlink_receive_bytes_total" not in names(src.read())
     assert src.devices[0].capabilities["nvlink"] is False
+
+
+# -- the per-tick field-value batch --------------------------------------------------------------
+class FieldLog(FakeNVML):
+    """The fake, logging the field ids of each nvmlDeviceGetFieldValues call; ``codes`` gives
+    a field id the status NVML answers for it from the next call on (0: answered)."""
+
+    def __init__(self, devices: list[FakeDevice], clock: ManualClock) -> None:
+        super().__init__(devices, clock)
+        self.asked: list[list[int]] = []
+        self.codes: dict[int, int] = {}
+
+    def nvmlDeviceGetFieldValues(
+        self, handle: FakeDevice, fieldIds: Sequence[int | tuple[int, int]]
+    ) -> list[Any]:
+        values = super().nvmlDeviceGetFieldValues(handle, fieldIds)
+        self.asked.append([i[0] if isinstance(i, tuple) else i for i in fieldIds])
+        for v in values:
+            code = self.codes.get(v.fieldId, 0)
+            if code and v.nvmlReturn == 0:
+                v.nvmlReturn = code
+        return values
+
+
+def field_log() -> tuple[FieldLog, NvidiaSource, FakeDevice]:
+    dev = scripted_device().script("memory_temperature_c", 71).script("pcie_replays", 2)
+    clock = ManualClock()
+    fake = FieldLog([dev], clock)
+    return fake, NvidiaSource(fake, all_gpus=True, clock=clock), dev
+
+
+ROW_REMAP = [fm.NVML_FI_DEV_REMAPPED_COR, fm.NVML_FI_DEV_REMAPPED_UNC,
+             fm.NVML_FI_DEV_REMAPPED_PENDING, fm.NVML_FI_DEV_REMAPPED_FAILURE]  # fmt: skip
+NVLINK = [fm.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX, fm.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX]
+
+
+def test_field_values_and_nvlink_are_one_call_per_gpu_per_tick() -> None:
+    fake, src, dev = field_log()
+    before = dev.calls["nvmlDeviceGetFieldValues"]
+    for _ in range(3):
+        r = src.read()
+    assert dev.calls["nvmlDeviceGetFieldValues"] - before == 3
+    assert sorted(fake.asked[-1]) == sorted(
+        [fm.NVML_FI_DEV_MEMORY_TEMP, fm.NVML_FI_DEV_PCIE_REPLAY_COUNTER, *ROW_REMAP, *NVLINK]
+    )
+    assert value(r, "gpu_nvlink_transmit_bytes_total", gpu=U0) == 2048 * 1024
+    assert value(r, "gpu_memory_temperature_celsius", gpu=U0) == 71
+    assert value(r, "gpu_pcie_replays_total", gpu=U0) == 2
+
+
+def test_nvml_calls_per_gpu_per_tick() -> None:
+    """What one tick asks NVML of an A100 running processes of the tree: one call per figure,
+    the field values in one (a budget, so that a new reading adds its call knowingly)."""
+    clock = ManualClock()
+    fake = from_preset("1xA100-80GB", clock=clock)
+    dev = fake.devices[0]
+    dev.add_process(4000, 1 << 30, sm_util=40)
+    src = NvidiaSource(fake, all_gpus=True, pids=lambda: {4000}, clock=clock)
+    src.read()
+    before = dev.total_calls
+    for _ in range(4):
+        clock.advance(1.0)
+        src.read()
+    # utilization, memory, power, power limit, energy, temperature, 2 clocks, clock events,
+    # 2 PCIe, the field values (NVLink's among them), encoder, decoder, 2 ECC, compute and
+    # graphics processes, process utilization; not the fan (refused on the first tick)
+    assert (dev.total_calls - before) / 4 == 19
+
+
+def test_a_refused_field_leaves_the_batch_and_the_rest_is_read() -> None:
+    fake, src, _ = field_log()
+    src.read()
+    fake.codes[fm.NVML_FI_DEV_MEMORY_TEMP] = fm.NVML_ERROR_NOT_SUPPORTED
+    fake.codes[fm.NVML_FI_DEV_REMAPPED_FAILURE] = fm.NVML_ERROR_NO_PERMISSION
+    r = src.read()
+    assert "gpu_memory_temperature_celsius" not in names(r)
+    assert "gpu_row_remap_failure" not in names(r)
+    assert value(r, "gpu_row_remap_pending", gpu=U0) == 0
+    asked = len(fake.asked)
+    for _ in range(2):
+        r = src.read()
+    for ids in fake.asked[asked:]:
+        assert fm.NVML_FI_DEV_MEMORY_TEMP not in ids
+        assert fm.NVML_FI_DEV_REMAPPED_FAILURE not in ids
+        assert fm.NVML_FI_DEV_PCIE_REPLAY_COUNTER in ids
+    assert value(r, "gpu_pcie_replays_total", gpu=U0) == 2
+    caps = src.devices[0].capabilities
+    assert caps["memory_temperature"] is False
+    assert "not supported" in str(caps["memory_temperature_why"])
+    assert caps["row_remap"] is True  # three of its four fields are still read
+    assert "gpu_row_remap_failure permission denied" in str(caps["row_remap_why"])
+    assert src.notes == []
+
+
+def test_a_transient_field_error_skips_it_for_one_tick() -> None:
+    fake, src, _ = field_log()
+    src.read()
+    fake.codes[fm.NVML_FI_DEV_PCIE_REPLAY_COUNTER] = fm.NVML_ERROR_UNKNOWN
+    assert "gpu_pcie_replays_total" not in names(src.read())
+    del fake.codes[fm.NVML_FI_DEV_PCIE_REPLAY_COUNTER]
+    assert "gpu_pcie_replays_total" in names(src.read())
+    assert src.devices[0].capabilities["pcie_replays"] is True
+
+
+def test_a_field_saying_the_gpu_is_lost_loses_it() -> None:
+    fake, src, _ = field_log()
+    src.read()
+    fake.codes[fm.NVML_FI_DEV_PCIE_REPLAY_COUNTER] = fm.NVML_ERROR_GPU_IS_LOST
+    src.read()
+    assert src.read() == []
+    assert src.devices[0].capabilities["lost"] is True
+    assert any("was lost" in n for n in src.notes)
+
+
+def test_the_whole_batch_refused_says_why_on_each_capability() -> None:
+    _, src, dev = field_log()
+    dev.fail("nvmlDeviceGetFieldValues", fm.NVML_ERROR_NOT_SUPPORTED)
+    before = dev.calls["nvmlDeviceGetFieldValues"]
+    for _ in range(3):
+        r = src.read()
+    assert dev.calls["nvmlDeviceGetFieldValues"] - before == 1
+    assert "gpu_utilization_ratio" in names(r)
+    caps = src.devices[0].capabilities
+    for feature in ("memory_temperature", "pcie_replays", "row_remap", "nvlink"):
+        assert caps[feature] is False, feature
+        assert "not supported" in str(caps[f"{feature}_why"]), feature
+    assert "fields" not in caps
 
 
 def test_decode_clock_events() -> None:

@@ -6,7 +6,8 @@ its exceptions included, is reached through that module object, and NVML errors 
 here (docs/architecture.md, "Sampling"):
 
 - NOT_SUPPORTED (or FUNCTION_NOT_FOUND: an older driver) on a field disables that field on that
-  device, with the reason in ``GpuDevice.capabilities``; it is not retried every tick.
+  device, with the reason in ``GpuDevice.capabilities``; it is not retried every tick. A field
+  value of the per-tick ``nvmlDeviceGetFieldValues`` batch refused so leaves the batch.
 - NO_PERMISSION likewise, with its own reason.
 - GPU_IS_LOST drops the device (and its MIG instances) with one line in ``notes``; the other
   devices go on.
@@ -17,6 +18,7 @@ Units are SI base units: NVML's percentages become 0-1 ratios, mW watts, mJ joul
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import time
@@ -25,7 +27,7 @@ from typing import Any, ClassVar
 
 from computewatch.catalog import find_by_nvml_name
 from computewatch.catalog.clock_events import CLOCK_EVENT_REASONS, decode_clock_events
-from computewatch.readings import Labels, counter, gauge, labels
+from computewatch.readings import Kind, Labels, Reading, labels
 from computewatch.sources.base import SourceUnavailable
 from computewatch.sources.gpu_common import (
     Add,
@@ -33,6 +35,8 @@ from computewatch.sources.gpu_common import (
     GpuDevice,
     VendorGpuSource,
     clock_time,
+    counter_reading,
+    gauge_reading,
     parse_visible_devices,
 )
 
@@ -56,6 +60,7 @@ _FUNCTION_NOT_FOUND = 13
 _GPU_IS_LOST = 15
 _ARGUMENT_VERSION_MISMATCH = 25
 _UINT_MAX = 0xFFFFFFFF
+_new = tuple.__new__  # a Reading built as gpu_common.gauge_reading builds it
 _MAX_EVENTS_PER_TICK = 256
 
 # GPM metric ids (nvml.h, nvmlGpmMetricId_t) and the ratio each becomes; NVML gives 0-100 %.
@@ -68,8 +73,9 @@ _GPM_METRICS: tuple[tuple[str, int, str], ...] = (
     ("NVML_GPM_METRIC_DRAM_BW_UTIL", 10, "gpu_dram_active_ratio"),
 )
 
-# Field values read in one nvmlDeviceGetFieldValues call per tick (nvml.h NVML_FI_DEV_*): the
-# constant's name, its value as a fallback, the reading, gauge or counter, and its capability.
+# Field values read in one nvmlDeviceGetFieldValues call per tick (nvml.h NVML_FI_DEV_*), with
+# NVLink's throughput when the GPU has links: the constant's name, its value as a fallback, the
+# reading, gauge or counter, and its capability.
 _FIELDS: tuple[tuple[str, int, str, bool, str], ...] = (
     ("NVML_FI_DEV_MEMORY_TEMP", 82, "gpu_memory_temperature_celsius", False, "memory_temperature"),
     ("NVML_FI_DEV_PCIE_REPLAY_COUNTER", 94, "gpu_pcie_replays_total", True, "pcie_replays"),
@@ -89,6 +95,18 @@ _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal"
 Reader = Callable[["_Dev", Add], None]
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Field:
+    """One field value read each tick in the device's batch, and the reading it becomes."""
+
+    fid: int | tuple[int, int]  # a field id, or (field id, scope id) as pynvml takes them
+    name: str
+    kind: Kind
+    lbl: Labels
+    scale: float  # NVML's unit to the reading's (NVLink: KiB to bytes)
+    feature: str  # the capability it reports under
+
+
 class _Dev(GpuDev):
     """NVML's per-device state kept between ticks (MIG tree, counter bases, GPM samples, XIDs)."""
 
@@ -96,6 +114,7 @@ class _Dev(GpuDev):
         "children",
         "e_base",
         "e_last",
+        "field_ids",
         "fields",
         "gpm_cur",
         "gpm_get",
@@ -135,8 +154,9 @@ class _Dev(GpuDev):
         self.xid: float | None = None  # XID count; None when events are not registered
         self.xid_codes: set[int] = set()
         self.xid_last = 0.0  # the last XID's code (DCGM's XID_ERRORS); 0 before any
-        # field values read each tick: (field id, reading, counter?, labels)
-        self.fields: list[tuple[int, str, bool, Labels]] = []
+        # the field values read each tick in one nvmlDeviceGetFieldValues call, and their ids
+        self.fields: list[_Field] = []
+        self.field_ids: list[int | tuple[int, int]] = []
 
 
 def _text(value: object) -> str:
@@ -497,15 +517,13 @@ class NvidiaSource(VendorGpuSource[_Dev]):
             ("pcie", self._r_pcie),
         ]
         if d.parent is None:  # whole-GPU figures: a MIG instance's are its parent's
-            if self._setup_fields(d):
+            if self._setup_fields(d, nvlink=self._setup_nvlink(d)):
                 r.append(("fields", self._r_fields))
             r += [("encoder", self._r_encoder), ("decoder", self._r_decoder)]
-        if d.parent is not None:
+        else:
             for feature in ("nvlink", "gpm"):
                 cap[feature] = False
                 cap[f"{feature}_why"] = "a MIG instance: read on its parent GPU"
-        elif self._setup_nvlink(d):
-            r.append(("nvlink", self._r_nvlink))
         r += [("ecc", self._r_ecc), ("fan", self._r_fan)]
         if d.parent is None and self._setup_gpm(d):
             r.append(("gpm", self._r_gpm))
@@ -548,10 +566,11 @@ class NvidiaSource(VendorGpuSource[_Dev]):
         )
         return links > 0
 
-    def _setup_fields(self, d: _Dev) -> bool:
+    def _setup_fields(self, d: _Dev, nvlink: bool) -> bool:
         """The field values this GPU answers (memory temperature, PCIe replays, remapped
         rows), probed once: a field NVML refuses here is left out, with the reason in the
-        capabilities, and the rest are read in one call per tick."""
+        capabilities. They are read in one call per tick, with NVLink's throughput (summed
+        over the links) when ``nvlink``."""
         nvml = self._mod
         cap = d.info.capabilities
         ids = [getattr(nvml, const, default) for const, default, *_ in _FIELDS]
@@ -564,7 +583,8 @@ class NvidiaSource(VendorGpuSource[_Dev]):
             if ok:
                 metric, _, kind = name.partition(":")
                 lbl = labels(gpu=d.info.uuid, type=kind, **extra) if kind else d.lbl
-                d.fields.append((ids[i], metric, is_counter, lbl))
+                k = Kind.COUNTER if is_counter else Kind.GAUGE
+                d.fields.append(_Field(ids[i], metric, k, lbl, 1.0, feature))
         for feature, ok in answered.items():
             cap[feature] = ok
             if ok:
@@ -573,6 +593,15 @@ class NvidiaSource(VendorGpuSource[_Dev]):
                 cap[f"{feature}_why"] = f"field values unavailable ({e})"
             else:
                 cap[f"{feature}_why"] = f"NVML gives no {_FIELD_WHAT[feature]} on this GPU"
+        if nvlink:
+            # Cumulative KiB since the driver loaded; scope UINT_MAX sums every link (nvml.h).
+            for const, name in (
+                ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", "gpu_nvlink_transmit_bytes_total"),
+                ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", "gpu_nvlink_receive_bytes_total"),
+            ):
+                fid = (getattr(nvml, const), _UINT_MAX)
+                d.fields.append(_Field(fid, name, Kind.COUNTER, d.lbl, 1024.0, "nvlink"))
+        d.field_ids = [f.fid for f in d.fields]
         return bool(d.fields)
 
     def _setup_gpm(self, d: _Dev) -> bool:
@@ -638,12 +667,15 @@ class NvidiaSource(VendorGpuSource[_Dev]):
             self._to_polled(d, joules, f"energy counter stopped answering ({e})", add)
             return False
         if code in (c["not_supported"], c["function_not_found"]):
-            self._disable(d, field, f"not supported by this GPU or driver (NVML: {e})")
+            why = f"not supported by this GPU or driver (NVML: {e})"
         elif code == c["no_permission"]:
-            self._disable(
-                d, field, f"permission denied (NVML: {e}); it may need root or a driver setting"
-            )
-        # Any other error (TIMEOUT, UNKNOWN...): skip this field for this tick.
+            why = f"permission denied (NVML: {e}); it may need root or a driver setting"
+        else:  # any other error (TIMEOUT, UNKNOWN...): skip this field for this tick
+            return False
+        if field == "fields":  # the whole batch refused: each capability in it says why
+            self._drop_fields(d, dict.fromkeys(d.fields, why))
+        else:
+            self._disable(d, field, why)
         return False
 
     # Field -> (field that replaces it, method) when the first form is missing or unsupported.
@@ -666,31 +698,31 @@ class NvidiaSource(VendorGpuSource[_Dev]):
     # -- per-field readers (hot path: one NVML call or two, one or two readings) --------------
     def _r_utilization(self, d: _Dev, add: Add) -> None:
         u = self._mod.nvmlDeviceGetUtilizationRates(d.handle)
-        add(gauge("gpu_utilization_ratio", u.gpu / 100.0, d.lbl))
-        add(gauge("gpu_memory_utilization_ratio", u.memory / 100.0, d.lbl))
+        add(gauge_reading("gpu_utilization_ratio", u.gpu / 100.0, d.lbl))
+        add(gauge_reading("gpu_memory_utilization_ratio", u.memory / 100.0, d.lbl))
 
     def _r_memory_v2(self, d: _Dev, add: Add) -> None:
         # v2 separates the driver-reserved memory from "used" (nvmlMemory_v2_t).
         m = self._mod.nvmlDeviceGetMemoryInfo(d.handle, self._mod.nvmlMemory_v2)
-        add(gauge("gpu_memory_used_bytes", m.used, d.lbl))
-        add(gauge("gpu_memory_free_bytes", m.free, d.lbl))
-        add(gauge("gpu_memory_total_bytes", m.total, d.lbl))
+        add(gauge_reading("gpu_memory_used_bytes", m.used, d.lbl))
+        add(gauge_reading("gpu_memory_free_bytes", m.free, d.lbl))
+        add(gauge_reading("gpu_memory_total_bytes", m.total, d.lbl))
 
     def _r_memory_v1(self, d: _Dev, add: Add) -> None:
         m = self._mod.nvmlDeviceGetMemoryInfo(d.handle)
-        add(gauge("gpu_memory_used_bytes", m.used, d.lbl))
-        add(gauge("gpu_memory_free_bytes", m.free, d.lbl))
-        add(gauge("gpu_memory_total_bytes", m.total, d.lbl))
+        add(gauge_reading("gpu_memory_used_bytes", m.used, d.lbl))
+        add(gauge_reading("gpu_memory_free_bytes", m.free, d.lbl))
+        add(gauge_reading("gpu_memory_total_bytes", m.total, d.lbl))
 
     def _r_power(self, d: _Dev, add: Add) -> None:
         watts = self._mod.nvmlDeviceGetPowerUsage(d.handle) / 1000.0  # mW
         d.power_w = watts
         d.power_t = self._clock()
-        add(gauge("gpu_power_watts", watts, d.lbl))
+        add(gauge_reading("gpu_power_watts", watts, d.lbl))
 
     def _r_power_limit(self, d: _Dev, add: Add) -> None:
         watts = self._mod.nvmlDeviceGetEnforcedPowerLimit(d.handle) / 1000.0  # mW
-        add(gauge("gpu_power_limit_watts", watts, d.lbl))
+        add(gauge_reading("gpu_power_limit_watts", watts, d.lbl))
 
     def _r_energy_counter(self, d: _Dev, add: Add) -> None:
         raw = float(self._mod.nvmlDeviceGetTotalEnergyConsumption(d.handle))  # mJ
@@ -699,36 +731,36 @@ class NvidiaSource(VendorGpuSource[_Dev]):
         elif raw < d.e_last:  # the driver reloaded and the counter restarted: keep counting
             d.e_base = raw - (d.e_last - d.e_base)
         d.e_last = raw
-        add(counter("gpu_energy_joules_total", (raw - d.e_base) / 1000.0, d.lbl_counter))
+        add(counter_reading("gpu_energy_joules_total", (raw - d.e_base) / 1000.0, d.lbl_counter))
 
     def _r_temperature(self, d: _Dev, add: Add) -> None:
         fn = getattr(self._mod, "nvmlDeviceGetTemperature", None)
         if fn is None:  # removed from later bindings (deprecated for nvmlDeviceGetTemperatureV)
             raise self._mod.NVMLError(self._c["function_not_found"])
         celsius = fn(d.handle, self._mod.NVML_TEMPERATURE_GPU)
-        add(gauge("gpu_temperature_celsius", celsius, d.lbl))
+        add(gauge_reading("gpu_temperature_celsius", celsius, d.lbl))
 
     def _r_temperature_v(self, d: _Dev, add: Add) -> None:
         celsius = self._mod.nvmlDeviceGetTemperatureV(d.handle, self._mod.NVML_TEMPERATURE_GPU)
-        add(gauge("gpu_temperature_celsius", celsius, d.lbl))
+        add(gauge_reading("gpu_temperature_celsius", celsius, d.lbl))
 
     def _r_sm_clock(self, d: _Dev, add: Add) -> None:
         mhz = self._mod.nvmlDeviceGetClockInfo(d.handle, self._mod.NVML_CLOCK_SM)
-        add(gauge("gpu_sm_clock_hertz", mhz * 1e6, d.lbl))
+        add(gauge_reading("gpu_sm_clock_hertz", mhz * 1e6, d.lbl))
 
     def _r_memory_clock(self, d: _Dev, add: Add) -> None:
         mhz = self._mod.nvmlDeviceGetClockInfo(d.handle, self._mod.NVML_CLOCK_MEM)
-        add(gauge("gpu_memory_clock_hertz", mhz * 1e6, d.lbl))
+        add(gauge_reading("gpu_memory_clock_hertz", mhz * 1e6, d.lbl))
 
     def _r_clock_events(self, d: _Dev, add: Add) -> None:
         fn = getattr(self._mod, "nvmlDeviceGetCurrentClocksEventReasons", None)
         if fn is None:  # bindings before the 535 rename
             raise self._mod.NVMLError(self._c["function_not_found"])
-        add(gauge("gpu_clock_event_reasons", fn(d.handle), d.lbl))
+        add(gauge_reading("gpu_clock_event_reasons", fn(d.handle), d.lbl))
 
     def _r_clock_events_throttle(self, d: _Dev, add: Add) -> None:
         mask = self._mod.nvmlDeviceGetCurrentClocksThrottleReasons(d.handle)
-        add(gauge("gpu_clock_event_reasons", mask, d.lbl))
+        add(gauge_reading("gpu_clock_event_reasons", mask, d.lbl))
 
     def _r_pcie(self, d: _Dev, add: Add) -> None:
         # NVML counts bytes over a 20 ms window and reports "KB/s"; like nvidia-smi and nvitop
@@ -736,21 +768,8 @@ class NvidiaSource(VendorGpuSource[_Dev]):
         nvml = self._mod
         tx = nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_TX_BYTES)
         rx = nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_RX_BYTES)
-        add(gauge("gpu_pcie_transmit_bytes_per_second", tx * 1024.0, d.lbl))
-        add(gauge("gpu_pcie_receive_bytes_per_second", rx * 1024.0, d.lbl))
-
-    def _r_nvlink(self, d: _Dev, add: Add) -> None:
-        # Cumulative KiB since the driver loaded; scopeId UINT_MAX sums every link (nvml.h).
-        nvml = self._mod
-        tx_id = nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
-        rx_id = nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX
-        tx, rx = nvml.nvmlDeviceGetFieldValues(d.handle, [(tx_id, _UINT_MAX), (rx_id, _UINT_MAX)])
-        if tx.nvmlReturn != 0 and rx.nvmlReturn != 0:
-            raise nvml.NVMLError(tx.nvmlReturn)
-        if tx.nvmlReturn == 0:
-            add(counter("gpu_nvlink_transmit_bytes_total", tx.value.ullVal * 1024.0, d.lbl))
-        if rx.nvmlReturn == 0:
-            add(counter("gpu_nvlink_receive_bytes_total", rx.value.ullVal * 1024.0, d.lbl))
+        add(gauge_reading("gpu_pcie_transmit_bytes_per_second", tx * 1024.0, d.lbl))
+        add(gauge_reading("gpu_pcie_receive_bytes_per_second", rx * 1024.0, d.lbl))
 
     def _r_ecc(self, d: _Dev, add: Add) -> None:
         # Volatile counts: errors since the driver loaded.
@@ -762,33 +781,79 @@ class NvidiaSource(VendorGpuSource[_Dev]):
         uncorrected = nvml.nvmlDeviceGetTotalEccErrors(
             d.handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, kind
         )
-        add(counter("gpu_ecc_errors_total", corrected, d.lbl_corrected))
-        add(counter("gpu_ecc_errors_total", uncorrected, d.lbl_uncorrected))
+        add(counter_reading("gpu_ecc_errors_total", corrected, d.lbl_corrected))
+        add(counter_reading("gpu_ecc_errors_total", uncorrected, d.lbl_uncorrected))
 
     def _r_fields(self, d: _Dev, add: Add) -> None:
-        nvml = self._mod
-        values = nvml.nvmlDeviceGetFieldValues(d.handle, [f[0] for f in d.fields])
-        read = 0
-        for (_, name, is_counter, lbl), v in zip(d.fields, values, strict=False):
-            if v.nvmlReturn != 0:
+        values = self._mod.nvmlDeviceGetFieldValues(d.handle, d.field_ids)
+        refused: list[tuple[_Field, int]] = []
+        for f, v in zip(d.fields, values, strict=False):
+            code = v.nvmlReturn
+            if code:
+                refused.append((f, code))
                 continue
-            read += 1
-            member = _VALUE_MEMBERS[v.valueType] if 0 <= v.valueType < 7 else "ullVal"
-            x = float(getattr(v.value, member))
-            add(counter(name, x, lbl) if is_counter else gauge(name, x, lbl))
-        if not read and values:
-            raise nvml.NVMLError(values[0].nvmlReturn)
+            t = v.valueType
+            x = float(getattr(v.value, _VALUE_MEMBERS[t] if 0 <= t < 7 else "ullVal"))
+            add(_new(Reading, (f.name, f.lbl, x * f.scale, f.kind)))
+        if refused:
+            self._refused_fields(d, refused)
+
+    def _refused_fields(self, d: _Dev, refused: list[tuple[_Field, int]]) -> None:
+        """Fields of the batch that NVML refused this tick. NOT_SUPPORTED, FUNCTION_NOT_FOUND
+        and NO_PERMISSION leave the batch for good; GPU_IS_LOST loses the device; any other
+        code skips the field for this tick."""
+        c = self._c
+        gone: dict[_Field, str] = {}
+        for f, code in refused:
+            if code == c["gpu_is_lost"]:
+                raise self._mod.NVMLError(code)
+            if code in (c["not_supported"], c["function_not_found"]):
+                gone[f] = f"not supported by this GPU or driver (NVML: {self._nvml_text(code)})"
+            elif code == c["no_permission"]:
+                gone[f] = (
+                    f"permission denied (NVML: {self._nvml_text(code)}); it may need root or a "
+                    "driver setting"
+                )
+        if gone:
+            self._drop_fields(d, gone)
+
+    def _drop_fields(self, d: _Dev, gone: dict[_Field, str]) -> None:
+        """Leave the fields ``gone`` (with why) out of the device's batch from now on. A
+        capability none of whose fields remains is false with the reason; one that keeps some
+        says which left and why."""
+        cap = d.info.capabilities
+        left = [f for f in d.fields if f not in gone]
+        kept = {f.feature for f in left}
+        for f, why in gone.items():
+            if f.feature in kept:
+                cap[f"{f.feature}_why"] = f"{cap.get(f'{f.feature}_why', '')}; {f.name} {why}"
+            else:
+                cap[f.feature] = False
+                cap[f"{f.feature}_why"] = why
+        d.fields = left
+        d.field_ids = [f.fid for f in left]
+        if not left:
+            d.readers = [(name, fn) for name, fn in d.readers if name != "fields"]
+
+    def _nvml_text(self, code: int) -> str:
+        """NVML's text for a status code (a field value's ``nvmlReturn``)."""
+        try:
+            return str(self._mod.NVMLError(code))
+        except Exception:
+            return f"NVML error {code}"
 
     def _r_encoder(self, d: _Dev, add: Add) -> None:
         util, _period_us = self._mod.nvmlDeviceGetEncoderUtilization(d.handle)
-        add(gauge("gpu_encoder_utilization_ratio", util / 100.0, d.lbl))
+        add(gauge_reading("gpu_encoder_utilization_ratio", util / 100.0, d.lbl))
 
     def _r_decoder(self, d: _Dev, add: Add) -> None:
         util, _period_us = self._mod.nvmlDeviceGetDecoderUtilization(d.handle)
-        add(gauge("gpu_decoder_utilization_ratio", util / 100.0, d.lbl))
+        add(gauge_reading("gpu_decoder_utilization_ratio", util / 100.0, d.lbl))
 
     def _r_fan(self, d: _Dev, add: Add) -> None:
-        add(gauge("gpu_fan_ratio", self._mod.nvmlDeviceGetFanSpeed(d.handle) / 100.0, d.lbl))
+        add(
+            gauge_reading("gpu_fan_ratio", self._mod.nvmlDeviceGetFanSpeed(d.handle) / 100.0, d.lbl)
+        )
 
     def _r_gpm(self, d: _Dev, add: Add) -> None:
         nvml = self._mod
@@ -802,14 +867,14 @@ class NvidiaSource(VendorGpuSource[_Dev]):
             for i, name in enumerate(d.gpm_names):
                 m = metrics[i]
                 if m.nvmlReturn == 0:
-                    add(gauge(name, m.value / 100.0, d.lbl))
+                    add(gauge_reading(name, m.value / 100.0, d.lbl))
         d.gpm_prev, d.gpm_cur = d.gpm_cur, d.gpm_prev
         d.gpm_have_prev = True
 
     def _r_xid(self, d: _Dev, add: Add) -> None:
         if d.xid is not None:
-            add(counter("gpu_xid_errors_total", d.xid, d.lbl))
-            add(gauge("gpu_xid_last_code", d.xid_last, d.lbl))
+            add(counter_reading("gpu_xid_errors_total", d.xid, d.lbl))
+            add(gauge_reading("gpu_xid_last_code", d.xid_last, d.lbl))
 
     def _before_devices(self) -> None:
         if self._event_set is not None:
@@ -893,7 +958,11 @@ class NvidiaSource(VendorGpuSource[_Dev]):
                     acc[1] += 1.0
         d.proc_ts = newest
         for pid, (total, n) in sums.items():
-            add(gauge("gpu_process_sm_utilization_ratio", total / n / 100.0, d.proc_label(pid)))
+            add(
+                gauge_reading(
+                    "gpu_process_sm_utilization_ratio", total / n / 100.0, d.proc_label(pid)
+                )
+            )
         if sums:
             foreign = sum(total / n for total, n in other.values()) / 100.0
-            add(gauge("gpu_other_processes_sm_utilization_ratio", foreign, d.lbl))
+            add(gauge_reading("gpu_other_processes_sm_utilization_ratio", foreign, d.lbl))
