@@ -35,8 +35,9 @@ directory and both counted in the output:
   rows spread over more than half the poll interval (nvidia-smi stalled mid-poll) is counted as
   ``stretched``; rows past the last complete poll are dropped. Without an index, the shipped
   reader files every row under one GPU (``computewatch detect`` then says ``1 GPU(s)``).
-- **A truncated last line** (a log cut while it was written): dropped. The shipped reader
-  refuses the file ("1 fields where the header has 4").
+- **A truncated last line** (a log cut while it was written, or NUL bytes where the file was
+  cut): dropped. The shipped reader refuses the file ("1 fields where the header has 4",
+  "binary data (a NUL byte)").
 
     python scripts/evaluate_detection_external.py --training-profile /tmp/training_profile \
         --energy-inference /tmp/energy-inference [--every 1] [--json]

@@ -78,6 +78,13 @@ def test_truncated_last_line_and_incomplete_poll_are_dropped() -> None:
     assert prepared.dropped_tail == 1 + 2  # the truncated line, then the incomplete poll
 
 
+def test_nul_bytes_where_the_file_was_cut_are_dropped() -> None:
+    ev = _script()
+    prepared = ev.prepare_log(_log(30, [90, 30]) + "\x00" * 64)
+    assert (prepared.gpus, prepared.polls, prepared.dropped_tail) == (2, 30, 1)
+    assert "\x00" not in prepared.text
+
+
 def test_one_gpu_log_and_given_count() -> None:
     ev = _script()
     assert ev.prepare_log(_log(30, [50])).gpus == 1
