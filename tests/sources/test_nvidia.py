@@ -765,6 +765,27 @@ def test_nvml_calls_per_gpu_per_tick() -> None:
     assert (dev.total_calls - before) / 4 == 19
 
 
+class ConstantLog(FakeNVML):
+    """The fake, counting the module constants (NVML_*) looked up on it."""
+
+    looked_up = 0
+
+    def __getattr__(self, name: str) -> Any:
+        ConstantLog.looked_up += 1
+        return super().__getattr__(name)
+
+
+def test_the_constants_a_tick_passes_are_looked_up_once() -> None:
+    clock = ManualClock()
+    fake = ConstantLog([scripted_device()], clock)
+    src = NvidiaSource(fake, all_gpus=True, clock=clock)
+    src.read()
+    before = ConstantLog.looked_up
+    for _ in range(3):
+        assert "gpu_ecc_errors_total" in names(src.read())
+    assert ConstantLog.looked_up == before
+
+
 def test_a_refused_field_leaves_the_batch_and_the_rest_is_read() -> None:
     fake, src, _ = field_log()
     src.read()

@@ -224,6 +224,17 @@ class NvidiaSource(VendorGpuSource[_Dev]):
                 ),
             )
         }
+        # The constants readers pass each tick, looked up once (nvml.h's values where a binding
+        # lacks one): a module attribute in pynvml, a __getattr__ call in the fake.
+        self._temperature_gpu = getattr(nvml, "NVML_TEMPERATURE_GPU", 0)
+        self._clock_sm = getattr(nvml, "NVML_CLOCK_SM", 1)
+        self._clock_mem = getattr(nvml, "NVML_CLOCK_MEM", 2)
+        self._pcie_tx = getattr(nvml, "NVML_PCIE_UTIL_TX_BYTES", 0)
+        self._pcie_rx = getattr(nvml, "NVML_PCIE_UTIL_RX_BYTES", 1)
+        self._ecc_volatile = getattr(nvml, "NVML_VOLATILE_ECC", 0)
+        self._ecc_corrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_CORRECTED", 0)
+        self._ecc_uncorrected = getattr(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED", 1)
+        self._memory_v2 = getattr(nvml, "nvmlMemory_v2", None)
         try:
             nvml.nvmlInit()
         except self._err as e:
@@ -703,7 +714,7 @@ class NvidiaSource(VendorGpuSource[_Dev]):
 
     def _r_memory_v2(self, d: _Dev, add: Add) -> None:
         # v2 separates the driver-reserved memory from "used" (nvmlMemory_v2_t).
-        m = self._mod.nvmlDeviceGetMemoryInfo(d.handle, self._mod.nvmlMemory_v2)
+        m = self._mod.nvmlDeviceGetMemoryInfo(d.handle, self._memory_v2)
         add(gauge_reading("gpu_memory_used_bytes", m.used, d.lbl))
         add(gauge_reading("gpu_memory_free_bytes", m.free, d.lbl))
         add(gauge_reading("gpu_memory_total_bytes", m.total, d.lbl))
@@ -737,19 +748,19 @@ class NvidiaSource(VendorGpuSource[_Dev]):
         fn = getattr(self._mod, "nvmlDeviceGetTemperature", None)
         if fn is None:  # removed from later bindings (deprecated for nvmlDeviceGetTemperatureV)
             raise self._mod.NVMLError(self._c["function_not_found"])
-        celsius = fn(d.handle, self._mod.NVML_TEMPERATURE_GPU)
+        celsius = fn(d.handle, self._temperature_gpu)
         add(gauge_reading("gpu_temperature_celsius", celsius, d.lbl))
 
     def _r_temperature_v(self, d: _Dev, add: Add) -> None:
-        celsius = self._mod.nvmlDeviceGetTemperatureV(d.handle, self._mod.NVML_TEMPERATURE_GPU)
+        celsius = self._mod.nvmlDeviceGetTemperatureV(d.handle, self._temperature_gpu)
         add(gauge_reading("gpu_temperature_celsius", celsius, d.lbl))
 
     def _r_sm_clock(self, d: _Dev, add: Add) -> None:
-        mhz = self._mod.nvmlDeviceGetClockInfo(d.handle, self._mod.NVML_CLOCK_SM)
+        mhz = self._mod.nvmlDeviceGetClockInfo(d.handle, self._clock_sm)
         add(gauge_reading("gpu_sm_clock_hertz", mhz * 1e6, d.lbl))
 
     def _r_memory_clock(self, d: _Dev, add: Add) -> None:
-        mhz = self._mod.nvmlDeviceGetClockInfo(d.handle, self._mod.NVML_CLOCK_MEM)
+        mhz = self._mod.nvmlDeviceGetClockInfo(d.handle, self._clock_mem)
         add(gauge_reading("gpu_memory_clock_hertz", mhz * 1e6, d.lbl))
 
     def _r_clock_events(self, d: _Dev, add: Add) -> None:
@@ -766,21 +777,17 @@ class NvidiaSource(VendorGpuSource[_Dev]):
         # NVML counts bytes over a 20 ms window and reports "KB/s"; like nvidia-smi and nvitop
         # we read its KB as 1024 bytes.
         nvml = self._mod
-        tx = nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_TX_BYTES)
-        rx = nvml.nvmlDeviceGetPcieThroughput(d.handle, nvml.NVML_PCIE_UTIL_RX_BYTES)
+        tx = nvml.nvmlDeviceGetPcieThroughput(d.handle, self._pcie_tx)
+        rx = nvml.nvmlDeviceGetPcieThroughput(d.handle, self._pcie_rx)
         add(gauge_reading("gpu_pcie_transmit_bytes_per_second", tx * 1024.0, d.lbl))
         add(gauge_reading("gpu_pcie_receive_bytes_per_second", rx * 1024.0, d.lbl))
 
     def _r_ecc(self, d: _Dev, add: Add) -> None:
         # Volatile counts: errors since the driver loaded.
-        nvml = self._mod
-        kind = nvml.NVML_VOLATILE_ECC
-        corrected = nvml.nvmlDeviceGetTotalEccErrors(
-            d.handle, nvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, kind
-        )
-        uncorrected = nvml.nvmlDeviceGetTotalEccErrors(
-            d.handle, nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, kind
-        )
+        get = self._mod.nvmlDeviceGetTotalEccErrors
+        kind = self._ecc_volatile
+        corrected = get(d.handle, self._ecc_corrected, kind)
+        uncorrected = get(d.handle, self._ecc_uncorrected, kind)
         add(counter_reading("gpu_ecc_errors_total", corrected, d.lbl_corrected))
         add(counter_reading("gpu_ecc_errors_total", uncorrected, d.lbl_uncorrected))
 
