@@ -54,6 +54,7 @@ NOT_FOR_A_QUIET_RUN = {
     "computewatch.ledger",
     "computewatch.governance",
     "difflib",  # a region's suggestions, on a typo only
+    "tomllib",  # a configuration file (there is none here)
     # optional extras and heavy libraries, installed or not
     "numpy",
     "pydantic",

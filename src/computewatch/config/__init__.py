@@ -56,16 +56,18 @@ import dataclasses
 import math
 import os
 import re
-import tomllib
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from computewatch.catalog import PRECISIONS
 from computewatch.catalog.reference import parse_instances
 from computewatch.config.thresholds import check_overrides
 from computewatch.errors import ComputewatchError
+
+if TYPE_CHECKING:  # a type only: the TOML reader loads when a configuration file is read
+    import tomllib
 
 ENV_CONFIG = "COMPUTEWATCH_CONFIG"
 
@@ -349,6 +351,8 @@ def read_config_text(path: Path) -> str:
 def parse_toml(text: str, where: str) -> dict[str, Any]:
     """A configuration text as TOML tables (:class:`TomlError` when it does not parse): the one
     TOML reader of the configuration, for :func:`load_config` and the agent's configuration."""
+    import tomllib  # only with a file to read: most runs have none (start-up of `run`)
+
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
