@@ -128,3 +128,26 @@ def test_version_builds_no_parser(cw: Any, tmp_path: Path) -> None:
         "computewatch.escape",
     }, sorted(ours)
     assert not {"sqlite3", "pathlib", "json", "dataclasses"} & loaded
+
+
+FREEZE = """
+import gc, sys
+from computewatch.cli import main
+main(["--version"])
+after_a_list = gc.get_freeze_count()
+sys.argv = ["computewatch", "--version"]
+main()
+print("FROZEN", after_a_list, gc.get_freeze_count())
+"""
+
+
+def test_the_process_command_line_leaves_its_objects_to_the_exit() -> None:
+    """main() run on the process's own command line (the console script, ``python -m``)
+    freezes the collector's objects as it returns, so that the interpreter's shutdown does not
+    collect them one by one; called with a list (a program, a test) it leaves them alone."""
+    out = subprocess.run(
+        [sys.executable, "-c", FREEZE], capture_output=True, text=True, timeout=120, check=True
+    ).stdout
+    _, with_list, with_argv = out.splitlines()[-1].split()
+    assert int(with_list) == 0
+    assert int(with_argv) > 0
