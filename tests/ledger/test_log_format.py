@@ -90,13 +90,26 @@ def test_a_float_python_writes_its_own_way_is_canonical() -> None:
         canonical_value(b'{"a":1' + b"0" * 400 + b"}")
 
 
+def test_a_number_alone_is_written_and_checked_as_rfc_8785_says() -> None:
+    """A JSON text that is one number (not an entry, but canonical_value and dumps take any
+    value): ECMAScript's spelling there too, not Python's."""
+    assert dumps(2.076210662001541e-05) == b"0.00002076210662001541"
+    assert (dumps(8.0), dumps(1e16), dumps(-1e-7)) == (b"8", b"10000000000000000", b"-1e-7")
+    assert canonical_value(b"0.00002076210662001541") == 2.076210662001541e-05
+    for line in (b"8.0", b"1e+16", b"2.076210662001541e-05", b"-0.0"):
+        with pytest.raises(LedgerError, match="canonical"):
+            canonical_value(line)
+
+
 @pytest.mark.parametrize(
     "line",
     [b'{"b":1,"a":2}', b'{"a": 1}', b'{"a":1.0}', b'{"a":1E3}', b'{"a":"\\u0041"}',
      b'{"a":1,"a":1}', b'{"a":-0}', b'{"a":12345678901234567890}', b'{"a":NaN}', b'{"a":"\\/"}',
      # integer tokens beyond 64 bits, and text after the value
      b'{"a":123456789012345678901234567890}', b'{"a":-9999999999999999999}',
-     b'{"a":18446744073709551615}', b'{"a":1} ', b'{"a":1}{"b":2}'],
+     b'{"a":18446744073709551615}', b'{"a":1} ', b'{"a":1}{"b":2}',
+     # nothing at all (an empty line)
+     b""],
 )  # fmt: skip
 def test_non_canonical_lines_are_refused(line: bytes) -> None:
     with pytest.raises(LedgerError, match="canonical"):

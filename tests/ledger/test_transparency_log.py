@@ -343,3 +343,101 @@ def test_old_heads_are_thinned_to_one_an_hour_but_cosigned_ones_and_the_newest(
         kept = session.scalars(select(LedgerHead.size).order_by(LedgerHead.size)).all()
     assert kept == [1, 4, 5, 7, 10, 13]  # one an hour, the cosigned, the newest
     db.dispose()
+
+
+def _export_file(path: Path, lines: list[bytes], heads: list[str], **over: Any) -> Path:
+    from computewatch.ledger.log import export_lines, header_json
+
+    keys = {key_id(KEY.public_key()): encode_public(KEY.public_key())}
+    doc: dict[str, Any] = dict(
+        origin=ORIGIN, exported_at="t", public_keys=keys, first_seq=1, prefix=[],
+        entries=len(lines), heads=heads,
+    )  # fmt: skip
+    doc.update(over)
+    path.write_bytes(b"".join(export_lines(header_json(**doc), lines)))
+    return path
+
+
+def _summary(v: Verdict) -> tuple[object, ...]:
+    p = v.problem
+    return (None if p is None else (p.what, p.seq, p.message), v.entries, v.checkpoints, v.root)
+
+
+@pytest.mark.parametrize(
+    ("edit", "what", "seq"),
+    [
+        (lambda ls: ls, None, 0),
+        (lambda ls: [*ls[:149], ls[149].replace(b'"x":0.5', b'"x":0.6'), *ls[150:]], "altered",
+         300),
+        (lambda ls: [*ls[:149], ls[149].replace(b'"x":0.5', b'"x": 0.5'), *ls[150:]], "altered",
+         150),
+        (lambda ls: [*ls[:39], *ls[40:250], ls[39], *ls[250:]], "reordered", 40),
+        (lambda ls: [*ls[:39], *ls[40:]], "removed", 40),
+        (lambda ls: [*ls[:200], b"", *ls[200:]], "format", 0),
+    ],
+    ids=["intact", "a value", "a space", "moved far ahead", "removed", "an empty line"],
+)  # fmt: skip
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_an_export_file_is_checked_in_blocks_as_its_lines_are(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    edit: Callable[[list[bytes]], list[bytes]],
+    what: str | None,
+    seq: int,
+    jobs: int,
+) -> None:
+    """An export file is read in blocks of whole lines, handed to the workers as they are: the
+    verdict is the one its lines give one by one, wherever a head, a change, a move or an empty
+    line falls (blocks of 4 KiB here: about 40 entries each). An entry moved far ahead, past
+    blocks already sent to workers, is found there ("reordered", not "removed")."""
+    from computewatch.ledger import log
+    from computewatch.ledger.log import open_export
+
+    monkeypatch.setattr(log, "BLOCK", 4096)
+    lines = _lines(300)
+    heads = [_head(lines, 100), _head(lines, 300)]
+    path = _export_file(tmp_path / "log.jsonl", edit(lines), heads, entries=300)
+    by_line = _verify(edit(lines), heads, header=_header(lines, heads), jobs=jobs)
+    ex = open_export(path)
+    v = verify_log(ex.header, ex.lines(), KEY.public_key(), jobs=jobs)
+    if what is None:
+        assert v.ok and v.entries == 300 and v.checkpoints == 2
+    else:
+        assert _what(v) == (what, seq), v.problem
+    if what == "format":  # the line-by-line reader names the file's line, as the blocks do
+        assert v.problem is not None and v.problem.message == f"{path}:202: an empty line"
+        ex = open_export(path)
+        one_by_one = verify_log(ex.header, (x for x in ex.lines()), KEY.public_key(), jobs=jobs)
+        assert one_by_one.problem == v.problem
+    else:
+        assert _summary(v) == _summary(by_line)
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_a_pruned_export_file_is_checked_in_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int
+) -> None:
+    """Blocks start where the pruned prefix ends (an odd size): the tree takes each block's
+    aligned subtrees on top of the prefix, and the root is the whole log's."""
+    from computewatch.ledger import log
+    from computewatch.ledger.log import open_export
+
+    monkeypatch.setattr(log, "BLOCK", 4096)
+    lines = _lines(300)
+    rng = merkle.CompactRange()
+    for line in lines[:37]:
+        rng.append(line)
+    kept = [
+        *lines[37:100],
+        entry_line(101, "t", "prune", {"first_seq": 38, "first_prev": "x"}),
+        *_lines(199, 102),
+    ]
+    full = [*lines[:37], *kept]
+    heads = [_head(full, 300)]
+    prefix = [h for _, h in rng.stack]
+    path = _export_file(tmp_path / "log.jsonl", kept, heads, first_seq=38, prefix=prefix,
+                        entries=len(kept))  # fmt: skip
+    ex = open_export(path)
+    v = verify_log(ex.header, ex.lines(), KEY.public_key(), jobs=jobs)
+    assert v.ok, v.problem
+    assert v.root == merkle.root_of(merkle.leaf_hash(x) for x in full).hex()

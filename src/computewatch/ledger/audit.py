@@ -17,6 +17,7 @@ cover the last entry.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import hashlib
 import itertools
@@ -40,8 +41,15 @@ from computewatch.ledger.keys import (
     report_valid,
     rotation_keys,
 )
-from computewatch.ledger.log import LogHeader, parse_entry, prefix_range
-from computewatch.ledger.merkle import CompactRange
+from computewatch.ledger.log import (
+    ExportLines,
+    LogHeader,
+    empty_line,
+    entry_parts,
+    parse_entry,
+    prefix_range,
+)
+from computewatch.ledger.merkle import CompactRange, aligned_subtrees
 from computewatch.ledger.note import Checkpoint, parse_checkpoint
 from computewatch.ledger.reports import FIGURES, shape_problem
 from computewatch.ledger.verify import NODE_KEY_KIND, PRUNE_KIND, RUN_KIND, Problem, Verdict
@@ -322,16 +330,20 @@ def verify_log(
 
 
 CHUNK = 2048
-"""Entries checked per unit of work (in a worker process with ``jobs`` > 1)."""
+"""Entries checked per unit of work when they come one by one (an export file is read in
+blocks of whole lines instead: :meth:`computewatch.ledger.log.ExportLines.blocks`)."""
 
 
 @dataclass(slots=True)
 class _Chunk:
-    """What checking one chunk of entries found (all picklable: it comes back from a worker)."""
+    """What checking one unit of entries found (all picklable: it comes back from a worker)."""
 
     count: int = 0
     leaves: bytes = b""
     """The leaf hashes of the entries checked, 32 bytes each, in order."""
+    subtrees: list[tuple[int, bytes]] | None = None
+    """When asked for: the aligned subtrees over those leaves (merkle.aligned_subtrees), which
+    the tree takes whole."""
     reports: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
     rotations: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
     prunes: list[int] = field(default_factory=list)
@@ -339,6 +351,21 @@ class _Chunk:
     problem: Problem | None = None
     gap: tuple[int, int, int] | None = None
     """``(expected, seq, index)`` where the seq was not the one expected."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Unit:
+    """A unit of work: entries from seq ``first`` on, ``count`` of them."""
+
+    first: int
+    data: bytes | list[bytes]
+    """The lines: a block of an export file (whole lines joined by newlines) or a list."""
+    count: int
+    line_no: int = 0
+    """The file's line number of the first line (a block of a file), else 0."""
+
+    def lines(self) -> list[bytes]:
+        return self.data if isinstance(self.data, list) else self.data.split(b"\n")
 
 
 _KEYS: dict[bytes, Ed25519PublicKey] = {}
@@ -355,51 +382,61 @@ def _node_keys(snapshot: Mapping[str, tuple[bytes, object, bool]]) -> dict[str, 
 
 
 def _check_chunk(
-    first: int, lines: Sequence[bytes], snapshot: Mapping[str, tuple[bytes, object, bool]]
+    unit: _Unit,
+    snapshot: Mapping[str, tuple[bytes, object, bool]],
+    path: str = "",
+    subtrees: bool = False,
 ) -> _Chunk:
-    """Check ``lines``, the entries from seq ``first`` on: each one's canonical bytes, seq,
-    leaf hash, and what its kind asks (run reports against the node keys registered before)."""
+    """Check the entries of ``unit``: each one's canonical bytes, seq, leaf hash, and what its
+    kind asks (run reports against the node keys registered before). With ``subtrees``, also
+    hash the aligned subtrees over them (the tree then takes them whole)."""
     out = _Chunk()
     nodes = _node_keys(snapshot)
     v = Verdict()
     sha = hashlib.sha256
+    parts = entry_parts
     leaves = bytearray()
-    expected = first
+    expected = unit.first
     try:
-        for i, line in enumerate(lines):
+        for i, line in enumerate(unit.lines()):
             try:
-                e = parse_entry(line, f"entry {expected}")
+                seq, _, kind, body = parts(line)
             except LedgerError:
+                if not line and unit.line_no:
+                    raise empty_line(path, unit.line_no + i) from None
                 seq = _seq_of(line) or expected
                 raise LogProblem(
                     seq,
                     "altered",
                     f"entry {seq} is not in its canonical form (RFC 8785): it was altered",
                 ) from None
-            if e.seq != expected:
-                out.gap = (expected, e.seq, i)
+            if seq != expected:
+                out.gap = (expected, seq, i)
                 break
-            kind = e.kind
             if kind == RUN_KIND:
-                _run(e.seq, e.body, nodes, v)
+                _run(seq, body, nodes, v)
             elif kind == NODE_KEY_KIND:
-                _node_key(e.seq, e.body, nodes)
+                _node_key(seq, body, nodes)
             elif kind == ROTATION_KIND:
-                if rotation_keys(e.body) is None:
+                if rotation_keys(body) is None:
                     raise LogProblem(
-                        e.seq,
+                        seq,
                         "signature",
-                        f"key-rotation entry {e.seq} is not signed by the key it retires",
+                        f"key-rotation entry {seq} is not signed by the key it retires",
                     )
-                out.rotations.append((e.seq, dict(e.body)))
-            elif kind == PRUNE_KIND and isinstance(e.body.get("first_seq"), int):
-                out.prunes.append(e.body["first_seq"])
+                out.rotations.append((seq, dict(body)))
+            elif kind == PRUNE_KIND and isinstance(body.get("first_seq"), int):
+                out.prunes.append(body["first_seq"])
             leaves += sha(_LEAF + line).digest()  # after its checks: a problem is named first
             expected += 1
     except LogProblem as stop:
         out.problem = stop.problem
+    except LedgerError as e:  # an empty line of the file
+        out.problem = Problem(0, "format", str(e))
     out.leaves = bytes(leaves)
     out.count = len(leaves) // 32
+    if subtrees:
+        out.subtrees = aligned_subtrees(unit.first - 1, out.leaves)
     out.reports = (
         v.reports,
         v.reports_signed,
@@ -414,17 +451,70 @@ def _snapshot(nodes: Mapping[str, _NodeKey]) -> dict[str, tuple[bytes, object, b
     return {kid: (public_bytes(n.key), n.team, n.revoked) for kid, n in nodes.items()}
 
 
-def _chunks(lines: Iterator[bytes]) -> Iterator[list[bytes]]:
+def _units(lines: Iterator[bytes], first: int) -> Iterator[_Unit]:
+    """The entries in units of work: an export file's in blocks of whole lines, read as they
+    are (the lines split where they are checked); others ``CHUNK`` at a time."""
+    if isinstance(lines, ExportLines):
+        for line_no, block in lines.blocks():
+            count = block.count(b"\n") + 1
+            yield _Unit(first, block, count, line_no)
+            first += count
+        return
     while True:
         chunk = list(itertools.islice(lines, CHUNK))
         if not chunk:
             return
-        yield chunk
+        yield _Unit(first, chunk, len(chunk))
+        first += len(chunk)
+
+
+class _Feed:
+    """The units of work and what checking each found, in order: checked here, or by ``jobs``
+    worker processes a few units ahead. The node keys each unit is checked against are those
+    registered before it (registrations are read here as the units go out)."""
+
+    def __init__(self, units: Iterator[_Unit], jobs: int, path: str, whole: Any) -> None:
+        self.units = units
+        self.jobs = jobs
+        self.path = path
+        self.whole = whole
+        """``whole(unit)``: whether the tree may take the unit's leaves as aligned subtrees."""
+        self.nodes: dict[str, _NodeKey] = {}
+        self.pending: collections.deque[tuple[_Unit, Future[_Chunk]]] = collections.deque()
+
+    def __iter__(self) -> Iterator[tuple[_Unit, _Chunk]]:
+        if self.jobs <= 1:
+            for unit in self.units:
+                result = _check_chunk(unit, _snapshot(self.nodes), self.path, self.whole(unit))
+                _register(unit, self.nodes)
+                yield unit, result
+            return
+        ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=ctx) as pool:
+            pending = self.pending
+            for unit in self.units:
+                job = pool.submit(
+                    _check_chunk, unit, _snapshot(self.nodes), self.path, self.whole(unit)
+                )
+                pending.append((unit, job))
+                _register(unit, self.nodes)
+                while len(pending) >= 2 * self.jobs:
+                    done, future = pending.popleft()
+                    yield done, future.result()
+            while pending:
+                done, future = pending.popleft()
+                yield done, future.result()
+
+    def rest(self) -> Iterator[bytes]:
+        """The lines after those yielded: those sent to workers, then those not read yet."""
+        for unit, _ in self.pending:
+            yield from unit.lines()
+        for unit in self.units:
+            yield from unit.lines()
 
 
 def _stream(run: _Run, lines: Iterator[bytes], previous: Previous | None, jobs: int) -> None:
     v, tree, heads = run.verdict, run.tree, run.heads
-    expected = run.header.first_seq
     cmp: dict[str, Any] = {"tree": CompactRange()}
     if previous is not None and previous.header is not None:
         ph = previous.header
@@ -436,20 +526,26 @@ def _stream(run: _Run, lines: Iterator[bytes], previous: Previous | None, jobs: 
         _at_head(run)
     if tree.size == at:
         _previous_head(previous, tree)  # type: ignore[arg-type]
+    stops = sorted({*heads, at})
+
+    def whole(unit: _Unit) -> bool:
+        """No head, earlier head or earlier export to look at inside the unit."""
+        start = unit.first - 1
+        i = bisect.bisect_right(stops, start)
+        return previous is None and (i == len(stops) or stops[i] > start + unit.count)
+
+    path = str(lines.path) if isinstance(lines, ExportLines) else ""
+    feed = _Feed(_units(lines, run.header.first_seq), jobs, path, whole)
     counts = [0, 0, 0, 0, 0]
-    for chunk, first, result in _checked(_chunks(lines), run.header.first_seq, jobs):
-        leaves = result.leaves
-        for i in range(result.count):
-            tree.append_hash(leaves[32 * i : 32 * i + 32])
-            size = tree.size
-            if size in heads:
-                _at_head(run)
-            if size == at:
-                _previous_head(previous, tree)  # type: ignore[arg-type]
-            if previous is not None:
-                _compare(previous, first + i, chunk[i], cmp)
-        v.entries += result.count
-        expected += result.count
+    for unit, result in feed:
+        try:
+            if result.subtrees is not None:
+                for level, h in result.subtrees:
+                    tree.append_subtree(level, h)
+            else:
+                _per_leaf(run, previous, unit, result, at, cmp)
+        finally:  # the entries in the tree so far (up to a head that does not hold)
+            v.entries = tree.size - (run.header.first_seq - 1)
         counts = [a + b for a, b in zip(counts, result.reports, strict=True)]
         for seq, body in result.rotations:
             pair = rotation_keys(body)
@@ -460,7 +556,7 @@ def _stream(run: _Run, lines: Iterator[bytes], previous: Previous | None, jobs: 
             raise LogProblem(result.problem.seq, result.problem.what, result.problem.message)
         if result.gap is not None:
             want, seq, index = result.gap
-            raise _gap(want, seq, itertools.chain(chunk[index + 1 :], lines))
+            raise _gap(want, seq, itertools.chain(unit.lines()[index + 1 :], feed.rest()))
     (
         v.reports,
         v.reports_signed,
@@ -474,44 +570,39 @@ def _stream(run: _Run, lines: Iterator[bytes], previous: Previous | None, jobs: 
         _previous_end(previous, cmp, tree.size)
 
 
-def _checked(
-    chunks: Iterator[list[bytes]], first: int, jobs: int
-) -> Iterator[tuple[list[bytes], int, _Chunk]]:
-    """Each chunk with its first seq and what checking it found, in order: checked here, or by
-    ``jobs`` worker processes a few chunks ahead. The node keys each chunk is checked against are
-    those registered before it (registrations are read here as the chunks go out)."""
-    nodes: dict[str, _NodeKey] = {}
-    if jobs <= 1:
-        for chunk in chunks:
-            result = _check_chunk(first, chunk, _snapshot(nodes))
-            _register(chunk, nodes)
-            yield chunk, first, result
-            first += len(chunk)
-        return
-    ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-        pending: collections.deque[tuple[list[bytes], int, Future[_Chunk]]] = collections.deque()
-        for chunk in chunks:
-            pending.append(
-                (chunk, first, pool.submit(_check_chunk, first, chunk, _snapshot(nodes)))
-            )
-            _register(chunk, nodes)
-            first += len(chunk)
-            while len(pending) >= 2 * jobs:
-                done, at, future = pending.popleft()
-                yield done, at, future.result()
-        while pending:
-            done, at, future = pending.popleft()
-            yield done, at, future.result()
+def _per_leaf(
+    run: _Run,
+    previous: Previous | None,
+    unit: _Unit,
+    result: _Chunk,
+    at: int,
+    cmp: dict[str, Any],
+) -> None:
+    """The unit's leaves into the tree one by one: the root at each head's size, at the
+    earlier head's, and each entry against the earlier export's."""
+    tree, heads, leaves = run.tree, run.heads, result.leaves
+    lines = unit.lines() if previous is not None else []
+    for i in range(result.count):
+        tree.append_hash(leaves[32 * i : 32 * i + 32])
+        size = tree.size
+        if size in heads:
+            _at_head(run)
+        if size == at:
+            _previous_head(previous, tree)  # type: ignore[arg-type]
+        if previous is not None:
+            _compare(previous, unit.first + i, lines[i], cmp)
 
 
 _NODE_KEY_LINE = b'"kind":"node_key","seq":'
 
 
-def _register(chunk: Sequence[bytes], nodes: dict[str, _NodeKey]) -> None:
-    """The node keys ``chunk`` registers or revokes, for the chunks after it (a malformed
-    entry is the chunk's own problem, found where it is checked)."""
-    for line in chunk:
+def _register(unit: _Unit, nodes: dict[str, _NodeKey]) -> None:
+    """The node keys ``unit`` registers or revokes, for the units after it (a malformed
+    entry is the unit's own problem, found where it is checked)."""
+    data = unit.data
+    if isinstance(data, bytes) and _NODE_KEY_LINE not in data:
+        return
+    for line in unit.lines():
         if _NODE_KEY_LINE in line:
             try:
                 e = parse_entry(line)

@@ -12,15 +12,24 @@ a figure as a decimal string with its unit.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 from computewatch.ledger.chain import LedgerError
 
-__all__ = ["MAX_EXACT_INT", "canonical_value", "dumps", "dumps_json", "loads", "number_text"]
+__all__ = [
+    "MAX_EXACT_INT",
+    "canonical_value",
+    "dumps",
+    "dumps_json",
+    "fast_available",
+    "loads",
+    "number_text",
+]
 
 MAX_EXACT_INT: Final = 2**53
 """The largest integer every double (and so every JSON reader) holds exactly."""
@@ -109,10 +118,10 @@ def _check_key(k: object) -> bytes:
 
 
 _PY_SPELLED = re.compile(
-    r"(?<=[:,\[])-?[0-9]+(?:\.0|(?:\.[0-9]+)?e(?:-0[0-9]|\+1[6-9]|\+20))(?=[,\]}])"
+    r"(?:(?<=[:,\[])|^)-?[0-9]+(?:\.0|(?:\.[0-9]+)?e(?:-0[0-9]|\+1[6-9]|\+20))(?=[,\]}]|$)"
 )
 """A number token as Python's encoder spells it where ECMAScript's spelling differs: ``8.0``,
-``1e-07``, ``1e+16`` to ``...e+20``."""
+``1e-07``, ``1e+16`` to ``...e+20`` (in a list or an object, or the whole text)."""
 
 
 def _es_number(m: re.Match[str]) -> str:
@@ -186,9 +195,10 @@ def _int_token(text: str) -> int:
     return int(text)
 
 
-_SUSPECT = re.compile(rb"[0-9]\.0[,\]}]|[0-9]e[-+]0|[0-9]e\+(?:1[6-9]|20)[,\]}]")
+_SUSPECT = re.compile(rb"[0-9]\.0(?:[,\]}]|$)|[0-9]e[-+]0|[0-9]e\+(?:1[6-9]|20)(?:[,\]}]|$)")
 """Number tokens whose Python spelling differs from ECMAScript's (``8.0``, ``1e-05``,
-``1e+16``): a line with one takes the full check (a match inside a string only costs time)."""
+``1e+16``, inside the line or at its end): a line with one takes the full check (a match inside
+a string only costs time)."""
 _LONG = re.compile(rb"-?[0-9]{16,}")
 """Integer tokens of 16 digits or more: each must be a double ECMAScript writes whole
 (``3200000000000000000``), not an integer beyond 2**53 (``9007199254740993``). (Digits inside
@@ -255,8 +265,8 @@ def _hinted(line: bytes) -> bool:
     """Whether ``line`` may hold a number Python spells otherwise than ECMAScript: substrings
     found at C speed first (``e+1`` and ``e+20`` only appear in canonical text inside strings)."""
     return (
-        b".0," in line or b".0]" in line or b".0}" in line or b"e-0" in line
-        or b"e+0" in line or b"e+1" in line or b"e+20" in line
+        b".0," in line or b".0]" in line or b".0}" in line or line.endswith(b".0")
+        or b"e-0" in line or b"e+0" in line or b"e+1" in line or b"e+20" in line
     )  # fmt: skip
 
 
@@ -266,11 +276,17 @@ def canonical_value(line: bytes) -> object:
     the Python int of those digits, whose ``float()`` is that double and which :func:`dumps`
     writes back the same.)
 
-    Fast for the common case: a plain parse, the standard encoder's output compared, a scan for
-    the few spellings where Python and ECMAScript write a number differently, and each long
-    integer token checked; only a line where that is not conclusive (or whose names could sort
+    Fast for the common case: through orjson where installed (one parse, one re-encoding
+    compared, byte tests for the few values orjson writes otherwise; see "the fast check"
+    below), else a plain parse with the standard encoder's output compared, a scan for the few
+    spellings where Python and ECMAScript write a number differently, and each long integer
+    token checked; only a line where that is not conclusive (or whose names could sort
     differently in UTF-16) takes the full check, every number token checked and the full
-    encoder compared."""
+    encoder compared. (Through orjson an integer token beyond 64 bits is read as its double,
+    equal to the int the other paths read.)"""
+    fast = _fast_value(line)
+    if fast is not _UNDECIDED:
+        return fast
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError:
@@ -279,9 +295,9 @@ def canonical_value(line: bytes) -> object:
     if (line.isascii() or max(line) < 0xEE) and not (_hinted(line) and _SUSPECT.search(line)):
         try:
             value, end = _DECODE(text)
-            again = _encode(value) if end == len(text) else ""
+            again = _encode(value) if end == len(text) else None
         except (ValueError, _NotCanonical, RecursionError, TypeError):
-            again = ""
+            again = None  # (an empty line too, which is no JSON)
         if again == text and _long_tokens_whole(line):
             return value
     return _full_check(line, text)
@@ -325,3 +341,184 @@ def _full_check(line: bytes, text: str) -> object:
     if dumps(value) != line:
         raise LedgerError("not RFC 8785 canonical JSON")
     return value
+
+
+# -- the fast check, through orjson ------------------------------------------------------------
+#
+# One parse of the line, one re-encoding compared with it, and a few byte tests for the values
+# whose JSON orjson writes otherwise than RFC 8785; a line it cannot decide goes to the checks
+# above. It never accepts a line they refuse, nor reads a value otherwise than they read it
+# (property-tested in tests/fuzz/test_ledger_canonical_fuzz.py). Why the re-encoding is the
+# line's RFC 8785 form once the byte tests pass (for the orjson spelling numbers as
+# _spells_as_expected checks on first use, 3.13 here):
+#
+# - orjson reads strict JSON only (no NaN, no lone surrogate, no invalid UTF-8); what it writes
+#   back with sorted names is compact, its strings escaped as RFC 8785 escapes them ('\"',
+#   '\\', the five short forms, other control characters as lowercase '\u00xx', the rest as
+#   UTF-8). Any other spelling in the line (spaces, '\/', '\u0041', '1E3', '1.50', names
+#   repeated or unsorted, text after the value) makes the re-encoding differ from the line.
+# - Names sort by code point in orjson and by UTF-16 code unit in RFC 8785: the two orders part
+#   only where a name holds U+E000 or above (UTF-8 lead bytes 0xEE to 0xF4): such a line is
+#   sent on.
+# - Numbers: orjson and ECMAScript write a double with the same shortest digits, and spell it
+#   the same ('0.5', '0.00001', '1e-7', '1.1e+21') except a whole double below 1e16 ('8.0' for
+#   '8'), a whole double from 1e16 up to 1e21 ('1e+16' for '10000000000000000') and one from
+#   1e-6 below 1e-5 ('1e-6' for '0.000001'): a line holding '.0' before ',', ']', '}' or its
+#   end, 'e+1', 'e+20' or 'e-6' anywhere is sent on (inside a string that only costs time).
+# - Integers: orjson writes any integer it reads as its digits; a token beyond 2**53 must spell
+#   a double ECMAScript writes whole ('3200000000000000000'), so each is checked. orjson reads
+#   a token beyond 64 bits as its double and writes it in exponent form: the re-encoding is
+#   compared with the line where those tokens are written that way ('8e+20' for
+#   '800000000000000000000'), which is the line's own form once each is checked whole.
+
+_UNDECIDED: Final = object()
+"""What :func:`_fast_value` returns for a line the exact check must decide."""
+
+_BELOW_EE = bytes(range(0xEE))
+"""Deleted from a line, what remains are the bytes where code point and UTF-16 order part."""
+_SPELLING = bytes(
+    {ord("."): 97, ord("e"): 97, 48: 98, ord("+"): 98, ord("-"): 98, 44: 99, 93: 99, 125: 99,
+     49: 99, 54: 99, 50: 100}.get(b, 32)
+    for b in range(256)
+)  # fmt: skip
+"""Each byte to its part in the spellings orjson and RFC 8785 write differently ('.0,', 'e+1',
+'e+20', 'e-6'): a line holding none of ``abc`` and ``abdb`` once translated holds none of them
+(a cheap test first: the line is searched for each only where it says maybe)."""
+_RUN19 = b"9" * 19
+"""An integer of 19 digits or more: where one beyond 64 bits starts (-9223372036854775809), which
+orjson reads as its double."""
+_BEFORE_INT = frozenset(b":,[")
+_AFTER_INT = frozenset(b",]}")
+_MIN_I64, _MAX_U64 = -(2**63), 2**64 - 1
+"""orjson reads an integer token within these as an int, beyond them as its double."""
+
+
+@functools.cache
+def _orjson() -> Any:
+    """orjson when installed and spelling numbers as this module expects, else None."""
+    try:  # orjson: an optional dependency (the server extra); without it the exact check decides
+        import orjson
+    except ImportError:
+        return None
+    return orjson if _spells_as_expected(orjson) else None
+
+
+_PROBES: Final = (
+    (0.5, b"0.5"), (0.00001, b"0.00001"), (1.5e-5, b"0.000015"), (1e-7, b"1e-7"),
+    (1.25e-7, b"1.25e-7"), (5e-324, b"5e-324"), (1.1e21, b"1.1e+21"), (1e21, b"1e+21"),
+    (1.7976931348623157e308, b"1.7976931348623157e+308"), (333333333.3333333, b"333333333.3333333"),
+    (1234567890123456.5, b"1234567890123456.5"), (8.0, b"8.0"), (-0.0, b"-0.0"),
+    (1e16, b"1e+16"), (8e20, b"8e+20"), (1e-6, b"1e-6"), (9.5e-6, b"9.5e-6"),
+)  # fmt: skip
+"""Doubles and how the orjson this module was written for spells them: the first ones as
+RFC 8785 does, the last ones in the spellings the byte tests send on."""
+
+
+def _spells_as_expected(orjson: Any) -> bool:
+    try:
+        return (
+            all(orjson.dumps(x) == text for x, text in _PROBES)
+            and orjson.dumps({"b": 1, "a": "\x1f\u2028\x7f\n"}, option=orjson.OPT_SORT_KEYS)
+            == b'{"a":"\\u001f\xe2\x80\xa8\x7f\\n","b":1}'
+        )
+    except (TypeError, ValueError):
+        return False
+
+
+def fast_available() -> bool:
+    """Whether :func:`canonical_value` checks through orjson here (installed, and spelling
+    numbers as expected)."""
+    return _orjson() is not None
+
+
+def _fast_value(line: bytes) -> object:
+    """The JSON value of ``line`` when it is exactly its RFC 8785 form; :data:`_UNDECIDED`
+    when this check cannot tell."""
+    o = _orjson()
+    if o is None:
+        return _UNDECIDED
+    try:
+        value = o.loads(line)
+    except ValueError:  # orjson.JSONDecodeError
+        return _UNDECIDED
+    try:  # an integer beyond 2**53 is refused here, and looked for in the line below
+        out = o.dumps(value, option=o.OPT_SORT_KEYS | o.OPT_STRICT_INTEGER)
+        beyond_53 = False
+    except TypeError:  # orjson.JSONEncodeError
+        try:
+            out = o.dumps(value, option=o.OPT_SORT_KEYS)
+        except TypeError:  # nesting orjson does not write
+            return _UNDECIDED
+        beyond_53 = True
+    if out != line or beyond_53:
+        nines = line.translate(_DIGITS)
+        if out != line and not (_RUN19 in nines and b"e+" in out):
+            return _UNDECIDED
+        if _long_integers(line, nines, o) != out:
+            return _UNDECIDED
+    if not line.isascii() and line.translate(None, _BELOW_EE):
+        return _UNDECIDED
+    hints = line.translate(_SPELLING)
+    if (b"abc" in hints or b"abdb" in hints or hints.endswith(b"ab")) and (
+        b".0," in line or b".0]" in line or b".0}" in line or line.endswith(b".0")
+        or b"e+1" in line or b"e+20" in line or b"e-6" in line
+    ):  # fmt: skip
+        return _UNDECIDED
+    return value
+
+
+def _long_integers(line: bytes, nines: bytes, o: Any) -> bytes | None:
+    """``line`` with each integer token beyond 64 bits as orjson writes the double it reads
+    (``800000000000000000000``: ``8e+20``); None when an integer token beyond 2**53 is not a
+    double written whole. A run of 16 digits or more that does not stand where an integer
+    token does (inside a string, a float's digits) is left as it is: if it is a float's, the
+    float was compared whole; if it is inside a string, the string was. (``nines``: the line
+    translated by ``_DIGITS``.)"""
+    pieces: list[bytes] = []
+    done = 0
+    at = nines.find(_RUN16)
+    while at >= 0:
+        end = nines.find(b" ", at)
+        if end < 0:
+            end = len(line)
+        start = at - 1 if at and line[at - 1] == 45 else at  # a minus sign before the digits
+        if (start == 0 or line[start - 1] in _BEFORE_INT) and (
+            end == len(line) or line[end] in _AFTER_INT
+        ):
+            token = line[start:end]
+            written = _LONG_TOKENS.get(token)
+            if written is None:
+                written = _long_token(token, o)
+            if written is _REFUSED:
+                return None
+            if written:
+                pieces += (line[done:start], written)
+                done = end
+        at = nines.find(_RUN16, end)
+    if not pieces:
+        return line
+    pieces.append(line[done:])
+    return b"".join(pieces)
+
+
+_REFUSED: Final = b"-"
+_LONG_TOKENS: dict[bytes, bytes] = {}
+"""Integer tokens of 16 digits or more seen (a ledger repeats its FLOP figures): what
+:func:`_long_token` said of each."""
+
+
+def _long_token(token: bytes, o: Any) -> bytes:
+    """:data:`_REFUSED` for an integer token beyond 2**53 that is not a double written whole;
+    else how orjson writes what it reads of it (its double, for a token beyond 64 bits), or
+    ``b""`` where that is the token itself."""
+    number = int(token)
+    if abs(number) > MAX_EXACT_INT and not _whole_double(token):
+        written = _REFUSED
+    elif _MIN_I64 <= number <= _MAX_U64:
+        written = b""
+    else:
+        written = o.dumps(float(number))
+    if len(_LONG_TOKENS) >= 4096:
+        _LONG_TOKENS.clear()
+    _LONG_TOKENS[token] = written
+    return written

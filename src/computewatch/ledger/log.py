@@ -37,12 +37,16 @@ from computewatch.ledger.merkle import CompactRange
 _encode_string = json.encoder.encode_basestring
 
 __all__ = [
+    "BLOCK",
     "FORMAT",
     "VERSION",
+    "ExportLines",
     "LogEntry",
     "LogHeader",
     "clean_body",
+    "empty_line",
     "entry_line",
+    "entry_parts",
     "exact_number",
     "header_json",
     "line_from_parts",
@@ -125,11 +129,19 @@ class LogEntry:
 def parse_entry(line: bytes, where: str = "entry") -> LogEntry:
     """An entry line as written (RFC 8785 bytes of exactly body, kind, seq and time); a
     :class:`LedgerError` saying what is wrong otherwise."""
+    return LogEntry(*entry_parts(line, where))
+
+
+_KEY_SET: Final = frozenset(_KEYS)
+
+
+def entry_parts(line: bytes, where: str = "entry") -> tuple[int, str, str, dict[str, Any]]:
+    """:func:`parse_entry`'s seq, time, kind and body (what a verifier reads of each entry)."""
     try:
         doc = canonical_value(line)
     except LedgerError:
         raise LedgerError(f"{where}: not an entry in RFC 8785 canonical form") from None
-    if not isinstance(doc, dict) or len(doc) != 4 or any(k not in doc for k in _KEYS):
+    if not isinstance(doc, dict) or doc.keys() != _KEY_SET:
         raise LedgerError(f"{where}: an entry has exactly body, kind, seq and time")
     seq, time, kind, body = doc["seq"], doc["time"], doc["kind"], doc["body"]
     if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
@@ -138,7 +150,7 @@ def parse_entry(line: bytes, where: str = "entry") -> LogEntry:
         raise LedgerError(f"{where}: time and kind are strings")
     if not isinstance(body, dict):
         raise LedgerError(f"{where}: body is a JSON object")
-    return LogEntry(seq, time, kind, body)
+    return seq, time, kind, body
 
 
 def prefix_range(prefix: Sequence[bytes], size: int) -> CompactRange:
@@ -219,6 +231,75 @@ def read_header(doc: object, where: str) -> LogHeader:
     )
 
 
+BLOCK = 1 << 20
+"""Bytes read at a time when an export is read in blocks of whole lines."""
+
+
+class ExportLines(Iterator[bytes]):
+    """An export's entry lines (newline removed, numbered from the file's line 2), read once:
+    one by one, or in blocks of whole lines (:meth:`blocks`), which a verifier hands to its
+    workers as they are, without splitting them itself."""
+
+    def __init__(self, path: Path, file: IO[bytes]) -> None:
+        self.path = path
+        self._file: IO[bytes] | None = file
+        self._n = 1
+
+    def __iter__(self) -> ExportLines:
+        return self
+
+    def __next__(self) -> bytes:
+        f = self._file
+        if f is None:
+            raise StopIteration
+        raw = f.readline()
+        if not raw:
+            self.close()
+            raise StopIteration
+        self._n += 1
+        line = raw[:-1] if raw.endswith(b"\n") else raw
+        if not line:
+            self.close()
+            raise empty_line(str(self.path), self._n)
+        return line
+
+    def blocks(self, size: int | None = None) -> Iterator[tuple[int, bytes]]:
+        """The rest of the lines in blocks of about ``size`` bytes (:data:`BLOCK`): ``(n,
+        block)`` with ``n`` the file's line number of the block's first line and ``block`` whole
+        lines joined by newlines (``block.split(b"\\n")`` gives them; an empty one is an empty
+        line of the file, which a reader names with :func:`empty_line`)."""
+        f = self._file
+        if f is None:
+            return
+        self._file = None
+        size = size or BLOCK
+        with f:
+            rest = b""
+            while data := f.read(size):
+                data = rest + data
+                cut = data.rfind(b"\n")
+                if cut < 0:
+                    rest = data
+                    continue
+                rest = data[cut + 1 :]
+                block = data[:cut]
+                yield self._n + 1, block
+                self._n += block.count(b"\n") + 1
+            if rest:
+                yield self._n + 1, rest
+                self._n += 1
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def empty_line(path: str, n: int) -> LedgerError:
+    """The error for an empty line, line ``n`` of the export ``path``."""
+    return LedgerError(f"{path}:{n}: an empty line")
+
+
 @dataclass
 class Export:
     """An export file opened for streaming: its header, then :meth:`lines` (each entry's bytes,
@@ -233,15 +314,10 @@ class Export:
     def header(self) -> LogHeader:
         return read_header(self.header_doc, f"{self.path}:1")
 
-    def lines(self) -> Iterator[bytes]:
+    def lines(self) -> ExportLines:
         assert self._file is not None, "an export's lines are read once"
         f, self._file = self._file, None
-        with f:
-            for n, raw in enumerate(f, 2):
-                line = raw[:-1] if raw.endswith(b"\n") else raw
-                if not line:
-                    raise LedgerError(f"{self.path}:{n}: an empty line")
-                yield line
+        return ExportLines(self.path, f)
 
     def close(self) -> None:
         if self._file is not None:

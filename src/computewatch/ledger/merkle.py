@@ -22,6 +22,7 @@ from computewatch.ledger.chain import LedgerError
 __all__ = [
     "EMPTY_ROOT",
     "CompactRange",
+    "aligned_subtrees",
     "consistency_proof",
     "inclusion_proof",
     "leaf_hash",
@@ -73,6 +74,29 @@ class CompactRange:
     def append(self, data: bytes) -> None:
         self.append_hash(leaf_hash(data))
 
+    def extend(self, leaves: bytes) -> None:
+        """Append the leaf hashes packed in ``leaves`` (32 bytes each, in order)."""
+        stack, sha = self.stack, hashlib.sha256
+        for at in range(0, len(leaves), 32):
+            level, h = 0, leaves[at : at + 32]
+            while stack and stack[-1][0] == level:
+                h = sha(b"\x01" + stack.pop()[1] + h).digest()
+                level += 1
+            stack.append((level, h))
+        self.size += len(leaves) // 32
+
+    def append_subtree(self, level: int, h: bytes) -> None:
+        """Append the complete subtree of ``2**level`` leaves whose hash is ``h`` (where the
+        tree's size is a multiple of ``2**level``, as :func:`aligned_subtrees` gives them)."""
+        if self.size & ((1 << level) - 1):
+            raise LedgerError(f"a subtree of {1 << level} leaves does not start at {self.size}")
+        self.size += 1 << level
+        stack = self.stack
+        while stack and stack[-1][0] == level:
+            h = node_hash(stack.pop()[1], h)
+            level += 1
+        stack.append((level, h))
+
     def root(self) -> bytes:
         if not self.stack:
             return EMPTY_ROOT
@@ -80,6 +104,27 @@ class CompactRange:
         for _, left in reversed(self.stack[:-1]):
             h = node_hash(left, h)
         return h
+
+
+def aligned_subtrees(start: int, leaves: bytes) -> list[tuple[int, bytes]]:
+    """``(level, hash)`` of the complete aligned subtrees that cover the leaves from index
+    ``start`` whose hashes are packed in ``leaves`` (32 bytes each), left to right: appended in
+    order (:meth:`CompactRange.append_subtree`) to the compact range of the first ``start``
+    leaves, they make that of all of them. Work a verifier's workers do for it."""
+    out: list[tuple[int, bytes]] = []
+    n, i, sha = len(leaves) // 32, 0, hashlib.sha256
+    while i < n:
+        at = start + i
+        level = (at & -at).bit_length() - 1 if at else (n - i).bit_length() - 1
+        while 1 << level > n - i:
+            level -= 1
+        layer = [leaves[k : k + 32] for k in range(32 * i, 32 * (i + (1 << level)), 32)]
+        while len(layer) > 1:
+            pairs = zip(layer[::2], layer[1::2], strict=True)  # a power of two: even
+            layer = [sha(b"\x01" + a + b).digest() for a, b in pairs]
+        out.append((level, layer[0]))
+        i += 1 << level
+    return out
 
 
 def root_of(leaves: Iterable[bytes]) -> bytes:
