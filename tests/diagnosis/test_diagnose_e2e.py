@@ -72,7 +72,9 @@ def test_slowdown_halfway_is_found_and_stored(cw, make_script, tmp_path):
     }  # fmt: skip
     s = f["saving"]
     assert 0 <= s["low_seconds"] <= s["seconds"] <= s["high_seconds"]
-    assert s["high_seconds"] <= f["at_stake"]["seconds"] + 0.01  # both rounded to 1 ms
+    # The estimate never exceeds the symptom's time; its range may, by the run's variation.
+    assert s["seconds"] <= f["at_stake"]["seconds"] + 0.01  # both rounded to 1 ms
+    assert s["high_seconds"] <= result["run"]["duration_seconds"]
     assert s["fraction"] == pytest.approx(s["seconds"] / result["run"]["duration_seconds"], 1e-2)
     assert set(result["saving"]) == {
         "seconds", "fraction", "low_seconds", "high_seconds", "usd", "kwh", "findings",

@@ -1,8 +1,9 @@
 """Small versions of the scenario jobs of benchmarks/bench_diagnosis.py (one cause injected
 into a real PyTorch job on CPU, under the real CLI): the top finding is the injected cause,
 its saving lies inside its own range and within the run, and the healthy job has no finding
-with a saving above 5% of it. Nothing is timed against a target here (the benchmark measures
-the fixed variants)."""
+with a saving above 5% of it. The causes that live on a GPU (a synchronisation every step, an
+idle allocation, a throttled device) run on a fake GPU that follows the job's simulated device.
+Nothing is timed against a target here (the benchmark measures the fixed variants)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,11 @@ def _check(doc: dict[str, Any]) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["serial_loader", "io_waits", "blocking_checkpoint", "tiny_batch"])
+@pytest.mark.parametrize(
+    "name",
+    ["serial_loader", "io_waits", "blocking_checkpoint", "tiny_batch", "device_sync",
+     "idle_allocation", "throttled_gpu"],
+)  # fmt: skip
 def test_the_top_finding_is_the_injected_cause(name: str, tmp_path: Path) -> None:
     doc = bench_diagnosis.diagnose_slow(name, SCALE, tmp_path)
     _check(doc)
@@ -41,7 +46,9 @@ def test_the_top_finding_is_the_injected_cause(name: str, tmp_path: Path) -> Non
     assert found, doc
     top = found[0]
     assert top["id"] == bench_diagnosis.EXPECTED[name], [f["id"] for f in doc["findings"]]
-    assert top["saving"]["seconds"] > 0 and top["saving"]["fix"]
+    # On a machine whose other processes take the free core, a loader worker wins nothing
+    # (the estimate is 0 then): the range still says what a free core would give.
+    assert top["saving"]["high_seconds"] > 0 and top["saving"]["fix"]
 
 
 @pytest.mark.slow

@@ -41,21 +41,24 @@ def build(
     """One finding as a list (empty when its symptom took less than ``min_seconds_at_stake``,
     unless ``keep_small``: a finding whose worth is not time, such as memory headroom).
     ``seconds`` is the symptom's time (``at_stake``); ``saving`` what the fix would win,
-    clipped to the run and priced here. The severity follows the saving's share of the run:
+    clipped to the run and priced here, its range then widened by the run's own variation
+    (:meth:`RunData.step_noise`). The severity follows the saving's share of the run:
     a symptom with nothing to win is ``low``."""
     if not keep_small and (seconds is None or seconds < th.min_seconds_at_stake):
         return []
     if seconds is not None and seconds >= 0:  # never more than the symptom's own time
         part = saving.part_seconds
         saving = replace(saving, part_seconds=seconds if part is None else min(part, seconds))
-    noise = data.step_noise()
-    if noise > 0 and saving.seconds > 0:  # the run's own variation: a rerun differs by as much
-        saving = replace(
-            saving,
-            low_seconds=max(saving.low_seconds - noise, 0.0),
-            high_seconds=saving.high_seconds + noise,
-        )
     won = saving.bounded(data.duration).priced(data.usd_per_second, data.kwh_per_second)
+    noise = data.step_noise()
+    if noise > 0 and won.seconds > 0:
+        # The run's own variation: a rerun of the fixed job differs by as much, so a measured
+        # saving may fall that far outside the model's range (even above the part it shortens).
+        won = replace(
+            won,
+            low_seconds=max(won.low_seconds - noise, 0.0),
+            high_seconds=min(won.high_seconds + noise, max(data.duration, won.high_seconds)),
+        )
     sev = severity or severity_for(
         won.seconds, data.duration, high=th.severity_high, medium=th.severity_medium
     )

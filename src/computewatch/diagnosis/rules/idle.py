@@ -35,6 +35,7 @@ def idle_allocation(data: RunData, th: Thresholds) -> list[Finding]:
     ranges: list[TimeRange] = []
     numbers: dict[str, float | int | str | None] = {}
     gpu_seconds = 0.0
+    edges = 0.0  # GPU-seconds: a tick interval per idle stretch
     read_any = False
     for g in gpus:
         held, whose = _held(data, g)
@@ -52,6 +53,10 @@ def idle_allocation(data: RunData, th: Thresholds) -> list[Finding]:
             continue
         idle = sum(b - a for a, b in spans)
         gpu_seconds += idle
+        # Each stretch's ends lie inside the tick intervals around it (partly busy, so not
+        # counted): on average half an interval at each end, at most a whole one.
+        tick = sorted(b - a for a, b in itertools.pairwise(times))[(len(times) - 1) // 2]
+        edges += len(spans) * tick
         mem = max(held.get(t, 0.0) for t in times if any(a <= t <= b for a, b in spans))
         lines.append(
             f"{gpu_label(g)}: idle for {format_seconds(idle)} in {len(spans)} stretch(es) of "
@@ -68,7 +73,7 @@ def idle_allocation(data: RunData, th: Thresholds) -> list[Finding]:
         return []
     numbers["gpu_hours_idle"] = gpu_seconds / 3600
     rate = _usd_per_gpu_second(data, len(gpus))
-    usd = gpu_seconds * rate if rate is not None else None
+    usd = (gpu_seconds + edges) * rate if rate is not None else None
     lines.insert(
         0,
         f"{gpu_seconds / 3600:.3f} GPU-hours held without work"
@@ -79,18 +84,20 @@ def idle_allocation(data: RunData, th: Thresholds) -> list[Finding]:
         th,
         id="idle_allocation",
         title="Idle allocation: GPUs held with no work",
-        seconds=gpu_seconds / len(gpus),  # wall time of the whole allocation
+        seconds=(gpu_seconds + edges) / len(gpus),  # wall time of the whole allocation
         usd=usd,
         saving=Saving(
-            gpu_seconds / len(gpus),
+            (gpu_seconds + edges / 2) / len(gpus),
             0.9 * gpu_seconds / len(gpus),
-            gpu_seconds / len(gpus),
+            (gpu_seconds + edges) / len(gpus),
             "the GPUs released while idle (the job ended or the idle stage run outside the "
             "allocation)",
-            "the idle stretches go away and the rest of the run is unchanged; low: a tenth "
-            "kept (the allocation's start and end)",
+            "the idle stretches go away and the rest of the run is unchanged; each stretch's "
+            "ends lie inside the partly busy tick intervals around it: half an interval at "
+            "each end counted, range none to a whole one; low: a tenth kept (the "
+            "allocation's start and end)",
             "idle",
-            gpu_seconds / len(gpus),
+            (gpu_seconds + edges) / len(gpus),
         ),
         evidence=Evidence(tuple(lines), numbers, tuple(ranges)),
         suggestion=(
