@@ -55,6 +55,8 @@ NOT_FOR_A_QUIET_RUN = {
     "computewatch.governance",
     "difflib",  # a region's suggestions, on a typo only
     "tomllib",  # a configuration file (there is none here)
+    "importlib.resources",  # the package's data files are read as files
+    "zipfile",
     # optional extras and heavy libraries, installed or not
     "numpy",
     "pydantic",

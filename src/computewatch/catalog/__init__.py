@@ -11,7 +11,7 @@ import csv
 import dataclasses
 import functools
 import io
-from importlib import resources
+import os
 
 __all__ = [
     "CATALOG_FILE",
@@ -20,6 +20,7 @@ __all__ = [
     "find_by_nvml_name",
     "load_accelerators",
     "parse_accelerators",
+    "read_data",
 ]
 
 CATALOG_FILE = "data/accelerators.csv"
@@ -150,14 +151,29 @@ def parse_accelerators(text: str, filename: str = CATALOG_FILE) -> dict[str, Acc
     return out
 
 
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def read_data(filename: str) -> str:
+    """A data file of the package (``data/...``), read where an install puts it, beside the
+    modules; through importlib.resources where the package is not a directory (a zip). Not
+    importlib.resources first: its readers load zipfile and more on every run's start."""
+    try:
+        with open(os.path.join(_PACKAGE_DIR, filename), encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        from importlib import resources  # a package that is not a directory (zipimport)
+
+        return resources.files("computewatch").joinpath(filename).read_text(encoding="utf-8")
+
+
 @functools.cache
 def load_accelerators() -> dict[str, Accelerator]:
     """Every accelerator of the packaged catalog, by model key (read once, then cached).
 
     The dict is shared between callers: treat it as read-only.
     """
-    text = resources.files("computewatch").joinpath(CATALOG_FILE).read_text(encoding="utf-8")
-    return parse_accelerators(text)
+    return parse_accelerators(read_data(CATALOG_FILE))
 
 
 @functools.cache

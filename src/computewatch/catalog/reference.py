@@ -15,9 +15,8 @@ import functools
 import math
 import re
 from collections.abc import Iterator, Mapping
-from importlib import resources
 
-from computewatch.catalog import load_accelerators
+from computewatch.catalog import load_accelerators, read_data
 from computewatch.errors import ComputewatchError
 
 __all__ = [
@@ -275,7 +274,7 @@ def _rows(text: str, filename: str, columns: tuple[str, ...]) -> Iterator[_Row]:
 
 
 def _read(filename: str) -> str:
-    return resources.files("computewatch").joinpath(filename).read_text(encoding="utf-8")
+    return read_data(filename)
 
 
 def normalize_code(code: str) -> str:
