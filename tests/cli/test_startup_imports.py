@@ -46,7 +46,7 @@ NOT_FOR_A_QUIET_RUN = {
     "computewatch.carbon.timed",
     "computewatch.profiling.wrap",  # --cprofile, --nsys
     "computewatch.metrics",  # --prometheus, alerts
-    "computewatch.exporters",  # --otlp, --statsd ...
+    "computewatch.exporters",  # --otlp, --emf
     "computewatch.upload",  # a server configured
     "computewatch.fleet",
     "computewatch.server",
