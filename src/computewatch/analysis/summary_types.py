@@ -5,9 +5,11 @@ these types let mypy check every reader against what ``build_summary``, the acco
 diagnosis write. The fields are documented in docs/summary.md. Keys marked ``NotRequired`` are
 absent in some summaries (a section computed only when its inputs exist, or added at the end of
 a run); ``X | None`` keys are always there and null when unknown.
-"""
 
-from __future__ import annotations
+Without ``from __future__ import annotations``: every run loads this module, and a TypedDict
+compiles each string annotation into a ForwardRef (330 fields, half the module's import time);
+the few names defined later or imported for type checking only are quoted.
+"""
 
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict, cast, final
@@ -419,7 +421,7 @@ class FlopsSection(Figure):
     precision: NotRequired[str | None]
     mfu: NotRequired[Figure]
     hfu: NotRequired[Figure]
-    hardware_estimate: NotRequired[FlopsSection]
+    hardware_estimate: "NotRequired[FlopsSection]"
 
 
 class Forecast(TypedDict):
@@ -627,7 +629,7 @@ class RunSummary(TypedDict):
     forecast: NotRequired[Forecast]
     diagnosis: NotRequired[DiagnosisSection]  # diagnosis/engine.py ``Diagnosis.as_dict``
     # the reproducibility record (analysis/repro.py adds them when reading a stored run)
-    environment: NotRequired[Environment]
+    environment: "NotRequired[Environment]"
     config: NotRequired[Hyperparameters]
 
 
