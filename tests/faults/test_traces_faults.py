@@ -86,6 +86,25 @@ CASES: dict[str, tuple[bytes, str]] = {
         b"#Date Time gpu pid type sm command\n20240131 25:00:00 0 1 C 5 python\n",
         r"bad\.csv:2: date and time '20240131' '25:00:00'",
     ),
+    "missing_device_without_index": (
+        (
+            "timestamp, utilization.gpu [%]\n"
+            + "".join(
+                f"2024/01/31 12:00:0{s}.00{g}, 5 %\n"
+                for s in range(10)
+                for g in range(2)
+                if (s, g) != (5, 1)
+            )
+        ).encode(),
+        r"bad\.csv:12: no device column \(index, uuid, pci\.bus_id\) and a poll of 1 rows where "
+        r"the others have 2.*--query-gpu=timestamp,index",
+    ),
+    "malformed_line_before_a_cut_one": (
+        (HEAD + OK.format(s=0) + "2024/01/31 12:00:01.000, 0\n" + OK.format(s=2))
+        .encode()
+        .rstrip(b"\n")[:-4],
+        r"bad\.csv:3: 2 fields where the header has 5",
+    ),
     "utf16_with_nul": (
         "timestamp, index, power.draw [W]\n\x002024/01/31 12:00:00, 0, 5 W\n".encode("utf-16"),
         r"bad\.csv:2: binary data",
@@ -113,7 +132,15 @@ def test_import_names_file_and_line(cw: Any, tmp_path: Path, case: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "case", ["gap", "time_backwards", "not_utf8", "binary", "missing_timestamp"]
+    "case",
+    [
+        "gap",
+        "time_backwards",
+        "not_utf8",
+        "binary",
+        "missing_timestamp",
+        "missing_device_without_index",
+    ],
 )
 def test_detect_names_file_and_line(cw: Any, tmp_path: Path, case: str) -> None:
     data, pattern = CASES[case]

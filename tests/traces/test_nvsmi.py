@@ -144,10 +144,10 @@ def test_local_time_by_default(tmp_path: Path) -> None:
 
 
 def test_repeated_timestamps_are_dropped_and_said(tmp_path: Path) -> None:
-    p = tmp_path / "t.csv"
+    p = tmp_path / "t.csv"  # the same GPU twice at one time (without an index: two GPUs)
     p.write_text(
-        "timestamp, utilization.gpu [%]\n2024/01/31 12:00:00, 1 %\n2024/01/31 12:00:00, 2 %\n"
-        "2024/01/31 12:00:01, 3 %\n"
+        "timestamp, index, utilization.gpu [%]\n2024/01/31 12:00:00, 0, 1 %\n"
+        "2024/01/31 12:00:00, 0, 2 %\n2024/01/31 12:00:01, 0, 3 %\n"
     )
     t = read_nvidia_smi(p)
     assert v(t.jobs[0].gpus[0].metrics["gpu_utilization_ratio"]) == pytest.approx([0.01, 0.03])

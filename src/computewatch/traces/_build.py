@@ -22,53 +22,113 @@ _NVSMI_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """The file's lines (numbered from 1, without their end of line), decoded one at a time, so
-    that a long log is never held whole: UTF-8 (a byte-order mark is dropped), or UTF-16 when
-    the file starts with its byte-order mark (Windows PowerShell's ``>`` writes it); binary or
-    undecodable content is an error naming the file and the line."""
-    try:
-        fh = path.open("rb")
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
-    with fh:
+class Lines(Iterator[tuple[int, str]]):
+    """The lines of a text file (numbered from 1, without their end of line), decoded one at
+    a time, so that a long log is never held whole: UTF-8 (a byte-order mark is dropped), or
+    UTF-16 when the file starts with its byte-order mark (Windows PowerShell's ``>`` writes
+    it); binary or undecodable content is an error naming the file and the line.
+
+    Two ways a log is cut are told apart from binary data: NUL bytes that end the file (a
+    filesystem that had allocated the log's last block when the machine stopped, a killed
+    copy) are not read, and counted in :attr:`nul_tail`; a last line without its end of line
+    (a log cut while written: a redirected log is written in blocks) is numbered in
+    :attr:`cut` by the time it is yielded, so that a reader can drop it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.cut = 0  # the number of the last line when it has no end of line
+        self.nul_tail = 0  # NUL bytes that end the file, not read
+        self._it = self._lines()
+
+    def __next__(self) -> tuple[int, str]:
+        return next(self._it)
+
+    def _lines(self) -> Iterator[tuple[int, str]]:
+        path = self.path
         try:
-            head = fh.read(8192)  # a binary file is said to be one, not "not UTF-8 on line 1"
-            fh.seek(0)
+            fh = path.open("rb")
         except OSError as e:
-            raise TraceError(f"{path}: cannot read: {e.strerror or 'not a regular file'}") from None
-        if head.startswith(_UTF16_BOMS):
-            yield from _utf16_lines(path, fh)
-            return
-        nul = head.find(b"\x00")
-        if nul >= 0:
-            line = head.count(b"\n", 0, nul) + 1
-            raise TraceError(f"{path}:{line}: binary data (a NUL byte), not a CSV text file")
-        n = 0
-        while True:
+            raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
+        with fh:
             try:
-                raw = fh.readline()
+                head = fh.read(8192)  # a binary file is said to be one, not "not UTF-8 on line 1"
+                if head.startswith(_UTF16_BOMS):
+                    fh.seek(0)
+                    yield from _utf16_lines(path, fh, self)
+                    return
+                end, size = _content_end(fh)
+                fh.seek(0)
             except OSError as e:
-                raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
-            if not raw:
-                return
-            n += 1
-            if b"\x00" in raw:
-                raise TraceError(f"{path}:{n}: binary data (a NUL byte), not a CSV text file")
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
                 raise TraceError(
-                    f"{path}:{n}: not UTF-8 text (byte 0x{raw[e.start]:02x}); "
-                    "re-encode the file as UTF-8"
+                    f"{path}: cannot read: {e.strerror or 'not a regular file'}"
                 ) from None
-            if n == 1 and text.startswith("\ufeff"):
-                text = text[1:]
-            yield n, text.rstrip("\r\n")
+            self.nul_tail = size - end
+            nul = head.find(b"\x00", 0, end)
+            if nul >= 0:
+                line = head.count(b"\n", 0, nul) + 1
+                raise TraceError(f"{path}:{line}: binary data (a NUL byte), not a CSV text file")
+            n = 0
+            pos = 0
+            while pos < end:
+                try:
+                    raw = fh.readline(end - pos)
+                except OSError as e:
+                    raise TraceError(f"{path}: cannot read: {e.strerror or e}") from None
+                if not raw:
+                    return
+                pos += len(raw)
+                n += 1
+                if b"\x00" in raw:
+                    raise TraceError(f"{path}:{n}: binary data (a NUL byte), not a CSV text file")
+                try:
+                    text = raw.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    if not raw.endswith(b"\n") and e.reason == "unexpected end of data":
+                        text = raw[: e.start].decode("utf-8")  # a character cut with its line
+                    else:
+                        raise TraceError(
+                            f"{path}:{n}: not UTF-8 text (byte 0x{raw[e.start]:02x}); "
+                            "re-encode the file as UTF-8"
+                        ) from None
+                if n == 1 and text.startswith("\ufeff"):
+                    text = text[1:]
+                if not raw.endswith(b"\n"):
+                    self.cut = n
+                yield n, text.rstrip("\r\n")
 
 
-def _utf16_lines(path: Path, fh: IO[bytes]) -> Iterator[tuple[int, str]]:
-    """The lines of a UTF-16 file that starts with its byte-order mark (the codec reads it)."""
+def iter_lines(path: Path) -> Lines:
+    """The lines of ``path``: :class:`Lines`."""
+    return Lines(path)
+
+
+def cut_notes(lines: Lines, cut: int) -> list[str]:
+    """The notes for a log cut while written: its last line ``cut`` dropped (0: none), the NUL
+    bytes that ended it."""
+    out: list[str] = []
+    if cut:
+        out.append(f"the last line was cut (line {cut}, no end of line): dropped")
+    if lines.nul_tail:
+        out.append(f"the file ends in {lines.nul_tail} NUL bytes (a log cut by a crash): ignored")
+    return out
+
+
+def _content_end(fh: IO[bytes]) -> tuple[int, int]:
+    """Where the file's content ends (its size less the NUL bytes that end it), and its size."""
+    end = size = fh.seek(0, 2)
+    while end > 0:
+        step = min(end, 1 << 16)
+        fh.seek(end - step)
+        block = fh.read(step).rstrip(b"\x00")
+        end -= step - len(block)
+        if block:
+            break
+    return end, size
+
+
+def _utf16_lines(path: Path, fh: IO[bytes], lines: Lines) -> Iterator[tuple[int, str]]:
+    """The lines of a UTF-16 file that starts with its byte-order mark (the codec reads it);
+    a last line without its end of line is numbered in ``lines.cut``."""
     text = io.TextIOWrapper(fh, encoding="utf-16", newline=None)
     n = 0
     try:
@@ -87,6 +147,8 @@ def _utf16_lines(path: Path, fh: IO[bytes]) -> Iterator[tuple[int, str]]:
             n += 1
             if "\x00" in line:
                 raise TraceError(f"{path}:{n}: binary data (a NUL character), not a text file")
+            if not line.endswith("\n"):
+                lines.cut = n
             yield n, line.rstrip("\r\n")
     finally:
         text.detach()

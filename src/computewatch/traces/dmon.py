@@ -22,7 +22,7 @@ import math
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
-from computewatch.traces._build import Builder, bounds, implausible
+from computewatch.traces._build import Builder, Lines, bounds, cut_notes, implausible
 from computewatch.traces.records import Trace, TraceError
 
 __all__ = ["DMON_FIELDS", "PMON_FIELDS", "read_monitor_log"]
@@ -180,11 +180,24 @@ def read_monitor_log(
     job: str | None = None,
     utc: bool = False,
     allow_gaps: bool = False,
+    source: Lines | None = None,
 ) -> Trace:
     """Read the ``lines`` of an ``nvidia-smi dmon`` or ``pmon`` log (:func:`iter_lines` of
     ``path``; its first line is the header). Times are local, as nvidia-smi writes them,
-    unless ``utc``."""
-    log, rows = _rows(path, lines)
+    unless ``utc``. ``source``: the file's :class:`Lines`, whose last line, when it was cut
+    (no end of line), is dropped and noted."""
+    cut: list[int] = []
+
+    def upto_cut(it: Iterable[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+        header = True
+        for n, text in it:
+            if source is not None and n == source.cut and text.strip() and not header:
+                cut.append(n)
+                return
+            header = header and not text.strip()
+            yield n, text
+
+    log, rows = _rows(path, upto_cut(lines))
     metrics = sorted({m for _, _, m, _ in log.cols})
     b = Builder(path, f"nvidia-smi {log.kind}", metrics)
     if log.kind == "dmon":
@@ -200,6 +213,8 @@ def read_monitor_log(
     if log.ignored:
         trace.notes.insert(0, f"columns not read: {', '.join(log.ignored)}")
     trace.notes.extend(notes)
+    if source is not None:
+        trace.notes.extend(cut_notes(source, cut[0] if cut else 0))
     return trace
 
 

@@ -17,7 +17,15 @@ from array import array
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from computewatch.traces._build import Builder, bounds, implausible, iter_lines, parse_time
+from computewatch.traces._build import (
+    Builder,
+    bounds,
+    cut_notes,
+    implausible,
+    iter_lines,
+    parse_time,
+)
+from computewatch.traces.polls import PollError, number_by_poll
 from computewatch.traces.records import Trace, TraceError
 
 __all__ = ["FIELDS", "read_nvidia_smi"]
@@ -178,17 +186,30 @@ def read_nvidia_smi(
     """Read an nvidia-smi CSV log. ``columns``: the ``--query-gpu`` fields, for a file written
     with ``noheader`` (ignored when the file has a header). ``job``: the job's name when the
     file has no ``job`` column (default: the file's stem). Timestamps are local time, as
-    nvidia-smi writes them, unless ``utc``."""
+    nvidia-smi writes them, unless ``utc``. Without a device column (``index``, ``uuid``,
+    ``pci.bus_id``) the devices are numbered by their order in each poll
+    (:mod:`computewatch.traces.polls`). A last line without its end of line was cut while the
+    log was written: it is dropped, as are NUL bytes that end the file; both are noted."""
     p = Path(path)
     lines = iter_lines(p)
     first, head = next(((n, ln) for n, ln in lines if ln.strip()), (0, ""))
     if not first:
+        if lines.nul_tail:
+            raise TraceError(
+                f"{p}: no text, only {lines.nul_tail} NUL bytes (a log whose blocks were "
+                "allocated but never written: a crash)"
+            )
         raise TraceError(f"{p}: empty file")
     if head.lstrip().startswith("#"):  # nvidia-smi dmon or pmon: '# gpu pwr ...'
-        from computewatch.traces.dmon import read_monitor_log
+        from computewatch.traces.dmon import read_monitor_log  # the monitor logs: only for them
 
         return read_monitor_log(
-            p, itertools.chain([(first, head)], lines), job=job, utc=utc, allow_gaps=allow_gaps
+            p,
+            itertools.chain([(first, head)], lines),
+            job=job,
+            utc=utc,
+            allow_gaps=allow_gaps,
+            source=lines,
         )
     tokens = head.split(",")
     if _looks_like_header(tokens):
@@ -217,9 +238,15 @@ def read_nvidia_smi(
     i_idx, i_name, i_uuid, i_bus, i_job = (
         ids.get(k) for k in ("index", "name", "uuid", "bus", "job")
     )
+    by_poll = i_idx is None and i_uuid is None and i_bus is None
+    pending: dict[str, _Pending] = {}
+    cut = 0
     for n, text in rows:
         if not text.strip():
             continue
+        if n == lines.cut:  # nvidia-smi ends every row it writes: this one was cut
+            cut = n
+            break
         where = f"{p}:{n}"
         f = text.split(",")
         if len(f) > i_t and f[i_t].strip() == "timestamp":  # a header repeated (logs appended)
@@ -239,12 +266,6 @@ def read_nvidia_smi(
                 raise TraceError(
                     f"{where}: index {f[i_idx].strip()[:20]!r} is not a number"
                 ) from None
-        if i_uuid is not None and f[i_uuid].strip():
-            gpu = f[i_uuid].strip()
-        elif i_bus is not None and f[i_bus].strip():
-            gpu = f[i_bus].strip()
-        else:
-            gpu = f"index:{index if index is not None else 0}"
         values: dict[str, float | None] = {}
         for c in cols:
             v = _value(c, f[c.index], where)
@@ -252,12 +273,94 @@ def read_nvidia_smi(
                 values[c.metric] = v
         name = f[i_name].strip() if i_name is not None else None
         jb = f[i_job].strip() if i_job is not None else ""
+        if by_poll:
+            got = pending.get(jb)
+            if got is None:
+                got = pending[jb] = _Pending(metrics)
+            got.add(t, n, values, name)
+            continue
+        if i_uuid is not None and f[i_uuid].strip():
+            gpu = f[i_uuid].strip()
+        elif i_bus is not None and f[i_bus].strip():
+            gpu = f[i_bus].strip()
+        else:
+            gpu = f"index:{index if index is not None else 0}"
         b.add(jb, gpu, index, name, t, values, n, where)
+    notes = [] if not pending else _number_by_poll(p, pending, b)
+    if cut and not b.rows:
+        raise TraceError(f"{p}: no data rows (the only one, line {cut}, was cut: no end of line)")
     trace = b.trace(job or p.stem, allow_gaps=allow_gaps)
     _derive_total(trace)
-    if ignored:
-        trace.notes.insert(0, f"columns not read: {', '.join(ignored)}")
+    trace.notes[:0] = [f"columns not read: {', '.join(ignored)}"] if ignored else []
+    trace.notes.extend(notes)
+    trace.notes.extend(cut_notes(lines, cut))
     return trace
+
+
+class _Pending:
+    """The rows of one job of a log without a device column, kept (in arrays) until its polls
+    are known: times, lines, values (NaN: not given), the index of each row's name."""
+
+    __slots__ = ("lines", "name_of", "names", "times", "values")
+
+    def __init__(self, metrics: Sequence[str]) -> None:
+        self.times = array("d")
+        self.lines = array("q")
+        self.values = {m: array("d") for m in metrics}
+        self.names: dict[str | None, int] = {None: 0}
+        self.name_of = array("i")
+
+    def add(self, t: float, line: int, values: dict[str, float | None], name: str | None) -> None:
+        self.times.append(t)
+        self.lines.append(line)
+        for m, arr in self.values.items():
+            v = values.get(m)
+            arr.append(math.nan if v is None else v)
+        self.name_of.append(self.names.setdefault(name or None, len(self.names)))
+
+
+def _number_by_poll(p: Path, pending: dict[str, _Pending], b: Builder) -> list[str]:
+    """File the rows of each job under the device their position in its poll gives; the
+    notes that say so. A log whose polls are ambiguous is an error naming the fix."""
+    notes: list[str] = []
+    for jb, rows in pending.items():
+        try:
+            polls = number_by_poll(rows.times)
+        except PollError as e:
+            at = "" if e.row is None else f":{rows.lines[e.row]}"
+            raise TraceError(
+                f"{p}{at}: no device column (index, uuid, pci.bus_id) and {e.why}; "
+                "log with --query-gpu=timestamp,index,... (a noheader log that has an index: "
+                "name it in --columns)"
+            ) from None
+        names = {i: s for s, i in rows.names.items()}
+        metrics = list(rows.values.items())
+        for r, (t, line) in enumerate(zip(rows.times, rows.lines, strict=True)):
+            d = polls.positions[r]
+            values: dict[str, float | None] = {}
+            for m, arr in metrics:
+                v = arr[r]
+                values[m] = None if math.isnan(v) else v
+            b.add(jb, f"index:{d}", d, names[rows.name_of[r]], t, values, line, f"{p}:{line}")
+        if polls.devices == 1:
+            continue
+        of = f" of job {jb}" if jb else ""
+        every = "" if math.isnan(polls.interval) else f", every {polls.interval:.3g} s"
+        notes.append(
+            f"no device column{of}: devices numbered by their order in each poll "
+            f"({polls.devices} rows a poll{every})"
+        )
+        if polls.stretched:
+            notes.append(
+                f"{polls.stretched} of {polls.polls} polls{of} spread over more than half the "
+                "poll interval (nvidia-smi slow on a device): their rows kept together"
+            )
+        if polls.cut:
+            notes.append(
+                f"{polls.cut} poll{'s' if polls.cut > 1 else ''}{of} cut short (the log stopped "
+                "mid-poll, then paused or ended): their rows are the first devices"
+            )
+    return notes
 
 
 def _derive_total(trace: Trace) -> None:
