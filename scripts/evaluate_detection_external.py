@@ -18,46 +18,34 @@ from an index built from a known repository's layout:
   ``git archive``). Every CSV under ``h100-traces/`` and ``titanx-traces/`` whose header is
   nvidia-smi's (the ``aggregated_*`` and ``*_processed`` files are power sums, not logs) is a
   GPT training run: setup ``H100x8`` or ``TitanXx2`` (``TitanXx2+burn`` for the runs with a
-  power-smoothing load during checkpoints).
+  power-smoothing load during checkpoints), on 8 or 2 GPUs.
 - ``--energy-inference DIR``: a copy of https://github.com/grantwilkins/energy-inference. Every
   non-empty ``nvidia-smi.csv`` is an LLM inference run; its setup is the ``system_name`` of the
   ``job_info.yaml`` beside it.
 
 Files with the same content are evaluated once (the duplicates are listed).
 
-Two things these logs need before the reader takes them, both done on a copy in a temporary
-directory and both counted in the output:
-
-- **No GPU index column.** nvidia-smi writes, at each poll, one row per GPU in index order, each
-  with its own timestamp a few milliseconds apart. The GPU count of a file is the most common
-  number of rows between two gaps of at least half the poll interval (the 97th percentile of
-  the intervals between rows); a row's index is its position modulo that count. A poll whose
-  rows spread over more than half the poll interval (nvidia-smi stalled mid-poll) is counted as
-  ``stretched``; rows past the last complete poll are dropped. Without an index, the shipped
-  reader files every row under one GPU (``computewatch detect`` then says ``1 GPU(s)``).
-- **A truncated last line** (a log cut while it was written, or NUL bytes where the file was
-  cut): dropped. The shipped reader refuses the file ("1 fields where the header has 4",
-  "binary data (a NUL byte)").
+The logs are read by the shipped reader as they are: most have no GPU index column (the
+reader numbers the devices by their order in each poll, and its notes count the polls that
+were stretched or cut short), several end in a line cut while written or in NUL bytes (the
+reader drops them, and says so). The reader's notes go in the table's last column. A job's
+``GPUS`` (``--job``), when given, is checked against the GPUs the reader found.
 
     python scripts/evaluate_detection_external.py --training-profile /tmp/training_profile \
         --energy-inference /tmp/energy-inference [--every 1] [--json]
 
-No file is written except temporary copies in the system's temporary directory, removed at
-the end.
+No file is written.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime as dt
 import hashlib
-import itertools
 import json
 import math
 import statistics
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -77,11 +65,10 @@ from computewatch.traces import TraceError, read_trace
 
 __all__ = [
     "JobSpec",
-    "Prepared",
     "Result",
     "energy_inference_index",
+    "evaluate",
     "main",
-    "prepare_log",
     "subsample",
     "summarise",
     "training_profile_index",
@@ -89,10 +76,6 @@ __all__ = [
 
 TRAINING = "training"
 LABELS = ("training", "inference", "other")
-_TIME_FORMATS = ("%Y/%m/%d %H:%M:%S.%f", "%Y/%m/%d %H:%M:%S")
-POLL_QUANTILE = 0.97
-"""The poll interval is read as this quantile of the intervals between rows: with N GPUs one
-interval in N is a poll interval, the others are the milliseconds between a poll's rows."""
 
 
 class EvaluationError(Exception):
@@ -102,7 +85,7 @@ class EvaluationError(Exception):
 @dataclasses.dataclass(frozen=True, slots=True)
 class JobSpec:
     """One labelled log: where it comes from, the hardware, its label, its file and, when
-    known, its GPU count (else derived from the timestamps)."""
+    known, its GPU count (checked against the GPUs the reader finds)."""
 
     source: str
     setup: str
@@ -112,121 +95,16 @@ class JobSpec:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class Prepared:
-    """A log made readable by the shipped reader: its text (an ``index`` column added when the
-    file had none), the GPU count, and what was done to it."""
-
-    text: str
-    gpus: int
-    rows: int
-    index_derived: bool
-    dropped_tail: int  # rows dropped: a truncated last line, an incomplete last poll
-    stretched_polls: int  # polls whose rows spread over more than half the poll interval
-    polls: int
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
 class Result:
-    """The detector's verdict on one labelled job, with how its log was read."""
+    """The detector's verdict on one labelled job, with the GPUs the reader found and its
+    notes (how the log was read)."""
 
     spec: JobSpec
     verdict: Verdict | None
     error: str | None
-    prepared: Prepared | None
+    gpus: int | None
+    notes: tuple[str, ...]
     interval_seconds: float
-
-
-def _time(text: str) -> float | None:
-    s = text.strip()
-    for fmt in _TIME_FORMATS:
-        try:
-            return dt.datetime.strptime(s, fmt).timestamp()
-        except ValueError:
-            continue
-    return None
-
-
-def _quantile(values: Sequence[float], q: float) -> float:
-    s = sorted(values)
-    return s[min(len(s) - 1, max(0, math.ceil(q * len(s)) - 1))]
-
-
-def gpu_count(times: Sequence[float]) -> int:
-    """The number of rows nvidia-smi writes per poll: the most common run of rows between
-    intervals of at least half the poll interval (:data:`POLL_QUANTILE`)."""
-    if len(times) < 3:
-        return 1
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    poll = _quantile(gaps, POLL_QUANTILE)
-    if poll <= 0:
-        return 1
-    runs: list[int] = []
-    n = 1
-    for d in gaps:
-        if d >= poll / 2:
-            runs.append(n)
-            n = 1
-        else:
-            n += 1
-    runs.append(n)
-    return Counter(runs).most_common(1)[0][0]
-
-
-def prepare_log(text: str, *, gpus: int | None = None) -> Prepared:
-    """Make an nvidia-smi ``--query-gpu`` CSV log readable by the shipped reader: drop a
-    truncated last line; when there is no ``index`` column, add one from the rows' order (the
-    GPU count from :func:`gpu_count` unless given) and drop the rows after the last complete
-    poll. Raises :class:`EvaluationError` for a file that is not such a log."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    if not lines:
-        raise EvaluationError("empty file")
-    header = [c.strip() for c in lines[0].split(",")]
-    names = [c.split("[", 1)[0].strip() for c in header]
-    if "timestamp" not in names or not any(n.startswith("utilization.") for n in names):
-        raise EvaluationError(
-            f"not an nvidia-smi --query-gpu log with a header (first line {lines[0][:60]!r})"
-        )
-    fields = len(header)
-    i_t = names.index("timestamp")
-    rows = lines[1:]
-    dropped = 0
-    if rows and (len(rows[-1].split(",")) != fields or _time(rows[-1].split(",")[i_t]) is None):
-        rows = rows[:-1]  # a log cut while it was written
-        dropped += 1
-    if "index" in names:  # the reader files rows by it: nothing to derive
-        i_x = names.index("index")
-        count = len({r.split(",")[i_x].strip() for r in rows})
-        return Prepared("\n".join([lines[0], *rows]) + "\n", count, len(rows), False, dropped, 0, 0)
-    times: list[float] = []
-    for n, r in enumerate(rows, start=2):
-        t = _time(r.split(",")[i_t])
-        if t is None:
-            raise EvaluationError(
-                f"line {n}: timestamp {r.split(',')[i_t].strip()[:30]!r} is not nvidia-smi's"
-            )
-        times.append(t)
-    k = gpus or gpu_count(times)
-    complete = len(rows) // k * k
-    dropped += len(rows) - complete
-    rows, times = rows[:complete], times[:complete]
-    poll = (
-        _quantile([b - a for a, b in itertools.pairwise(times)], POLL_QUANTILE)
-        if len(times) > 2
-        else 0.0
-    )
-    polls = complete // k
-    stretched = sum(
-        1 for p in range(polls) if k > 1 and times[p * k + k - 1] - times[p * k] > poll / 2
-    )
-    out = [
-        lines[0].replace("timestamp", "timestamp, index", 1) if i_t == 0 else lines[0] + ", index"
-    ]
-    for n, r in enumerate(rows):
-        f = r.split(",")
-        out.append(
-            ",".join([*f[: i_t + 1], f" {n % k}", *f[i_t + 1 :]]) if i_t == 0 else f"{r}, {n % k}"
-        )
-    return Prepared("\n".join(out) + "\n", k, complete, True, dropped, stretched, polls)
 
 
 def subsample(g: GpuTelemetry, every: float) -> GpuTelemetry:
@@ -255,12 +133,12 @@ def _is_smi_log(path: Path) -> bool:
 def training_profile_index(root: Path) -> list[JobSpec]:
     """The labelled logs of a copy of grantwilkins/training_profile (module docstring)."""
     out: list[JobSpec] = []
-    for folder, setup in (("h100-traces", "H100x8"), ("titanx-traces", "TitanXx2")):
+    for folder, setup, gpus in (("h100-traces", "H100x8", 8), ("titanx-traces", "TitanXx2", 2)):
         for p in sorted((root / folder).glob("*.csv")):
             if not _is_smi_log(p):
                 continue
             s = setup + ("+burn" if "with_burn" in p.name else "")
-            out.append(JobSpec("training_profile", s, TRAINING, p))
+            out.append(JobSpec("training_profile", s, TRAINING, p, gpus))
     if not out:
         raise EvaluationError(f"{root}: no nvidia-smi logs under h100-traces/ or titanx-traces/")
     return out
@@ -323,22 +201,23 @@ def dedupe(specs: Iterable[JobSpec]) -> tuple[list[JobSpec], list[tuple[JobSpec,
     return keep, dups
 
 
-def evaluate(
-    spec: JobSpec, *, tmp: Path, every: float | None, review_flop: float, forest: Forest
-) -> Result:
+def evaluate(spec: JobSpec, *, every: float | None, review_flop: float, forest: Forest) -> Result:
     """Read one log as ``computewatch detect`` does and classify its job."""
     try:
-        prepared = prepare_log(spec.path.read_text(errors="strict"), gpus=spec.gpus)
-    except (EvaluationError, UnicodeDecodeError, OSError) as e:
-        return Result(spec, None, str(e), None, math.nan)
-    copy = tmp / (hashlib.sha256(str(spec.path).encode()).hexdigest()[:16] + ".csv")
-    copy.write_text(prepared.text)
+        trace = read_trace(spec.path, "nvidia-smi", job=spec.path.stem, allow_gaps=True)
+    except TraceError as e:
+        return Result(spec, None, str(e), None, (), math.nan)
+    notes = tuple(trace.notes)
+    if len(trace.jobs) != 1:
+        return Result(spec, None, f"{len(trace.jobs)} jobs in one log", None, notes, math.nan)
+    (job,) = trace.jobs
+    if spec.gpus is not None and spec.gpus != len(job.gpus):
+        why = f"{len(job.gpus)} GPUs read where the label says {spec.gpus}"
+        return Result(spec, None, why, len(job.gpus), notes, math.nan)
+    gpus = [GpuTelemetry(g.times, g.metrics) for g in job.gpus]
+    if every:
+        gpus = [subsample(g, every) for g in gpus]
     try:
-        trace = read_trace(copy, "nvidia-smi", job=spec.path.stem, allow_gaps=True)
-        (job,) = trace.jobs
-        gpus = [GpuTelemetry(g.times, g.metrics) for g in job.gpus]
-        if every:
-            gpus = [subsample(g, every) for g in gpus]
         verdict = classify_series(
             gpus,
             job=spec.path.stem,
@@ -346,12 +225,12 @@ def evaluate(
             model=forest,
             review_flop=review_flop,
         )
-    except (TraceError, DetectError) as e:
-        return Result(spec, None, str(e).replace(str(copy), str(spec.path)), prepared, math.nan)
-    finally:
-        copy.unlink()
+    except DetectError as e:
+        return Result(spec, None, str(e), len(job.gpus), notes, math.nan)
     interval = verdict.features.get("interval_seconds")
-    return Result(spec, verdict, None, prepared, math.nan if interval is None else interval)
+    return Result(
+        spec, verdict, None, len(job.gpus), notes, math.nan if interval is None else interval
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -455,6 +334,22 @@ def _evidence(v: Verdict) -> str:
     )
 
 
+_READ_NOTES = (
+    "no device column",
+    "polls",
+    "poll cut short",
+    "the last line was cut",
+    "the file ends in",
+)
+
+
+def _about_reading(note: str) -> bool:
+    """Whether a reader's note says how the log was read (devices by poll order, stretched or
+    cut polls, a cut last line, NUL bytes): those go in the table, not the others (values not
+    given, gaps allowed)."""
+    return any(k in note for k in _READ_NOTES)
+
+
 def print_table(results: Sequence[Result], out: list[str]) -> None:
     out.append(
         "| source | setup | file | label | GPUs | duration | samples | interval | verdict | "
@@ -462,15 +357,7 @@ def print_table(results: Sequence[Result], out: list[str]) -> None:
     )
     out.append("|" + " --- |" * 4 + " ---: |" * 4 + " --- | ---: | ---: |" + " --- |" * 3)
     for r in results:
-        p = r.prepared
-        read = []
-        if p is not None and p.index_derived:
-            read.append(
-                f"index from row order ({p.gpus} per poll, {p.stretched_polls} of {p.polls} "
-                "polls stretched)"
-            )
-        if p is not None and p.dropped_tail:
-            read.append(f"{p.dropped_tail} rows dropped at the end")
+        read = [n for n in r.notes if _about_reading(n)]
         name = "/".join(r.spec.path.parts[-4:])
         if r.verdict is None:
             out.append(
@@ -496,10 +383,8 @@ def _json(r: Result) -> dict[str, object]:
         "file": str(r.spec.path),
         "label": r.spec.label,
         "error": r.error,
-        "gpus_per_poll": None if r.prepared is None else r.prepared.gpus,
-        "index_derived": None if r.prepared is None else r.prepared.index_derived,
-        "stretched_polls": None if r.prepared is None else r.prepared.stretched_polls,
-        "dropped_tail_rows": None if r.prepared is None else r.prepared.dropped_tail,
+        "gpus": r.gpus,
+        "notes": list(r.notes),
         "verdict": None
         if v is None
         else {
@@ -529,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="append",
         default=[],
         metavar="SOURCE,SETUP,LABEL,FILE[,GPUS]",
-        help="a labelled nvidia-smi log (repeatable); GPUS: rows per poll when it has no index",
+        help="a labelled nvidia-smi log (repeatable); GPUS: the GPUs it should have (checked)",
     )
     ap.add_argument("--every", type=float, metavar="S", help="keep one sample every S seconds")
     ap.add_argument("--model", type=Path, help="another model file (default: the calibrated one)")
@@ -549,11 +434,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise EvaluationError("no logs: give --training-profile, --energy-inference or --job")
         specs, dups = dedupe(specs)
         forest = load_model(a.model, shipped=CALIBRATED_FILE)
-        with tempfile.TemporaryDirectory(prefix="cw-detect-eval-") as tmp:
-            results = [
-                evaluate(s, tmp=Path(tmp), every=a.every, review_flop=a.review_flop, forest=forest)
-                for s in specs
-            ]
+        results = [
+            evaluate(s, every=a.every, review_flop=a.review_flop, forest=forest) for s in specs
+        ]
     except (EvaluationError, ComputewatchError) as e:
         print(f"evaluate_detection_external: {e}", file=sys.stderr)
         return 1

@@ -1,6 +1,7 @@
-"""The external evaluation script's readers (scripts/evaluate_detection_external.py), on tiny
-synthetic nvidia-smi logs written here: the GPU index derived from the rows' order, a
-truncated last line, the repository layouts it indexes, duplicates, and its bad input."""
+"""The external evaluation script (scripts/evaluate_detection_external.py) on tiny synthetic
+nvidia-smi logs written here: logs without a GPU index and logs cut while written, read by the
+shipped reader as they are (its notes shown), the GPU count a label gives checked, the
+repository layouts it indexes, duplicates, and its bad input."""
 
 from __future__ import annotations
 
@@ -8,11 +9,11 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
-from computewatch.detect import GpuTelemetry
-from computewatch.traces import read_trace
+from computewatch.detect import CALIBRATED_FILE, GpuTelemetry, load_model
 
 ROOT = Path(__file__).resolve().parents[2]
 HEADER = "timestamp, power.draw [W], utilization.gpu [%], memory.used [MiB]"
@@ -31,12 +32,14 @@ def _script() -> ModuleType:
 def _log(polls: int, utils: list[int], *, truncated: bool = False, stall: int = -1) -> str:
     """An index-less nvidia-smi log polled every 100 ms: one row per GPU in index order, 2 ms
     apart (GPU g at utilization ``utils[g]`` and 1000 x (g + 1) MiB); ``stall``: a poll whose
-    last row comes 80 ms after its first."""
+    last row comes 80 ms late (and the polls after it: nvidia-smi waits its interval after a
+    poll ends)."""
     lines = [HEADER]
+    late = 0
     for p in range(polls):
         for g, u in enumerate(utils):
-            ms = p * 100 + g * 2 + (80 if p == stall and g == len(utils) - 1 else 0)
-            s, ms = divmod(ms, 1000)
+            late += 80 if p == stall and g == len(utils) - 1 else 0
+            s, ms = divmod(p * 100 + g * 2 + late, 1000)
             lines.append(
                 f"2025/07/27 00:{s // 60:02d}:{s % 60:02d}.{ms:03d}, 300.00 W, {u} %, "
                 f"{1000 * (g + 1)} MiB"
@@ -45,71 +48,62 @@ def _log(polls: int, utils: list[int], *, truncated: bool = False, stall: int = 
     return text + ("\n2025/07/27 00:0" if truncated else "\n")
 
 
-def test_index_from_row_order() -> None:
+def _evaluate(path: Path, gpus: int | None = None) -> Any:
     ev = _script()
-    prepared = ev.prepare_log(_log(50, [90, 30, 60], stall=7))
-    assert prepared.gpus == 3
-    assert prepared.index_derived
-    assert prepared.polls == 50
-    assert prepared.stretched_polls == 1
-    assert prepared.dropped_tail == 0
-    assert prepared.text.splitlines()[0].startswith("timestamp, index,")
+    spec = ev.JobSpec("lab", "setup", "training", path, gpus)
+    forest = load_model(None, shipped=CALIBRATED_FILE)
+    return ev.evaluate(spec, every=None, review_flop=1e25, forest=forest)
 
 
-def test_prepared_log_reads_one_series_per_gpu(tmp_path: Path) -> None:
-    ev = _script()
+def test_an_index_less_log_is_read_by_poll_order(tmp_path: Path) -> None:
     path = tmp_path / "run.csv"
-    path.write_text(ev.prepare_log(_log(40, [90, 30])).text)
-    (job,) = read_trace(path, "nvidia-smi").jobs
-    assert [g.index for g in job.gpus] == [0, 1]
-    assert [set(g.metrics["gpu_utilization_ratio"]) for g in job.gpus] == [{0.9}, {0.3}]
-    assert [len(g.times) for g in job.gpus] == [40, 40]
-    assert job.gpus[1].metrics["gpu_memory_used_bytes"][0] == 2000 * 2**20
+    path.write_text(_log(400, [97, 30, 60], stall=7))
+    r = _evaluate(path)
+    assert r.error is None and r.gpus == 3 and r.verdict.gpu_count == 3
+    assert any(n.startswith("no device column: devices numbered by") for n in r.notes)
+    assert any(n.startswith("1 of 400 polls spread over more than half") for n in r.notes)
 
 
-def test_truncated_last_line_and_incomplete_poll_are_dropped() -> None:
-    ev = _script()
-    text = _log(30, [90, 30, 60], truncated=True)
+def test_a_log_cut_while_written(tmp_path: Path) -> None:
+    path = tmp_path / "cut.csv"
+    text = _log(400, [90, 30, 60], truncated=True)
     cut = text.splitlines()
     del cut[-2]  # the last poll lost its last GPU's row as well
-    prepared = ev.prepare_log("\n".join(cut))
-    assert prepared.gpus == 3
-    assert prepared.polls == 29
-    assert prepared.dropped_tail == 1 + 2  # the truncated line, then the incomplete poll
+    path.write_bytes("\n".join(cut).encode() + bytes(64))
+    r = _evaluate(path)
+    assert r.error is None and r.gpus == 3
+    assert any(n.startswith("the last line was cut") for n in r.notes)
+    assert any(n.startswith("1 poll cut short") for n in r.notes)
+    assert any(n.startswith("the file ends in 64 NUL bytes") for n in r.notes)
 
 
-def test_nul_bytes_where_the_file_was_cut_are_dropped() -> None:
-    ev = _script()
-    prepared = ev.prepare_log(_log(30, [90, 30]) + "\x00" * 64)
-    assert (prepared.gpus, prepared.polls, prepared.dropped_tail) == (2, 30, 1)
-    assert "\x00" not in prepared.text
+def test_the_gpu_count_a_label_gives_is_checked(tmp_path: Path) -> None:
+    path = tmp_path / "four.csv"
+    path.write_text(_log(400, [50, 60, 70, 80]))
+    assert _evaluate(path, gpus=4).error is None
+    assert _evaluate(path, gpus=2).error == "4 GPUs read where the label says 2"
 
 
-def test_one_gpu_log_and_given_count() -> None:
-    ev = _script()
-    assert ev.prepare_log(_log(30, [50])).gpus == 1
-    assert ev.prepare_log(_log(30, [50, 60, 70, 80]), gpus=2).gpus == 2
-
-
-def test_a_log_with_an_index_is_kept() -> None:
-    ev = _script()
-    text = "timestamp, index, utilization.gpu [%]\n" + "".join(
-        f"2025/07/27 00:00:{s:02d}.000, {g}, 50 %\n" for s in range(30) for g in range(2)
+def test_a_log_with_an_index(tmp_path: Path) -> None:
+    path = tmp_path / "indexed.csv"
+    path.write_text(
+        "timestamp, index, utilization.gpu [%]\n"
+        + "".join(
+            f"2025/07/27 00:{s // 60:02d}:{s % 60:02d}.000, {g}, 50 %\n"
+            for s in range(300)
+            for g in range(2)
+        )
     )
-    prepared = ev.prepare_log(text)
-    assert not prepared.index_derived
-    assert prepared.gpus == 2
-    assert prepared.text == text
+    r = _evaluate(path, gpus=2)
+    assert r.error is None and r.gpus == 2
+    assert not any("device column" in n for n in r.notes)
 
 
-@pytest.mark.parametrize(
-    "text",
-    ["", "datetime,power_watts,time_seconds\n2025-07-27 00:47:09.120,575.3,0.0\n"],
-)
-def test_not_an_nvidia_smi_log(text: str) -> None:
-    ev = _script()
-    with pytest.raises(ev.EvaluationError):
-        ev.prepare_log(text)
+def test_not_an_nvidia_smi_log(tmp_path: Path) -> None:
+    path = tmp_path / "aggregated.csv"
+    path.write_text("datetime,power_watts,time_seconds\n2025-07-27 00:47:09.120,575.3,0.0\n")
+    r = _evaluate(path)
+    assert r.verdict is None and "no header line" in r.error
 
 
 def test_subsample_keeps_one_sample_per_step() -> None:
@@ -173,7 +167,7 @@ def test_main_scores_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFi
     assert "jobs: 1 training, 1 non-training" in out
     assert "recall of training:" in out
     assert "non-training called training:" in out
-    assert "index from row order (2 per poll" in out
+    assert "no device column: devices numbered by their order in each poll (2 rows a poll" in out
     assert sorted(p.name for p in logs.iterdir()) == before
 
 
