@@ -384,9 +384,6 @@ _SPELLING = bytes(
 """Each byte to its part in the spellings orjson and RFC 8785 write differently ('.0,', 'e+1',
 'e+20', 'e-6'): a line holding none of ``abc`` and ``abdb`` once translated holds none of them
 (a cheap test first: the line is searched for each only where it says maybe)."""
-_RUN19 = b"9" * 19
-"""An integer of 19 digits or more: where one beyond 64 bits starts (-9223372036854775809), which
-orjson reads as its double."""
 _BEFORE_INT = frozenset(b":,[")
 _AFTER_INT = frozenset(b",]}")
 _MIN_I64, _MAX_U64 = -(2**63), 2**64 - 1
@@ -450,12 +447,8 @@ def _fast_value(line: bytes) -> object:
         except TypeError:  # nesting orjson does not write
             return _UNDECIDED
         beyond_53 = True
-    if out != line or beyond_53:
-        nines = line.translate(_DIGITS)
-        if out != line and not (_RUN19 in nines and b"e+" in out):
-            return _UNDECIDED
-        if _long_integers(line, nines, o) != out:
-            return _UNDECIDED
+    if (out != line or beyond_53) and _long_integers(line, line.translate(_DIGITS), o) != out:
+        return _UNDECIDED
     if not line.isascii() and line.translate(None, _BELOW_EE):
         return _UNDECIDED
     hints = line.translate(_SPELLING)
