@@ -80,3 +80,13 @@ def test_unknown_column_is_an_error(tmp_path: Path) -> None:
     p.write_text("timestamp,gpu,utilization_percent\n1,0,5\n")
     with pytest.raises(TraceError, match=r"bad.csv:1: unknown column 'utilization_percent'"):
         read_long_csv(p)
+
+
+def test_nul_bytes_that_end_a_long_csv_are_ignored_and_said(tmp_path: Path) -> None:
+    p = tmp_path / "long.csv"
+    p.write_bytes(
+        b"timestamp,gpu,gpu_power_watts\n1706702400,0,100\n1706702401,0,100\n" + bytes(99)
+    )
+    t = read_long_csv(p)
+    assert t.rows == 2
+    assert "the file ends in 99 NUL bytes (a log cut by a crash): ignored" in t.notes

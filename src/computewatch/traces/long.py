@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from computewatch.traces._build import Builder, check_value, iter_lines, parse_time
+from computewatch.traces._build import Builder, check_value, cut_notes, iter_lines, parse_time
 from computewatch.traces.records import METRICS, NETWORK_METRICS, Trace, TraceError
 
 __all__ = ["read_long_csv", "read_long_parquet"]
@@ -105,9 +105,11 @@ def _fill(
 def read_long_csv(
     path: str | Path, *, job: str | None = None, utc: bool = True, allow_gaps: bool = False
 ) -> Trace:
-    """Read a long CSV trace (header line first)."""
+    """Read a long CSV trace (header line first). NUL bytes that end the file are ignored and
+    noted; a last line without its end of line is read (other tools write this format)."""
     p = Path(path)
-    reader = csv.reader(t + "\n" for _, t in iter_lines(p))
+    lines = iter_lines(p)
+    reader = csv.reader(t + "\n" for _, t in lines)
     try:
         header = next(reader, None)
         if not header or not any(h.strip() for h in header):
@@ -119,7 +121,9 @@ def read_long_csv(
         _fill(b, numbered, ids, mets, p, "csv", width, utc=utc)
     except csv.Error as e:
         raise TraceError(f"{p}:{reader.line_num}: not CSV: {e}") from None
-    return b.trace(job or p.stem, allow_gaps=allow_gaps)
+    trace = b.trace(job or p.stem, allow_gaps=allow_gaps)
+    trace.notes.extend(cut_notes(lines, 0))
+    return trace
 
 
 def read_long_parquet(
