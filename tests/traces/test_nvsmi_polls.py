@@ -208,6 +208,14 @@ def test_number_by_poll(times: Sequence[float], devices: int) -> None:
     assert list(polls.positions) == [i % devices for i in range(len(times))]
 
 
+def test_two_polls_closer_than_half_the_interval_are_split() -> None:
+    times = [q + g / 1000 for q in range(20) for g in range(3)]
+    times += [19.3 + g / 1000 for g in range(3)]  # 0.3 s after the last poll
+    polls = number_by_poll(times)
+    assert polls.devices == 3 and polls.polls == 21
+    assert list(polls.positions) == [0, 1, 2] * 21
+
+
 def test_number_by_poll_refuses_a_missing_device() -> None:
     times = [q + g / 1000 for q in range(10) for g in range(4) if (q, g) != (4, 0)]
     with pytest.raises(PollError) as e:

@@ -7,11 +7,13 @@ timestamp (the same millisecond, or a few apart); the next poll comes one interv
 position in its run is its device. What this module accepts, and what it refuses rather than
 guess (the caller names the fix: log ``index``):
 
-- rows come several to a poll when most intervals between them are a few milliseconds and
-  at least one in 64 stands out (the poll interval); otherwise one to a poll (one device);
+- rows come several to a poll when a quarter of the intervals between them at least are
+  under 50 ms and one in 64 at least stands out (the poll interval); otherwise one to a
+  poll (one device);
 - the poll size is the run size that holds most rows, and at least half of them;
 - a poll whose rows spread over more than half the interval (nvidia-smi stalled on a device)
   comes as consecutive short runs that add up to the poll size: kept together, counted;
+- two polls closer than half the interval are split where the run's largest gaps are;
 - a short poll that the next runs overrun, after a pause of ten intervals or more or at the
   end of the log, is a log stopped mid-poll (a crash, a restart): nvidia-smi writes devices
   in order, so its rows are the first devices; counted;
@@ -37,8 +39,8 @@ PAUSE_POLLS = 10.0
 ONE_POLL = 0.005
 """Rows all this close (seconds) are one poll: nvidia-smi run without ``-l``."""
 WITHIN_POLL = 0.05
-"""nvidia-smi reads the devices of one poll a few milliseconds apart: when a quarter of the
-intervals between rows are over this (seconds), the rows come one to a poll."""
+"""nvidia-smi reads the devices of one poll a few milliseconds apart: when three quarters of
+the intervals between rows are over this (seconds), the rows come one to a poll."""
 MAX_DEVICES = 64
 """Rows several to a poll show as a poll interval after at least one row in this many."""
 
@@ -77,9 +79,9 @@ def _spread(values: Sequence[float]) -> list[float]:
 def _interval(gaps: Sequence[float]) -> float | None:
     """The interval between polls (from a poll's last row to the next's first: the tenth
     percentile of the intervals that stand out) of rows that come several to a poll (0: all
-    in one poll), or None when they come one to a poll: then a quarter of the intervals
-    between rows at least are over :data:`WITHIN_POLL`, or few stand out from the rest (a
-    stall, a gap)."""
+    in one poll), or None when they come one to a poll: then three quarters of the intervals
+    between rows are over :data:`WITHIN_POLL`, or few stand out from the rest (a stall, a
+    gap)."""
     s = _spread(gaps)
     if s[0] > -ONE_POLL and s[-1] < ONE_POLL:
         return 0.0
@@ -119,8 +121,8 @@ def number_by_poll(times: Sequence[float]) -> Polls:
         common = ", ".join(f"{size} ({rows} rows)" for size, rows in held.most_common(3))
         raise PollError(
             None,
-            f"the rows do not fall into polls of one size (runs of {common}, at most "
-            f"{interval * 1000:.0f} ms apart within a poll)",
+            f"the rows do not fall into polls of one size (runs of {common}, a run being rows "
+            f"less than {half * 1000:.0f} ms apart)",
         )
     positions = array("i", bytes(4 * n))
     polls = stretched = cut = 0
