@@ -96,3 +96,10 @@ def test_a_shared_machine_leaves_the_workers_only_the_cores_others_left_free():
     assert half.seconds == pytest.approx(0.0, abs=1e-9)
     some, _ = loader_saving(times, waits, 2.0, None, others=0.2)
     assert 0 < some.seconds < quiet.seconds
+    # The run's processes used 0.25 cores (10 ms of CPU a 40 ms step): at most a third of the
+    # wait was loading on a core; the workers get the 0.35 cores nobody used and the loop's
+    # own loading time (0.25 x 1/3 x 30/40 = 0.0625 cores): 10 ms of CPU per batch on 0.4125
+    # cores is 24.2 ms, under the 40 ms step.
+    used, _ = loader_saving(times, waits, 2.0, None, others=1.4, tree=0.25)
+    assert "at most 33% of it on a core" in used.assumes
+    assert used.seconds == pytest.approx(100 * (0.04 - 0.01 / 0.4125), rel=0.02)

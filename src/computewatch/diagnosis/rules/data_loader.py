@@ -78,7 +78,12 @@ def data_starvation(data: RunData, th: Thresholds) -> list[Finding]:
     # back when it waits: its CPU share then says nothing of its waits (taken as CPU work).
     contended = others is not None and others > SHARED_CORES
     saving, workers = loader_saving(
-        times, waits, cores, None if contended else cores_busy, others if contended else None
+        times,
+        waits,
+        cores,
+        None if contended else cores_busy,
+        others if contended else None,
+        cores_busy if contended else None,
     )
     suggestion = (
         f"Feed the loop in the background: DataLoader(num_workers={workers}, pin_memory=True, "
@@ -115,6 +120,7 @@ def loader_saving(
     cores: float,
     busy: float | None,
     others: float | None = None,
+    tree: float | None = None,
 ) -> tuple[Saving, int]:
     """What ``w`` background loader workers would save, and ``w``. Each step ``i`` now takes
     its compute ``c_i`` plus its wait ``d_i``; with the loading overlapped it takes
@@ -125,15 +131,17 @@ def loader_saving(
     core: ``phi = (busy (c + d) - c) / d``. A loader waiting on I/O (``phi`` near 0) gains from
     more workers than cores; one already in parallel (``phi`` above 1: its CPU work per batch is
     ``busy (c + d) - c``) gains only where cores are free. Processes run side by side: the
-    saving is per process. ``others``: the cores other processes kept busy meanwhile (a
-    shared machine), which the workers cannot use: the free cores are those they left beside
-    the loop (at least a tenth of a core); the high end of the range takes them all free."""
+    saving is per process.
+
+    On a shared machine (``others``: the cores other processes kept busy meanwhile) the run's
+    CPU share says nothing of its waits, but the CPU it used (``tree`` cores) still bounds the
+    loading's: ``phi <= tree (c + d) / d``. The workers then get the cores nobody used (``C -
+    tree - others``) and the loop's own loading time, which moves to them (at least a tenth of
+    a core); the high end of the range takes every core beside the loop free."""
     procs = max(len([p for p, ts in times.items() if ts]), 1)
     per_proc = max(cores / procs, 1.0)
     free_all = max(per_proc - 1.0, 1.0) if per_proc >= 2 else 0.5
     free = free_all
-    if others is not None:
-        free = min(max(per_proc - 1.0 - others / procs, 0.1), free_all)
     c_all = [
         max(t.seconds - w, 0.0)
         for p, ts in times.items()
@@ -151,8 +159,14 @@ def loader_saving(
     phi = 1.0
     if measured and busy is not None:
         phi = max((busy / procs * (c_mean + d_mean) - c_mean) / d_mean, 0.0)
+    if not measured and tree is not None and d_mean > 0:  # the CPU it used bounds the loading
+        phi = min(tree / procs * (c_mean + d_mean) / d_mean, 1.0)
     parallel = phi > 1.15
     phi = min(phi, 1.0)
+    if others is not None:  # without the run's own CPU, the loop is taken as one busy core
+        used = tree / procs if tree is not None else 1.0
+        moved = used * phi * d_mean / (c_mean + d_mean) if tree is not None and d_mean else 0.0
+        free = min(max(per_proc - used - others / procs + moved, 0.1), free_all)
     if phi >= 0.5 or c_mean <= 0:
         workers = max(1, min(8, int(per_proc) - 1))
     else:  # waiting on I/O: enough workers that a batch is ready every compute step
@@ -186,13 +200,17 @@ def loader_saving(
             + (
                 f"{phi:.0%} of it on a core"
                 if measured
+                else f"at most {phi:.0%} of it on a core: the CPU the run's processes used, "
+                "the machine shared with other work"
+                if tree is not None
                 else "its CPU share unknown: not measured, the machine shared with other work, "
                 "or the processes got less CPU than their compute needs; taken as 100%"
             )
             + f"); {workers} worker(s) overlap it with the loop's compute on the {free:.2g} "
             "core(s) beside the loop"
             + (
-                f" that other processes left free ({others:.2f} cores busy with other work)"
+                f" that nobody used plus the loop's own loading time ({others:.2f} cores busy "
+                "with other work)"
                 if others is not None
                 else ""
             )
