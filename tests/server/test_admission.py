@@ -91,3 +91,55 @@ def test_a_full_queue_refuses_before_the_token_and_the_body() -> None:
     sent, refused, called = asyncio.run(scenario())
     assert sent[0]["status"] == 429 and (b"retry-after", b"1") in sent[0]["headers"]
     assert refused == 1 and called  # called for the other path only
+
+
+def test_the_queue_holds_no_more_than_the_writer_takes_in_the_longest_wait() -> None:
+    """Uploads wait no longer than MAX_WAIT at the recent pace of the turns: after turns of at
+    least 0.3 s, a queue bounded at 32 by count takes at most 3 waiting uploads for a 1 s wait
+    (a count-only bound let 32 wait behind slow turns, longer than their clients waited)."""
+    import asyncio  # the scenario runs on its own event loop
+    from types import SimpleNamespace  # a stand-in request (is_disconnected, url)
+
+    from computewatch.server.admission import Admission, Overloaded  # with the asyncio above
+
+    async def scenario() -> tuple[int, float]:
+        admission = Admission(1, 32, max_wait=1.0)
+
+        async def connected() -> bool:
+            return False
+
+        request: Any = SimpleNamespace(is_disconnected=connected, url=SimpleNamespace(path="/"))
+        async with admission.turn(request):
+            await asyncio.sleep(0.3)
+        release = asyncio.Event()
+
+        async def hold() -> None:
+            async with admission.turn(request):
+                await release.wait()
+
+        async def wait_turn() -> None:
+            async with admission.turn(request):
+                pass
+
+        holder = asyncio.create_task(hold())
+        await asyncio.sleep(0)
+        waiters = []
+        refused = 0
+        for _ in range(40):
+            if admission.full():
+                with pytest.raises(Overloaded):
+                    async with admission.turn(request):
+                        pass
+                refused += 1
+                break
+            waiters.append(asyncio.create_task(wait_turn()))
+            await asyncio.sleep(0)
+        waiting, pace = admission.waiting, admission.pace
+        release.set()
+        await asyncio.gather(holder, *waiters)
+        assert refused == 1
+        return waiting, pace
+
+    waiting, pace = asyncio.run(scenario())
+    assert pace >= 0.3
+    assert 1 <= waiting <= 3, waiting

@@ -3,9 +3,13 @@ so at once (429 with ``Retry-After``) instead of queueing without limit and stor
 uploads whose clients gave up waiting.
 
 On SQLite one upload is written at a time (one writer); on PostgreSQL a few per process. At most
-``queue`` more wait for their turn; one more is refused at once. An upload whose client went away
-while it waited is dropped when its turn comes (nobody would receive the answer, and the client
-sends it again).
+``queue`` more wait for their turn, and no more than the writers get through in
+:data:`MAX_WAIT_SECONDS` at the pace of the recent turns: one more is refused at once. A queue
+bounded by count alone let uploads wait longer than their clients do (a live upload gives up
+after 5 s) when each turn slowed under load: the server then stored uploads nobody was waiting
+for while every client timed out, and almost nothing got through. An upload whose client went
+away while it waited is dropped when its turn comes (nobody would receive the answer, and the
+client sends it again).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Final
 
@@ -39,6 +44,11 @@ DEFAULT_MAX_QUEUED_UPLOADS: Final = 32
 """Uploads that may wait for their turn per server process (``--max-queued-uploads``)."""
 RETRY_AFTER_SECONDS: Final = 1
 """``Retry-After`` of a refused upload; the clients add jitter and back off."""
+MAX_WAIT_SECONDS: Final = 2.0
+"""The longest an upload is let wait for its turn, at the pace of the recent turns: well under
+the live uploader's timeout (5 s at its default interval), so that what waits is answered."""
+_PACE_WEIGHT: Final = 0.2
+"""Weight of the newest turn in the moving average of a turn's duration."""
 
 
 class Overloaded(ComputewatchError):
@@ -52,11 +62,14 @@ class ClientGone(ComputewatchError):
 class Admission:
     """At most ``concurrent`` uploads stored at once, at most ``queue`` waiting."""
 
-    def __init__(self, concurrent: int, queue: int) -> None:
-        if concurrent < 1 or queue < 0:
-            raise ValueError("admission needs concurrent >= 1 and queue >= 0")
+    def __init__(self, concurrent: int, queue: int, max_wait: float = MAX_WAIT_SECONDS) -> None:
+        if concurrent < 1 or queue < 0 or not max_wait > 0:
+            raise ValueError("admission needs concurrent >= 1, queue >= 0 and max_wait > 0")
         self.concurrent = concurrent
         self.queue = queue
+        self.max_wait = max_wait
+        self.pace = 0.0
+        """Moving average of a turn's duration, seconds (0 before the first)."""
         self._turns = asyncio.Semaphore(concurrent)
         self._waiting = 0
         self.refused = 0
@@ -68,15 +81,25 @@ class Admission:
     def waiting(self) -> int:
         return self._waiting
 
+    def bound(self) -> int:
+        """How many uploads may wait now: ``queue``, and no more than the writers take in
+        ``max_wait`` at the recent pace (at least one)."""
+        if self.pace <= 0:
+            return self.queue
+        return min(self.queue, max(1, int(self.concurrent * self.max_wait / self.pace)))
+
     def full(self) -> bool:
         """Whether the next upload would be refused now."""
-        return self._turns.locked() and self._waiting >= self.queue
+        return self._turns.locked() and self._waiting >= self.bound()
 
     def busy_message(self) -> str:
         return (
-            f"the server is busy ({self._waiting} uploads wait for their turn); retry after "
-            f"{RETRY_AFTER_SECONDS} s"
+            f"the server is busy ({self._waiting} uploads wait for their turn, "
+            f"{self.pace * 1000:.0f} ms each); retry after {RETRY_AFTER_SECONDS} s"
         )
+
+    def _paced(self, seconds: float) -> None:
+        self.pace = seconds if self.pace <= 0 else self.pace + _PACE_WEIGHT * (seconds - self.pace)
 
     @contextlib.asynccontextmanager
     async def turn(self, request: Request) -> AsyncIterator[None]:
@@ -90,11 +113,13 @@ class Admission:
             await self._turns.acquire()
         finally:
             self._waiting -= 1
+        began = time.monotonic()
         try:
             if await request.is_disconnected():
                 self.dropped += 1
                 raise ClientGone(f"the client of {request.url.path} went away while it waited")
             yield
+            self._paced(time.monotonic() - began)
         finally:
             self._turns.release()
 

@@ -65,6 +65,7 @@ from computewatch.upload.protocol import (
     MAX_BODY_BYTES,
     PROTOCOL_HEADER,
     PROTOCOL_VERSION,
+    IngestBatch,
     IngestResponse,
 )
 from computewatch.upload.schema import batch_json_schema
@@ -252,14 +253,14 @@ async def ingest(
             max_bytes=MAX_BODY_BYTES,
         )
 
-    def work() -> JSONResponse:
+    def parse() -> IngestBatch | JSONResponse:
         try:
             batch = parse_batch(body)
         except InvalidUpload as e:
             return api_error(422, "invalid", str(e))
-        bad = _mismatch_response(batch["protocol"])
-        if bad is not None:
-            return bad
+        return _mismatch_response(batch["protocol"]) or batch
+
+    def store(batch: IngestBatch) -> JSONResponse:
         for attempt in range(INGEST_RETRIES):
             with db.writing(), db.session() as session:
                 try:
@@ -292,11 +293,16 @@ async def ingest(
             return JSONResponse(doc, headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
         raise AssertionError("unreachable")
 
-    # Uploads wait their turn here, on the event loop, rather than each in a worker thread of
-    # the pool that reads and authentication need too; past the queue's bound the server says
-    # it is busy at once (computewatch.server.admission).
+    # The body is decoded and validated before the upload takes its turn, so that the turn (on
+    # SQLite the one writer) holds only the database work; uploads wait their turn here, on the
+    # event loop, rather than each in a worker thread of the pool that reads and authentication
+    # need too; past the queue's bound the server says it is busy at once
+    # (computewatch.server.admission).
+    parsed = await run_in_threadpool(parse)
+    if isinstance(parsed, JSONResponse):
+        return parsed
     async with _admission(request, db).turn(request):
-        return await run_in_threadpool(work)
+        return await run_in_threadpool(store, parsed)
 
 
 INGEST_CONCURRENCY: Final = {"sqlite": 1, "postgresql": 8}

@@ -158,12 +158,15 @@ def open_database(
     pool_wait: float = POOL_WAIT_SECONDS,
 ) -> Database:
     """An engine on ``url`` (see :func:`parse_url`); a SQLite file's directory is created
-    private. Connections are checked before use, so a database that comes back is used again.
-    The pool holds ``pool_size`` connections (and as many overflow ones); a caller waits at most
-    ``pool_wait`` seconds for one (sqlalchemy.exc.TimeoutError after)."""
+        private. Connections to a database server are checked before use, so one that comes back is
+    used again.
+        The pool holds ``pool_size`` connections (and as many overflow ones); a caller waits at most
+        ``pool_wait`` seconds for one (sqlalchemy.exc.TimeoutError after)."""
     u = url if isinstance(url, URL) else parse_url(url)
     kwargs: dict[str, Any] = {
-        "pool_pre_ping": True,
+        # a server that went away and came back: checked at every checkout (a round trip);
+        # a SQLite file has no connection to lose, and the check was a statement per request
+        "pool_pre_ping": u.get_backend_name() != "sqlite",
         # JSON columns (summaries, series parts) through orjson where installed
         "json_serializer": json_compact,
         "json_deserializer": json_loads,

@@ -16,12 +16,13 @@ also refuses unsigned and unknown-key uploads.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
-from sqlalchemy import Table, insert, select, update
+from sqlalchemy import Table, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from computewatch.errors import UsageError
@@ -43,6 +44,9 @@ from computewatch.serverdb.models import NodeKey, RunSignature
 from computewatch.serverdb.tokens import validate_team
 from computewatch.upload.protocol import RunUpload
 from computewatch.upload.signing import report_figures
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 __all__ = [
     "NODE_KEY_KIND",
@@ -161,6 +165,20 @@ def revoke_node_key(session: Session, kid: str) -> NodeKeyInfo:
     return _info(row)
 
 
+_NODE_KEYS = cast(Table, NodeKey.__table__)
+# made once with a bound parameter (computewatch.serverdb.ingest says why); read at every
+# upload, so a key revoked by another process counts from its next upload on
+_KEY_BY_ID = select(_NODE_KEYS.c.team, _NODE_KEYS.c.revoked_at, _NODE_KEYS.c.public_key).where(
+    _NODE_KEYS.c.key_id == bindparam("b_key_id")
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def _public_key(text: str) -> Ed25519PublicKey:
+    """A registered key's object, decoded once per process (a key's text never changes)."""
+    return decode_public(text)
+
+
 def check_upload(session: Session, team: str, run: RunUpload) -> SignatureCheck:
     """Check ``run``'s signed report against what arrived and the keys registered for
     ``team`` (in the caller's transaction; reads only)."""
@@ -173,7 +191,7 @@ def check_upload(session: Session, team: str, run: RunUpload) -> SignatureCheck:
     if problem is not None:
         return SignatureCheck(INVALID, kid, f"the upload does not match its signed report: "
                               f"{problem}")  # fmt: skip
-    row = session.get(NodeKey, kid)
+    row = session.connection().execute(_KEY_BY_ID, {"b_key_id": kid}).first()
     if row is None:
         return SignatureCheck(UNKNOWN_KEY, kid, f"key {kid} is not registered")
     if row.team != team:
@@ -181,7 +199,7 @@ def check_upload(session: Session, team: str, run: RunUpload) -> SignatureCheck:
     if row.revoked_at is not None:
         return SignatureCheck(UNKNOWN_KEY, kid, f"key {kid} was revoked")
     try:
-        key = decode_public(row.public_key)
+        key = _public_key(row.public_key)
     except LedgerError:  # the registry holds only keys that decoded when added
         return SignatureCheck(UNKNOWN_KEY, kid, f"key {kid} cannot be read")
     if not report_valid(doc, key):
@@ -208,6 +226,8 @@ def refusal(run_id: str, check: SignatureCheck, *, require_signed: bool) -> str 
 
 
 _SIGNATURES = cast(Table, RunSignature.__table__)
+_UPDATE_SIGNATURE = update(_SIGNATURES).where(_SIGNATURES.c.run_id == bindparam("b_run_id"))
+_INSERT_SIGNATURE = insert(_SIGNATURES)
 
 
 def record_signature(session: Session, run_id: str, check: SignatureCheck) -> None:
@@ -216,9 +236,9 @@ def record_signature(session: Session, run_id: str, check: SignatureCheck) -> No
     now = time.time()
     conn = session.connection()
     values = {"status": check.status, "key_id": check.key_id, "checked_at": now}
-    done = conn.execute(update(_SIGNATURES).where(_SIGNATURES.c.run_id == run_id).values(**values))
+    done = conn.execute(_UPDATE_SIGNATURE, {"b_run_id": run_id, **values})
     if done.rowcount == 0:
-        conn.execute(insert(_SIGNATURES).values(run_id=run_id, **values))
+        conn.execute(_INSERT_SIGNATURE, {"run_id": run_id, **values})
 
 
 def run_signature(session: Session, run_id: str) -> SignatureCheck:

@@ -15,7 +15,7 @@ import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, cast
 
-from sqlalchemy import Connection, Table, delete, func, insert, select
+from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
 from sqlalchemy.orm import Session
 
 from computewatch.serverdb.models import RunSeriesPart
@@ -34,6 +34,12 @@ COMPACT_AFTER: Final = 32
 """Parts a run may hold before the next append merges them into one."""
 
 _PARTS = cast(Table, RunSeriesPart.__table__)
+# made once with bound parameters (computewatch.serverdb.ingest says why)
+_DELETE_PARTS = delete(_PARTS).where(_PARTS.c.run_id == bindparam("b_run_id"))
+_INSERT_PART = insert(_PARTS)
+_COUNT_PARTS = (
+    select(func.count()).select_from(_PARTS).where(_PARTS.c.run_id == bindparam("b_run_id"))
+)
 
 
 def _key(s: Mapping[str, Any]) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -91,9 +97,9 @@ def _rows(series: Sequence[SeriesUpload]) -> list[dict[str, Any]]:
 
 def replace_series(conn: Connection, run_id: str, seq: int, series: Sequence[SeriesUpload]) -> None:
     """A full upload's series: every earlier part of the run goes, one part holds them all."""
-    conn.execute(delete(_PARTS).where(_PARTS.c.run_id == run_id))
+    conn.execute(_DELETE_PARTS, {"b_run_id": run_id})
     if series:
-        conn.execute(insert(_PARTS), [{"run_id": run_id, "seq": seq, "series": _rows(series)}])
+        conn.execute(_INSERT_PART, [{"run_id": run_id, "seq": seq, "series": _rows(series)}])
 
 
 def append_series(conn: Connection, run_id: str, seq: int, series: Sequence[SeriesUpload]) -> None:
@@ -101,9 +107,7 @@ def append_series(conn: Connection, run_id: str, seq: int, series: Sequence[Seri
     :data:`COMPACT_AFTER` parts, the run's parts are merged into one first."""
     if not series:
         return
-    held = conn.execute(
-        select(func.count()).select_from(_PARTS).where(_PARTS.c.run_id == run_id)
-    ).scalar_one()
+    held = conn.execute(_COUNT_PARTS, {"b_run_id": run_id}).scalar_one()
     if held >= COMPACT_AFTER:
         parts = conn.execute(
             select(_PARTS.c.series).where(_PARTS.c.run_id == run_id).order_by(_PARTS.c.id)
@@ -111,7 +115,7 @@ def append_series(conn: Connection, run_id: str, seq: int, series: Sequence[Seri
         merged = merge_parts([*parts, series])
         replace_series(conn, run_id, seq, merged)
         return
-    conn.execute(insert(_PARTS), [{"run_id": run_id, "seq": seq, "series": _rows(series)}])
+    conn.execute(_INSERT_PART, [{"run_id": run_id, "seq": seq, "series": _rows(series)}])
 
 
 def read_series(session: Session, run_ids: Sequence[str]) -> dict[str, list[SeriesUpload]]:

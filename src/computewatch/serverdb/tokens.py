@@ -9,14 +9,15 @@ token it logged in with: revoking the token ends its sessions.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, Protocol, cast
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Table, bindparam, delete, select, update
 from sqlalchemy.orm import Session
 
 from computewatch.errors import UsageError
@@ -75,7 +76,17 @@ def validate_team(team: str) -> str:
     return team
 
 
-def _info(t: Token) -> TokenInfo:
+class _TokenRow(Protocol):
+    id: int
+    name: str | None
+    team: str
+    scope: str
+    created_at: float
+    last_used_at: float | None
+    revoked_at: float | None
+
+
+def _info(t: Token | _TokenRow) -> TokenInfo:
     scope: Scope = t.scope if t.scope in SCOPES else "read"
     return TokenInfo(t.id, t.name, t.team, scope, t.created_at, t.last_used_at, t.revoked_at)
 
@@ -127,9 +138,10 @@ def authenticate(session: Session, token: str) -> TokenInfo | None:
     """The live token ``token`` is, or None (unknown or revoked). Notes its use. Commits."""
     if not token or len(token) > 200:
         return None
-    row = session.scalars(select(Token).where(Token.token_hash == hash_secret(token))).first()
+    row = session.connection().execute(_BY_HASH, {"b_hash": hash_secret(token)}).first()
     if row is None or row.revoked_at is not None:
         return None
+    info = _info(row)
     now = time.time()
     if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
         # End the read first: on SQLite a read transaction that then writes fails at once when
@@ -137,8 +149,22 @@ def authenticate(session: Session, token: str) -> TokenInfo | None:
         session.commit()
         session.execute(update(Token).where(Token.id == row.id).values(last_used_at=now))
         session.commit()
-        row.last_used_at = now
-    return _info(row)
+        info = dataclasses.replace(info, last_used_at=now)
+    return info
+
+
+_TOKENS = cast(Table, Token.__table__)
+_BY_HASH = select(
+    _TOKENS.c.id,
+    _TOKENS.c.name,
+    _TOKENS.c.team,
+    _TOKENS.c.scope,
+    _TOKENS.c.created_at,
+    _TOKENS.c.last_used_at,
+    _TOKENS.c.revoked_at,
+).where(_TOKENS.c.token_hash == bindparam("b_hash"))
+"""The look-up of every authenticated request, made once with a bound parameter (a Core row,
+no ORM object: computewatch.serverdb.ingest says why)."""
 
 
 def create_session(session: Session, token: TokenInfo, *, seconds: float = SESSION_SECONDS) -> str:
