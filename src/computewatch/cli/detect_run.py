@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from typing import TypedDict
 
 from computewatch import jsonout
@@ -71,10 +72,13 @@ class VerdictJson(TypedDict):
     flops: FlopsJson | None
     model_version: str
     simulated: bool
+    notes: list[str]
 
 
-def verdict_json(source: str, v: Verdict, *, simulated: bool = False) -> VerdictJson:
-    """One job of ``detect --json``."""
+def verdict_json(
+    source: str, v: Verdict, *, simulated: bool = False, notes: Sequence[str] = ()
+) -> VerdictJson:
+    """One job of ``detect --json``; ``notes``: the trace reader's on the job's file."""
     return {
         "source": source,
         "job": v.job,
@@ -118,6 +122,7 @@ def verdict_json(source: str, v: Verdict, *, simulated: bool = False) -> Verdict
         },
         "model_version": v.model_version,
         "simulated": simulated,
+        "notes": list(notes),
     }
 
 
@@ -137,6 +142,7 @@ def cmd_detect(args: argparse.Namespace) -> int:
     review = cfg.governance_detect_review_flop
     model = load_model(args.model, shipped=CALIBRATED_FILE)
     out: list[VerdictJson] = []
+    notes: list[str] = []  # the readers' notes, one line each, for the text output
     for f in files:
         trace = read_trace(
             f,
@@ -146,8 +152,9 @@ def cmd_detect(args: argparse.Namespace) -> int:
             utc=args.utc,
             allow_gaps=args.allow_gaps,
         )
+        notes += [f"{f}: note: {n}" for n in trace.notes]
         out += [
-            verdict_json(f, v)
+            verdict_json(f, v, notes=trace.notes)
             for v in classify_trace(
                 trace, model=model, precision=args.precision, review_flop=review
             )
@@ -191,6 +198,8 @@ def cmd_detect(args: argparse.Namespace) -> int:
         }
         sys.stdout.write(jsonout.dumps(doc, indent=2) + "\n")
         return 0
+    for n in notes:
+        print(n, file=sys.stderr)
     for j in out:
         why = j["rule"] or "; ".join(
             f"{e['feature']} {_num(e['value'])} ({e['contribution']:+.2f})"
