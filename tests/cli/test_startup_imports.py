@@ -1,26 +1,41 @@
-"""What ``computewatch run --quiet -- true`` loads: the fixed cost of every run is mostly the
-modules it imports (benchmarks/bench_end.py measures it from outside), so a run of a command
-that does nothing must not load what it does not use. A structural check, not a timed one:
-the modules are listed, and timing cannot flake on a list."""
+"""What ``computewatch run --quiet -- true`` loads and starts: the fixed cost of every run is
+mostly the modules it imports and the processes it starts (benchmarks/bench_end.py measures it
+from outside), so a run of a command that does nothing must not load or start what it does not
+use. A structural check, not a timed one: the modules and processes are listed, and timing
+cannot flake on a list."""
 
 from __future__ import annotations
 
+import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
+from computewatch.sources.environment import _platform_text
 from computewatch.store import Store
 
-# Run in a child: main() as the console script calls it, then its status and the loaded
-# modules, one a line (written without json, which is on the list of one test).
+# Run in a child: main() as the console script calls it, then the command line of each process
+# it started (the audit events of subprocess and os), one a line, and last its status and the
+# loaded modules (written without json, which is on the list of one test).
 RUN = """
 import sys
+spawned = []
+def spawns(event, args):
+    if event in ("subprocess.Popen", "os.posix_spawn", "os.exec"):
+        argv = args[1]
+        spawned.append([argv] if isinstance(argv, (str, bytes)) else list(argv))
+    elif event == "os.system":
+        spawned.append([args[0]])
+sys.addaudithook(spawns)
 from computewatch.cli import main
 try:
     code = main(sys.argv[1:])
 except SystemExit as e:  # argparse's own exit
     code = e.code
+for argv in spawned:
+    print("SPAWNED", *(a.decode() if isinstance(a, bytes) else str(a) for a in argv))
 print("MODULES", code, *sorted(sys.modules))
 """
 
@@ -69,10 +84,28 @@ NOT_FOR_A_QUIET_RUN = {
     "fastapi",
     "prometheus_client",
     "opentelemetry",
+    # the standard library's costly ones, for what a run has no use for
+    "hashlib",  # OpenSSL (~10 ms): the hash of a git diff only, and there is no tree here
+    "_hashlib",
+    "socket",  # the host's name is os.uname()'s
 }
 
+GIT_CALLS = [  # the tree's state, started side by side with the command (GitProbe)
+    ["git", "rev-parse", "--show-toplevel", "HEAD", "--abbrev-ref", "HEAD"],
+    ["git", "diff", "HEAD", "--no-color", "--no-ext-diff"],
+    ["git", "status", "--porcelain", "--untracked-files=normal"],
+]
 
-def _loaded(cw: Any, tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
+
+class Child(NamedTuple):
+    """What the child said: main()'s status, the modules loaded, the processes started."""
+
+    code: int
+    modules: set[str]
+    spawned: list[list[str]]
+
+
+def _loaded(cw: Any, tmp_path: Path, *argv: str) -> Child:
     env = cw.env(HOME=str(tmp_path), XDG_CONFIG_HOME=str(tmp_path / "config"))
     for k in ("COMPUTEWATCH_CONFIG", "COMPUTEWATCH_SERVER"):  # no configuration, no server
         env.pop(k, None)
@@ -86,8 +119,10 @@ def _loaded(cw: Any, tmp_path: Path, *argv: str) -> tuple[int, set[str]]:
         check=False,
     )
     assert r.returncode == 0, r.stderr
-    _, code, *modules = r.stdout.splitlines()[-1].split()
-    return int(code), set(modules)
+    lines = r.stdout.splitlines()
+    _, code, *modules = lines[-1].split()
+    spawned = [ln.split()[1:] for ln in lines if ln.startswith("SPAWNED ")]
+    return Child(int(code), set(modules), spawned)
 
 
 def _under(loaded: set[str], names: set[str]) -> list[str]:
@@ -96,9 +131,12 @@ def _under(loaded: set[str], names: set[str]) -> list[str]:
 
 
 def test_a_quiet_run_of_true_loads_only_what_a_run_needs(cw: Any, tmp_path: Path) -> None:
-    code, loaded = _loaded(cw, tmp_path, "run", "--quiet", "--", "true")
+    code, loaded, spawned = _loaded(cw, tmp_path, "run", "--quiet", "--", "true")
     assert code == 0
     assert _under(loaded, NOT_FOR_A_QUIET_RUN) == []
+    # the command and git's three calls, nothing else: no `uname -p` for the platform's text,
+    # no second `git rev-parse` after the command outside a work tree (tmp_path is not one)
+    assert sorted(spawned) == sorted([["true"], *GIT_CALLS]), spawned
     # what it does need is still done: the run is stored, accounted and diagnosed
     assert {"computewatch.accounting.engine", "computewatch.diagnosis.engine"} <= loaded
     summary = cw.show()
@@ -108,7 +146,7 @@ def test_a_quiet_run_of_true_loads_only_what_a_run_needs(cw: Any, tmp_path: Path
 
 def test_a_run_that_prints_its_summary_loads_the_view(cw: Any, tmp_path: Path) -> None:
     """The other side of the list: what is left out of a quiet run loads when it is used."""
-    code, loaded = _loaded(cw, tmp_path, "run", "--model", "m", "--", "true")
+    code, loaded, _ = _loaded(cw, tmp_path, "run", "--model", "m", "--", "true")
     assert code == 0
     assert {"computewatch.views.summary_text", "computewatch.lineage.compute"} <= loaded
     with Store.open(cw.db) as store:
@@ -117,7 +155,7 @@ def test_a_run_that_prints_its_summary_loads_the_view(cw: Any, tmp_path: Path) -
 
 def test_version_builds_no_parser(cw: Any, tmp_path: Path) -> None:
     """``computewatch --version`` prints what argparse would, loading no command's parser."""
-    code, loaded = _loaded(cw, tmp_path, "--version")
+    code, loaded, _ = _loaded(cw, tmp_path, "--version")
     assert code == 0
     ours = {m for m in loaded if m.startswith("computewatch")}
     assert ours <= {
@@ -130,6 +168,16 @@ def test_version_builds_no_parser(cw: Any, tmp_path: Path) -> None:
         "computewatch.escape",
     }, sorted(ours)
     assert not {"sqlite3", "pathlib", "json", "dataclasses"} & loaded
+
+
+def test_the_recorded_platform_is_pythons_without_a_process() -> None:
+    """The record's platform reads as ``platform.platform()`` (which runs ``uname -p`` on
+    Linux), but where ``uname -p`` names a processor other than the machine."""
+    processor = platform.processor()  # `uname -p` on Linux: "unknown" (blank here) or more
+    if sys.platform != "linux" or processor in ("", platform.machine()):
+        assert _platform_text() == platform.platform()
+    else:  # a patched uname (Gentoo) names the CPU: left out
+        assert _platform_text().startswith(f"Linux-{os.uname().release}-{platform.machine()}-")
 
 
 FREEZE = """

@@ -10,7 +10,6 @@ NVIDIA driver from ``/proc/driver/nvidia/version``, ROCm from ``/opt/rocm/.info/
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import math
 import os
@@ -116,8 +115,9 @@ def _start_git(cwd: str, *args: str) -> subprocess.Popen[bytes] | None:
         return None
 
 
-def _output(proc: subprocess.Popen[bytes] | None, deadline: float) -> bytes | None:
-    """What ``proc`` printed, None if it failed or outlived ``deadline`` (then killed)."""
+def _finish(proc: subprocess.Popen[bytes] | None, deadline: float) -> bytes | None:
+    """What ``proc`` printed, whatever its exit status; None if it could not be started or
+    read, or outlived ``deadline`` (then killed)."""
     if proc is None:
         return None
     try:
@@ -130,7 +130,13 @@ def _output(proc: subprocess.Popen[bytes] | None, deadline: float) -> bytes | No
         return None
     except (OSError, subprocess.SubprocessError):
         return None
-    return out if proc.returncode == 0 else None
+    return out
+
+
+def _output(proc: subprocess.Popen[bytes] | None, deadline: float) -> bytes | None:
+    """What ``proc`` printed, None if it failed or outlived ``deadline`` (then killed)."""
+    out = _finish(proc, deadline)
+    return out if proc is not None and proc.returncode == 0 else None
 
 
 def _text(out: bytes | None) -> str | None:
@@ -156,7 +162,9 @@ class GitProbe:
         exited is read whole, one still blocked (a hung filesystem) is killed."""
         cwd = self._cwd
         deadline = max(self._deadline, time.monotonic() + GIT_GRACE)
-        found = (_text(_output(self._head, deadline)) or "").splitlines()
+        head = _finish(self._head, deadline)
+        ok = self._head is not None and self._head.returncode == 0
+        found = ((_text(head) if ok else None) or "").splitlines()
         diff = _output(self._diff, deadline)
         status = _text(_output(self._status, deadline)) or ""
         commit: str | None
@@ -164,7 +172,14 @@ class GitProbe:
         if len(found) == 3:
             root, commit, branch = found[0], found[1], found[2] if found[2] != "HEAD" else None
         else:  # no commit yet (HEAD names nothing), or not a work tree at all
-            top = _text(_output(_start_git(cwd, "rev-parse", "--show-toplevel"), deadline))
+            # outside a work tree the first call printed nothing (rev-parse stops before its
+            # first argument) and a second would fail alike: asked only when it printed the top
+            # level before failing on HEAD (an unborn branch)
+            top = (
+                _text(_output(_start_git(cwd, "rev-parse", "--show-toplevel"), deadline))
+                if head is not None and head.strip()
+                else None
+            )
             if top is None:
                 if self._head is None:
                     return "git is not installed (or could not be started)"
@@ -183,7 +198,7 @@ class GitProbe:
             commit=commit.strip() if commit else None,
             branch=branch.strip() or None if branch else None,
             dirty=bool(lines),
-            diff_sha256=hashlib.sha256(diff).hexdigest() if diff else None,
+            diff_sha256=_sha256(diff) if diff else None,
             untracked=sum(1 for ln in lines if ln.startswith("??")),
             diff=kept,
             diff_bytes=len(diff) if diff else 0,
@@ -199,6 +214,12 @@ class GitProbe:
                     proc.communicate()
                 except (OSError, subprocess.SubprocessError, ValueError):
                     pass
+
+
+def _sha256(data: bytes) -> str:
+    import hashlib  # only for a diff: OpenSSL's load, ~10 ms, off every run outside a tree
+
+    return hashlib.sha256(data).hexdigest()
 
 
 _ASSIGNED = re.compile(r"^([+\- ]?\s*[\"']?)([A-Za-z_][\w.\-]*)([\"']?\s*[:=]\s*)(\S.*)$")
@@ -326,6 +347,29 @@ def _accelerators() -> Accelerators:
 _HARDWARE_KEYS = ("hostname", "cpu_model", "logical_cpus", "allowed_cpus", "memory_bytes", "os")
 
 
+_PLATFORM_CHARS = str.maketrans(
+    {" ": "_", "/": "-", "\\": "-", ":": "-", ";": "-", '"': "-", "(": "-", ")": "-"}
+)
+
+
+def _platform_text() -> str:
+    """``platform.platform()`` without the processor, which on Linux it asks ``uname -p``
+    for: a process started on every run. GNU ``uname -p`` prints ``unknown`` or, patched
+    (Fedora), the machine, both of which ``platform.platform()`` leaves out, so the text is the
+    same (``Linux-6.8.0-x86_64-with-glibc2.39``) but where a patched ``uname -p`` names the CPU
+    (Gentoo). Elsewhere ``platform.platform()`` itself (CPython 3.11, Lib/platform.py)."""
+    if sys.platform != "linux":
+        return platform.platform()
+    u = os.uname()
+    lib, version = platform.libc_ver()  # os.confstr, else the interpreter's file: no process
+    parts = (u.sysname, u.release, u.machine, "with", lib + version)
+    text = "-".join(p.strip() for p in parts if p).translate(_PLATFORM_CHARS)
+    text = text.replace("unknown", "")
+    while "--" in text:
+        text = text.replace("--", "-")
+    return text.rstrip("-")
+
+
 def hardware_of(facts: Mapping[str, Any]) -> dict[str, Any]:
     """The hardware inventory from the run's host facts: CPU, memory and each GPU."""
     out: dict[str, Any] = {k: facts[k] for k in _HARDWARE_KEYS if k in facts}
@@ -370,7 +414,7 @@ def capture_environment(
         git_why=state if isinstance(state, str) else None,
         python=platform.python_version(),
         python_executable=sys.executable,
-        platform=platform.platform(),
+        platform=_platform_text(),
         packages=packages,
         frameworks=frameworks,
         accelerators=_accelerators(),

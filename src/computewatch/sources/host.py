@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import platform
-import socket
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
@@ -412,7 +411,7 @@ def host_facts(
             path = None
     uname = os.uname()
     return {
-        "hostname": socket.gethostname(),
+        "hostname": uname.nodename,  # socket.gethostname(): uname(2)'s nodename on Linux
         "cpu_model": _cpu_model(procfs_root),
         "logical_cpus": os.cpu_count(),
         "allowed_cpus": allowed,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import socket
 import sqlite3
 import time
 import urllib.parse
@@ -156,6 +155,17 @@ def _run_row(r: Sequence[Any]) -> RunRow:
         summary=json.loads(r[18]) if r[18] else None,
         samples_deleted_at=r[19],
     )
+
+
+def _hostname() -> str:
+    """``socket.gethostname()`` without importing socket where ``os.uname`` exists: both are
+    uname(2)'s nodename on Linux (glibc's gethostname calls uname)."""
+    try:
+        return os.uname().nodename
+    except AttributeError:  # Windows: no os.uname
+        import socket  # only where os.uname is missing
+
+        return socket.gethostname()
 
 
 def process_start_ticks(pid: int, procfs_root: str = "/proc") -> int | None:
@@ -408,7 +418,7 @@ class Store:
                 started_at,
                 interval_seconds,
                 json.dumps(host, sort_keys=True),
-                socket.gethostname(),
+                _hostname(),
                 pid,
                 process_start_ticks(pid),
                 started_at,
@@ -802,7 +812,7 @@ class Store:
     def reconcile(self, procfs_root: str = "/proc") -> list[str]:
         """Mark as interrupted the runs whose supervisor is gone (``kill -9``, a crash, a
         reboot) while their row still says running. Returns the ids marked."""
-        me = socket.gethostname()
+        me = _hostname()
         rows = self.conn.execute(
             "SELECT key, id, supervisor_host, supervisor_pid, supervisor_start, heartbeat_at, "
             "data_until, started_at FROM runs WHERE status=?",
