@@ -24,11 +24,10 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from computewatch.testing._script import Scripted
-    from computewatch.testing.fake_nvml import FakeDevice
 
 __all__ = ["BUSY", "PROCESS_MEMORY", "STATE_ENV", "JobState", "follow", "write_state"]
 
@@ -69,7 +68,20 @@ class JobState:
         return self._values
 
 
-def follow(device: FakeDevice, state: JobState) -> FakeDevice:
+class _Scriptable(Protocol):
+    """What :func:`follow` needs of a fake device (computewatch.testing.fake_nvml.FakeDevice,
+    which imports this module)."""
+
+    _scripts: dict[str, Scripted]
+    process_memory: Callable[[float], int | None] | None
+
+    def script(self, field: str, values: Any) -> Any: ...
+
+
+_D = TypeVar("_D", bound=_Scriptable)
+
+
+def follow(device: _D, state: JobState) -> _D:
     """Make ``device`` report what ``state`` holds, and its preset's readings for the rest."""
     for name, base in list(device._scripts.items()):
         if name == "energy_mj":  # the counter integrates the (followed) power
