@@ -13,7 +13,10 @@ of its own, so that the load generator costs little of the machine's CPU):
   makes (gzip level 6, ``Content-Encoding: gzip``, a new connection per request, as urllib
   does). Each run uploads with ``final: false`` and an increasing ``seq`` every 5 s, spaced as
   the live uploader spaces them (at least 10 times what the last one took), backs off after failures
-  (``upload.stream.backoff_delay``) and waits ``Retry-After`` after a 429; at the step's end each
+  (``upload.stream.backoff_delay``) and after a 429 waits as the live uploader does (the longer of
+  that backoff and ``Retry-After`` doubled at each refusal in a row, with jitter:
+  ``upload.client.busy_delay``; the final upload as ``push`` does, ``busy_delay`` alone); at the
+  step's end each
   sends its final upload (``final: true``, completed), retried until stored or 60 s.
   The body of every upload is the same document with its run id and seq (the JSON keys that vary
   come last, so one gzip stream's state is copied for each body instead of compressing it all).
@@ -72,7 +75,7 @@ from computewatch import jsonout
 from computewatch.ledger.keys import encode_public, load_or_create_private_key, sign_report
 from computewatch.ledger.reports import usage_report
 from computewatch.store import Store
-from computewatch.upload.client import DEFAULT_TIMEOUT, INGEST_PATH
+from computewatch.upload.client import DEFAULT_TIMEOUT, INGEST_PATH, busy_delay
 from computewatch.upload.payload import LiveRun, build_upload
 from computewatch.upload.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
 from computewatch.upload.stream import MAX_BACKOFF, STREAM_BYTES_PER_SECOND, backoff_delay
@@ -476,8 +479,13 @@ async def live_run(
                 return
             failures = 0
             wait = max(INTERVAL, COST_FACTOR * took, tpl.wire_size / STREAM_BYTES_PER_SECOND)
-        elif a is not None and a.status == 429 and _retry_after(a) is not None:
-            wait = float(_retry_after(a) or 0.0)
+        elif a is not None and a.status == 429:
+            # as the clients do: the live uploader waits the longer of its backoff and what the
+            # server asked (doubled at each refusal in a row, with jitter); push, busy_delay
+            failures += 1
+            wait = busy_delay(_retry_after(a), failures, rng)
+            if not final:
+                wait = max(wait, backoff_delay(failures, INTERVAL, MAX_BACKOFF, rng))
         else:
             failures += 1
             wait = backoff_delay(failures, INTERVAL if not final else 1.0, MAX_BACKOFF, rng)
