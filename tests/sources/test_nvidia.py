@@ -482,7 +482,7 @@ def test_process_utilization_averages_samples_since_the_last_time_stamp() -> Non
     def with_history(handle: FakeDevice, timeStamp: int) -> list[object]:
         return [*extra, *original(handle, timeStamp)]
 
-    fake.nvmlDeviceGetProcessUtilization = with_history  # type: ignore[method-assign]
+    fake.nvmlDeviceGetProcessUtilization = with_history  # type: ignore[method-assign, assignment]
     r = src.read()
     assert value(r, "gpu_process_sm_utilization_ratio", gpu=U0, pid=11) == 0.5
 
