@@ -31,6 +31,8 @@ from array import array
 from collections import Counter
 from collections.abc import Sequence
 
+from computewatch.errors import ComputewatchError
+
 __all__ = ["PAUSE_POLLS", "PollError", "Polls", "number_by_poll"]
 
 PAUSE_POLLS = 10.0
@@ -47,7 +49,7 @@ MAX_DEVICES = 64
 _SAMPLE = 100_000  # intervals looked at for the quantiles and the median (spread evenly)
 
 
-class PollError(Exception):
+class PollError(ComputewatchError):
     """The rows do not fall into polls unambiguously: ``row`` is the first row at fault (an
     offset into the times given; None: the whole log), ``why`` says what was seen."""
 
