@@ -9,6 +9,7 @@ import pytest
 
 from computewatch.fleet.attribution import Attributor, TeamMap
 from computewatch.fleet.node import UNSETTLED_TICKS, NodeOptions, NodeSampler
+from computewatch.metrics.exposition import render
 from computewatch.metrics.model import MetricSample
 from computewatch.sources.host import HostSource
 from computewatch.sources.nvidia import NvidiaSource
@@ -203,6 +204,35 @@ def test_a_process_read_in_the_middle_of_its_exec_is_adopted_once_it_is_done(
         assert not find(s, "computewatch_job_processes", job="process:alice")
     s = n.tick(1.0)
     assert value(s, "computewatch_job_cpu_seconds_total", job="process:alice") == pytest.approx(1.0)
+    n.node.close()
+
+
+def test_identities_with_the_same_series_labels_are_one_job(proc_tree: Any, tmp_path: Path) -> None:
+    """Processes whose identities differ only off the series labels (a ``project`` tag, a tag
+    at all) are one job: one series each, holding all their counters. As two jobs they exported
+    each series twice and the exposition kept the first, so a GPU job's GPU-seconds could read 0
+    for as long as a same-labelled job without a GPU was there (its 300 s expiry included)."""
+    n = Node(proc_tree, tmp_path)
+    t = proc_tree
+    t.add(100, "notebook", uid=1000, environ={"COMPUTEWATCH_TAGS": "team=nlp,project=llm"})
+    t.add(200, "train", uid=1000, environ={"COMPUTEWATCH_TAGS": "team=nlp"})
+    t.add(300, "bash", uid=1001)  # bob: untagged, idle, first; then a tagged process of his
+    t.add(400, "eval", uid=1001, environ={"COMPUTEWATCH_TAGS": "project=bench"})
+    n.fake.devices[0].add_process(200, 1 << 30)
+    n.tick()
+    t.exit(100)  # the GPU job's counters stay its own once the other process has ended
+    s = n.tick(1.0)
+    nlp = {"job": "process:alice", "team": "nlp"}
+    assert value(s, "computewatch_job_gpu_seconds_total", **nlp) == pytest.approx(1.0)
+    assert value(s, "computewatch_job_processes", **nlp) == 1
+    assert value(s, "computewatch_job_info", **nlp) == 1
+    body = render(s)[0].decode()
+    line = 'computewatch_job_gpu_seconds_total{job="process:alice",node="n1",team="nlp",'
+    assert f'{line}user="alice"}} 1.0' in body.splitlines()
+    # A tagged process describes the job it joins (an untagged one says nothing of it).
+    bob = find(s, "computewatch_job_info", job="process:bob")
+    assert len(bob) == 1 and bob[0].label("project") == "bench"
+    assert value(s, "computewatch_job_processes", job="process:bob") == 2
     n.node.close()
 
 

@@ -8,6 +8,9 @@ once and re-read with ``pread``, and its job, user and start time are learned on
 environment and cgroup are read by the :class:`~computewatch.fleet.attribution.Attributor`).
 Kernel threads are skipped.
 
+A job is its series' labels (``job``, ``node``, ``team``, ``user``): processes whose identities
+differ elsewhere (a ``project`` tag) are one job, described by its first tagged process.
+
 Per job the counters stay cumulative (docs/metrics.md, "Prometheus export"):
 
 - CPU seconds: each process's ``utime+stime+cutime+cstime`` since the agent first saw it (a
@@ -146,6 +149,16 @@ class _Job:
         self.gpus: set[str] = set()  # this tick: the GPUs its processes held
         self.xid = 0.0  # XIDs on GPUs while held
 
+    def join(self, ident: JobIdentity, node: str) -> None:
+        """A process of another identity with this job's labels joins it: a tagged one is
+        exported, and describes the job (``computewatch_job_info``) in place of an untagged
+        one; otherwise the first description stays."""
+        if ident.kind != "process" or ident.tagged:
+            self.exported = True
+        if ident.tagged and not self.ident.tagged:
+            self.ident = ident
+            self.info_lbl = ident.info_labels(node)
+
 
 class _Proc:
     __slots__ = (
@@ -219,7 +232,10 @@ class NodeSampler:
         # Foreign PIDs: kernel threads, until they vanish.
         self._cache: ProcessCache[_Proc] = ProcessCache(self._root)
         self._procs = self._cache.procs
-        self._jobs: dict[JobIdentity, _Job] = {}
+        # Jobs by their series' labels: identities that differ off them (a project tag, a tag
+        # at all, a Slurm time limit one process's environment lacks) are one job, so that no
+        # series is exported twice (the exposition keeps the first and drops the rest).
+        self._jobs: dict[Labels, _Job] = {}
         self._first = True
         # New processes read in the middle of their exec, adopted at a later tick: by PID, their
         # start time, the ticks they have waited and whether they were there at the first tick.
@@ -265,12 +281,12 @@ class NodeSampler:
         """Every exported job of the last tick with its GPUs' readings at that tick (a job
         holding no GPU has none)."""
         out = []
-        for ident, job in self._jobs.items():
+        for job in self._jobs.values():
             if not job.exported or job.nproc == 0:
                 continue
             gpus = {u: self._gpu_values[u] for u in sorted(job.gpus) if u in self._gpu_values}
             names = {u: self._gpu_names[u] for u in gpus if u in self._gpu_names}
-            out.append(JobGpus(ident, job.lbl, gpus, names))
+            out.append(JobGpus(job.ident, job.lbl, gpus, names))
         return out
 
     def note(self, message: str, key: str) -> None:
@@ -351,9 +367,12 @@ class NodeSampler:
                 return
         self._unsettled.pop(pid, None)
         ident = self.attributor.identify(pid, start, uid)
-        job = self._jobs.get(ident)
+        key = ident.labels(self._node)
+        job = self._jobs.get(key)
         if job is None:
-            job = self._jobs[ident] = _Job(ident, self._node, self._clock())
+            job = self._jobs[key] = _Job(ident, self._node, self._clock())
+        elif job.ident != ident:
+            job.join(ident, self._node)
         p = _Proc(pid, start, stat, name, job)
         if first:  # usage from before the agent started is not counted
             p.baseline = stat_cpu_seconds(rest)
@@ -603,11 +622,11 @@ class NodeSampler:
     # -- jobs ---------------------------------------------------------------------------------
     def _emit_jobs(self, out: list[MetricSample], mono: float) -> None:
         expiry = self.options.job_expiry_seconds
-        dead: list[JobIdentity] = []
+        dead: list[Labels] = []
         add = out.append
-        for ident, job in self._jobs.items():
+        for key, job in self._jobs.items():
             if job.nproc == 0 and (not job.exported or mono - job.last_live > expiry):
-                dead.append(ident)
+                dead.append(key)
                 continue
             if not job.exported:
                 continue
@@ -629,8 +648,8 @@ class NodeSampler:
                     lbl, self._gpu_lbl.get(uuid), uuid, method="nvml_process_samples"
                 )
                 add(MetricSample("computewatch_job_gpu_sm_active_ratio", slbl, min(sm, 1.0)))
-        for ident in dead:
-            del self._jobs[ident]
+        for key in dead:
+            del self._jobs[key]
         if self.options.per_process:
             for p in self._procs.values():
                 if p.noticed:
