@@ -66,8 +66,9 @@ class Data(torch.utils.data.Dataset):
         return x, i % 10
 
 def loop(data, workers):
-    loader = torch.utils.data.DataLoader(data, batch_size=16, num_workers=workers,
-                                         persistent_workers=workers > 0)
+    # The fixed variant as the suggestion gives it (pin_memory aside: no device here).
+    more = dict(persistent_workers=True, prefetch_factor=4) if workers else {}
+    loader = torch.utils.data.DataLoader(data, batch_size=16, num_workers=workers, **more)
     with computewatch.track(name="job") as run:
         t0, c0 = time.monotonic(), time.process_time()
         for x, y in run.data(loader):
@@ -569,6 +570,8 @@ def main() -> None:
     ap.add_argument("--scenario", action="append", choices=SCENARIOS, default=[],
                     help="only this scenario (repeatable)")  # fmt: skip
     a, rest = ap.parse_known_args()
+    if "-h" in rest or "--help" in rest:
+        ap.print_help()  # this parser's options; cli_main prints --quick's
     if a.reps < 1:
         ap.error("--reps must be at least 1")
     sys.argv[1:] = rest

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from computewatch.diagnosis.loader import StepTime
-from computewatch.diagnosis.rules.data_loader import loader_saving
+from computewatch.diagnosis.rules.data_loader import Machine, loader_saving
 
 
 def _loop(run, wait: float, compute: float, n: int = 60, pid: int = 10) -> None:
@@ -77,29 +77,84 @@ def test_gpu_idle_while_waiting_is_quoted(crafted):
     assert any("while waiting for data" in line for line in f.evidence.lines)
 
 
-def test_a_shared_machine_leaves_the_workers_only_the_cores_others_left_free():
+def _steps(
+    compute: float, wait: float, n: int = 100
+) -> tuple[dict[int, list[StepTime]], dict[int, list[float]]]:
+    """``n`` steps of one process, each waiting ``wait`` for data then computing ``compute``."""
+    step = compute + wait
+    return {1: [StepTime(1, i + 1, i * step, (i + 1) * step) for i in range(n)]}, {1: [wait] * n}
+
+
+def test_other_busy_cores_take_a_fair_share_from_the_workers() -> None:
     # 100 steps of 10 ms compute and 30 ms waiting for a loader that keeps a core busy, on 2
     # cores. Quiet: one worker on the free core makes a step max(10, 30) ms: 1 s saved.
-    times = {1: [StepTime(1, i + 1, i * 0.04, (i + 1) * 0.04) for i in range(100)]}
-    waits = {1: [0.03] * 100}
-    quiet, workers = loader_saving(times, waits, 2.0, None)
+    times, waits = _steps(0.01, 0.03)
+    quiet, workers = loader_saving(times, waits, Machine(2.0))
     assert workers == 1 and quiet.seconds == pytest.approx(1.0, rel=0.01)
-    # Other processes kept 0.9 cores busy meanwhile: the worker has a tenth of a core, which
-    # loads slower than the loop loads itself: nothing to win, but a rerun on a quieter
-    # machine could win what the quiet machine does (the range's high end).
-    shared, _ = loader_saving(times, waits, 2.0, None, others=0.9)
+    # Other processes kept 0.9 cores busy (the host's CPU use: 0.9 threads): the worker gets
+    # 2 / (0.9 + 2) of a core, 30 ms of loading take 43 ms, more than the 40 ms step: nothing
+    # to win, but a rerun on a quieter machine could win what the quiet machine does.
+    shared, _ = loader_saving(times, waits, Machine(2.0, others=0.9))
     assert shared.seconds == pytest.approx(0.0, abs=1e-9)
     assert shared.high_seconds == pytest.approx(quiet.seconds, rel=0.01)
-    assert "0.90 cores busy with other work" in shared.assumes
-    # Half a core left free: a batch every 60 ms, slower than the 40 ms step it replaces.
-    half, _ = loader_saving(times, waits, 2.0, None, others=0.5)
-    assert half.seconds == pytest.approx(0.0, abs=1e-9)
-    some, _ = loader_saving(times, waits, 2.0, None, others=0.2)
-    assert 0 < some.seconds < quiet.seconds
-    # The run's processes used 0.25 cores (10 ms of CPU a 40 ms step): at most a third of the
-    # wait was loading on a core; the workers get the 0.35 cores nobody used and the loop's
-    # own loading time (0.25 x 1/3 x 30/40 = 0.0625 cores): 10 ms of CPU per batch on 0.4125
-    # cores is 24.2 ms, under the 40 ms step.
-    used, _ = loader_saving(times, waits, 2.0, None, others=1.4, tree=0.25)
-    assert "at most 33% of it on a core" in used.assumes
-    assert used.seconds == pytest.approx(100 * (0.04 - 0.01 / 0.4125), rel=0.02)
+    assert "0.9 other runnable thread(s)" in shared.assumes
+    # 0.2 threads: 2 / 2.2 of a core, 33 ms a batch (the loop's 10 ms slowed as much).
+    some, _ = loader_saving(times, waits, Machine(2.0, others=0.2))
+    assert some.seconds == pytest.approx(100 * (0.04 - 0.03 * 2.2 / 2), rel=0.01)
+
+
+def test_io_waits_overlap_with_compute_on_a_machine_without_an_idle_core(crafted):
+    # Each step waits 70 ms on I/O (the loop's process asleep) and computes 20 ms, on 2 cores
+    # that other processes keep busy (load average 6). Waiting needs no core: workers overlap
+    # it with compute whatever the load, so nearly the whole wait is won (it was 0 when the
+    # model took the loading's CPU bound as work that must fit on the cores nobody used).
+    run = crafted(cores=2.0)
+    run.ticks(12)
+    _loop(run, wait=0.07, compute=0.02, n=120)  # 10.8 s of steps, 8.4 s waiting
+    run.counter("tree_cpu_seconds_total", lambda t: 0.1)
+    for cpu in ("0", "1"):
+        run.counter("host_cpu_seconds_total", lambda t: 1.0, cpu=cpu, mode="user")
+        run.counter("host_cpu_seconds_total", lambda t: 0.0, cpu=cpu, mode="idle")
+    run.series("host_load1", [6.0] * 12)
+    f = run.finding("data_starvation")
+    s = f.saving
+    # The loop had 2 / (5.7 + 1) of a core (5.7 other threads: the load less the run's own
+    # 0.3); a step is its compute at the share left beside a worker busy part of the time.
+    assert 0.8 * 8.4 <= s.seconds <= 8.4
+    assert f.evidence.numbers["load_average"] == pytest.approx(6.0)
+    assert f.evidence.numbers["others_cores_busy"] == pytest.approx(1.9, abs=0.01)
+    assert s.fix.startswith("5 loader worker(s)") and "waits on I/O, not on a core" in f.suggestion
+    assert 0 < s.low_seconds <= s.seconds <= s.high_seconds
+    assert "the load average 6.00" in s.assumes and "whatever the load" in s.assumes
+
+
+def test_cpu_work_in_loading_gets_a_fair_share_under_load() -> None:
+    # A loader that keeps a core busy (20 ms compute, 40 ms loading a step) on 2 cores with
+    # load average 6, the run's tree a third of a core busy: 5 other runnable threads, the
+    # loop had 2 / 6 of a core, all of the wait CPU work. One worker: the loop and the worker
+    # each get 2 / 7 of a core: loading takes 40 x 7/6 ms, compute 20 x 7/6 ms in parallel, a
+    # step 46.7 ms instead of 60 ms.
+    times, waits = _steps(0.02, 0.04)
+    m = Machine(2.0, tree=1 / 3, others=5 / 3, load=6.0, host_cores=2.0)
+    s, workers = loader_saving(times, waits, m)
+    assert workers == 1
+    assert s.seconds == pytest.approx(100 * (0.06 - 0.04 * 7 / 6), rel=0.01)
+    # Low: the run's processes in one scheduling group, which gets no more CPU than the third
+    # of a core the loop had: the worker only takes the loop's time, no gain.
+    assert s.low_seconds == pytest.approx(0.0, abs=1e-9)
+    # High: the machine quiet for the fixed run and a quarter of the wait waiting, not CPU:
+    # a step takes the 10 ms wait plus 10 ms of CPU work on a whole core.
+    assert s.high_seconds == pytest.approx(100 * (0.06 - 0.02), rel=0.01)
+    assert "5.0 other runnable thread(s)" in s.assumes and "0.33 of a core" in s.assumes
+    assert "scheduling group" in s.assumes
+
+
+def test_a_saturated_host_without_a_load_average_takes_the_wait_as_cpu_work() -> None:
+    # The host's cores all busy and no load average: the loop's share cannot be told from
+    # its CPU, so the wait is taken as CPU work at the share the run got (the smaller saving).
+    times, waits = _steps(0.02, 0.07)
+    m = Machine(2.0, tree=0.1, others=1.9, host_cores=2.0)
+    s, _ = loader_saving(times, waits, m)
+    with_load, _ = loader_saving(times, waits, Machine(2.0, 0.1, 1.9, 6.0, 2.0))
+    assert s.seconds < 0.5 * with_load.seconds
+    assert "load average not read" in s.assumes and "taken as CPU work" in s.assumes

@@ -18,9 +18,10 @@ WANTED_SERIES = frozenset(
         "gpu_utilization_ratio", "gpu_memory_used_bytes", "gpu_memory_total_bytes",
         "gpu_process_memory_used_bytes", "gpu_clock_event_reasons", "gpu_sm_clock_hertz",
         "gpu_temperature_celsius", "gpu_power_watts", "gpu_power_limit_watts",
-        "host_cpu_seconds_total", "host_memory_total_bytes", "host_memory_available_bytes",
-        "host_swap_used_bytes", "host_disk_read_bytes_total", "cgroup_memory_current_bytes",
-        "cgroup_memory_max_bytes", "tree_cpu_seconds_total", "tree_read_bytes_total",
+        "host_cpu_seconds_total", "host_load1", "host_memory_total_bytes",
+        "host_memory_available_bytes", "host_swap_used_bytes", "host_disk_read_bytes_total",
+        "cgroup_memory_current_bytes", "cgroup_memory_max_bytes", "tree_cpu_seconds_total",
+        "tree_read_bytes_total",
     }
 )  # fmt: skip
 

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
 from computewatch.diagnosis.loader import NotApplicable, RunData, StepTime, overlap, stretches
@@ -10,8 +13,54 @@ from computewatch.diagnosis.rules import build, pct
 from computewatch.units import format_seconds
 
 DATA_PHASE = "data"
-SHARED_CORES = 0.5
-"""Other processes keeping more cores than this busy over the steps make the machine shared."""
+IDLE_CORES = 0.25
+"""A host with at least this many cores idle over the steps had no run queue to speak of."""
+EFFICIENCY_LOW = 0.75
+"""The low end's workers: 25% less efficient than the loop at loading (start-up, transfers)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    """What the run recorded of the machine over its steps, for the loader's model: the cores
+    the run was allowed, the cores its process tree kept busy (``tree``), the cores other
+    processes kept busy (``others``: the host's busy time less the run's), the mean 1-minute
+    load average (``load``) and the host's CPUs (``host_cores``); None where not recorded."""
+
+    cores: float
+    tree: float | None = None
+    others: float | None = None
+    load: float | None = None
+    host_cores: float | None = None
+
+    @property
+    def idle(self) -> float | None:
+        """Cores nobody used over the steps (of the host's), None without the host's CPU."""
+        if self.others is None or self.tree is None:
+            return None
+        return max((self.host_cores or self.cores) - self.tree - self.others, 0.0)
+
+    def other_threads(self, procs: int) -> tuple[float | None, str]:
+        """Runnable threads of other processes competing for the run's cores, on average over
+        the steps, and where the figure comes from. A host with idle cores had no queue: each
+        busy core of other work is one thread (the load average, a minute's memory, may still
+        count work that has ended). A saturated host hides its queue from CPU time: the load
+        average counts it (runnable threads, the run's own among them: each of those got the
+        fair share ``H / load`` and the run's busy cores say how many there were). None where
+        the host is saturated and its load average not recorded."""
+        host = self.host_cores or self.cores
+        scale = min(self.cores / host, 1.0) if host > 0 else 1.0  # others spread over the host
+        idle = self.idle
+        if self.others is not None and (idle is None or idle >= IDLE_CORES):
+            where = "" if idle is None else f" ({idle:.2f} cores idle)"
+            return self.others * scale, f"the host's CPU use{where}"
+        if self.load is None:
+            if self.others is None:
+                return 0.0, "not measured: taken as none"
+            return None, "not measured: the host's cores all busy, its load average not read"
+        fair = min(1.0, host / max(self.load, 1e-9))
+        own = self.tree / fair if self.tree is not None else float(procs)
+        queue = max(self.load - own, self.others or 0.0, 0.0)
+        return queue * scale, f"the load average {self.load:.2f}, the host's cores all busy"
 
 
 def data_starvation(data: RunData, th: Thresholds) -> list[Finding]:
@@ -74,17 +123,12 @@ def data_starvation(data: RunData, th: Thresholds) -> list[Finding]:
     if others is not None:
         lines.append(f"other processes kept {others:.2f} cores busy meanwhile")
         numbers["others_cores_busy"] = others
-    # Other work busy on the machine takes cores from the run when it can run and gives them
-    # back when it waits: its CPU share then says nothing of its waits (taken as CPU work).
-    contended = others is not None and others > SHARED_CORES
-    saving, workers = loader_saving(
-        times,
-        waits,
-        cores,
-        None if contended else cores_busy,
-        others if contended else None,
-        cores_busy if contended else None,
-    )
+    load = _mean_gauge(data, "host_load1", t0, t1)
+    if load is not None:
+        lines.append(f"the host's 1-minute load average was {load:.2f} over the steps")
+        numbers["load_average"] = load
+    machine = Machine(cores, cores_busy, others, load, _host_cores(data))
+    saving, workers = loader_saving(times, waits, machine)
     suggestion = (
         f"Feed the loop in the background: DataLoader(num_workers={workers}, pin_memory=True, "
         "prefetch_factor=4, persistent_workers=True) "
@@ -115,33 +159,39 @@ def data_starvation(data: RunData, th: Thresholds) -> list[Finding]:
 
 
 def loader_saving(
-    times: dict[int, list[StepTime]],
-    waits: dict[int, list[float]],
-    cores: float,
-    busy: float | None,
-    others: float | None = None,
-    tree: float | None = None,
+    times: dict[int, list[StepTime]], waits: dict[int, list[float]], machine: Machine
 ) -> tuple[Saving, int]:
     """What ``w`` background loader workers would save, and ``w``. Each step ``i`` now takes
-    its compute ``c_i`` plus its wait ``d_i``; with the loading overlapped it takes
-    ``max(c_i, d_i / w, phi d_i / free)``: the workers produce a batch every ``d_i / w``
-    seconds, but their CPU work (the share ``phi`` of the wait during which a core was busy)
-    cannot go faster than the ``free`` cores beside the loop allow. ``phi`` comes from the cores
-    the process tree kept busy over the steps (``busy``), the loop's compute taken as one busy
-    core: ``phi = (busy (c + d) - c) / d``. A loader waiting on I/O (``phi`` near 0) gains from
-    more workers than cores; one already in parallel (``phi`` above 1: its CPU work per batch is
-    ``busy (c + d) - c``) gains only where cores are free. Processes run side by side: the
-    saving is per process.
+    its compute ``c_i`` plus its wait ``d_i``. The wait is the loading's own time: CPU work
+    (the share ``phi``: ``W = phi s0 d`` CPU-seconds a batch, the loop's process running at
+    its share ``s0`` of a core) and waiting (I/O, sleeps: ``(1 - phi) d``). Moved to workers,
+    the waiting overlaps with the loop's compute whatever the load (it needs no core), and the
+    CPU work runs at a new thread's share. With a fair scheduler a runnable thread gets
+    ``sigma(k) = min(1, C / (N + P (1 + k)))`` of a core: ``C`` cores, ``N`` runnable threads
+    of other processes, ``P`` processes each with its loop and ``k`` busy workers; so
+    ``s0 = sigma(0)``. A step then takes ``max(c s0 / sigma, ((1 - phi) d + W / sigma) / w)``
+    (the loop's compute at its new share; each worker's batch takes its wait and its CPU
+    work, ``w`` of them in turn), never more than now. ``k``, the workers busy on a core on
+    average, is their CPU work over the step at their share (solved by iteration).
 
-    On a shared machine (``others``: the cores other processes kept busy meanwhile) the run's
-    CPU share says nothing of its waits, but the CPU it used (``tree`` cores) still bounds the
-    loading's: ``phi <= tree (c + d) / d``. The workers then get the cores nobody used (``C -
-    tree - others``) and the loop's own loading time, which moves to them (at least a tenth of
-    a core); the high end of the range takes every core beside the loop free."""
+    ``phi`` comes from the cores the process tree kept busy (``T``): a step's CPU-seconds
+    ``T (c + d) / P = s0 (c + phi d)``. Above a core per process the loading already runs in
+    parallel (``phi`` above 1: ``W = T (c + d) / P - s0 c``). Without ``T`` the wait is taken
+    as CPU work (the smaller saving); on a saturated host without a load average, ``s0`` is
+    not known and the wait is taken as CPU work at the share the run got. ``N`` comes from
+    :meth:`Machine.other_threads`, unless the share it gives the loop cannot explain the CPU
+    the run used (more than ``s0`` in a step, or less than its compute at ``s0``): the loop's
+    own share then tells its competition, ``N = C / s0 - P`` (a load average counts threads
+    that a group scheduler does not weigh one by one).
+
+    Low: the run's processes form one scheduling group (Linux autogroup, a container's or a
+    job's cgroup) that gets no more CPU than before, ``s0`` per process plus the idle cores,
+    shared by the loop and the workers; workers 25% less efficient; ``phi`` + 0.25. High: the
+    machine otherwise quiet when the fix runs (``N = 0``: the load is the run's variation as
+    much as its own), ``phi`` - 0.25. Processes run side by side: the saving is per process."""
     procs = max(len([p for p, ts in times.items() if ts]), 1)
+    cores = max(machine.cores, 1e-9)
     per_proc = max(cores / procs, 1.0)
-    free_all = max(per_proc - 1.0, 1.0) if per_proc >= 2 else 0.5
-    free = free_all
     c_all = [
         max(t.seconds - w, 0.0)
         for p, ts in times.items()
@@ -150,74 +200,103 @@ def loader_saving(
     d_all = [w for p in times for w in waits[p]]
     c_mean = sum(c_all) / len(c_all) if c_all else 0.0
     d_mean = sum(d_all) / len(d_all) if d_all else 0.0
-    # The processes got less CPU than their compute alone needs (a machine shared with other
-    # work): the wait's nature cannot be told, and it is taken as CPU work (the smaller saving).
-    # When the processes got less CPU than their compute alone needs (a machine shared with
-    # other work), the wait's nature cannot be told: it is taken as CPU work (the smaller
-    # saving, and one worker per free core).
-    measured = busy is not None and d_mean > 0 and busy / procs * (c_mean + d_mean) >= 0.8 * c_mean
-    phi = 1.0
-    if measured and busy is not None:
-        phi = max((busy / procs * (c_mean + d_mean) - c_mean) / d_mean, 0.0)
-    if not measured and tree is not None and d_mean > 0:  # the CPU it used bounds the loading
-        phi = min(tree / procs * (c_mean + d_mean) / d_mean, 1.0)
-    parallel = phi > 1.15
-    phi = min(phi, 1.0)
-    if others is not None:  # without the run's own CPU, the loop is taken as one busy core
-        used = tree / procs if tree is not None else 1.0
-        moved = used * phi * d_mean / (c_mean + d_mean) if tree is not None and d_mean else 0.0
-        free = min(max(per_proc - used - others / procs + moved, 0.1), free_all)
+    others, source = machine.other_threads(procs)
+    tree = machine.tree
+
+    def sigma(k: float, n: float) -> float:
+        return min(1.0, cores / (n + procs * (1.0 + k)))
+
+    # The loop's share before, and the loading's CPU share of the wait.
+    cpu_step = tree / procs * (c_mean + d_mean) if tree is not None else None
+    s0 = sigma(0.0, others) if others is not None else None
+    parallel = False
+    if cpu_step is None or d_mean <= 0:
+        phi, s0 = 1.0, s0 if s0 is not None else 1.0
+        how = "its CPU share not measured: taken as CPU work"
+    elif s0 is None:  # a saturated host without its queue: the share the run got
+        s0 = min(max(cpu_step / (c_mean + d_mean), 1e-3), 1.0)
+        phi, how = 1.0, f"its CPU share unknown ({source}): taken as CPU work"
+        others = max(cores / s0 - procs, 0.0)  # the queue that gives the loop that share
+    else:
+        if cpu_step > c_mean + d_mean:  # more than a core per process: loading in parallel
+            s0 = 1.0
+        else:  # no more share than explains the CPU used, no less than it took
+            est = s0
+            s0 = min(max(s0, cpu_step / (c_mean + d_mean)), cpu_step / c_mean if c_mean else 1.0)
+            s0 = min(max(s0, 1e-3), 1.0)
+            if abs(s0 - est) > 1e-9 and s0 < 1.0:  # the loop's own CPU tells its competition
+                # (a load average counts threads a group scheduler does not weigh alone)
+                source = (
+                    f"from the {s0:.2f} of a core the loop got, its CPU over the steps; "
+                    f"{source} gives {others:.1f}"
+                )
+                others = max(cores / s0 - procs, 0.0)
+        phi_raw = max((cpu_step - s0 * c_mean) / (s0 * d_mean), 0.0)
+        parallel = phi_raw > 1.15
+        phi = min(phi_raw, 1.0)
+        how = (
+            "all of it CPU work"
+            if phi > 0.995
+            else f"{phi:.0%} of it CPU work, the rest waiting (I/O, sleeps)"
+        )
+    n = others if others is not None else 0.0
     if phi >= 0.5 or c_mean <= 0:
         workers = max(1, min(8, int(per_proc) - 1))
     else:  # waiting on I/O: enough workers that a batch is ready every compute step
         workers = max(2, min(8, int(d_mean / c_mean) + 2))
-    cpu_batch = (busy or 0.0) / procs * (c_mean + d_mean) - c_mean  # parallel loader only
+    idle = machine.idle
+    if idle is None:
+        idle = max(cores - procs * s0 - n, 0.0)
+    group = s0 + idle / procs  # the run's CPU per process under group scheduling
+    cpu_parallel = max((cpu_step or 0.0) - s0 * c_mean, 0.0)
 
-    def after(eff: float, cpu_share: float, cores_free: float) -> float:
+    def after(p: float, share: Callable[[float], float], eff: float) -> float:
+        """The steps' total with ``workers`` workers, ``p`` of the wait CPU work, a thread's
+        share ``share(k)`` with ``k`` workers busy, workers ``eff`` as efficient."""
+        w_cpu = cpu_parallel if parallel else p * s0 * d_mean  # CPU-seconds per mean batch
+        wait_io = 0.0 if parallel else (1.0 - p) * d_mean
+        k = 0.0
+        sig = share(k)
+        for _ in range(20):  # the busy workers and their share, by iteration
+            sig = share(k)
+            step = max(c_mean * s0 / sig, (wait_io + w_cpu / (sig * eff)) / workers)
+            busy = min(float(workers), w_cpu / (sig * eff) / step) if step > 0 else 0.0
+            k = (k + busy) / 2
         total = 0.0
         for c, d in zip(c_all, d_all, strict=True):
-            if parallel:
-                total += max(c, min(c + d, cpu_batch / (cores_free * eff)))
-            else:
-                total += max(c, min(c + d, max(d / (workers * eff),
-                                               cpu_share * d / (cores_free * eff))))  # fmt: skip
+            r = d / d_mean if d_mean > 0 else 0.0  # this step's loading against the mean
+            io_i, cpu_i = wait_io * r, w_cpu * r
+            step_i = max(c * s0 / sig, (io_i + cpu_i / (sig * eff)) / workers)
+            total += min(c + d, step_i)
         return total
 
     now = sum(c_all) + sum(d_all)
-    mid = (now - after(1.0, phi, free)) / procs
-    low = (now - after(0.75, min(phi + 0.25, 1.0), free)) / procs
-    high = (now - after(1.0, max(phi - 0.25, 0.0), free_all)) / procs
+    mid = (now - after(phi, lambda k: sigma(k, n), 1.0)) / procs
+    low = (now - after(min(phi + 0.25, 1.0), lambda k: min(sigma(k, n), group / (1.0 + k)),
+                       EFFICIENCY_LOW)) / procs  # fmt: skip
+    high = (now - after(max(phi - 0.25, 0.0), lambda k: sigma(k, 0.0), 1.0)) / procs
+    share_now, share_after = s0, sigma(1.0, n)
     if parallel:
-        assumes = (
-            f"the loading already runs in parallel ({busy:.2f} cores busy over the steps); "
-            "more workers help only on free cores: a step takes max(compute, loading CPU work "
-            f"per batch / the {free:g} free core(s)); low: workers 25% less efficient"
+        what = (
+            f"the loading already runs in parallel ({tree or 0.0:.2f} cores busy over the "
+            f"steps, {cpu_parallel:.3g} CPU-seconds a batch beside the loop's compute): more "
+            "workers help only with more CPU"
         )
     else:
-        how = "waits on I/O" if phi < 0.5 else "keeps a core busy"
-        assumes = (
-            f"the wait is the loading's own time, which {how} ("
-            + (
-                f"{phi:.0%} of it on a core"
-                if measured
-                else f"at most {phi:.0%} of it on a core: the CPU the run's processes used, "
-                "the machine shared with other work"
-                if tree is not None
-                else "its CPU share unknown: not measured, the machine shared with other work, "
-                "or the processes got less CPU than their compute needs; taken as 100%"
-            )
-            + f"); {workers} worker(s) overlap it with the loop's compute on the {free:.2g} "
-            "core(s) beside the loop"
-            + (
-                f" that nobody used plus the loop's own loading time ({others:.2f} cores busy "
-                "with other work)"
-                if others is not None
-                else ""
-            )
-            + ": a step takes max(compute, wait / workers, CPU work / free cores); low: workers "
-            "25% less efficient"
-            + ("; high: every core beside the loop free" if free < free_all else "")
-        )
+        what = f"the wait is the loading's own time ({how})"
+    assumes = (
+        f"{what}; waiting overlaps with the loop's compute in the workers whatever the load, "
+        f"CPU work runs at a worker's share of a core: a fair scheduler gives each runnable "
+        f"thread cores / (runnable threads + 1), {n:.1f} other runnable thread(s) on the "
+        f"{cores:g} cores ({source}), so the loop had {share_now:.2f} of a core and "
+        f"with {workers} worker(s) a busy worker gets about {share_after:.2f}, the loop as much; "
+        "a step takes "
+        "max(compute at the loop's new share, (wait + CPU work / a worker's share) / workers)"
+        f"; low: the run's processes share one scheduling group (autogroup, a cgroup) that "
+        f"gets no more CPU than before ({group:.2f} cores per process with the idle ones), "
+        "workers 25% less efficient, 25 points more CPU work; high: the machine otherwise "
+        "quiet when the fix runs, 25 points less"
+    )
     part = "loop-io" if phi < 0.5 and not parallel else "loop"
     fix = f"{workers} loader worker(s) per process (DataLoader(num_workers={workers}))"
     return Saving(mid, low, high, fix, assumes, part), workers
@@ -244,6 +323,23 @@ def _others_cores(data: RunData, start: float, end: float, tree: float | None) -
     if span is None:
         return None
     return max(total - tree, 0.0)
+
+
+def _mean_gauge(data: RunData, name: str, start: float, end: float) -> float | None:
+    """The mean of a gauge's points from ``start`` to ``end`` (the last point before
+    ``start`` when none falls inside); None without the series."""
+    vals: list[float] = []
+    for s in data.of(name):
+        inside = [v for t, v in s.points if start <= t <= end]
+        before = [v for t, v in s.points if t < start]
+        vals.extend(inside or before[-1:])
+    return sum(vals) / len(vals) if vals else None
+
+
+def _host_cores(data: RunData) -> float | None:
+    """The host's CPUs: the CPUs its busy-time counters name; None without them."""
+    cpus = {s.labels.get("cpu") for s in data.of("host_cpu_seconds_total")} - {None}
+    return float(len(cpus)) if cpus else None
 
 
 def _tree_cores(data: RunData, start: float, end: float) -> float | None:
