@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import textwrap
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,14 +15,24 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def busy_child(busy_process: Callable[[str], subprocess.Popen[bytes]]) -> subprocess.Popen[bytes]:
-    return busy_process("team=nlp,project=llm")
+def team() -> str:
+    """A team name of this test alone: the agent reads the whole node, where other tests'
+    tagged processes run too."""
+    return f"nlp-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def busy_child(
+    busy_process: Callable[[str], subprocess.Popen[bytes]], team: str
+) -> subprocess.Popen[bytes]:
+    return busy_process(f"team={team},project=llm")
 
 
 def test_prometheus_scrapes_the_agent(
     cw: Any,
     tmp_path: Path,
     busy_child: Any,
+    team: str,
     free_port: Callable[[], int],
     prometheus: Callable[..., Any],
 ) -> None:
@@ -66,11 +77,11 @@ def test_prometheus_scrapes_the_agent(
                 assert m["gpu_model"] == "NVIDIA H100 80GB HBM3" and m["simulated"] == "true"
                 assert m["node"] == "test-node" and m["gpu"].startswith("GPU-")
                 assert float(series["value"][1]) == 80 * 2**30
-            q = 'computewatch_job_cpu_seconds_total{team="nlp"} > 0'
+            q = f'computewatch_job_cpu_seconds_total{{team="{team}"}} > 0'
             cpu = cw.wait_for(lambda: query(q), timeout=60, what="the tagged child's CPU")
             assert cpu[0]["metric"]["job"].startswith("process:")
-            info = query('computewatch_job_info{team="nlp"}')
-            assert info and info[0]["metric"]["project"] == "llm"
+            info = query(f'computewatch_job_info{{team="{team}"}}')
+            assert len(info) == 1 and info[0]["metric"]["project"] == "llm"
             assert info[0]["metric"]["kind"] == "process"
             energy_rate = cw.wait_for(
                 lambda: query("rate(computewatch_gpu_energy_joules_total[5s]) > 0"),

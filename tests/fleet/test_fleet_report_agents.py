@@ -8,6 +8,7 @@ import json
 import subprocess
 import time
 import urllib.request
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -56,7 +57,11 @@ def _mean_fake_power_watts(preset: str, start: float, end: float) -> float:
 
 @pytest.fixture
 def tagged_children(busy_process: Callable[[str], subprocess.Popen[bytes]]) -> dict[str, int]:
-    return {team: busy_process(f"team={team}").pid for team in ("nlp", "vision")}
+    """Team name -> PID of the two tagged children. The names are unique: the agents read the
+    whole node, where other tests' tagged processes run too (one tagged ``team=nlp`` would be
+    counted in this test's nlp job)."""
+    suffix = uuid.uuid4().hex[:8]
+    return {t: busy_process(f"team={t}").pid for t in (f"nlp-{suffix}", f"vision-{suffix}")}
 
 
 def test_two_agents_scraped_then_reported_by_team(
@@ -72,13 +77,15 @@ def test_two_agents_scraped_then_reported_by_team(
     config_file = tmp_path / "agent.toml"
     config_file.write_text(f"[energy]\ncpu_tdp_watts = {CPU_TDP_WATTS}\n")
     # node-1's simulated GPUs run the nlp child, node-2's the vision child.
+    teams = list(tagged_children)
+    any_team = "|".join(teams)
     agents = [
         cw.popen(
             "agent", "--listen", f"127.0.0.1:{port}", "--gpu-backend", "fake:2xH100-SXM",
             "--interval", "0.5", "--node", f"node-{i + 1}", "--config", config_file,
             "--fake-gpu-pid", str(tagged_children[team]),
         )
-        for i, (port, team) in enumerate(zip(ports, ("nlp", "vision"), strict=True))
+        for i, (port, team) in enumerate(zip(ports, teams, strict=True))
     ]  # fmt: skip
     config = tmp_path / "prometheus.yml"
     targets = ", ".join(f'"127.0.0.1:{p}"' for p in ports)
@@ -97,14 +104,15 @@ def test_two_agents_scraped_then_reported_by_team(
             )
             started = time.monotonic()
             cw.wait_for(
-                lambda: len(prom.query('computewatch_job_info{team=~"nlp|vision"}')) >= 4,
+                lambda: len(prom.query(f'computewatch_job_info{{team=~"{any_team}"}}')) == 4,
                 timeout=90,
                 what="both teams on both nodes",
             )
             # ... and each team's GPUs already counted (a held-time series with a scraped
             # sample above zero), so that the window below starts with both teams on their GPUs
             # even when an agent's first ticks come late on a loaded machine.
-            counted = 'sum by (team) (computewatch_job_gpu_seconds_total{team=~"nlp|vision"}) > 0'
+            held = f'computewatch_job_gpu_seconds_total{{team=~"{any_team}"}}'
+            counted = f"sum by (team) ({held}) > 0"
             deadline = time.monotonic() + 90
             while len(prom.query(counted)) != 2:
                 if time.monotonic() > deadline:  # what each agent exports now, to find why
@@ -128,7 +136,7 @@ def test_two_agents_scraped_then_reported_by_team(
             a.terminate()
             a.wait(timeout=30)
     groups = {g["group"]: g for g in report["groups"]}
-    assert {"nlp", "vision"} <= set(groups)
+    assert set(teams) <= set(groups)
     # Each series was scraped from before `started` (both teams were visible then) to within a
     # scrape interval (1 s) of `asked`, its last value at most a tick (0.5 s) old, and increase()
     # extrapolates at most half an interval past either end: the window each team's counters
@@ -138,7 +146,7 @@ def test_two_agents_scraped_then_reported_by_team(
     span_high = answered - before_prometheus + 0.5
     rapl, _ = rapl_status()
     power_w = _mean_fake_power_watts("2xH100-SXM", before_prometheus, answered)
-    for team in ("nlp", "vision"):
+    for team in teams:
         g = groups[team]
         assert g["nodes"] == ["node-1", "node-2"], g  # each agent sees both children
         # The team's child holds both simulated GPUs of one node (2 GPU-seconds a second).

@@ -11,6 +11,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -94,7 +95,8 @@ def test_remote_write_into_victoria_metrics_gives_the_same_fleet_report(
     prometheus: Callable[..., Any],
     busy_process: Callable[[str], subprocess.Popen[bytes]],
 ) -> None:
-    child = busy_process("team=nlp")
+    team = f"nlp-{uuid.uuid4().hex[:8]}"  # unique: other tests' tagged processes run here too
+    child = busy_process(f"team={team}")
     port = free_port()
     agent = cw.popen(
         "agent", "--listen", f"127.0.0.1:{port}", "--gpu-backend", "fake:2xH100-SXM",
@@ -112,12 +114,12 @@ def test_remote_write_into_victoria_metrics_gives_the_same_fleet_report(
     empty.write_text("")
     try:
         with prometheus(config, tmp_path / "tsdb") as prom:
-            cw.wait_for(lambda: prom.query('computewatch_job_info{team="nlp"}'), timeout=90,
+            cw.wait_for(lambda: prom.query(f'computewatch_job_info{{team="{team}"}}'), timeout=90,
                         what="the agent scraped")  # fmt: skip
             time.sleep(DATA_SECONDS)
             until = int(time.time()) - 5  # both stores hold every sample up to here
             cw.wait_for(
-                lambda: _query(victoria, f'computewatch_job_info{{team="nlp"}} @ {until}'),
+                lambda: _query(victoria, f'computewatch_job_info{{team="{team}"}} @ {until}'),
                 timeout=60,
                 what="the samples in VictoriaMetrics",
             )
@@ -132,23 +134,23 @@ def test_remote_write_into_victoria_metrics_gives_the_same_fleet_report(
         agent.terminate()
         agent.wait(timeout=30)
     a, b = reports["prometheus"], reports["victoria"]
-    assert "nlp" in {g["group"] for g in a["groups"]} & {g["group"] for g in b["groups"]}
+    assert team in {g["group"] for g in a["groups"]} & {g["group"] for g in b["groups"]}
     na, nb = _numbers(a), _numbers(b)
-    nlp_hours = next(g for g in a["groups"] if g["group"] == "nlp")["gpu_hours"]["value"]
+    nlp_hours = next(g for g in a["groups"] if g["group"] == team)["gpu_hours"]["value"]
     assert nlp_hours == pytest.approx(2 * 20 / 3600, rel=0.1)  # two GPUs held all along
     # The window (20 s) lies inside the data, so both stores see every counter throughout it.
     # Prometheus's increase() extrapolates the samples inside the window to its edges,
     # VictoriaMetrics' takes the last sample before the window as the base: the two differ by
     # at most about one scrape interval's worth (1 s of 20 s).
-    # Compared: the nlp team (the test's own job, there all along), the fleet's GPUs and the
+    # Compared: the test's team (its own job, there all along), the fleet's GPUs and the
     # GPU time, which only that job holds. The other groups, and the total's CPU and energy,
     # are the machine's own busy processes (other tests', under load), which come and go inside
     # the window: a job seen in one sample only counts in VictoriaMetrics' increase(), which
     # takes its base from before the window, and not in Prometheus's, which needs two samples.
-    kept = (".groups[nlp].", ".fleet.", ".total.gpu_hours", ".total.idle_gpu_hours")
+    kept = (f".groups[{team}].", ".fleet.", ".total.gpu_hours", ".total.idle_gpu_hours")
     compared = [k for k in na if k.startswith(kept)]
     assert compared == [k for k in nb if k.startswith(kept)]
-    assert any(k.startswith(".groups[nlp].gpu_hours") for k in compared), compared
+    assert any(k.startswith(f".groups[{team}].gpu_hours") for k in compared), compared
     for key in compared:
         va, vb = na[key], nb[key]
         assert vb == pytest.approx(va, rel=0.08, abs=1e-6), (key, va, vb)
