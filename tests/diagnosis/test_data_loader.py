@@ -149,6 +149,24 @@ def test_cpu_work_in_loading_gets_a_fair_share_under_load() -> None:
     assert "scheduling group" in s.assumes
 
 
+def test_a_loop_with_more_cpu_than_the_load_average_gives_it_is_told_by_its_share() -> None:
+    # 17 ms compute and 83 ms waiting a step, the run's tree a quarter of a core busy, the
+    # load average 9 on 2 cores: a thread's fair share would be 0.22, less than the loop used
+    # (a group scheduler, such as Linux's autogroup, weighs the loop's competitors by group).
+    # The loop's share lies between 0.25 (the whole wait CPU work) and 1 (its compute alone
+    # explains the CPU: the wait all waiting); at their geometric mean, 0.5, 40% of the wait
+    # is CPU work: an I/O-bound loader, 6 workers, nearly the whole wait won.
+    times, waits = _steps(0.017, 0.083, 60)
+    m = Machine(2.0, tree=0.25, others=1.75, load=9.0, host_cores=2.0)
+    s, workers = loader_saving(times, waits, m)
+    assert workers == 6 and s.part == "loop-io"
+    assert 0.8 * 60 * 0.083 <= s.seconds <= 60 * 0.083
+    assert "0.25-1.00 of a core when runnable" in s.assumes and "40% of it CPU work" in s.assumes
+    # Low: all of it CPU work at the quarter of a core, in a group that gets no more: nothing.
+    assert s.low_seconds == pytest.approx(0.0, abs=1e-9)
+    assert s.high_seconds >= s.seconds
+
+
 def test_a_saturated_host_without_a_load_average_takes_the_wait_as_cpu_work() -> None:
     # The host's cores all busy and no load average: the loop's share cannot be told from
     # its CPU, so the wait is taken as CPU work at the share the run got (the smaller saving).

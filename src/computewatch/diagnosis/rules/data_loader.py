@@ -179,10 +179,13 @@ def loader_saving(
     parallel (``phi`` above 1: ``W = T (c + d) / P - s0 c``). Without ``T`` the wait is taken
     as CPU work (the smaller saving); on a saturated host without a load average, ``s0`` is
     not known and the wait is taken as CPU work at the share the run got. ``N`` comes from
-    :meth:`Machine.other_threads`, unless the share it gives the loop cannot explain the CPU
-    the run used (more than ``s0`` in a step, or less than its compute at ``s0``): the loop's
-    own share then tells its competition, ``N = C / s0 - P`` (a load average counts threads
-    that a group scheduler does not weigh one by one).
+    :meth:`Machine.other_threads`, unless the share it gives the loop is less than the CPU the
+    loop used (a load average counts threads that a group scheduler, Linux's autogroup or a
+    cgroup, weighs by group): the loop's share then lies between ``T (c + d) / (P (c + d))``
+    (all of the wait CPU work) and ``T (c + d) / (P c)`` (all of it waiting), ``s0`` is their
+    geometric mean, ``N = C / s0 - P``, and the range takes the two ends. A run that used less
+    CPU than its compute alone needs at ``s0`` (a compute that waits on a device) has its wait
+    taken as CPU work.
 
     Low: the run's processes form one scheduling group (Linux autogroup, a container's or a
     job's cgroup) that gets no more CPU than before, ``s0`` per process plus the idle cores,
@@ -210,6 +213,7 @@ def loader_saving(
     cpu_step = tree / procs * (c_mean + d_mean) if tree is not None else None
     s0 = sigma(0.0, others) if others is not None else None
     parallel = False
+    s_lo = s_hi = None  # the loop's share where the load average cannot tell it: its bounds
     if cpu_step is None or d_mean <= 0:
         phi, s0 = 1.0, s0 if s0 is not None else 1.0
         how = "its CPU share not measured: taken as CPU work"
@@ -220,25 +224,34 @@ def loader_saving(
     else:
         if cpu_step > c_mean + d_mean:  # more than a core per process: loading in parallel
             s0 = 1.0
-        else:  # no more share than explains the CPU used, no less than it took
-            est = s0
-            s0 = min(max(s0, cpu_step / (c_mean + d_mean)), cpu_step / c_mean if c_mean else 1.0)
-            s0 = min(max(s0, 1e-3), 1.0)
-            if abs(s0 - est) > 1e-9 and s0 < 1.0:  # the loop's own CPU tells its competition
-                # (a load average counts threads a group scheduler does not weigh alone)
-                source = (
-                    f"from the {s0:.2f} of a core the loop got, its CPU over the steps; "
-                    f"{source} gives {others:.1f}"
-                )
-                others = max(cores / s0 - procs, 0.0)
+        elif s0 < cpu_step / (c_mean + d_mean):
+            # The loop used more CPU than the share the load average gives it (a group
+            # scheduler, Linux's autogroup or a cgroup, weighs the loop's competitors by group,
+            # not by thread): its share lies between the CPU it used (all of the wait CPU work)
+            # and what its compute alone explains (all of it waiting); their geometric mean,
+            # the range from the two.
+            s_lo = min(cpu_step / (c_mean + d_mean), 1.0)
+            s_hi = min(cpu_step / c_mean, 1.0) if c_mean > 0 else 1.0
+            est, s0 = others, (s_lo * s_hi) ** 0.5
+            others = max(cores / s0 - procs, 0.0)
+            source = (
+                f"from the loop's CPU over the steps, {s_lo:.2f}-{s_hi:.2f} of a core when "
+                f"runnable; {source} gives {est:.1f}"
+            )
         phi_raw = max((cpu_step - s0 * c_mean) / (s0 * d_mean), 0.0)
+        if cpu_step < 0.8 * s0 * c_mean:
+            # Less CPU than the compute alone needs at that share: the compute waits too (on a
+            # device) or the loop got less: the wait's nature cannot be told.
+            phi_raw, how = 1.0, "less CPU than its compute needs: the wait taken as CPU work"
+        else:
+            phi = min(phi_raw, 1.0)
+            how = (
+                "all of it CPU work"
+                if phi > 0.995
+                else f"{phi:.0%} of it CPU work, the rest waiting (I/O, sleeps)"
+            )
         parallel = phi_raw > 1.15
         phi = min(phi_raw, 1.0)
-        how = (
-            "all of it CPU work"
-            if phi > 0.995
-            else f"{phi:.0%} of it CPU work, the rest waiting (I/O, sleeps)"
-        )
     n = others if others is not None else 0.0
     if phi >= 0.5 or c_mean <= 0:
         workers = max(1, min(8, int(per_proc) - 1))
@@ -247,34 +260,43 @@ def loader_saving(
     idle = machine.idle
     if idle is None:
         idle = max(cores - procs * s0 - n, 0.0)
-    group = s0 + idle / procs  # the run's CPU per process under group scheduling
     cpu_parallel = max((cpu_step or 0.0) - s0 * c_mean, 0.0)
 
-    def after(p: float, share: Callable[[float], float], eff: float) -> float:
-        """The steps' total with ``workers`` workers, ``p`` of the wait CPU work, a thread's
-        share ``share(k)`` with ``k`` workers busy, workers ``eff`` as efficient."""
-        w_cpu = cpu_parallel if parallel else p * s0 * d_mean  # CPU-seconds per mean batch
+    def after(p: float, s: float, share: Callable[[float], float], eff: float) -> float:
+        """The steps' total with ``workers`` workers, ``p`` of the wait CPU work, the loop's
+        share ``s`` of a core before, a thread's share ``share(k)`` with ``k`` workers busy
+        after, workers ``eff`` as efficient."""
+        w_cpu = cpu_parallel if parallel else p * s * d_mean  # CPU-seconds per mean batch
         wait_io = 0.0 if parallel else (1.0 - p) * d_mean
         k = 0.0
         sig = share(k)
         for _ in range(20):  # the busy workers and their share, by iteration
             sig = share(k)
-            step = max(c_mean * s0 / sig, (wait_io + w_cpu / (sig * eff)) / workers)
+            step = max(c_mean * s / sig, (wait_io + w_cpu / (sig * eff)) / workers)
             busy = min(float(workers), w_cpu / (sig * eff) / step) if step > 0 else 0.0
             k = (k + busy) / 2
         total = 0.0
         for c, d in zip(c_all, d_all, strict=True):
             r = d / d_mean if d_mean > 0 else 0.0  # this step's loading against the mean
             io_i, cpu_i = wait_io * r, w_cpu * r
-            step_i = max(c * s0 / sig, (io_i + cpu_i / (sig * eff)) / workers)
+            step_i = max(c * s / sig, (io_i + cpu_i / (sig * eff)) / workers)
             total += min(c + d, step_i)
         return total
 
+    def phi_at(s: float) -> float:  # the CPU share of the wait if the loop had ``s``
+        return min(max(((cpu_step or 0.0) - s * c_mean) / (s * d_mean), 0.0), 1.0)
+
     now = sum(c_all) + sum(d_all)
-    mid = (now - after(phi, lambda k: sigma(k, n), 1.0)) / procs
-    low = (now - after(min(phi + 0.25, 1.0), lambda k: min(sigma(k, n), group / (1.0 + k)),
+    mid = (now - after(phi, s0, lambda k: sigma(k, n), 1.0)) / procs
+    s_low = s_lo if s_lo is not None else s0
+    n_low = max(cores / s_low - procs, 0.0) if s_lo is not None else n
+    group = s_low + idle / procs  # the run's CPU per process under group scheduling
+    p_low = min(max(phi + 0.25, phi_at(s_low) if s_lo is not None else 0.0), 1.0)
+    low = (now - after(p_low, s_low, lambda k: min(sigma(k, n_low), group / (1.0 + k)),
                        EFFICIENCY_LOW)) / procs  # fmt: skip
-    high = (now - after(max(phi - 0.25, 0.0), lambda k: sigma(k, 0.0), 1.0)) / procs
+    s_high = s_hi if s_hi is not None else s0
+    p_high = max(min(phi - 0.25, phi_at(s_high) if s_hi is not None else 1.0), 0.0)
+    high = (now - after(p_high, s_high, lambda k: sigma(k, 0.0), 1.0)) / procs
     share_now, share_after = s0, sigma(1.0, n)
     if parallel:
         what = (
@@ -294,8 +316,15 @@ def loader_saving(
         "max(compute at the loop's new share, (wait + CPU work / a worker's share) / workers)"
         f"; low: the run's processes share one scheduling group (autogroup, a cgroup) that "
         f"gets no more CPU than before ({group:.2f} cores per process with the idle ones), "
-        "workers 25% less efficient, 25 points more CPU work; high: the machine otherwise "
-        "quiet when the fix runs, 25 points less"
+        "workers 25% less efficient, "
+        + (
+            f"the wait {p_low:.0%} CPU work at the {s_low:.2f} of a core the loop used; high: "
+            f"the machine otherwise quiet when the fix runs, the wait {p_high:.0%} CPU work "
+            f"at {s_high:.2f} of a core"
+            if s_lo is not None
+            else "25 points more CPU work; high: the machine otherwise quiet when the fix "
+            "runs, 25 points less"
+        )
     )
     part = "loop-io" if phi < 0.5 and not parallel else "loop"
     fix = f"{workers} loader worker(s) per process (DataLoader(num_workers={workers}))"
