@@ -341,6 +341,7 @@ class Outcome:
     fixed: list[tuple[float, float]]
     findings: list[list[dict[str, Any]]] = field(default_factory=list)
     durations: list[float] = field(default_factory=list)
+    loads: list[str] = field(default_factory=list)  # the load average at each repetition's start
 
     @property
     def top(self) -> str | None:
@@ -482,6 +483,7 @@ def run_scenario(name: str, scale: float = 1.0, reps: int = 1, home: Path | None
         config = _config(where, name, scale)
         for rep in range(reps):
             tag = f"-{rep}"
+            o.loads.append(_load())
             o.slow.append(_run(where, name, scale, "slow", tag=tag))
             diag = _diagnosis(where, f"{name}-slow{tag}", config)
             found = diag["findings"]
@@ -501,6 +503,13 @@ def run_scenario(name: str, scale: float = 1.0, reps: int = 1, home: Path | None
             o.findings.append(found)
             o.durations.append(diag["run"]["duration_seconds"] or 0.0)
     return o
+
+
+def _fix_of(findings: list[dict[str, Any]], top: str | None) -> str:
+    """The fix the top finding of one repetition gave (its workers), ``-`` without one."""
+    fix = next((f["saving"]["fix"] for f in findings if f["id"] == top), "-")
+    m = re.search(r"num_workers=(\d+)", fix)
+    return f"{m.group(1)} worker(s)" if m else fix
 
 
 def _load() -> str:
@@ -549,6 +558,17 @@ def run(quick: bool, reps: int = 3, only: tuple[str, ...] = ()) -> Any:
          "measured s", "measured CPU s", "predicted s (range)", "error / measured",
          "inside range", "fix applied", "load at start", "wall s"),
         rows,
+    )  # fmt: skip
+    s.add("Each repetition (slow, then fixed), the top finding's saving against what the fix "
+          "measured:", "")  # fmt: skip
+    s.table(
+        ("scenario", "rep", "top finding", "predicted s (range)", "measured s",
+         "fix applied", "load at start"),
+        [(o.name, i + 1, o.tops[i] or "(none)",
+          f"{o.predicted[i]:.2f} ({o.lows[i]:.2f}-{o.highs[i]:.2f})",
+          f"{o.slow[i][0] - o.fixed[i][0]:.2f}",
+          _fix_of(o.findings[i], o.tops[i]), o.loads[i] if i < len(o.loads) else "")
+         for o in outcomes for i in range(len(o.slow))],
     )  # fmt: skip
     causes = [o for o in outcomes if o.expected is not None]
     right = sum(o.top_right for o in outcomes)
