@@ -302,3 +302,44 @@ def test_unreachable_database_is_one_line_without_the_password(
     assert "hunter2" not in r.stderr + r.stdout
     assert "Traceback" not in r.stderr
     assert r.stdout == ""
+
+
+def test_sqlite_locked_by_another_process_while_uploads_wait_then_all_stored_once(
+    tmp_path: Path, servers: Callable[[str], ServerProcess]
+) -> None:
+    """Another process holds SQLite's write lock while uploads pile up behind the one writer:
+    the group waits (within the busy timeout) and, once the lock is released, every upload is
+    answered 200 and stored once, none answered 5xx, none half-stored."""
+    import sqlite3  # the other process's hold on the database, as any SQLite client takes it
+
+    path = tmp_path / "locked.db"
+    s = servers(f"sqlite:///{path}")
+    token = s.token("ml", "ingest")
+    assert s.client(token).post(RUNS, json=batch(*_runs(1))).status_code == 200
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    uploads = _runs(12)
+    codes: list[int] = []
+
+    def post(run: RunUpload) -> None:
+        with httpx.Client(base_url=s.url, timeout=120) as c:
+            for _ in range(100):  # bounded: 429s are retried as the server asks
+                r = c.post(RUNS, json=batch(run), headers={"Authorization": f"Bearer {token}"})
+                if r.status_code != 429:
+                    codes.append(r.status_code)
+                    return
+                time.sleep(0.1)
+
+    threads = [threading.Thread(target=post, args=(u,)) for u in uploads]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)  # the uploads arrive and wait behind the lock
+    assert not codes, codes  # nobody answered while the lock is held
+    holder.execute("ROLLBACK")
+    holder.close()
+    for t in threads:
+        t.join(120)
+    assert codes == [200] * len(uploads), codes
+    ids = _all_ids(s, token)
+    assert len(ids) == len(set(ids)) == 13 and {u["id"] for u in uploads} <= set(ids)
+    assert "Traceback" not in s.output()

@@ -14,11 +14,11 @@ import datetime
 import re
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, TypedDict
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 from sqlalchemy.exc import DataError, IntegrityError
@@ -29,7 +29,7 @@ from computewatch.governance import service as governance_service
 from computewatch.jsonout import dumps as json_dumps
 from computewatch.jsonout import finite
 from computewatch.lineage.compute import DeclarationRefused
-from computewatch.server.admission import DEFAULT_MAX_QUEUED_UPLOADS, Admission
+from computewatch.server.admission import DEFAULT_MAX_QUEUED_UPLOADS, Admission, GroupWriter
 from computewatch.server.auth import (
     Principal,
     db_session,
@@ -42,9 +42,13 @@ from computewatch.serverdb.changes import Change, changes_after
 from computewatch.serverdb.engine import Database
 from computewatch.serverdb.errors import IngestConflict, InvalidUpload
 from computewatch.serverdb.ingest import (
+    REFUSALS,
+    Outcome,
+    Upload,
     parse_batch,
     protocol_mismatch,
     store_batch,
+    store_group,
 )
 from computewatch.serverdb.node_keys import SignatureRefused, run_signature
 from computewatch.serverdb.queries import (
@@ -260,49 +264,92 @@ async def ingest(
             return api_error(422, "invalid", str(e))
         return _mismatch_response(batch["protocol"]) or batch
 
-    def store(batch: IngestBatch) -> JSONResponse:
-        for attempt in range(INGEST_RETRIES):
-            with db.writing(), db.session() as session:
-                try:
-                    results = store_batch(
-                        session,
-                        principal.team,
-                        batch,
-                        require_signed=bool(getattr(request.app.state, "require_signed", False)),
-                        on_run=governance_service.on_run_stored,
-                    )
-                except IngestConflict as e:
-                    return api_error(409, "conflict", str(e))
-                except SignatureRefused as e:
-                    return api_error(422, "signature", str(e))
-                except DeclarationRefused as e:
-                    return api_error(e.status, e.code, str(e))
-                except IntegrityError:
-                    # Another process inserted one of these runs meanwhile: store again, now
-                    # as an update (or a stored: false).
-                    if attempt + 1 == INGEST_RETRIES:
-                        raise
-                    continue
-                except DataError as e:
-                    return api_error(422, "invalid", f"the database refused a value: {e.orig}")
-            doc: IngestResponse = {
-                "protocol": PROTOCOL_VERSION,
-                "results": results,
-                "features": [FEATURE_SERIES_BASE],
-            }
-            return JSONResponse(doc, headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
-        raise AssertionError("unreachable")
-
+    require_signed = bool(getattr(request.app.state, "require_signed", False))
     # The body is decoded and validated before the upload takes its turn, so that the turn (on
     # SQLite the one writer) holds only the database work; uploads wait their turn here, on the
     # event loop, rather than each in a worker thread of the pool that reads and authentication
     # need too; past the queue's bound the server says it is busy at once
-    # (computewatch.server.admission).
+    # (computewatch.server.admission). On SQLite the uploads waiting for the one writer are
+    # stored together, one transaction for the group.
     parsed = await run_in_threadpool(parse)
     if isinstance(parsed, JSONResponse):
         return parsed
+    upload = Upload(principal.team, parsed, require_signed)
+    writer = _group_writer(request, db)
+    if writer is not None:
+        outcome = await writer.submit(request, upload)
+        if isinstance(outcome, IntegrityError):  # stored again alone, with its retries
+            return await run_in_threadpool(_store_alone, db, upload)
+        return _stored_response(outcome)
     async with _admission(request, db).turn(request):
-        return await run_in_threadpool(store, parsed)
+        return await run_in_threadpool(_store_alone, db, upload)
+
+
+def _store_alone(db: Database, upload: Upload) -> JSONResponse:
+    """``upload`` stored in a transaction of its own (PostgreSQL; SQLite when its group could
+    not be stored together), retried where another process inserted one of its runs meanwhile
+    (it is then stored as an update, or answered stored: false)."""
+    for attempt in range(INGEST_RETRIES):
+        with db.writing(), db.session() as session:
+            try:
+                results = store_batch(
+                    session,
+                    upload.team,
+                    upload.batch,
+                    require_signed=upload.require_signed,
+                    on_run=governance_service.on_run_stored,
+                )
+            except IntegrityError:
+                if attempt + 1 == INGEST_RETRIES:
+                    raise
+                continue
+            except REFUSALS as e:
+                return _stored_response(e)
+        return _stored_response(results)
+    raise AssertionError("unreachable")
+
+
+def _store_group(db: Database, uploads: Sequence[Upload]) -> list[Outcome]:
+    """A group of uploads stored in one transaction (:func:`store_group`); when the group as a
+    whole fails (the database locked by another process, or gone), each is stored alone, so
+    that one upload's fate is what it would have been alone."""
+    try:
+        with db.writing(), db.session() as session:
+            return store_group(session, uploads, on_run=governance_service.on_run_stored)
+    except Exception:  # each alone: an upload's own error then answers that upload only
+        if len(uploads) == 1:
+            raise
+    out: list[Outcome] = []
+    for upload in uploads:
+        try:
+            with db.writing(), db.session() as session:
+                out.append(
+                    store_group(session, [upload], on_run=governance_service.on_run_stored)[0]
+                )
+        except Exception as e:  # its caller raises it, as it would have alone
+            out.append(e)
+    return out
+
+
+def _stored_response(outcome: Outcome) -> JSONResponse:
+    """The answer to one upload: its results, or the refusal that stored none of it (any
+    other exception is raised, to the server's handlers)."""
+    if isinstance(outcome, IngestConflict):
+        return api_error(409, "conflict", str(outcome))
+    if isinstance(outcome, SignatureRefused):
+        return api_error(422, "signature", str(outcome))
+    if isinstance(outcome, DeclarationRefused):
+        return api_error(outcome.status, outcome.code, str(outcome))
+    if isinstance(outcome, DataError):
+        return api_error(422, "invalid", f"the database refused a value: {outcome.orig}")
+    if isinstance(outcome, Exception):
+        raise outcome
+    doc: IngestResponse = {
+        "protocol": PROTOCOL_VERSION,
+        "results": outcome,
+        "features": [FEATURE_SERIES_BASE],
+    }
+    return JSONResponse(doc, headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
 
 
 INGEST_CONCURRENCY: Final = {"sqlite": 1, "postgresql": 8}
@@ -321,6 +368,57 @@ def _admission(request: Request, db: Database) -> Admission:
         made = (loop, Admission(INGEST_CONCURRENCY.get(db.dialect, 1), queue))
         request.app.state.admission = made
     return made[1]
+
+
+def _group_writer(request: Request, db: Database) -> GroupWriter[Upload, Outcome] | None:
+    """The app's group writer on SQLite (made on the event loop that serves it); None on
+    PostgreSQL, where a few uploads are stored at once, each in its own transaction."""
+    if db.dialect != "sqlite":
+        return None
+    loop = asyncio.get_running_loop()
+    made: tuple[asyncio.AbstractEventLoop, GroupWriter[Upload, Outcome]] | None = getattr(
+        request.app.state, "group_writer", None
+    )
+    if made is None or made[0] is not loop:
+
+        def store(uploads: Sequence[Upload]) -> list[Outcome]:
+            return _store_group(db, uploads)
+
+        made = (loop, GroupWriter(_admission(request, db), store))
+        request.app.state.group_writer = made
+    return made[1]
+
+
+class UploadCounters(TypedDict):
+    """How this server process has admitted and stored uploads since it started (``/healthz``):
+    waiting now, refused (429), dropped (the client left while it waited), stored by the
+    SQLite writer and in how many turns (``stored / turns``: the mean group), and the pace
+    the queue is bounded by."""
+
+    waiting: int
+    refused: int
+    dropped: int
+    stored: int
+    turns: int
+    pace_ms: float
+
+
+def upload_counters(app: FastAPI) -> UploadCounters:
+    admitted: tuple[asyncio.AbstractEventLoop, Admission] | None = getattr(
+        app.state, "admission", None
+    )
+    writer: tuple[asyncio.AbstractEventLoop, GroupWriter[Upload, Outcome]] | None = getattr(
+        app.state, "group_writer", None
+    )
+    adm = admitted[1] if admitted else None
+    return {
+        "waiting": adm.waiting if adm else 0,
+        "refused": adm.refused if adm else 0,
+        "dropped": adm.dropped if adm else 0,
+        "stored": writer[1].stored if writer else 0,
+        "turns": writer[1].groups if writer else 0,
+        "pace_ms": round(adm.pace * 1000, 3) if adm else 0.0,
+    }
 
 
 # -- reading ---------------------------------------------------------------------------------------

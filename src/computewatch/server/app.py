@@ -304,6 +304,7 @@ def create_app(
             "database": db.dialect,
             "version": __version__,
             "event_streams": hub.subscriber_count,
+            "uploads": api.upload_counters(app),
         }
 
     app.include_router(api.router)

@@ -72,7 +72,11 @@ class Principal:
         return self.scope == "admin"
 
 
-def get_database(request: Request) -> Database:
+# The dependencies that neither read the database nor block are coroutines: FastAPI runs a plain
+# function's dependency in the thread pool, a hand-over each way per request.
+
+
+async def get_database(request: Request) -> Database:
     db: Database = request.app.state.db
     return db
 
@@ -118,7 +122,7 @@ def optional_principal(
     return principal
 
 
-def current_principal(
+async def current_principal(
     principal: Annotated[Principal | None, Depends(optional_principal)],
 ) -> Principal:
     """The caller; 401 when the request is not authenticated."""
@@ -132,12 +136,12 @@ def current_principal(
     return principal
 
 
-def require_read(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+async def require_read(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
     """Any scope reads (its own team's runs; an admin every team's)."""
     return principal
 
 
-def require_ingest(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+async def require_ingest(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
     if not principal.can_ingest:
         raise HTTPException(
             status_code=403, detail=f"this token's scope ({principal.scope}) cannot upload runs"
@@ -145,7 +149,7 @@ def require_ingest(principal: Annotated[Principal, Depends(current_principal)]) 
     return principal
 
 
-def require_admin(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
+async def require_admin(principal: Annotated[Principal, Depends(current_principal)]) -> Principal:
     if not principal.is_admin:
         raise HTTPException(
             status_code=403, detail=f"this token's scope ({principal.scope}) is not admin"
@@ -172,7 +176,7 @@ def login_redirect(next_path: str) -> RedirectResponse:
     return RedirectResponse(f"/login?next={quote(safe_next(next_path), safe='/')}", 303)
 
 
-def page_principal(
+async def page_principal(
     request: Request, principal: Annotated[Principal | None, Depends(optional_principal)]
 ) -> Principal:
     """The caller of a page; an unauthenticated browser is redirected to /login."""

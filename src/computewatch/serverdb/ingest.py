@@ -18,13 +18,15 @@ import datetime
 import math
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
 from sqlalchemy import Table, bindparam, delete, insert, select, text, update
+from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 
+from computewatch.errors import ComputewatchError
 from computewatch.jsonout import dumps as json_dumps
 from computewatch.jsonout import loads as json_loads
 from computewatch.ledger.reports import SignatureStatus
@@ -50,13 +52,17 @@ from computewatch.upload.schema import InvalidBatch, validate_batch
 
 __all__ = [
     "NOTIFY_CHANNEL",
+    "REFUSALS",
     "SUPPORTED_PROTOCOLS",
+    "Outcome",
     "ProtocolMismatch",
     "RunHook",
+    "Upload",
     "denormalize",
     "parse_batch",
     "protocol_mismatch",
     "store_batch",
+    "store_group",
 ]
 
 SUPPORTED_PROTOCOLS: Final = (PROTOCOL_VERSION,)
@@ -374,83 +380,149 @@ def store_batch(
     :class:`SignatureRefused` for a run whose signed report is invalid (or, with
     ``require_signed``, that is unsigned or signed by a key not registered for ``team``);
     nothing is stored then."""
-    now = time.time()
-    results: list[IngestResult] = []
     postgres = session.get_bind().dialect.name == "postgresql"
     if not postgres:
         # SQLite: take the write lock before reading, so that another process cannot store the
         # same run between our read of its seq and our write (engine.py: BEGIN IMMEDIATE).
         session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
     try:
-        if postgres and batch["runs"]:
-            _lock_run_ids(session, [r["id"] for r in batch["runs"]])
-        conn = session.connection()
-        for run in batch["runs"]:
-            rid = run["id"]
-            held = conn.execute(_HELD_LOCKED if postgres else _HELD, {"b_id": rid}).first()
-            if held is not None and held.team != team:
-                raise IngestConflict(f"run {rid} belongs to another team")
-            signature = check_upload(session, team, run)
-            refused = refusal(rid, signature, require_signed=require_signed)
-            if refused is not None:
-                raise SignatureRefused(refused)
-            if held is not None and held.seq >= run["seq"]:
-                results.append({"id": rid, "seq": run["seq"], "stored": False})
-                continue
-            base = run.get("series_base")
-            if base is not None and (held is None or held.seq != base):
-                # the points continue an upload this server does not hold as the run's latest
-                results.append({"id": rid, "seq": run["seq"], "stored": False, "needs_full": True})
-                continue
-            values, summary = _values(team, run, now)
-            if held is None:
-                conn.execute(_INSERT_RUN, {"id": rid, **values})
-                conn.execute(_INSERT_DOC, {"run_id": rid, "summary": summary, "meta": run["meta"]})
-            else:
-                conn.execute(_UPDATE_RUN, {"b_id": rid, **values})
-                conn.execute(
-                    _UPDATE_DOC, {"b_run_id": rid, "summary": summary, "meta": run["meta"]}
-                )
-                conn.execute(_DELETE_TAGS, {"b_run_id": rid})
-            tags = cast(dict[str, str], values["tags"])
-            if tags:
-                conn.execute(
-                    _INSERT_TAGS, [{"run_id": rid, "key": k, "value": v} for k, v in tags.items()]
-                )
-            if base is None:
-                replace_series(conn, rid, run["seq"], run["series"])
-            else:
-                append_series(conn, rid, run["seq"], run["series"])
-            change_id = conn.execute(
-                _INSERT_CHANGE,
-                {
-                    "run_id": rid,
-                    "team": team,
-                    "seq": run["seq"],
-                    "status": run["status"],
-                    "final": run["final"],
-                    "at": now,
-                },
-            ).inserted_primary_key
-            record_signature(session, rid, signature)
-            session.expire_all()  # objects loaded before these Core writes read them again
-            # governance: model compute, ledger, tiers (same transaction)
-            (on_run or _record)(session, team, run, signature.status)
-            if postgres:
-                payload = json_dumps(
-                    {
-                        "change": change_id[0] if change_id else None,
-                        "id": run["id"],
-                        "team": team,
-                        "seq": run["seq"],
-                        "status": run["status"],
-                        "final": run["final"],
-                    }
-                )
-                session.execute(_NOTIFY, {"channel": NOTIFY_CHANNEL, "payload": payload})
-            results.append({"id": run["id"], "seq": run["seq"], "stored": True})
+        results = _store_runs(session, team, batch, require_signed, on_run, postgres)
         session.commit()
     except BaseException:
         session.rollback()
         raise
+    return results
+
+
+@dataclass(frozen=True)
+class Upload:
+    """One upload of a group stored together (:func:`store_group`): its batch, the team of its
+    token and whether the server requires signed reports."""
+
+    team: str
+    batch: IngestBatch
+    require_signed: bool = False
+
+
+Outcome = list[IngestResult] | Exception
+"""What became of one upload of a group: its results, or why it was refused (the exception
+:func:`store_batch` would have raised for it alone)."""
+
+REFUSALS: Final = (ComputewatchError, DataError, IntegrityError)
+"""What refuses one upload of a group and none of the others: a conflict, a signature or a
+declaration refused, a value the database refuses, a constraint."""
+
+
+def store_group(
+    session: Session, uploads: Sequence[Upload], *, on_run: RunHook | None = None
+) -> list[Outcome]:
+    """Store ``uploads`` on SQLite in one transaction, in order, each as :func:`store_batch`
+    would store it alone: each in a savepoint of its own, so that one refused (an exception of
+    :data:`REFUSALS`, returned in its place) leaves the others stored, and one commit for all.
+    Uploads that wait for the one writer are so stored together: the commit, the BEGIN and the
+    hand-over to the writer's thread are paid once per group, not per upload. Any other
+    exception (the database locked or gone) rolls everything back and is raised: the caller
+    then stores each alone, as before."""
+    session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
+    out: list[Outcome] = []
+    try:
+        for upload in uploads:
+            try:
+                with session.begin_nested():
+                    out.append(
+                        _store_runs(
+                            session,
+                            upload.team,
+                            upload.batch,
+                            upload.require_signed,
+                            on_run,
+                            postgres=False,
+                        )
+                    )
+            except REFUSALS as e:
+                session.expire_all()
+                out.append(e)
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    return out
+
+
+def _store_runs(
+    session: Session,
+    team: str,
+    batch: IngestBatch,
+    require_signed: bool,
+    on_run: RunHook | None,
+    postgres: bool,
+) -> list[IngestResult]:
+    """The runs of ``batch`` written in the session's transaction (not committed)."""
+    now = time.time()
+    results: list[IngestResult] = []
+    if postgres and batch["runs"]:
+        _lock_run_ids(session, [r["id"] for r in batch["runs"]])
+    conn = session.connection()
+    for run in batch["runs"]:
+        rid = run["id"]
+        held = conn.execute(_HELD_LOCKED if postgres else _HELD, {"b_id": rid}).first()
+        if held is not None and held.team != team:
+            raise IngestConflict(f"run {rid} belongs to another team")
+        signature = check_upload(session, team, run)
+        refused = refusal(rid, signature, require_signed=require_signed)
+        if refused is not None:
+            raise SignatureRefused(refused)
+        if held is not None and held.seq >= run["seq"]:
+            results.append({"id": rid, "seq": run["seq"], "stored": False})
+            continue
+        base = run.get("series_base")
+        if base is not None and (held is None or held.seq != base):
+            # the points continue an upload this server does not hold as the run's latest
+            results.append({"id": rid, "seq": run["seq"], "stored": False, "needs_full": True})
+            continue
+        values, summary = _values(team, run, now)
+        if held is None:
+            conn.execute(_INSERT_RUN, {"id": rid, **values})
+            conn.execute(_INSERT_DOC, {"run_id": rid, "summary": summary, "meta": run["meta"]})
+        else:
+            conn.execute(_UPDATE_RUN, {"b_id": rid, **values})
+            conn.execute(_UPDATE_DOC, {"b_run_id": rid, "summary": summary, "meta": run["meta"]})
+            conn.execute(_DELETE_TAGS, {"b_run_id": rid})
+        tags = cast(dict[str, str], values["tags"])
+        if tags:
+            conn.execute(
+                _INSERT_TAGS, [{"run_id": rid, "key": k, "value": v} for k, v in tags.items()]
+            )
+        if base is None:
+            replace_series(conn, rid, run["seq"], run["series"])
+        else:
+            append_series(conn, rid, run["seq"], run["series"])
+        change_id = conn.execute(
+            _INSERT_CHANGE,
+            {
+                "run_id": rid,
+                "team": team,
+                "seq": run["seq"],
+                "status": run["status"],
+                "final": run["final"],
+                "at": now,
+            },
+        ).inserted_primary_key
+        record_signature(session, rid, signature)
+        session.expire_all()  # objects loaded before these Core writes read them again
+        # governance: model compute, ledger, tiers (same transaction)
+        (on_run or _record)(session, team, run, signature.status)
+        if postgres:
+            payload = json_dumps(
+                {
+                    "change": change_id[0] if change_id else None,
+                    "id": run["id"],
+                    "team": team,
+                    "seq": run["seq"],
+                    "status": run["status"],
+                    "final": run["final"],
+                }
+            )
+            session.execute(_NOTIFY, {"channel": NOTIFY_CHANNEL, "payload": payload})
+        results.append({"id": run["id"], "seq": run["seq"], "stored": True})
     return results

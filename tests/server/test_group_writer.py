@@ -1,0 +1,204 @@
+"""The SQLite writer stores the uploads waiting for it together (one transaction, each upload in
+a savepoint of its own): each upload's fate is what it would have been alone, one refused leaves
+the others stored, a group the database refuses as a whole is stored one by one, and uploads
+that wait while a group is stored form the next one."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
+
+from computewatch.governance import service as governance_service
+from computewatch.server import api
+from computewatch.server.admission import Admission, ClientGone, GroupWriter, Overloaded
+from computewatch.serverdb import ingest
+from computewatch.serverdb.engine import Database, open_database, upgrade
+from computewatch.serverdb.errors import IngestConflict
+from computewatch.serverdb.ingest import Upload, store_batch, store_group
+from computewatch.serverdb.ledger_store import size
+from computewatch.serverdb.models import Run
+from computewatch.serverdb.node_keys import SignatureRefused
+from computewatch.upload.protocol import RunUpload
+
+from .conftest import batch, synthetic_upload
+
+
+@pytest.fixture
+def database(tmp_path: Path) -> Iterator[Database]:
+    d = open_database(f"sqlite:///{tmp_path / 'server.db'}")
+    upgrade(d)
+    yield d
+    d.dispose()
+
+
+def _forged(run: RunUpload) -> RunUpload:
+    """``run`` with a signed report that no key signed (refused: invalid signature)."""
+    return {
+        **run,
+        "signed_report": {"key_id": "ed25519:" + "0" * 16, "signature": "AAAA", "report": {}},
+    }
+
+
+def _stored(d: Database) -> dict[str, int]:
+    with d.session() as s:
+        return {r.id: r.seq for r in s.scalars(select(Run))}
+
+
+def test_a_group_stores_each_upload_as_it_would_be_alone(database: Database) -> None:
+    with database.session() as s:
+        store_batch(s, "a", batch(synthetic_upload(id="held", seq=1)))
+        before = size(s)
+    uploads = [
+        Upload("a", batch(synthetic_upload(id="g-1", seq=1))),
+        Upload("b", batch(synthetic_upload(id="held", seq=2))),  # another team's run
+        Upload("a", batch(synthetic_upload(id="g-2", seq=3), _forged(synthetic_upload(id="g-3")))),
+        Upload("a", batch(synthetic_upload(id="held", seq=5))),
+        Upload("a", batch(synthetic_upload(id="held", seq=4))),  # older than what it holds now
+    ]
+    with database.session() as s:
+        outcomes = store_group(s, uploads, on_run=governance_service.on_run_stored)
+    assert outcomes[0] == [{"id": "g-1", "seq": 1, "stored": True}]
+    assert isinstance(outcomes[1], IngestConflict)
+    assert isinstance(outcomes[2], SignatureRefused)  # the whole batch refused, g-2 too
+    assert outcomes[3] == [{"id": "held", "seq": 5, "stored": True}]
+    assert outcomes[4] == [{"id": "held", "seq": 4, "stored": False}]
+    assert _stored(database) == {"held": 5, "g-1": 1}
+    with database.session() as s:
+        assert size(s) == before + 2  # a ledger entry per stored upload, none for the refused
+
+
+def test_a_group_refused_as_a_whole_is_stored_one_by_one(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = ingest.store_group
+
+    def locked_for_groups(session: Any, uploads: Sequence[Upload], **kw: Any) -> Any:
+        if len(uploads) > 1:
+            raise OperationalError("COMMIT", {}, Exception("database is locked"))
+        return real(session, uploads, **kw)
+
+    monkeypatch.setattr(api, "store_group", locked_for_groups)
+    uploads = [
+        Upload("a", batch(synthetic_upload(id="one", seq=1))),
+        Upload("a", batch(_forged(synthetic_upload(id="two")))),
+        Upload("a", batch(synthetic_upload(id="three", seq=1))),
+    ]
+    outcomes = api._store_group(database, uploads)
+    assert outcomes[0] == [{"id": "one", "seq": 1, "stored": True}]
+    assert isinstance(outcomes[1], SignatureRefused)
+    assert outcomes[2] == [{"id": "three", "seq": 1, "stored": True}]
+    assert _stored(database) == {"one": 1, "three": 1}
+
+
+def _request(gone: bool = False) -> Any:
+    async def disconnected() -> bool:
+        return gone
+
+    return SimpleNamespace(is_disconnected=disconnected, url=SimpleNamespace(path="/api/v1/runs"))
+
+
+def test_uploads_that_wait_during_a_turn_are_stored_together_in_order() -> None:
+    groups: list[list[int]] = []
+    first_turn = threading.Event()
+    release = threading.Event()
+
+    def store(items: Sequence[int]) -> list[int]:
+        groups.append(list(items))
+        if len(groups) == 1:
+            first_turn.set()
+            release.wait(10)
+        return [i * 10 for i in items]
+
+    async def scenario() -> tuple[list[int], list[BaseException]]:
+        writer: GroupWriter[int, int] = GroupWriter(Admission(1, 8), store, max_group=4)
+        first = asyncio.create_task(writer.submit(_request(), 0))
+        while not first_turn.is_set():
+            await asyncio.sleep(0.01)
+        waiting = [asyncio.create_task(writer.submit(_request(), i)) for i in range(1, 8)]
+        gone = asyncio.create_task(writer.submit(_request(gone=True), 99))
+        await asyncio.sleep(0)
+        assert writer.admission.waiting == 8
+        with pytest.raises(Overloaded):  # the queue holds 8: the ninth is refused at once
+            await writer.submit(_request(), 100)
+        release.set()
+        done = await asyncio.gather(first, *waiting)
+        errors: list[BaseException] = []
+        try:
+            await gone
+        except ClientGone as e:
+            errors.append(e)
+        assert writer.admission.waiting == 0 and writer.groups == 3
+        return done, errors
+
+    done, errors = asyncio.run(scenario())
+    assert done == [i * 10 for i in range(8)]
+    assert groups == [[0], [1, 2, 3, 4], [5, 6, 7]]  # 99's client left: dropped, not stored
+    assert len(errors) == 1
+
+
+def test_a_group_whose_store_fails_answers_each_upload_with_the_error() -> None:
+    def store(items: Sequence[int]) -> list[int]:
+        raise OperationalError("BEGIN", {}, Exception("disk I/O error"))
+
+    async def scenario() -> list[BaseException | int]:
+        writer: GroupWriter[int, int] = GroupWriter(Admission(1, 8), store)
+        return await asyncio.gather(
+            *(writer.submit(_request(), i) for i in range(3)), return_exceptions=True
+        )
+
+    out = asyncio.run(scenario())
+    assert all(isinstance(e, OperationalError) for e in out), out
+
+
+@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
+def test_concurrent_uploads_with_one_refused_all_answered_as_alone(
+    server: Callable[..., Any], make_upload: Callable[..., RunUpload], make_batch: Any
+) -> None:
+    """40 uploads at once, one of them naming a run another team holds: that one is answered
+    409, every other 200 and stored, with its ledger entry (the groups they were stored in
+    change nothing a client sees)."""
+    s = server()
+    a, b = s.token("a", "ingest"), s.token("b", "ingest")
+    reader = s.client(s.token("a", "read"))
+    first = httpx.post(
+        f"{s.url}/api/v1/runs",
+        json=make_batch(make_upload(id="held-by-a")),
+        headers={"Authorization": f"Bearer {a}"},
+    )
+    assert first.status_code == 200
+    jobs = [(a, f"cc-{i}") for i in range(39)] + [(b, "held-by-a")]
+
+    def send(job: tuple[str, str]) -> int:
+        token, run_id = job
+        with httpx.Client(base_url=s.url, timeout=120) as c:
+            for _ in range(200):  # bounded: 429s are retried as the server asks
+                r = c.post(
+                    "/api/v1/runs",
+                    json=make_batch(make_upload(id=run_id, seq=2)),
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+                if r.status_code != 429:
+                    return r.status_code
+            return r.status_code
+
+    with concurrent.futures.ThreadPoolExecutor(len(jobs)) as pool:
+        codes = list(pool.map(send, jobs))
+    assert codes[-1] == 409 and codes[:-1] == [200] * 39, codes
+    for i in range(39):
+        assert reader.get(f"/api/v1/runs/cc-{i}").json()["run"]["seq"] == 2
+    held = reader.get("/api/v1/runs/held-by-a").json()["run"]
+    assert held["seq"] == 1
+    uploads = httpx.get(f"{s.url}/healthz").json()["uploads"]
+    assert uploads["stored"] == 41 and 1 <= uploads["turns"] <= 41, uploads
+    assert uploads["waiting"] == 0 and uploads["pace_ms"] > 0
+    assert "Traceback" not in s.output()
