@@ -253,10 +253,12 @@ def loader_saving(
         parallel = phi_raw > 1.15
         phi = min(phi_raw, 1.0)
     n = others if others is not None else 0.0
-    if phi >= 0.5 or c_mean <= 0:
-        workers = max(1, min(8, int(per_proc) - 1))
-    else:  # waiting on I/O: enough workers that a batch is ready every compute step
-        workers = max(2, min(8, int(d_mean / c_mean) + 2))
+    # A worker per core beside the loop for the CPU work, and one more for each compute step
+    # the waiting lasts, so that a batch is ready every step.
+    workers = max(1, int(per_proc) - 1)
+    if c_mean > 0 and not parallel:
+        workers += int((1.0 - phi) * d_mean / c_mean)
+    workers = min(workers, 8)
     idle = machine.idle
     if idle is None:
         idle = max(cores - procs * s0 - n, 0.0)
