@@ -157,6 +157,42 @@ def test_a_mutated_line_is_decided_as_the_exact_check_does(value: Any, data: st.
             _agree(line)
 
 
+def _one_by_one(lines: list[bytes]) -> list[Any]:
+    """canonical_value of each line up to the first it refuses (then ``LedgerError``)."""
+    out: list[Any] = []
+    for line in lines:
+        try:
+            out.append(jcs.canonical_value(line))
+        except LedgerError:
+            out.append(LedgerError)
+            break
+    return out
+
+
+@FUZZ
+@given(st.lists(_values, min_size=1, max_size=4), st.data())
+def test_lines_checked_in_one_loop_are_decided_as_one_by_one(
+    values: list[Any], data: st.DataObject
+) -> None:
+    """canonical_values (a verifier's loop over a block of entries) reads each line as
+    canonical_value does and refuses the first line it refuses: canonical lines and others
+    (every spelling of each value, one of them mutated), in one list."""
+    lines = [line for v in values for line in _spellings(v)]
+    if lines:
+        at = data.draw(st.integers(0, len(lines) - 1))
+        old, new = data.draw(st.sampled_from(_RESPELL))
+        lines.insert(at, lines[at].replace(old, new, 1))
+    got: list[Any] = []
+    try:
+        got.extend(jcs.canonical_values(lines))
+    except LedgerError:
+        got.append(LedgerError)
+    want = _one_by_one(lines)
+    assert len(got) == len(want)
+    for a, b in zip(got, want, strict=True):
+        assert a is b if LedgerError in (a, b) else _same(a, b), (lines, got, want)
+
+
 @FUZZ
 @given(st.floats(allow_nan=False, allow_infinity=False) | _edge_floats)
 def test_orjson_spells_a_double_as_rfc_8785_except_where_the_byte_tests_look(x: float) -> None:

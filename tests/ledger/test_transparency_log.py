@@ -413,6 +413,39 @@ def test_an_export_file_is_checked_in_blocks_as_its_lines_are(
         assert _summary(v) == _summary(by_line)
 
 
+@pytest.mark.parametrize("claim", ["earlier", "one more", "far ahead", "no seq"])
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_a_block_whose_last_line_lies_about_its_seq_is_checked_as_its_lines_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, claim: str, jobs: int
+) -> None:
+    """A block's entries are counted from its last line's seq (not its newlines): where that
+    line says another seq, or none, the verdict is still the one the lines give one by one,
+    for the last line of each of the first blocks (whose claim the next blocks are numbered
+    from, a head among them)."""
+    from computewatch.ledger import log
+    from computewatch.ledger.log import open_export
+
+    monkeypatch.setattr(log, "BLOCK", 4096)
+    lines = _lines(300)
+    heads = [_head(lines, 100), _head(lines, 300)]
+    ends = [
+        int(b.rsplit(b'"seq":', 1)[1].split(b",")[0])
+        for b in open_export(_export_file(tmp_path / "a.jsonl", lines, heads)).lines().blocks()
+    ]
+    assert len(ends) > 4 and ends[1] < 100 < ends[2]  # fmt: skip
+    for seq in ends[:4]:
+        new = {"earlier": seq - 45, "one more": seq + 1, "far ahead": 250, "no seq": None}[claim]
+        i = seq - 1
+        bad = (lines[i].replace(b'"seq":%d,' % seq, b'"seq":%d,' % new) if new is not None
+               else lines[i].replace(b'"seq":', b'"sequence":'))  # fmt: skip
+        edited = [*lines[:i], bad, *lines[i + 1 :]]
+        path = _export_file(tmp_path / "log.jsonl", edited, heads, entries=300)
+        by_line = _verify(edited, heads, header=_header(lines, heads), jobs=jobs)
+        ex = open_export(path)
+        v = verify_log(ex.header, ex.lines(), KEY.public_key(), jobs=jobs)
+        assert v.problem is not None and _summary(v) == _summary(by_line), (seq, v.problem)
+
+
 @pytest.mark.parametrize("jobs", [1, 3])
 def test_a_pruned_export_file_is_checked_in_blocks(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from computewatch.ledger.chain import LedgerError
-from computewatch.ledger.jcs import MAX_EXACT_INT, canonical_value, dumps
+from computewatch.ledger.jcs import MAX_EXACT_INT, canonical_values, dumps
 from computewatch.ledger.merkle import CompactRange
 
 _encode_string = json.encoder.encode_basestring
@@ -45,6 +45,7 @@ __all__ = [
     "LogHeader",
     "clean_body",
     "empty_line",
+    "entries_parts",
     "entry_line",
     "entry_parts",
     "exact_number",
@@ -132,25 +133,39 @@ def parse_entry(line: bytes, where: str = "entry") -> LogEntry:
     return LogEntry(*entry_parts(line, where))
 
 
-_KEY_SET: Final = frozenset(_KEYS)
-
-
 def entry_parts(line: bytes, where: str = "entry") -> tuple[int, str, str, dict[str, Any]]:
     """:func:`parse_entry`'s seq, time, kind and body (what a verifier reads of each entry)."""
+    return next(entries_parts((line,), where))
+
+
+def entries_parts(
+    lines: Iterable[bytes], where: str = "entry"
+) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
+    """:func:`entry_parts` of each line in turn (a :class:`LedgerError` at the first line that
+    is not an entry ends it), in one loop rather than a call per line."""
     try:
-        doc = canonical_value(line)
+        for doc in canonical_values(lines):
+            if type(doc) is not dict or len(doc) != 4:
+                raise _NotEntry(f"{where}: an entry has exactly body, kind, seq and time")
+            try:  # four names, these four
+                seq, time, kind, body = doc["seq"], doc["time"], doc["kind"], doc["body"]
+            except KeyError:
+                raise _NotEntry(f"{where}: an entry has exactly body, kind, seq and time") from None
+            if type(seq) is not int or seq < 1:  # (a JSON parser's int, never a bool)
+                raise _NotEntry(f"{where}: seq is a whole number from 1")
+            if type(time) is not str or type(kind) is not str or not kind:
+                raise _NotEntry(f"{where}: time and kind are strings")
+            if type(body) is not dict:
+                raise _NotEntry(f"{where}: body is a JSON object")
+            yield seq, time, kind, body
+    except _NotEntry:
+        raise
     except LedgerError:
         raise LedgerError(f"{where}: not an entry in RFC 8785 canonical form") from None
-    if not isinstance(doc, dict) or doc.keys() != _KEY_SET:
-        raise LedgerError(f"{where}: an entry has exactly body, kind, seq and time")
-    seq, time, kind, body = doc["seq"], doc["time"], doc["kind"], doc["body"]
-    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 1:
-        raise LedgerError(f"{where}: seq is a whole number from 1")
-    if not isinstance(time, str) or not isinstance(kind, str) or not kind:
-        raise LedgerError(f"{where}: time and kind are strings")
-    if not isinstance(body, dict):
-        raise LedgerError(f"{where}: body is a JSON object")
-    return seq, time, kind, body
+
+
+class _NotEntry(LedgerError):
+    """Canonical JSON that is not an entry."""
 
 
 def prefix_range(prefix: Sequence[bytes], size: int) -> CompactRange:
@@ -263,11 +278,16 @@ class ExportLines(Iterator[bytes]):
             raise empty_line(str(self.path), self._n)
         return line
 
-    def blocks(self, size: int | None = None) -> Iterator[tuple[int, bytes]]:
-        """The rest of the lines in blocks of about ``size`` bytes (:data:`BLOCK`): ``(n,
-        block)`` with ``n`` the file's line number of the block's first line and ``block`` whole
+    @property
+    def line_no(self) -> int:
+        """The file's line number of the next line read."""
+        return self._n + 1
+
+    def blocks(self, size: int | None = None) -> Iterator[bytes]:
+        """The rest of the lines in blocks of about ``size`` bytes (:data:`BLOCK`), each whole
         lines joined by newlines (``block.split(b"\\n")`` gives them; an empty one is an empty
-        line of the file, which a reader names with :func:`empty_line`)."""
+        line of the file, which a reader names with :func:`empty_line`). The lines are not
+        counted here (a reader that needs their number counts them, or reads it from them)."""
         f = self._file
         if f is None:
             return
@@ -282,12 +302,9 @@ class ExportLines(Iterator[bytes]):
                     rest = data
                     continue
                 rest = data[cut + 1 :]
-                block = data[:cut]
-                yield self._n + 1, block
-                self._n += block.count(b"\n") + 1
+                yield data[:cut]
             if rest:
-                yield self._n + 1, rest
-                self._n += 1
+                yield rest
 
     def close(self) -> None:
         if self._file is not None:
