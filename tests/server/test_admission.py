@@ -93,6 +93,57 @@ def test_a_full_queue_refuses_before_the_token_and_the_body() -> None:
     assert refused == 1 and called  # called for the other path only
 
 
+def test_uploads_still_being_read_count_against_the_queue_at_arrival() -> None:
+    """An upload waits for every upload ahead of it, including those whose bodies are still
+    being read and parsed: with one stored at once and two allowed to wait, a fourth upload
+    arriving while three are in flight (none yet parsed, so none waiting for the turn) is
+    refused at once, and once one of them is answered the next is let in. (Counting only the
+    parsed uploads let hundreds pile up before the queue at 500 live runs, answered after their
+    clients gave up.)"""
+    import asyncio  # the scenario runs on its own event loop
+    from types import SimpleNamespace  # a stand-in app holding the admission
+
+    from computewatch.server.admission import Admission, EarlyRefusal  # with the asyncio above
+
+    async def scenario() -> tuple[list[int], int, int]:
+        admission = Admission(1, 2)
+        app = SimpleNamespace(state=SimpleNamespace(admission=(asyncio.get_running_loop(),
+                                                               admission)))  # fmt: skip
+        reading = asyncio.Event()
+        entered = 0
+
+        async def inner(scope: Any, receive: Any, send: Any) -> None:
+            nonlocal entered
+            entered += 1
+            await reading.wait()  # the body still arriving
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+
+        guard = EarlyRefusal(inner, "/api/v1/runs")
+        statuses: list[int] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        async def receive() -> dict[str, Any]:
+            return {"type": "http.request", "body": b"", "more_body": False}
+
+        scope = {"type": "http", "method": "POST", "path": "/api/v1/runs", "app": app,
+                 "headers": []}  # fmt: skip
+        slow = [asyncio.create_task(guard(scope, receive, send)) for _ in range(4)]
+        for _ in range(3):
+            await asyncio.sleep(0)
+        while_full = (list(statuses), admission.refused, entered)  # the fourth refused
+        reading.set()
+        await asyncio.gather(*slow)
+        await guard(scope, receive, send)  # room again
+        return statuses, while_full, entered
+
+    statuses, while_full, entered = asyncio.run(scenario())
+    assert while_full == ([429], 1, 3), while_full
+    assert statuses == [429, 200, 200, 200, 200] and entered == 4, statuses
+
+
 def test_the_queue_holds_no_more_than_the_writer_takes_in_the_longest_wait() -> None:
     """Uploads wait no longer than MAX_WAIT at the recent pace of the turns: after turns of at
     least 0.3 s, a queue bounded at 32 by count takes at most 3 waiting uploads for a 1 s wait

@@ -86,6 +86,12 @@ class Admission:
         """Uploads answered 429 since the start."""
         self.dropped = 0
         """Uploads dropped because their client left while they waited."""
+        self.in_flight = 0
+        """Uploads between their arrival and their answer (counted by :class:`EarlyRefusal`):
+        an upload waits for every one ahead of it, including those whose bodies are still
+        being read and parsed, which the queue of parsed uploads does not count; refusing at
+        arrival on the queue alone let hundreds pile up before it under load, to be answered
+        after their clients gave up."""
 
     @property
     def waiting(self) -> int:
@@ -102,9 +108,16 @@ class Admission:
         """Whether the next upload would be refused now."""
         return self._turns.locked() and self._waiting >= self.bound()
 
+    def crowded(self) -> bool:
+        """Whether an upload arriving now is refused before its token and body are read: the
+        queue is :meth:`full`, or as many uploads are in flight (bodies being read or parsed,
+        waiting, being stored) as are stored at once and may wait."""
+        return self.full() or self.in_flight >= self.concurrent + self.bound()
+
     def busy_message(self) -> str:
         return (
-            f"the server is busy ({self._waiting} uploads wait for their turn, "
+            f"the server is busy ({self.in_flight} uploads in flight, {self._waiting} waiting "
+            "for their turn, "
             f"{self.pace * 1000:.0f} ms each); retry after {RETRY_AFTER_SECONDS} s"
         )
 
@@ -263,8 +276,10 @@ async def client_gone(request: Request, exc: Exception) -> Response:
 
 class EarlyRefusal:
     """ASGI middleware: an upload (``POST`` to ``path``) that arrives while the admission queue
-    is full is answered 429 at once, before its token is checked (a database query) and its
-    body read and decompressed: an overloaded server spends nothing on an upload it refuses.
+    is full, or while as many uploads are in flight as are stored at once and may wait
+    (:meth:`Admission.crowded`), is answered 429 at once, before its token is checked (a
+    database query) and its body read and decompressed: an overloaded server spends nothing on
+    an upload it refuses. It counts the uploads in flight, from arrival to answer.
     The admission is the one the ingest route made on this event loop (``app.state.admission``,
     a ``(loop, Admission)`` pair); before the first upload there is none and nothing is refused
     here."""
@@ -276,7 +291,7 @@ class EarlyRefusal:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] == self.path:
             made = getattr(getattr(scope.get("app"), "state", None), "admission", None)
-            if made is not None and made[0] is asyncio.get_running_loop() and made[1].full():
+            if made is not None and made[0] is asyncio.get_running_loop() and made[1].crowded():
                 admission: Admission = made[1]
                 admission.refused += 1
                 response = JSONResponse(
@@ -285,5 +300,13 @@ class EarlyRefusal:
                     headers={"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"},
                 )
                 await response(scope, receive, send)
+                return
+            if made is not None and made[0] is asyncio.get_running_loop():
+                counted: Admission = made[1]
+                counted.in_flight += 1
+                try:
+                    await self.app(scope, receive, send)
+                finally:
+                    counted.in_flight -= 1
                 return
         await self.app(scope, receive, send)

@@ -391,10 +391,11 @@ def _group_writer(request: Request, db: Database) -> GroupWriter[Upload, Outcome
 
 class UploadCounters(TypedDict):
     """How this server process has admitted and stored uploads since it started (``/healthz``):
-    waiting now, refused (429), dropped (the client left while it waited), stored by the
-    SQLite writer and in how many turns (``stored / turns``: the mean group), and the pace
-    the queue is bounded by."""
+    in flight now (from arrival to answer) and waiting for the writer, refused (429), dropped
+    (the client left while it waited), stored by the SQLite writer and in how many turns
+    (``stored / turns``: the mean group), and the pace the queue is bounded by."""
 
+    in_flight: int
     waiting: int
     refused: int
     dropped: int
@@ -412,6 +413,7 @@ def upload_counters(app: FastAPI) -> UploadCounters:
     )
     adm = admitted[1] if admitted else None
     return {
+        "in_flight": adm.in_flight if adm else 0,
         "waiting": adm.waiting if adm else 0,
         "refused": adm.refused if adm else 0,
         "dropped": adm.dropped if adm else 0,
