@@ -138,9 +138,11 @@ with computewatch.track(name="job", peak_flops=peak) as run:
         run.step(samples=batch, flops=6 * params * batch)
     print("LOOP", time.monotonic() - t0, time.process_time() - c0, flush=True)
 """,
-    # 4. The healthy job: compute only, nothing to win.
+    # 4. The healthy job: compute only, on every core it is allowed (one thread on a machine
+    # with a free core would leave that core to win), nothing to win.
     "healthy": PRELUDE
     + """
+torch.set_num_threads(len(os.sched_getaffinity(0)))
 with computewatch.track(name="job") as run:
     t0, c0 = time.monotonic(), time.process_time()
     for i in range(int(160 * SCALE)):

@@ -121,3 +121,20 @@ def test_iowait_without_slower_steps_does_not_fire(crafted):
     run = _io_run(crafted, slow_steps=False)
     assert "io_bound" not in run.ids()
     assert "io_bound" in run.diagnose().checked
+
+
+def test_cpu_bound_saving_counts_only_the_steps(crafted):
+    """A run whose one core is saturated for its whole 60 s but whose steps take only its last
+    20 s: the imports and the set-up before them are serial by nature, so the saving is Amdahl's
+    over the steps (p 0.5 on 4 cores: 0.5 x 0.75 of them), not over the whole minute (it was
+    22.5 s, more than the loop itself)."""
+    run = crafted(cores=4)
+    run.ticks(60)
+    run.counter("tree_cpu_seconds_total", lambda t: 1.0)
+    _host_cpu(run, lambda c, t: 1.0 if c == 2 else 0.03)
+    run.writer(1)
+    run.steps(1, [1.0] * 20, start=40)
+    f = run.finding("cpu_bound")
+    assert f.evidence.numbers["single_core_share"] > 0.9  # the symptom: the whole run
+    assert 0.5 * 0.75 * 18 <= f.saving.seconds <= 0.5 * 0.75 * 20, f.saving
+    assert "within the steps" in f.saving.assumes

@@ -87,8 +87,12 @@ def cpu_bound(data: RunData, th: Thresholds) -> list[Finding]:
     # Amdahl's law: with a share p of the single-threaded work spread over the allowed cores,
     # that stretch takes (1 - p) + p / cores of its time. The data phase is data_starvation's
     # to win (its workers): only the rest of the step counts here.
+    # Only the stretches within the steps can be won: before them (imports, the model's set-up;
+    # the first steps, timed from track()'s start) and after them the work is serial by nature,
+    # and the suggestion is about the loop. Without steps, the whole stretches count.
+    loop = _within_steps(data, spans, th.skip_first_steps)
     data_share = _data_share(data)
-    rest = bound * (1.0 - data_share)
+    rest = (bound if loop is None else loop) * (1.0 - data_share)
     gain = 1.0 - 1.0 / allowed
 
     def amdahl(p: float) -> float:
@@ -100,6 +104,12 @@ def cpu_bound(data: RunData, th: Thresholds) -> list[Finding]:
         amdahl(1.0),
         f"the single-threaded work spread over the {allowed:g} allowed cores",
         "Amdahl's law over the single-core stretches"
+        + (
+            ""
+            if loop is None
+            else f" within the steps ({format_seconds(loop)}; start-up and the end of the run "
+            "are serial by nature)"
+        )
         + (f" less their data wait ({pct(data_share)}, the loader's to win)" if data_share else "")
         + f": a share p of that work made parallel on {allowed:g} cores saves p x "
         f"(1 - 1/{allowed:g}) of it; p is not measured: 0.5, range 0 to 1",
@@ -121,6 +131,21 @@ def cpu_bound(data: RunData, th: Thresholds) -> list[Finding]:
         ),
         saving=saving,
     )
+
+
+def _within_steps(data: RunData, spans: list[tuple[float, float]], skip: int) -> float | None:
+    """Seconds of ``spans`` (from the run's start) within the steps of the process that took
+    the most, less its first ``skip`` (timed from track()'s start: the set-up); None without
+    enough steps."""
+    if not data.steps:
+        return None
+    times = data.step_times()
+    lead = max(times, key=lambda p: len(times[p]))
+    steps = times[lead][skip:]
+    if not steps:
+        return None
+    t0, t1 = data.rel(steps[0].start), data.rel(steps[-1].end)
+    return sum(max(0.0, min(b, t1) - max(a, t0)) for a, b in spans)
 
 
 def _data_share(data: RunData) -> float:
