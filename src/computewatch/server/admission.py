@@ -191,7 +191,9 @@ class GroupWriter(Generic[T, R]):
         self._drainer: asyncio.Task[None] | None = None
         # A thread of its own: in the pool that authentication and parsing use, the writer
         # waited behind every request in flight for a thread, and stored nothing meanwhile.
-        self._thread = concurrent.futures.ThreadPoolExecutor(1, "computewatch-writer")
+        # Started when uploads wait and let go when none is left (an app made per event loop,
+        # as tests make them, leaves no idle thread behind).
+        self._thread: concurrent.futures.ThreadPoolExecutor | None = None
 
     async def submit(self, request: Request, item: T) -> R:
         """``item``'s outcome once its group is stored; :class:`Overloaded` at once when the
@@ -233,6 +235,10 @@ class GroupWriter(Generic[T, R]):
                     began = time.monotonic()
                     items = [w.item for w in live]
                     try:
+                        if self._thread is None:
+                            self._thread = concurrent.futures.ThreadPoolExecutor(
+                                1, "computewatch-writer"
+                            )
                         outcomes = await loop.run_in_executor(self._thread, self.store, items)
                     except Exception as e:  # the group's callers each get it, as alone
                         for w in live:
@@ -251,6 +257,9 @@ class GroupWriter(Generic[T, R]):
                         w.done.set_result(outcome)
         finally:
             self._drainer = None
+            if self._thread is not None:
+                self._thread.shutdown(wait=False)
+                self._thread = None
             for w in self._pending:  # cancelled with uploads still waiting: none is left hanging
                 if not w.done.done():
                     w.done.cancel()
