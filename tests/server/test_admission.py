@@ -93,19 +93,19 @@ def test_a_full_queue_refuses_before_the_token_and_the_body() -> None:
     assert refused == 1 and called  # called for the other path only
 
 
-def test_uploads_still_being_read_count_against_the_queue_at_arrival() -> None:
-    """An upload waits for every upload ahead of it, including those whose bodies are still
-    being read and parsed: with one stored at once and two allowed to wait, a fourth upload
-    arriving while three are in flight (none yet parsed, so none waiting for the turn) is
-    refused at once, and once one of them is answered the next is let in. (Counting only the
-    parsed uploads let hundreds pile up before the queue at 500 live runs, answered after their
-    clients gave up.)"""
+def test_uploads_being_parsed_count_against_the_queue_at_arrival_slow_bodies_do_not() -> None:
+    """An upload waits for every upload ahead of it, including those whose bodies arrived and
+    are still being parsed: with one stored at once and two allowed to wait, an upload arriving
+    while three are in flight (none yet parsed, so none waiting for the turn) is refused at once.
+    (Counting only the parsed uploads let hundreds pile up before the queue at 500 live runs,
+    answered after their clients gave up.) Requests whose bodies are still arriving count for
+    nothing: three slow bodies inside the app do not shut a fourth upload out."""
     import asyncio  # the scenario runs on its own event loop
     from types import SimpleNamespace  # a stand-in app holding the admission
 
     from computewatch.server.admission import Admission, EarlyRefusal  # with the asyncio above
 
-    async def scenario() -> tuple[list[int], int, int]:
+    async def scenario() -> tuple[list[int], list[int], int]:
         admission = Admission(1, 2)
         app = SimpleNamespace(state=SimpleNamespace(admission=(asyncio.get_running_loop(),
                                                                admission)))  # fmt: skip
@@ -133,15 +133,18 @@ def test_uploads_still_being_read_count_against_the_queue_at_arrival() -> None:
         slow = [asyncio.create_task(guard(scope, receive, send)) for _ in range(4)]
         for _ in range(3):
             await asyncio.sleep(0)
-        while_full = (list(statuses), admission.refused, entered)  # the fourth refused
+        slow_bodies = list(statuses)  # four slow bodies: all let in
+        admission.in_flight = 3  # three bodies arrived, being parsed
+        await guard(scope, receive, send)  # refused before the app
+        admission.in_flight = 2
         reading.set()
         await asyncio.gather(*slow)
         await guard(scope, receive, send)  # room again
-        return statuses, while_full, entered
+        return slow_bodies, statuses, entered
 
-    statuses, while_full, entered = asyncio.run(scenario())
-    assert while_full == ([429], 1, 3), while_full
-    assert statuses == [429, 200, 200, 200, 200] and entered == 4, statuses
+    slow_bodies, statuses, entered = asyncio.run(scenario())
+    assert slow_bodies == [] and entered == 5
+    assert statuses == [429, 200, 200, 200, 200, 200], statuses
 
 
 def test_the_queue_holds_no_more_than_the_writer_takes_in_the_longest_wait() -> None:

@@ -86,12 +86,15 @@ class Admission:
         """Uploads answered 429 since the start."""
         self.dropped = 0
         """Uploads dropped because their client left while they waited."""
+        self.storing = 0
+        """Uploads being stored now (a turn each; on SQLite a whole group in one turn)."""
         self.in_flight = 0
-        """Uploads between their arrival and their answer (counted by :class:`EarlyRefusal`):
-        an upload waits for every one ahead of it, including those whose bodies are still
-        being read and parsed, which the queue of parsed uploads does not count; refusing at
-        arrival on the queue alone let hundreds pile up before it under load, to be answered
-        after their clients gave up."""
+        """Uploads whose bodies have arrived, from then to their answer (being parsed, waiting,
+        being stored; counted by the ingest route): an upload waits for every one ahead of it,
+        including those still being parsed, which the queue of parsed uploads does not count;
+        refusing at arrival on that queue alone let hundreds pile up before it under load, to
+        be answered after their clients gave up. Bodies still arriving are not counted: slow
+        clients hold nothing, and must not shut the others out."""
 
     @property
     def waiting(self) -> int:
@@ -110,9 +113,10 @@ class Admission:
 
     def crowded(self) -> bool:
         """Whether an upload arriving now is refused before its token and body are read: the
-        queue is :meth:`full`, or as many uploads are in flight (bodies being read or parsed,
-        waiting, being stored) as are stored at once and may wait."""
-        return self.full() or self.in_flight >= self.concurrent + self.bound()
+        queue is :meth:`full`, or, besides those being stored now, as many uploads are in
+        flight (their bodies arrived: being parsed, waiting) as may wait (a group being stored
+        holds up to 32: counting them as waiting starved the next group)."""
+        return self.full() or self.in_flight >= max(self.storing, self.concurrent) + self.bound()
 
     def busy_message(self) -> str:
         return (
@@ -145,7 +149,11 @@ class Admission:
             if await request.is_disconnected():
                 self.dropped += 1
                 raise ClientGone(f"the client of {request.url.path} went away while it waited")
-            yield
+            self.storing += 1
+            try:
+                yield
+            finally:
+                self.storing -= 1
             self._paced(time.monotonic() - began)
         finally:
             self._turns.release()
@@ -232,6 +240,7 @@ class GroupWriter(Generic[T, R]):
                 if not live:
                     continue
                 async with adm._turns:  # the turn: what Admission.full() sees as busy
+                    adm.storing += len(live)
                     began = time.monotonic()
                     items = [w.item for w in live]
                     try:
@@ -246,6 +255,7 @@ class GroupWriter(Generic[T, R]):
                                 w.done.set_exception(e)
                         continue
                     finally:
+                        adm.storing -= len(live)
                         self.groups += 1
                         self.stored += len(live)
                     # An upload waits for the group being stored, then for the whole of its
@@ -288,7 +298,7 @@ class EarlyRefusal:
     is full, or while as many uploads are in flight as are stored at once and may wait
     (:meth:`Admission.crowded`), is answered 429 at once, before its token is checked (a
     database query) and its body read and decompressed: an overloaded server spends nothing on
-    an upload it refuses. It counts the uploads in flight, from arrival to answer.
+    an upload it refuses.
     The admission is the one the ingest route made on this event loop (``app.state.admission``,
     a ``(loop, Admission)`` pair); before the first upload there is none and nothing is refused
     here."""
@@ -309,13 +319,5 @@ class EarlyRefusal:
                     headers={"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"},
                 )
                 await response(scope, receive, send)
-                return
-            if made is not None and made[0] is asyncio.get_running_loop():
-                counted: Admission = made[1]
-                counted.in_flight += 1
-                try:
-                    await self.app(scope, receive, send)
-                finally:
-                    counted.in_flight -= 1
                 return
         await self.app(scope, receive, send)

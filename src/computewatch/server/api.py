@@ -271,18 +271,23 @@ async def ingest(
     # need too; past the queue's bound the server says it is busy at once
     # (computewatch.server.admission). On SQLite the uploads waiting for the one writer are
     # stored together, one transaction for the group.
-    parsed = await run_in_threadpool(parse)
-    if isinstance(parsed, JSONResponse):
-        return parsed
-    upload = Upload(principal.team, parsed, require_signed)
-    writer = _group_writer(request, db)
-    if writer is not None:
-        outcome = await writer.submit(request, upload)
-        if isinstance(outcome, IntegrityError):  # stored again alone, with its retries
+    admission = _admission(request, db)
+    admission.in_flight += 1  # from its body's arrival to its answer (Admission.crowded)
+    try:
+        parsed = await run_in_threadpool(parse)
+        if isinstance(parsed, JSONResponse):
+            return parsed
+        upload = Upload(principal.team, parsed, require_signed)
+        writer = _group_writer(request, db)
+        if writer is not None:
+            outcome = await writer.submit(request, upload)
+            if isinstance(outcome, IntegrityError):  # stored again alone, with its retries
+                return await run_in_threadpool(_store_alone, db, upload)
+            return _stored_response(outcome)
+        async with admission.turn(request):
             return await run_in_threadpool(_store_alone, db, upload)
-        return _stored_response(outcome)
-    async with _admission(request, db).turn(request):
-        return await run_in_threadpool(_store_alone, db, upload)
+    finally:
+        admission.in_flight -= 1
 
 
 def _store_alone(db: Database, upload: Upload) -> JSONResponse:
@@ -391,9 +396,9 @@ def _group_writer(request: Request, db: Database) -> GroupWriter[Upload, Outcome
 
 class UploadCounters(TypedDict):
     """How this server process has admitted and stored uploads since it started (``/healthz``):
-    in flight now (from arrival to answer) and waiting for the writer, refused (429), dropped
-    (the client left while it waited), stored by the SQLite writer and in how many turns
-    (``stored / turns``: the mean group), and the pace the queue is bounded by."""
+    in flight now (from its body's arrival to its answer) and waiting for the writer, refused
+    (429), dropped (the client left while it waited), stored by the SQLite writer and in how
+    many turns (``stored / turns``: the mean group), and the pace the queue is bounded by."""
 
     in_flight: int
     waiting: int
