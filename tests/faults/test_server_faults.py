@@ -323,7 +323,7 @@ def test_sqlite_locked_by_another_process_while_uploads_wait_then_all_stored_onc
 
     def post(run: RunUpload) -> None:
         with httpx.Client(base_url=s.url, timeout=120) as c:
-            for _ in range(100):  # bounded: 429s are retried as the server asks
+            for _ in range(600):  # bounded (a minute): 429s are retried as the server asks
                 r = c.post(RUNS, json=batch(run), headers={"Authorization": f"Bearer {token}"})
                 if r.status_code != 429:
                     codes.append(r.status_code)
