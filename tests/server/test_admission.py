@@ -1,10 +1,16 @@
 """An overloaded server says so at once: past ``--max-queued-uploads`` waiting uploads the next
 is answered 429 with Retry-After (never 5xx, never a wait without bound), and every upload
-retried as told is stored once. Real ``computewatch server`` on SQLite."""
+retried as told is stored once. Real ``computewatch server`` on SQLite.
+
+The test holds the database's write lock while the uploads arrive (another process's writer, as
+in production), so they must wait whatever the machine's speed: on a fast machine 24 uploads
+were otherwise stored as they came and the queue never filled."""
 
 from __future__ import annotations
 
 import concurrent.futures
+import sqlite3
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,8 +46,18 @@ def test_uploads_past_the_queue_are_refused_at_once_then_stored(
                 retry_after.add(r.headers["Retry-After"])
                 time.sleep(0.05)
 
-    with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
-        list(pool.map(send, bodies))
+    # Another writer holds the lock (within the server's busy timeout) while all 24 arrive.
+    lock = sqlite3.connect(s.db_url.removeprefix("sqlite:///"), timeout=30, check_same_thread=False)
+    lock.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(3.0, lock.rollback)
+    release.start()
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
+            list(pool.map(send, bodies))
+    finally:
+        release.cancel()
+        release.join()
+        lock.close()
     codes = [c for a in answers.values() for c in a]
     assert set(codes) <= {200, 429}, codes
     assert 429 in codes and retry_after == {"1"}
