@@ -74,6 +74,18 @@ def test_a_saving_is_clipped_to_its_part_and_the_run():
     assert s.fraction == pytest.approx(0.8)
 
 
+def test_a_saving_as_written_never_reads_above_the_run_as_written():
+    """The JSON rounds a saving's seconds as the summary rounds the run's duration (4 places):
+    a range that reaches the run's end stays inside it (14.65384 s was written 14.654 against
+    a duration of 14.6538)."""
+    duration = 14.65384
+    s = Saving(14.65384, 0.0, 14.65384, "fix", "", "steps", duration).bounded(duration)
+    j = joint_saving([("a", s)], duration)
+    written = round(duration, 4)  # analysis.summary's duration_seconds
+    assert s.as_dict()["high_seconds"] <= written and s.as_dict()["seconds"] <= written
+    assert j.as_dict()["high_seconds"] <= written and j.as_dict()["seconds"] <= written
+
+
 def test_a_failing_rule_does_not_hide_the_others(crafted):
     run = crafted()
     run.ticks(10)

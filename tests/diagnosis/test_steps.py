@@ -120,3 +120,44 @@ def test_too_few_steps_is_not_applicable(crafted):
     run.writer(10)
     run.steps(10, [0.1] * 10)
     assert "fewer than 20" in run.diagnose().not_applicable["step_regression"]
+
+
+def _checkpoint_stalls(run, rng: random.Random) -> None:
+    """200 steps of ~50 ms with four 1-2 s stalls, over 20 ticks of 1 s."""
+    run.ticks(20)
+    run.writer(10)
+    durations = _noisy(0.05, 200, rng)
+    for i in (40, 80, 120, 160):
+        durations[i] = 1.0
+    run.steps(10, durations)
+
+
+def test_stalls_while_other_processes_fill_the_machine_are_not_the_loops_to_win(crafted):
+    """On 2 CPUs kept busy, the run's processes getting one of them and other processes the
+    other: outlier steps are what sharing the machine costs, not work the loop can move off
+    (asynchronous saves, gc.freeze). The saving is 0; its range still says what moving the
+    stalls' work would give, were it the loop's own."""
+    run = crafted(cores=2)
+    _checkpoint_stalls(run, random.Random(8))
+    for cpu in ("0", "1"):
+        run.counter("host_cpu_seconds_total", lambda t: 1.0, cpu=cpu, mode="user")
+        run.counter("host_cpu_seconds_total", lambda t: 0.0, cpu=cpu, mode="idle")
+    run.counter("tree_cpu_seconds_total", lambda t: 1.0)
+    f = run.finding("outlier_steps")
+    assert f.saving.seconds == 0 and f.saving.low_seconds == 0
+    assert f.saving.high_seconds > 3.5  # the four stalls' excess, were they the loop's own
+    assert "other processes" in f.saving.assumes
+    assert any("other processes kept 1.00 cores busy" in line for line in f.evidence.lines)
+    assert f.severity == "low"
+
+
+def test_stalls_on_a_machine_the_run_has_to_itself_are_the_loops_to_win(crafted):
+    """The same stalls with the run's processes keeping both CPUs busy: its own work."""
+    run = crafted(cores=2)
+    _checkpoint_stalls(run, random.Random(8))
+    for cpu in ("0", "1"):
+        run.counter("host_cpu_seconds_total", lambda t: 1.0, cpu=cpu, mode="user")
+    run.counter("tree_cpu_seconds_total", lambda t: 2.0)
+    f = run.finding("outlier_steps")
+    assert f.saving.seconds > 3.5
+    assert not any("other processes" in line for line in f.evidence.lines)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
-from computewatch.diagnosis.loader import NotApplicable, RunData, StepTime
+from computewatch.diagnosis.loader import NotApplicable, RunData, Series, StepTime
 from computewatch.diagnosis.rules import build
 from computewatch.diagnosis.stats import (
     MAD_TO_SIGMA,
@@ -35,6 +35,61 @@ class Change:
     lost_low: float = 0.0  # the same against the upper quartile of the steps before
     lost_high: float = 0.0  # ... against their lower quartile
     spent: float = 0.0  # seconds of the steps counted (what a fix can shorten)
+
+
+SHARED_CORES = 0.5
+"""Cores other processes keep busy, on a machine with no CPU to spare, past which the run's
+stalls are taken to be the machine's sharing (:func:`sharing`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sharing:
+    """The machine while some steps ran: the cores the run's processes kept busy (``tree``),
+    those other processes kept busy (``others``: the host's busy time less the run's) and the
+    host's CPUs."""
+
+    tree: float
+    others: float
+    cpus: float
+
+    @property
+    def shared(self) -> bool:
+        """Other processes took at least :data:`SHARED_CORES` of a machine left no CPU idle:
+        the run's processes waited for a CPU, whatever they were doing."""
+        return self.others >= SHARED_CORES and self.tree + self.others >= self.cpus - 0.25
+
+
+def _growth(series: list[Series], start: float, end: float) -> tuple[float, float] | None:
+    """The counters' summed growth and its span from the last tick at or before ``start`` to the
+    first at or after ``end`` (the ticks around a stretch shorter than a tick); None without
+    two such ticks."""
+    total, span = 0.0, None
+    for s in series:
+        before = [p for p in s.points if p[0] <= start]
+        after = [p for p in s.points if p[0] >= end]
+        a = before[-1] if before else (s.points[0] if s.points else None)
+        b = after[0] if after else (s.points[-1] if s.points else None)
+        if a is None or b is None or b[0] <= a[0]:
+            continue
+        total += max(b[1] - a[1], 0.0)
+        span = b[0] - a[0]
+    return None if span is None else (total, span)
+
+
+def sharing(data: RunData, start: float, end: float) -> Sharing | None:
+    """How the run shared the machine from ``start`` to ``end`` (monotonic), from the run's and
+    the host's CPU-seconds counters; None without them."""
+    host = [
+        s
+        for s in data.of("host_cpu_seconds_total")
+        if s.labels.get("mode") not in ("idle", "iowait")
+    ]
+    cpus = {s.labels.get("cpu") for s in data.of("host_cpu_seconds_total")} - {None}
+    busy, own = _growth(host, start, end), _growth(data.of("tree_cpu_seconds_total"), start, end)
+    if busy is None or own is None or not cpus:
+        return None
+    tree = own[0] / own[1]
+    return Sharing(tree, max(busy[0] / busy[1] - tree, 0.0), float(len(cpus)))
 
 
 def _series(data: RunData, th: Thresholds) -> dict[int, list[StepTime]]:
@@ -227,16 +282,32 @@ def outlier_steps(data: RunData, th: Thresholds) -> list[Finding]:
     n_proc = len(series)
     excess_low = sum(max(t.seconds - quartiles[id(t)][1], 0.0) for t, _ in outliers) / n_proc
     excess_high = sum(max(t.seconds - quartiles[id(t)][0], 0.0) for t, _ in outliers) / n_proc
-    saving = Saving(
-        excess,
-        excess_low,
-        excess_high,
+    fix = (
         "the work of the stalled steps taken off the loop (asynchronous saves, evaluation "
-        "elsewhere)",
-        "the outlier steps take their segment's median; range: its upper or lower quartile",
-        "steps",
-        sum(t.seconds for t, _ in outliers) / n_proc,
+        "elsewhere)"
     )
+    assumes = "the outlier steps take their segment's median; range: its upper or lower quartile"
+    spent = sum(t.seconds for t, _ in outliers) / n_proc
+    machine = sharing(data, min(t.start for t, _ in outliers), max(t.end for t, _ in outliers))
+    if machine is not None and machine.shared:
+        # Stalls on a machine other processes kept full: the loop may have waited for a CPU,
+        # which no change to the loop wins back, or for its own work; per-tick CPU time cannot
+        # tell which. The saving counts none of them, the range all.
+        lines.append(
+            f"other processes kept {machine.others:.2f} cores busy while they ran, the run's "
+            f"processes {machine.tree:.2f}, of {machine.cpus:g} CPUs: the machine was full"
+        )
+        saving = Saving(
+            0.0, 0.0, excess_high,
+            "none while the machine is shared: rerun with the machine to itself to tell the "
+            "loop's own stalls from waiting for a CPU",
+            f"other processes kept {machine.others:.2f} cores of a full machine busy while the "
+            "outlier steps ran, so the stalls may be waits for a CPU (counted as nothing to "
+            f"win); the range counts them as the loop's own: {assumes}",
+            "steps", spent,
+        )  # fmt: skip
+    else:
+        saving = Saving(excess, excess_low, excess_high, fix, assumes, "steps", spent)
     return build(
         data,
         th,
