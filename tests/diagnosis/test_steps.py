@@ -161,3 +161,38 @@ def test_stalls_on_a_machine_the_run_has_to_itself_are_the_loops_to_win(crafted)
     f = run.finding("outlier_steps")
     assert f.saving.seconds > 3.5
     assert not any("other processes" in line for line in f.evidence.lines)
+
+
+def test_a_regression_when_another_job_fills_the_machine_is_not_the_jobs_to_win(crafted):
+    """Steps twice as slow from the moment other processes take one of the 2 CPUs the run had
+    to itself: another job arrived. Nothing in the job to change; the range keeps the loss."""
+    rng = random.Random(9)
+    run = crafted(cores=2)
+    run.ticks(20)
+    run.writer(10)
+    ends = run.steps(10, _noisy(0.1, 60, rng) + _noisy(0.2, 50, rng))
+    at = ends[60]
+
+    def others(t: float) -> float:
+        return 1.0 if t >= at else 0.0
+
+    for cpu in ("0", "1"):
+        run.counter("host_cpu_seconds_total", lambda t: 1.0, cpu=cpu, mode="user")
+    run.counter("tree_cpu_seconds_total", lambda t: 2.0 - others(t))
+    f = run.finding("step_regression")
+    assert f.saving.seconds == 0 and f.saving.high_seconds > 3
+    assert any("another job arrived" in line for line in f.evidence.lines)
+
+
+def test_a_regression_on_a_machine_already_shared_is_the_jobs_own(crafted):
+    """The same slowdown with other processes' use unchanged across it: the job's own."""
+    rng = random.Random(9)
+    run = crafted(cores=2)
+    run.ticks(20)
+    run.writer(10)
+    run.steps(10, _noisy(0.1, 60, rng) + _noisy(0.2, 50, rng))
+    for cpu in ("0", "1"):
+        run.counter("host_cpu_seconds_total", lambda t: 1.0, cpu=cpu, mode="user")
+    run.counter("tree_cpu_seconds_total", lambda t: 1.0)
+    f = run.finding("step_regression")
+    assert f.saving.seconds > 3

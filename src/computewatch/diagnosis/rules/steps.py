@@ -92,6 +92,19 @@ def sharing(data: RunData, start: float, end: float) -> Sharing | None:
     return Sharing(tree, max(busy[0] / busy[1] - tree, 0.0), float(len(cpus)))
 
 
+def _arrival(data: RunData, times: list[StepTime], c: Change) -> tuple[Sharing, Sharing] | None:
+    """How the machine was shared before and after a regression, when other processes took at
+    least :data:`SHARED_CORES` more from the change on and left the machine full: the slowdown
+    is another job's arrival. None otherwise, or without the CPU counters."""
+    before = sharing(data, times[0].start, times[c.at - 1].end) if c.at > 0 else None
+    after = sharing(data, times[c.at].start, times[-1].end)
+    if before is None or after is None:
+        return None
+    if after.shared and after.others - before.others >= SHARED_CORES:
+        return before, after
+    return None
+
+
 def _series(data: RunData, th: Thresholds) -> dict[int, list[StepTime]]:
     out = {}
     for pid, ts in data.step_times().items():
@@ -191,16 +204,29 @@ def step_regression(data: RunData, th: Thresholds) -> list[Finding]:
     lines.append(
         f"Mann-Whitney U p = {c.p_value:.2g}; {format_seconds(c.lost)} lost to the slower steps"
     )
-    saving = Saving(
-        c.lost,
-        c.lost_low,
-        c.lost_high,
-        "the cause of the slowdown removed (steps back to their earlier time)",
+    fix = "the cause of the slowdown removed (steps back to their earlier time)"
+    assumes = (
         "the slower steps go back to the median of those before the change; range: back to "
-        "their upper or lower quartile",
-        "steps",
-        c.spent,
+        "their upper or lower quartile"
     )
+    saving = Saving(c.lost, c.lost_low, c.lost_high, fix, assumes, "steps", c.spent)
+    arrived = _arrival(data, times, c) if c.kind == "regression" else None
+    if arrived is not None:
+        before, after = arrived
+        lines.append(
+            f"other processes kept {before.others:.2f} cores busy before the change and "
+            f"{after.others:.2f} after, on a machine then full ({after.cpus:g} CPUs): another "
+            "job arrived"
+        )
+        saving = Saving(
+            0.0, 0.0, c.lost_high,
+            "none in the job: the machine's other work (run it elsewhere, or pin each job to "
+            "cores of its own)",
+            f"other processes took {after.others - before.others:.2f} more cores of a full "
+            "machine from the change on, so the slower steps are counted as waits for a CPU "
+            f"(nothing the job can change); the range counts them as the job's own: {assumes}",
+            "steps", c.spent,
+        )  # fmt: skip
     return build(
         data,
         th,
