@@ -88,6 +88,8 @@ NOT_FOR_A_QUIET_RUN = {
     "hashlib",  # OpenSSL (~10 ms): the hash of a git diff only, and there is no tree here
     "_hashlib",
     "socket",  # the host's name is os.uname()'s
+    "uuid",  # a run's id is 6 random bytes; uuid loads platform (~4 ms)
+    "platform",
 }
 
 GIT_CALLS = [  # the tree's state, started side by side with the command (GitProbe)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -352,6 +351,21 @@ _PLATFORM_CHARS = str.maketrans(
 )
 
 
+def _libc() -> tuple[str, str]:
+    """``platform.libc_ver()``: glibc's own answer (``os.confstr``) where it gives one, else
+    the module's reading of the interpreter's file (musl and others)."""
+    try:
+        found = os.confstr("CS_GNU_LIBC_VERSION")
+    except (ValueError, OSError):
+        found = None
+    parts = (found or "").split()
+    if len(parts) == 2:  # "glibc 2.39", as platform.libc_ver() reads it first
+        return parts[0], parts[1]
+    import platform  # no glibc answer: the interpreter's file, as platform.libc_ver() reads it
+
+    return platform.libc_ver()
+
+
 def _platform_text() -> str:
     """``platform.platform()`` without the processor, which on Linux it asks ``uname -p``
     for: a process started on every run. GNU ``uname -p`` prints ``unknown`` or, patched
@@ -359,9 +373,11 @@ def _platform_text() -> str:
     same (``Linux-6.8.0-x86_64-with-glibc2.39``) but where a patched ``uname -p`` names the CPU
     (Gentoo). Elsewhere ``platform.platform()`` itself (CPython 3.11, Lib/platform.py)."""
     if sys.platform != "linux":
+        import platform  # elsewhere only (~3 ms): glibc says its version itself
+
         return platform.platform()
     u = os.uname()
-    lib, version = platform.libc_ver()  # os.confstr, else the interpreter's file: no process
+    lib, version = _libc()
     parts = (u.sysname, u.release, u.machine, "with", lib + version)
     text = "-".join(p.strip() for p in parts if p).translate(_PLATFORM_CHARS)
     text = text.replace("unknown", "")
@@ -412,7 +428,7 @@ def capture_environment(
         cwd=clean_text(cwd),
         git=state if not isinstance(state, str) else None,
         git_why=state if isinstance(state, str) else None,
-        python=platform.python_version(),
+        python=sys.version.split()[0],  # platform.python_version()'s reading, without platform
         python_executable=sys.executable,
         platform=_platform_text(),
         packages=packages,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import TypeVar
 
@@ -417,7 +417,7 @@ def host_facts(
         "allowed_cpus": allowed,
         "memory_bytes": memory,
         "os": f"{uname.sysname} {uname.release} {uname.machine}",
-        "python": platform.python_version(),
+        "python": sys.version.split()[0],  # platform.python_version()'s reading, without platform
         "cgroup_path": path,
         "cgroup_cpu_limit_cores": cpu_limit,
         "cgroup_memory_max_bytes": memory_max,
