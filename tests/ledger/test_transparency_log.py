@@ -390,10 +390,11 @@ def test_an_export_file_is_checked_in_blocks_as_its_lines_are(
     verdict is the one its lines give one by one, wherever a head, a change, a move or an empty
     line falls (blocks of 4 KiB here: about 40 entries each). An entry moved far ahead, past
     blocks already sent to workers, is found there ("reordered", not "removed")."""
-    from computewatch.ledger import log
+    from computewatch.ledger import audit, log
     from computewatch.ledger.log import open_export
 
     monkeypatch.setattr(log, "BLOCK", 4096)
+    monkeypatch.setattr(audit, "SPAN", 1)  # (the workers' units: these blocks)
     lines = _lines(300)
     heads = [_head(lines, 100), _head(lines, 300)]
     path = _export_file(tmp_path / "log.jsonl", edit(lines), heads, entries=300)
@@ -422,10 +423,11 @@ def test_a_block_whose_last_line_lies_about_its_seq_is_checked_as_its_lines_are(
     line says another seq, or none, the verdict is still the one the lines give one by one,
     for the last line of each of the first blocks (whose claim the next blocks are numbered
     from, a head among them)."""
-    from computewatch.ledger import log
+    from computewatch.ledger import audit, log
     from computewatch.ledger.log import open_export
 
     monkeypatch.setattr(log, "BLOCK", 4096)
+    monkeypatch.setattr(audit, "SPAN", 1)  # (the workers' units: these blocks)
     lines = _lines(300)
     heads = [_head(lines, 100), _head(lines, 300)]
     ends = [
@@ -452,10 +454,11 @@ def test_a_pruned_export_file_is_checked_in_blocks(
 ) -> None:
     """Blocks start where the pruned prefix ends (an odd size): the tree takes each block's
     aligned subtrees on top of the prefix, and the root is the whole log's."""
-    from computewatch.ledger import log
+    from computewatch.ledger import audit, log
     from computewatch.ledger.log import open_export
 
     monkeypatch.setattr(log, "BLOCK", 4096)
+    monkeypatch.setattr(audit, "SPAN", 1)  # (the workers' units: these blocks)
     lines = _lines(300)
     rng = merkle.CompactRange()
     for line in lines[:37]:

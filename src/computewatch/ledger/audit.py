@@ -32,6 +32,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from computewatch.errors import ComputewatchError
+from computewatch.ledger import log
 from computewatch.ledger.chain import LedgerError
 from computewatch.ledger.keys import (
     ROTATION_KIND,
@@ -44,10 +45,12 @@ from computewatch.ledger.keys import (
 from computewatch.ledger.log import (
     ExportLines,
     LogHeader,
+    Span,
     empty_line,
     entries_parts,
     parse_entry,
     prefix_range,
+    read_span,
 )
 from computewatch.ledger.merkle import CompactRange, aligned_subtrees
 from computewatch.ledger.note import Checkpoint, parse_checkpoint
@@ -331,7 +334,13 @@ def verify_log(
 
 CHUNK = 2048
 """Entries checked per unit of work when they come one by one (an export file is read in
-blocks of whole lines instead: :meth:`computewatch.ledger.log.ExportLines.blocks`)."""
+blocks of whole lines instead: :meth:`computewatch.ledger.log.ExportLines.blocks`, or, for
+workers, :meth:`~computewatch.ledger.log.ExportLines.spans`)."""
+
+SPAN = 4
+"""Blocks (:data:`computewatch.ledger.log.BLOCK`) in a unit of work that a worker reads from
+the file itself: each unit costs the reading process about half a millisecond (its submission,
+its result, the threads that carry them), which 1 MiB units made half of all it did."""
 
 
 @dataclass(slots=True)
@@ -340,7 +349,8 @@ class _Chunk:
 
     count: int = 0
     leaves: bytes = b""
-    """The leaf hashes of the entries checked, 32 bytes each, in order."""
+    """The leaf hashes of the entries checked, 32 bytes each, in order (none where
+    ``subtrees`` holds them)."""
     subtrees: list[tuple[int, bytes]] | None = None
     """When asked for: the aligned subtrees over those leaves (merkle.aligned_subtrees), which
     the tree takes whole."""
@@ -358,14 +368,20 @@ class _Unit:
     """A unit of work: entries from seq ``first`` on, ``count`` of them."""
 
     first: int
-    data: bytes | list[bytes]
-    """The lines: a block of an export file (whole lines joined by newlines) or a list."""
+    data: bytes | list[bytes] | Span
+    """The lines: a block of an export file (whole lines joined by newlines), where such a
+    block lies in the file (read where it is checked), or a list."""
     count: int
     line_no: int = 0
     """The file's line number of the first line (a block of a file), else 0."""
+    registers: bool = True
+    """False where no line registers or revokes a node key (the block was searched)."""
 
     def lines(self) -> list[bytes]:
-        return self.data if isinstance(self.data, list) else self.data.split(b"\n")
+        data = self.data
+        if isinstance(data, list):
+            return data
+        return (read_span(data) if isinstance(data, Span) else data).split(b"\n")
 
 
 _KEYS: dict[bytes, Ed25519PublicKey] = {}
@@ -393,13 +409,13 @@ def _check_chunk(
     out = _Chunk()
     nodes = _node_keys(snapshot)
     v = Verdict()
-    sha = hashlib.sha256
+    leaf = hashlib.sha256(_LEAF).copy  # (a copy costs less than the prefix put before each line)
     leaves = bytearray()
     expected = unit.first
-    lines = unit.lines()
-    entries = entries_parts(lines)
     unsigned = 0
     try:
+        lines = unit.lines()
+        entries = entries_parts(lines)
         for i, line in enumerate(lines):
             try:
                 seq, _, kind, body = next(entries)
@@ -432,16 +448,19 @@ def _check_chunk(
                 out.rotations.append((seq, dict(body)))
             elif kind == PRUNE_KIND and isinstance(body.get("first_seq"), int):
                 out.prunes.append(body["first_seq"])
-            leaves += sha(_LEAF + line).digest()  # after its checks: a problem is named first
+            h = leaf()  # after its checks: a problem is named first
+            h.update(line)
+            leaves += h.digest()
             expected += 1
     except LogProblem as stop:
         out.problem = stop.problem
-    except LedgerError as e:  # an empty line of the file
+    except LedgerError as e:  # an empty line of the file, or the file changed meanwhile
         out.problem = Problem(0, "format", str(e))
     out.leaves = bytes(leaves)
     out.count = len(leaves) // 32
     if subtrees and out.count == unit.count:  # (else a problem stopped the check inside)
         out.subtrees = aligned_subtrees(unit.first - 1, out.leaves)
+        out.leaves = b""  # (the tree takes the subtrees: the leaves need not go back)
     out.reports = (
         v.reports + unsigned,
         v.reports_signed,
@@ -456,14 +475,25 @@ def _snapshot(nodes: Mapping[str, _NodeKey]) -> dict[str, tuple[bytes, object, b
     return {kid: (public_bytes(n.key), n.team, n.revoked) for kid, n in nodes.items()}
 
 
-def _units(lines: Iterator[bytes], first: int) -> Iterator[_Unit]:
+def _units(lines: Iterator[bytes], first: int, spans: bool = False) -> Iterator[_Unit]:
     """The entries in units of work: an export file's in blocks of whole lines, read as they
-    are (the lines split where they are checked); others ``CHUNK`` at a time."""
+    are (the lines split where they are checked), or with ``spans`` (for workers) where they
+    lie in the file, each worker reading its own (a pipe is read in blocks still); others
+    ``CHUNK`` at a time."""
     if isinstance(lines, ExportLines):
         line_no = lines.line_no
+        found = lines.spans(SPAN * log.BLOCK) if spans else None
+        if found is not None:
+            for span, data, n in found:
+                count = _block_count(data, n, first)
+                registers = data.find(_NODE_KEY_LINE, 0, n) >= 0
+                yield _Unit(first, span, count, line_no, registers)
+                first += count
+                line_no += count
+            return
         for block in lines.blocks():
-            count = _block_count(block, first)
-            yield _Unit(first, block, count, line_no)
+            count = _block_count(block, len(block), first)
+            yield _Unit(first, block, count, line_no, _NODE_KEY_LINE in block)
             first += count
             line_no += count
         return
@@ -475,17 +505,18 @@ def _units(lines: Iterator[bytes], first: int) -> Iterator[_Unit]:
         first += len(chunk)
 
 
-def _block_count(block: bytes, first: int) -> int:
-    """The number of entries in ``block`` (whole lines, the first one's seq ``first``), read
+def _block_count(data: bytes, n: int, first: int) -> int:
+    """The number of entries in the block ``data[:n]`` (whole lines, the first one's seq
+    ``first``), read
     from its last line's seq (counting its newlines, twice, was three quarters of what the
     reading process did for each entry beside its workers): a block whose seqs are not
     ``first`` to that seq fails its check at the first line out of place, before any count
     after it matters (the check compares the count of entries it took with this one).
     Counted where the last line names no seq at or after ``first``."""
-    seq = _seq_of(block[block.rfind(b"\n") + 1 :])
+    seq = _seq_of(data[data.rfind(b"\n", 0, n) + 1 : n])
     if seq is not None and seq >= first:
         return seq - first + 1
-    return block.count(b"\n") + 1
+    return data.count(b"\n", 0, n) + 1
 
 
 class _Feed:
@@ -534,7 +565,7 @@ class _Feed:
 
 
 def _stream(run: _Run, lines: Iterator[bytes], previous: Previous | None, jobs: int) -> None:
-    v, tree, heads = run.verdict, run.tree, run.heads
+    tree, heads = run.tree, run.heads
     cmp: dict[str, Any] = {"tree": CompactRange()}
     if previous is not None and previous.header is not None:
         ph = previous.header
@@ -555,7 +586,19 @@ def _stream(run: _Run, lines: Iterator[bytes], previous: Previous | None, jobs: 
         return previous is None and (i == len(stops) or stops[i] > start + unit.count)
 
     path = str(lines.path) if isinstance(lines, ExportLines) else ""
-    feed = _Feed(_units(lines, run.header.first_seq), jobs, path, whole)
+    try:
+        feed = _Feed(_units(lines, run.header.first_seq, jobs > 1), jobs, path, whole)
+        _feed(run, feed, previous, at, cmp)
+    finally:  # (the spans are read until here)
+        if isinstance(lines, ExportLines):
+            lines.close()
+    if previous is not None:
+        _previous_end(previous, cmp, tree.size)
+
+
+def _feed(run: _Run, feed: _Feed, previous: Previous | None, at: int, cmp: dict[str, Any]) -> None:
+    """Each unit's result into the tree and the verdict, in order."""
+    v, tree = run.verdict, run.tree
     counts = [0, 0, 0, 0, 0]
     for unit, result in feed:
         try:
@@ -586,8 +629,6 @@ def _stream(run: _Run, lines: Iterator[bytes], previous: Previous | None, jobs: 
     ) = counts
     v.size = tree.size
     v.root = tree.root().hex()
-    if previous is not None:
-        _previous_end(previous, cmp, tree.size)
 
 
 def _per_leaf(
@@ -619,8 +660,7 @@ _NODE_KEY_LINE = b'"kind":"node_key","seq":'
 def _register(unit: _Unit, nodes: dict[str, _NodeKey]) -> None:
     """The node keys ``unit`` registers or revokes, for the units after it (a malformed
     entry is the unit's own problem, found where it is checked)."""
-    data = unit.data
-    if isinstance(data, bytes) and _NODE_KEY_LINE not in data:
+    if not unit.registers:
         return
     for line in unit.lines():
         if _NODE_KEY_LINE in line:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,7 @@ __all__ = [
     "ExportLines",
     "LogEntry",
     "LogHeader",
+    "Span",
     "clean_body",
     "empty_line",
     "entries_parts",
@@ -54,6 +57,7 @@ __all__ = [
     "open_export",
     "parse_entry",
     "prefix_range",
+    "read_span",
 ]
 
 FORMAT: Final = "computewatch-ledger"
@@ -259,6 +263,7 @@ class ExportLines(Iterator[bytes]):
         self.path = path
         self._file: IO[bytes] | None = file
         self._n = 1
+        self._shared: tuple[str, int, int] | None = None
 
     def __iter__(self) -> ExportLines:
         return self
@@ -306,10 +311,119 @@ class ExportLines(Iterator[bytes]):
             if rest:
                 yield rest
 
+    def spans(self, size: int | None = None) -> Iterator[tuple[Span, bytes, int]] | None:
+        """The rest of the lines as :meth:`blocks` gives them, each as the span of the file
+        that holds it (for a process that reads it there: :func:`read_span`) with the bytes
+        read here, ``(span, data, n)``: the block is ``data[:n]`` (``data`` may go on). None
+        where the file cannot be read at an offset (a pipe): read it in blocks. The file stays
+        open, for the spans to be read, until :meth:`close`."""
+        f = self._file
+        if f is None or not hasattr(os, "pread"):
+            return None
+        try:
+            fd = f.fileno()
+            st = os.fstat(fd)
+            at = f.tell()
+        except (OSError, ValueError):  # (io.UnsupportedOperation is both)
+            return None
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        path = os.path.abspath(self.path)
+        self._shared = (path, st.st_dev, st.st_ino)
+        _OPEN[self._shared] = fd
+        return self._spans(fd, Span(path, (st.st_dev, st.st_ino), at, at), size or BLOCK)
+
+    @staticmethod
+    def _spans(fd: int, span: Span, size: int) -> Iterator[tuple[Span, bytes, int]]:
+        """The blocks :meth:`blocks` makes (the same lines in each): what it holds at each
+        step, the rest of the last read and ``size`` bytes more, read at once."""
+        at = read = span.start  # where the next block starts; how far blocks() has read
+        while True:
+            data = _pread(fd, read + size - at, at, span.path)
+            if len(data) <= read - at:  # nothing more: the end of the file
+                if data:
+                    yield Span(span.path, span.file, at, at + len(data)), data, len(data)
+                return
+            read = at + len(data)
+            cut = data.rfind(b"\n")
+            if cut < 0:  # a line longer than a block: read on, the parts kept
+                parts = [data]
+                while cut < 0 and (more := _pread(fd, size, read, span.path)):
+                    read += len(more)
+                    parts.append(more)
+                    cut = more.rfind(b"\n")
+                    cut = cut if cut < 0 else read - len(more) + cut - at
+                data = b"".join(parts)
+                if cut < 0:  # the last line, without its newline
+                    yield Span(span.path, span.file, at, at + len(data)), data, len(data)
+                    return
+            yield Span(span.path, span.file, at, at + cut), data, cut
+            at += cut + 1
+
     def close(self) -> None:
+        if self._shared is not None:
+            _OPEN.pop(self._shared, None)
+            self._shared = None
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+@dataclass(frozen=True, slots=True)
+class Span:
+    """Whole lines of an export file, to be read where they are checked: bytes ``start`` to
+    ``end`` (the newline after the last line not included) of ``path``, the file whose device
+    and inode are ``file``."""
+
+    path: str
+    file: tuple[int, int]
+    start: int
+    end: int
+
+
+_OPEN: dict[tuple[str, int, int], int] = {}
+"""The file descriptor of each export whose spans are being read (:meth:`ExportLines.spans`,
+until it is closed), by path, device and inode: worker processes forked meanwhile read the
+spans through it too; one started afresh opens the file for each span."""
+
+
+def read_span(span: Span) -> bytes:
+    """The bytes of ``span``; a :class:`LedgerError` where its file was replaced or cut since
+    the span was found in it (the file changed while it was read)."""
+    fd = _OPEN.get((span.path, *span.file))
+    if fd is not None:
+        return _read_span(fd, span)
+    try:
+        fd = os.open(span.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise LedgerError(f"cannot read {span.path}: {e.strerror or e}") from None
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != span.file:
+            raise LedgerError(f"{span.path} was replaced by another file while it was read")
+        return _read_span(fd, span)
+    finally:
+        os.close(fd)
+
+
+def _read_span(fd: int, span: Span) -> bytes:
+    n = span.end - span.start
+    data = _pread(fd, n, span.start, span.path)
+    while len(data) < n:
+        more = _pread(fd, n - len(data), span.start + len(data), span.path)
+        if not more:
+            raise LedgerError(
+                f"{span.path} changed while it was read: it now ends before byte {span.end}"
+            )
+        data += more
+    return data
+
+
+def _pread(fd: int, n: int, at: int, path: str) -> bytes:
+    try:
+        return os.pread(fd, n, at)
+    except OSError as e:
+        raise LedgerError(f"cannot read {path}: {e.strerror or e}") from None
 
 
 def empty_line(path: str, n: int) -> LedgerError:
