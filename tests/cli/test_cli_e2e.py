@@ -242,6 +242,47 @@ except KeyboardInterrupt:
 """
 
 
+def _proc_state(pid: int) -> str:
+    """One process's threads as /proc shows them: name, state, what each blocks, what waits."""
+    lines = []
+    try:
+        tids = sorted(os.listdir(f"/proc/{pid}/task"), key=int)
+    except OSError as e:
+        return f"  {pid}: {e}"
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as f:
+                fields = dict(ln.split(":", 1) for ln in f if ":" in ln)
+        except OSError:
+            continue
+        keys = ("Name", "State", "SigBlk", "SigIgn", "SigCgt", "SigPnd", "ShdPnd")
+        lines.append(
+            f"  {pid}/{tid}: " + " ".join(f"{k}={fields.get(k, '?').strip()}" for k in keys)
+        )
+    return "\n".join(lines)
+
+
+def _communicate_or_describe(p: subprocess.Popen[str], timeout: float) -> tuple[str, str]:
+    """``p.communicate(timeout)``; past it, the test fails with the supervisor's and its
+    children's threads (state, signals blocked, caught and pending) and everything they wrote,
+    so that a run that hangs says where (it once hung past 60 s in a loaded suite)."""
+    try:
+        return p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        children = []
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == p.pid:
+                        children.append(int(entry))
+            except (OSError, ValueError, IndexError):
+                continue
+        state = "\n".join(_proc_state(pid) for pid in [p.pid, *children])
+        p.kill()
+        out, err = p.communicate()
+        pytest.fail(f"no exit within {timeout:g} s\n{state}\nstdout:\n{out}\nstderr:\n{err}")
+
+
 @pytest.mark.parametrize(
     ("sig", "expected"),
     [(signal.SIGINT, 130), (signal.SIGTERM, 128 + signal.SIGTERM)],
@@ -255,7 +296,7 @@ def test_signal_to_supervisor_is_forwarded(cw, make_script, tmp_path, sig, expec
     p = cw.popen("run", "--interval", "0.2", "--", PY, script, ready)
     cw.wait_for(ready.exists, what="the command to start")
     p.send_signal(sig)
-    out, err = p.communicate(timeout=60)
+    out, err = _communicate_or_describe(p, 60)
     assert p.returncode == expected, err
     assert "Traceback" not in err
     if sig == signal.SIGINT:
