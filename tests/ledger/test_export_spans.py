@@ -190,3 +190,47 @@ def test_a_pipe_is_read_in_blocks(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
         writer.join()
     assert v.ok and v.entries == 300, v.problem
     assert _summary(v) == _summary(_check(path, 2))
+
+
+@pytest.mark.parametrize("change", [None, 7, 150])
+def test_an_earlier_export_is_compared_with_the_spans_workers_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: int | None
+) -> None:
+    """With an earlier export (or head), each entry of the spans the workers checked is compared
+    with it here: a rewritten entry is named as a fork, in the first span or a later one, as one
+    process names it."""
+    from computewatch.ledger.audit import Previous  # (beside the helpers it goes with)
+    from computewatch.ledger.note import parse_checkpoint  # (the earlier head, read)
+
+    monkeypatch.setattr(log, "BLOCK", 4096)
+    monkeypatch.setattr(audit, "SPAN", 1)
+    old = _lines(200)
+    old_path = _export_file(tmp_path / "old.jsonl", old, [_head(old, 200)])
+    new = [*old, *_lines(100, 201)]
+    if change is not None:
+        new[change - 1] = new[change - 1].replace(b'"x":0.5', b'"x":0.6')
+    path = _export_file(tmp_path / "new.jsonl", new, [_head(new, 300)])
+
+    opened: list[ExportLines] = []
+
+    def previous() -> Previous:
+        ex = open_export(old_path)
+        opened.append(ex.lines())
+        return Previous(str(old_path), header=ex.header, lines=opened[-1])
+
+    for earlier in (previous, lambda: Previous("head", head=parse_checkpoint(_head(old, 200)))):
+        verdicts = []
+        for jobs in (1, 2):
+            ex = open_export(path)
+            verdicts.append(
+                verify_log(ex.header, ex.lines(), KEY.public_key(), previous=earlier(), jobs=jobs)
+            )
+        for lines in opened:  # (a fork stops the reading of the earlier export)
+            lines.close()
+        one, many = verdicts
+        assert _summary(many) == _summary(one)
+        if change is None:
+            assert many.ok and many.entries == 300, many.problem
+        else:
+            assert many.problem is not None and many.problem.what == "fork"
+            assert many.problem.seq == (change if earlier is previous else 200)
