@@ -172,6 +172,19 @@ def test_version_builds_no_parser(cw: Any, tmp_path: Path) -> None:
     assert not {"sqlite3", "pathlib", "json", "dataclasses"} & loaded
 
 
+def test_checking_an_export_file_loads_no_server_database(cw: Any, tmp_path: Path) -> None:
+    """``ledger verify FILE`` checks the file alone: the server database's side of the ledger
+    (SQLAlchemy and the server's tables, ~0.3 s of the command's start) is not loaded."""
+    from tests.ledger.test_transparency_log import _export_file, _head, _lines  # its exports
+
+    lines = _lines(20)
+    path = _export_file(tmp_path / "log.jsonl", lines, [_head(lines, 20)])
+    code, loaded, _ = _loaded(cw, tmp_path, "ledger", "verify", str(path))
+    assert code == 0
+    assert _under(loaded, {"sqlalchemy", "computewatch.serverdb"}) == []
+    assert "computewatch.ledger.audit" in loaded
+
+
 def test_the_recorded_platform_is_pythons_without_a_process() -> None:
     """The record's platform reads as ``platform.platform()`` (which runs ``uname -p`` on
     Linux), but where ``uname -p`` names a processor other than the machine."""

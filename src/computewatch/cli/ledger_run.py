@@ -11,31 +11,11 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from computewatch import jsonout
 from computewatch.config import load_config
 from computewatch.errors import PROG, UsageError
-from computewatch.governance import remote
-from computewatch.governance.ledger_ops import (
-    export,
-    head_doc,
-    head_path,
-    key_path,
-    keygen,
-    newest_head,
-    open_existing,
-    prove_consistency,
-    prove_inclusion,
-    read_head_file,
-    rotate,
-    server_key,
-    verify_database,
-    write_export,
-)
-from computewatch.governance.replay import PRUNE, Replay
-from computewatch.governance.service import fresh_replay, projection_problems, replay_log
-from computewatch.governance.status import status_json
 from computewatch.governance.witness import open_state, poll_once, read_witness_key
 from computewatch.ledger.audit import Previous, WitnessKey, verify_log
 from computewatch.ledger.chain import LedgerError
@@ -45,8 +25,13 @@ from computewatch.ledger.merkle import verify_consistency
 from computewatch.ledger.note import Checkpoint, parse_checkpoint
 from computewatch.ledger.proofs import check_proof, consistency_doc
 from computewatch.ledger.verify import Problem, Verdict, read_export, verify
-from computewatch.serverdb.engine import upgrade
 from computewatch.units import format_bytes
+
+if TYPE_CHECKING:
+    from computewatch.governance import remote
+
+# The server database's side of the ledger (SQLAlchemy and the server's tables, ~0.3 s to load)
+# is imported by the commands that use it: checking an export file never does.
 
 __all__ = ["cmd_ledger"]
 
@@ -58,10 +43,14 @@ def _emit(doc: object, out: Any = None) -> None:
 
 
 def _key_file(args: argparse.Namespace) -> Path:
+    from computewatch.governance.ledger_ops import key_path  # server database side
+
     return key_path(Path(args.key).expanduser() if getattr(args, "key", None) else None)
 
 
 def _remote(args: argparse.Namespace) -> remote.Remote | None:
+    from computewatch.governance import remote  # server database side
+
     if getattr(args, "db", None):
         return None
     return remote.from_settings(load_config(getattr(args, "config", None)), args.server, args.token)
@@ -70,6 +59,8 @@ def _remote(args: argparse.Namespace) -> remote.Remote | None:
 def cmd_ledger(args: argparse.Namespace) -> int:
     cmd = args.ledger_cmd
     if cmd == "public-key":
+        from computewatch.governance.ledger_ops import server_key  # server database side
+
         print(encode_public(server_key(_key_file(args)).public_key()))
         return 0
     if cmd == "keygen":
@@ -90,6 +81,14 @@ def cmd_ledger(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
+    from computewatch.governance.ledger_ops import (  # server database side
+        export,
+        open_existing,
+        server_key,
+        write_export,
+    )
+    from computewatch.serverdb.engine import upgrade  # server database side
+
     out = Path(args.output).expanduser()
     server = _remote(args)
     if server is not None:
@@ -105,6 +104,14 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _keygen(args: argparse.Namespace) -> int:
+    from computewatch.governance.ledger_ops import (  # server database side
+        keygen,
+        open_existing,
+        rotate,
+        server_key,
+    )
+    from computewatch.serverdb.engine import upgrade  # server database side
+
     path = _key_file(args)
     if not args.rotate:
         if args.db:
@@ -134,6 +141,12 @@ def _keygen(args: argparse.Namespace) -> int:
 
 
 def _head(args: argparse.Namespace) -> int:
+    from computewatch.governance.ledger_ops import (  # server database side
+        head_doc,
+        newest_head,
+        open_existing,
+    )
+
     server = _remote(args)
     if server is not None:
         doc = server.ledger_head()
@@ -160,6 +173,13 @@ def _write_proof(doc: dict[str, Any], args: argparse.Namespace) -> None:
 
 
 def _prove(args: argparse.Namespace) -> int:
+    from computewatch.governance.ledger_ops import (  # server database side
+        open_existing,
+        prove_consistency,
+        prove_inclusion,
+        read_head_file,
+    )
+
     server = _remote(args)
     if args.proof == "inclusion":
         head = None if args.head is None else read_head_file(Path(args.head).expanduser())
@@ -235,6 +255,8 @@ def _check_proof(args: argparse.Namespace) -> int:
 
 
 def _previous(text: str) -> Previous:
+    from computewatch.governance.ledger_ops import read_head_file  # server database side
+
     path = Path(text).expanduser()
     try:
         with open(path, "rb") as f:
@@ -274,6 +296,17 @@ def _verify(args: argparse.Namespace) -> int:
     else:
         if args.previous or witnesses:
             raise UsageError("ledger verify: --previous and --witness-key go with an export FILE")
+        from computewatch.governance.ledger_ops import (  # server database side
+            head_path,
+            open_existing,
+            server_key,
+            verify_database,
+        )
+        from computewatch.governance.service import (  # server database side
+            projection_problems,
+            replay_log,
+        )
+
         db = open_existing(args.db)
         path = _key_file(args)
         if trusted is None and path.exists():  # the server's own key: a file outside the DB
@@ -401,6 +434,10 @@ def _entries(path: Path) -> Iterator[Any]:
 
 
 def _replay(args: argparse.Namespace) -> int:
+    from computewatch.governance.replay import PRUNE, Replay  # server database side
+    from computewatch.governance.service import fresh_replay  # server database side
+    from computewatch.governance.status import status_json  # server database side
+
     path = Path(args.file).expanduser()
     ex = open_export(path)
     if ex.version != 2:
@@ -432,6 +469,8 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _witness(args: argparse.Namespace) -> int:
+    from computewatch.governance import remote  # server database side
+
     if not args.interval > 0:
         raise UsageError("--interval: seconds above 0")
     log_key = read_public_key(Path(args.public_key).expanduser())
