@@ -196,3 +196,34 @@ def test_a_regression_on_a_machine_already_shared_is_the_jobs_own(crafted):
     run.counter("tree_cpu_seconds_total", lambda t: 1.0)
     f = run.finding("step_regression")
     assert f.saving.seconds > 3
+
+
+def _shared_regression(crafted, tree_before: float, tree_after: float, slower: float = 2.0):
+    """110 steps, ``slower`` times as slow from step 61, on 2 CPUs kept busy throughout: the
+    run's processes ``tree_before`` cores before the change, ``tree_after`` after, others the
+    rest."""
+    rng = random.Random(10)
+    run = crafted(cores=2)
+    run.ticks(20)
+    run.writer(10)
+    ends = run.steps(10, _noisy(0.1, 60, rng) + _noisy(0.1 * slower, 50, rng))
+    for cpu in ("0", "1"):
+        run.counter("host_cpu_seconds_total", lambda t: 1.0, cpu=cpu, mode="user")
+    run.counter("tree_cpu_seconds_total", lambda t: tree_after if t >= ends[60] else tree_before)
+    return run.finding("step_regression")
+
+
+def test_a_machine_already_shared_that_fills_further_slows_the_steps_it_explains(crafted):
+    """The run had 1.2 of the 2 CPUs, then 0.8 as others took 0.4 more: two thirds of the CPU,
+    steps 1.5 times as slow. Nothing in the job to win."""
+    f = _shared_regression(crafted, 1.2, 0.8, slower=1.5)
+    assert f.saving.seconds == 0
+    assert any("another job arrived" in line for line in f.evidence.lines)
+
+
+def test_a_slowdown_with_the_cores_kept_is_the_jobs_own(crafted):
+    """The run went from 1.2 to 1.1 cores (others 0.1 more) while its steps took twice as
+    long: the machine's sharing barely moved. The job's own."""
+    f = _shared_regression(crafted, 1.2, 1.1)
+    assert f.saving.seconds > 3
+    assert not any("another job arrived" in line for line in f.evidence.lines)

@@ -92,17 +92,27 @@ def sharing(data: RunData, start: float, end: float) -> Sharing | None:
     return Sharing(tree, max(busy[0] / busy[1] - tree, 0.0), float(len(cpus)))
 
 
+LOST_SHARE = 0.15
+"""The share of its cores a run must lose, as other processes take more of a full machine, for
+a regression to be taken as their doing (:func:`_arrival`)."""
+
+
 def _arrival(data: RunData, times: list[StepTime], c: Change) -> tuple[Sharing, Sharing] | None:
-    """How the machine was shared before and after a regression, when other processes took at
-    least :data:`SHARED_CORES` more from the change on and left the machine full: the slowdown
-    is another job's arrival. None otherwise, or without the CPU counters."""
+    """How the machine was shared before and after a regression, when it is what slowed the
+    steps: the machine full after the change, other processes keeping at least half of
+    :data:`SHARED_CORES` more busy than before, and the run's processes getting at least
+    :data:`LOST_SHARE` fewer cores. A loop whose threads wait for one another slows by more
+    than its lost share, so the size of the slowdown is not held against the lost share. None
+    otherwise, or without the CPU counters."""
     before = sharing(data, times[0].start, times[c.at - 1].end) if c.at > 0 else None
     after = sharing(data, times[c.at].start, times[-1].end)
-    if before is None or after is None:
+    if before is None or after is None or not after.shared:
         return None
-    if after.shared and after.others - before.others >= SHARED_CORES:
-        return before, after
-    return None
+    if after.others - before.others < SHARED_CORES / 2:
+        return None
+    if after.tree > (1 - LOST_SHARE) * before.tree:
+        return None
+    return before, after
 
 
 def _series(data: RunData, th: Thresholds) -> dict[int, list[StepTime]]:
@@ -215,15 +225,16 @@ def step_regression(data: RunData, th: Thresholds) -> list[Finding]:
         before, after = arrived
         lines.append(
             f"other processes kept {before.others:.2f} cores busy before the change and "
-            f"{after.others:.2f} after, on a machine then full ({after.cpus:g} CPUs): another "
-            "job arrived"
+            f"{after.others:.2f} after, on a machine then full ({after.cpus:g} CPUs), and the "
+            f"run's processes {before.tree:.2f} then {after.tree:.2f}: another job arrived"
         )
         saving = Saving(
             0.0, 0.0, c.lost_high,
             "none in the job: the machine's other work (run it elsewhere, or pin each job to "
             "cores of its own)",
             f"other processes took {after.others - before.others:.2f} more cores of a full "
-            "machine from the change on, so the slower steps are counted as waits for a CPU "
+            "machine from the change on, and the run's processes got fewer, so the slower steps "
+            "are counted as waits for a CPU "
             f"(nothing the job can change); the range counts them as the job's own: {assumes}",
             "steps", c.spent,
         )  # fmt: skip
