@@ -49,11 +49,21 @@ def test_uploads_past_the_queue_are_refused_at_once_then_stored(
     # Another writer holds the lock (within the server's busy timeout) while all 24 arrive.
     lock = sqlite3.connect(s.db_url.removeprefix("sqlite:///"), timeout=30, check_same_thread=False)
     lock.execute("BEGIN IMMEDIATE")
-    release = threading.Timer(3.0, lock.rollback)
+    release = threading.Timer(5.0, lock.rollback)
     release.start()
     try:
         with concurrent.futures.ThreadPoolExecutor(len(bodies)) as pool:
-            list(pool.map(send, bodies))
+            # The first upload's turn comes and waits on the lock; the others then queue behind
+            # it (sent together, they could all join its group and never queue).
+            first = pool.submit(send, "adm-0")
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                up = httpx.get(f"{s.url}/healthz", timeout=10).json()["uploads"]
+                if up["in_flight"] >= 1 and up["waiting"] == 0:
+                    break
+                time.sleep(0.02)
+            list(pool.map(send, [k for k in bodies if k != "adm-0"]))
+            first.result()
     finally:
         release.cancel()
         release.join()
