@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import threading
@@ -342,4 +343,38 @@ def test_sqlite_locked_by_another_process_while_uploads_wait_then_all_stored_onc
     assert codes == [200] * len(uploads), codes
     ids = _all_ids(s, token)
     assert len(ids) == len(set(ids)) == 13 and {u["id"] for u in uploads} <= set(ids)
+    assert "Traceback" not in s.output()
+
+
+def test_a_token_first_used_while_another_process_writes_is_answered_and_noted_later(
+    tmp_path: Path, servers: Callable[[str], ServerProcess]
+) -> None:
+    """Authentication writes nothing on the request's path: a token used for the first time
+    while another process holds SQLite's write lock is answered at once (a read, and an
+    upload's turn in the queue), and its last use is written once the lock is gone. (The
+    last-use write inside authentication waited for the lock: reads stalled behind any writer,
+    and uploads waited before the admission queue could count them.)"""
+    import sqlite3  # the other process's hold on the database, as any SQLite client takes it
+
+    path = tmp_path / "busy.db"
+    s = servers(f"sqlite:///{path}")
+    token = s.token("ml", "read")
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        r = s.client(token).get(RUNS)
+        assert r.status_code == 200, r.text  # answered while the lock is still held
+        health = httpx.get(f"{s.url}/healthz", timeout=30)
+        assert health.status_code == 200
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    for _ in range(60):  # the access log's next flush notes the use (bounded)
+        r = _cli("server", "token", "list", "--json", "--db", f"sqlite:///{path}", home=s.home)
+        assert r.returncode == 0, r.stderr
+        (doc,) = json.loads(r.stdout)
+        if doc["last_used_at"] is not None:
+            break
+        time.sleep(0.1)
+    assert doc["last_used_at"] is not None
     assert "Traceback" not in s.output()

@@ -56,12 +56,15 @@ def test_uploads_past_the_queue_are_refused_at_once_then_stored(
             # The first upload's turn comes and waits on the lock; the others then queue behind
             # it (sent together, they could all join its group and never queue).
             first = pool.submit(send, "adm-0")
+            # (Authentication writes nothing, so the upload is counted while the lock is held.)
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
                 up = httpx.get(f"{s.url}/healthz", timeout=10).json()["uploads"]
                 if up["in_flight"] >= 1 and up["waiting"] == 0:
                     break
                 time.sleep(0.02)
+            else:
+                pytest.fail(f"the first upload never reached its turn: {up}")
             list(pool.map(send, [k for k in bodies if k != "adm-0"]))
             first.result()
     finally:

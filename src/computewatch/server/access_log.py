@@ -1,5 +1,6 @@
 """The access log: one row per authenticated request (team, token id, ``METHOD /path status``,
-the client's address encrypted as the accounts' personal data), written off the request path.
+the client's address encrypted as the accounts' personal data), written off the request path,
+with each token's last use (``tokens.last_used_at``, at most once a minute per token).
 
 :class:`AccessLogging` is a plain ASGI middleware: when a request's response has started and
 authentication named a principal (``request.state.principal``), it queues the row, stamped
@@ -7,7 +8,9 @@ with the time the request ended. One task per server process (:meth:`AccessLog.r
 by the app's lifespan) writes what is queued every :data:`FLUSH_SECONDS` in one transaction,
 and the rest when the server stops. Before, each request wrote its row in a transaction of its
 own after answering: on SQLite a second write per upload, waiting for the same writer lock as
-the uploads. A row queued when the process is killed (SIGKILL) within the last
+the uploads. Authentication wrote the token's last use itself, on the request's path: a
+request then waited for the writer (another process's, or a group of uploads) before it was
+even authenticated. A row queued when the process is killed (SIGKILL) within the last
 :data:`FLUSH_SECONDS` is lost; a database that refuses a flush keeps the rows for the next one,
 up to :data:`MAX_PENDING` (past that the oldest go, and the server log says how many).
 """
@@ -32,6 +35,7 @@ from computewatch.governance import accounts
 from computewatch.server.auth import Principal
 from computewatch.serverdb.accounts_models import AccessLogRow
 from computewatch.serverdb.engine import Database
+from computewatch.serverdb.tokens import LAST_USED_RESOLUTION, note_uses
 
 __all__ = ["FLUSH_SECONDS", "MAX_PENDING", "AccessLog", "AccessLogging"]
 
@@ -63,6 +67,8 @@ class AccessLog:
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self.dropped = 0
+        self._uses: dict[int, float] = {}  # token id -> last use, not yet written
+        self._noted: dict[int, float] = {}  # token id -> last use written
         self._ciphers: dict[tuple[str, int], Fernet] = {}
 
     def add(self, principal: Principal, action: str, ip: str) -> None:
@@ -72,31 +78,48 @@ class AccessLog:
                 self._pending.popleft()
                 self.dropped += 1
             self._pending.append(row)
+        self.note_use(principal.token_id, row.at)
+
+    def note_use(self, token_id: int, at: float | None = None) -> None:
+        """Token ``token_id`` was used (at ``at``, now by default): written with the next flush
+        unless its last use written is less than LAST_USED_RESOLUTION older."""
+        at = time.time() if at is None else at
+        with self._lock:
+            if at - self._noted.get(token_id, float("-inf")) > LAST_USED_RESOLUTION:
+                self._uses[token_id] = max(at, self._uses.get(token_id, at))
 
     @property
     def pending(self) -> int:
         return len(self._pending)
 
     def flush(self) -> int:
-        """Write every queued row in one transaction; the rows written. On failure the rows
-        stay queued (the caller's next flush tries again) and the error is raised."""
+        """Write every queued row and token use in one transaction; the rows written. On
+        failure they stay queued (the caller's next flush tries again) and the error is
+        raised."""
         with self._write_lock:
             with self._lock:
                 rows = list(self._pending)
-            if not rows:
+                uses = dict(self._uses)
+            if not rows and not uses:
                 return 0
-            key = self._cipher()
-            values = [
-                {"at": r.at, "team": r.team, "token_id": r.token_id, "action": r.action,
-                 "ip": key.encrypt(r.ip.encode())}
-                for r in rows
-            ]  # fmt: skip
             with self.db.writing(), self.db.session() as session:
-                session.connection().execute(insert(_TABLE), values)
+                if rows:
+                    key = self._cipher()
+                    values = [
+                        {"at": r.at, "team": r.team, "token_id": r.token_id, "action": r.action,
+                         "ip": key.encrypt(r.ip.encode())}
+                        for r in rows
+                    ]  # fmt: skip
+                    session.connection().execute(insert(_TABLE), values)
+                note_uses(session, uses)
                 session.commit()
             with self._lock:
                 for _ in range(min(len(rows), len(self._pending))):
                     self._pending.popleft()
+                for token_id, at in uses.items():
+                    self._noted[token_id] = max(at, self._noted.get(token_id, at))
+                    if self._uses.get(token_id) == at:
+                        del self._uses[token_id]
             return len(rows)
 
     async def run(self) -> None:
@@ -105,7 +128,7 @@ class AccessLog:
         try:
             while True:
                 await asyncio.sleep(FLUSH_SECONDS)
-                if not self._pending:
+                if not self._pending and not self._uses:
                     continue
                 try:
                     await asyncio.to_thread(self.flush)

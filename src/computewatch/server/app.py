@@ -332,7 +332,10 @@ def create_app(
         info = authenticate(session, token.strip())
         if info is None:
             return _login_page(next, "Unknown or revoked token.", status=401)
-        cookie = create_session(session, info)
+        access_log.note_use(info.id)
+        session.commit()  # the read ends: a write after it waits its turn (see writing)
+        with db.writing():
+            cookie = create_session(session, info)
         response = RedirectResponse(safe_next(next), status_code=303)
         response.set_cookie(
             SESSION_COOKIE,
@@ -354,7 +357,8 @@ def create_app(
     def logout(request: Request, session: Annotated[Session, Depends(db_session)]) -> Response:
         cookie = request.cookies.get(SESSION_COOKIE)
         if cookie:
-            delete_session(session, cookie)
+            with db.writing():
+                delete_session(session, cookie)
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(SESSION_COOKIE, path="/", httponly=True, samesite="strict")
         return response
@@ -363,5 +367,5 @@ def create_app(
 
 
 def _prune(db: Database) -> None:
-    with db.session() as s:
+    with db.writing(), db.session() as s:
         prune_changes(s)

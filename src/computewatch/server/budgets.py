@@ -304,7 +304,7 @@ class DbSentLog:
         self.db = db
 
     def claim(self, budget_id: int, period_start: float, kind: str) -> bool:
-        with self.db.session() as session:
+        with self.db.writing(), self.db.session() as session:
             return claim_alert(session, budget_id, period_start, kind)
 
 

@@ -9,15 +9,15 @@ token it logged in with: revoking the token ends its sessions.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, cast
 
-from sqlalchemy import Table, bindparam, delete, select, update
+from sqlalchemy import Table, bindparam, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from computewatch.errors import UsageError
@@ -34,6 +34,7 @@ __all__ = [
     "delete_session",
     "hash_secret",
     "list_tokens",
+    "note_uses",
     "revoke_token",
     "session_token",
     "validate_team",
@@ -135,22 +136,27 @@ def revoke_token(session: Session, token_id: int) -> TokenInfo | None:
 
 
 def authenticate(session: Session, token: str) -> TokenInfo | None:
-    """The live token ``token`` is, or None (unknown or revoked). Notes its use. Commits."""
+    """The live token ``token`` is, or None (unknown or revoked). A read only: the token's
+    last use is written off the request's path (:func:`note_uses`, by the server's access
+    log), so that a request never waits for the database's writer to authenticate."""
     if not token or len(token) > 200:
         return None
     row = session.connection().execute(_BY_HASH, {"b_hash": hash_secret(token)}).first()
     if row is None or row.revoked_at is not None:
         return None
-    info = _info(row)
-    now = time.time()
-    if row.last_used_at is None or now - row.last_used_at > LAST_USED_RESOLUTION:
-        # End the read first: on SQLite a read transaction that then writes fails at once when
-        # another connection wrote meanwhile (SQLITE_BUSY_SNAPSHOT); a fresh write waits.
-        session.commit()
-        session.execute(update(Token).where(Token.id == row.id).values(last_used_at=now))
-        session.commit()
-        info = dataclasses.replace(info, last_used_at=now)
-    return info
+    return _info(row)
+
+
+def note_uses(session: Session, uses: Mapping[int, float]) -> None:
+    """Record each token's last use (token id → time), never moving one back. Does not
+    commit: the caller writes it with the rest of its transaction."""
+    for token_id, at in uses.items():
+        session.execute(
+            update(Token)
+            .where(Token.id == token_id)
+            .where(or_(Token.last_used_at.is_(None), Token.last_used_at < at))
+            .values(last_used_at=at)
+        )
 
 
 _TOKENS = cast(Table, Token.__table__)

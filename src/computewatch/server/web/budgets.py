@@ -166,15 +166,16 @@ def create_budget_form(
             value = float(amount)
         except ValueError:
             raise ComputewatchError(f"budget amount: a number, not {amount!r}") from None
-        create_budget(
-            session,
-            scope_kind=scope_kind,
-            scope_name=scope_name.strip(),
-            metric=metric,
-            amount=value,
-            period=period,
-            thresholds=parse_thresholds(thresholds) or None,
-        )
+        with request.app.state.db.writing():  # the writer's turn (computewatch.serverdb.engine)
+            create_budget(
+                session,
+                scope_kind=scope_kind,
+                scope_name=scope_name.strip(),
+                metric=metric,
+                amount=value,
+                period=period,
+                thresholds=parse_thresholds(thresholds) or None,
+            )
     except ComputewatchError as e:
         return RedirectResponse(prefix + "/budgets?" + urlencode({"error": str(e)}), 303)
     evaluator = getattr(request.app.state, "budget_evaluator", None)
@@ -194,5 +195,6 @@ def delete_budget_form(
     check_form_token(request, csrf)
     _same_origin(request)
     _admin(principal)
-    delete_budget(session, budget_id)
+    with request.app.state.db.writing():
+        delete_budget(session, budget_id)
     return RedirectResponse(prefix_of(request) + "/budgets", 303)
