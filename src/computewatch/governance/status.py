@@ -213,20 +213,28 @@ def status_json(statuses: Iterable[ModelStatus], now: float) -> list[dict[str, A
 
 def _view_json(s: ModelStatus) -> dict[str, Any]:
     """Whether the figures are the whole model's or only what the caller's team may see."""
+    note = view_note(s)
+    if s.hidden_runs is None or (not s.hidden_runs and not s.hidden_base):
+        return {"view": "whole", "hidden_runs": 0, "view_note": note}
+    return {"view": "partial", "hidden_runs": s.hidden_runs, "view_note": note}
+
+
+def view_note(s: ModelStatus) -> str:
+    """Whether the figures are the whole model's or only what the caller's team may see, in
+    words ("" for an admin's whole view)."""
     if s.hidden_runs is None:
-        return {"view": "whole", "hidden_runs": 0, "view_note": ""}
+        return ""
     if not s.hidden_runs and not s.hidden_base:
-        return {"view": "whole", "hidden_runs": 0, "view_note": "every run of it is your team's"}
+        return "every run of it is your team's"
     said = []
     if s.hidden_runs:
         said.append(f"{s.hidden_runs} runs of this model are not your team's (or were pruned)")
     if s.hidden_base:
         said.append(f"the base model {s.compute.base_model}'s runs are another team's")
-    note = (
+    return (
         "partial view: " + "; ".join(said) + ". Compute and tiers here count your team's runs "
         "only; obligations are the whole model's (an admin token sees the whole status)"
     )
-    return {"view": "partial", "hidden_runs": s.hidden_runs, "view_note": note}
 
 
 def _overdue_first(obligations: Iterable[ObligationView], now: float) -> list[ObligationView]:
@@ -241,9 +249,23 @@ def _maybe_iso(t: float | None) -> str | None:
     return None if t is None else _iso(t)
 
 
-def _tier_json(s: ModelStatus, t: TierStatus, now: float) -> dict[str, Any]:
-    """A tier's state with its dates: when it was crossed (event time), when the server
-    noticed, and its deadline (from the obligation it opened, else from the crossing)."""
+@dataclass(frozen=True, slots=True)
+class TierDates:
+    """A tier's dates as of a moment: when the server noticed its state, its deadline, and the
+    days left to it (negative when overdue; None when none runs)."""
+
+    noticed_at: float | None
+    deadline_at: float | None
+    days_left: float | None
+
+    @property
+    def overdue(self) -> bool:
+        return self.days_left is not None and self.days_left < 0
+
+
+def tier_dates(s: ModelStatus, t: TierStatus, now: float) -> TierDates:
+    """A tier's dates: when the server noticed its state, and its deadline (from the
+    obligation it opened, else from the crossing, else from the noticing)."""
     judged = t.state in ("crossed", "forecast")
     o = max((o for o in s.obligations if o.tier == t.tier.name), key=lambda o: o.id, default=None)
     noticed = s.noticed.get(t.tier.name) if judged else None
@@ -256,6 +278,13 @@ def _tier_json(s: ModelStatus, t: TierStatus, now: float) -> dict[str, Any]:
         left = None if deadline is None else (deadline - now) / 86_400
     else:
         deadline, left = None, None
+    return TierDates(noticed, deadline, left)
+
+
+def _tier_json(s: ModelStatus, t: TierStatus, now: float) -> dict[str, Any]:
+    """A tier's state with its dates: when it was crossed (event time), when the server
+    noticed, and its deadline (:func:`tier_dates`)."""
+    dates = tier_dates(s, t, now)
     return {
         "tier": t.tier.name,
         "state": t.state,
@@ -263,17 +292,17 @@ def _tier_json(s: ModelStatus, t: TierStatus, now: float) -> dict[str, Any]:
         "judged_flop": t.judged_flop,
         "method": t.method,
         "rule": t.tier.rule,
-        "deadline_rule": _deadline_rule(t),
+        "deadline_rule": deadline_rule(t),
         "note": t.note,
         "crossed_at": _maybe_iso(t.crossed_at),
-        "noticed_at": _maybe_iso(noticed),
-        "deadline": _maybe_iso(deadline),
-        "days_left": _days(left),
-        "overdue": left is not None and left < 0,
+        "noticed_at": _maybe_iso(dates.noticed_at),
+        "deadline": _maybe_iso(dates.deadline_at),
+        "days_left": _days(dates.days_left),
+        "overdue": dates.overdue,
     }
 
 
-def _deadline_rule(t: TierStatus) -> str:
+def deadline_rule(t: TierStatus) -> str:
     """How the tier's deadline is counted, in words (the rule text says why)."""
     days = t.tier.deadline_days
     if days is None:

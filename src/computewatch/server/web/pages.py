@@ -16,7 +16,18 @@ from __future__ import annotations
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 
-from computewatch.server.web import budgets, compare, fleet, login, now, run, runs, usage, usage_csv
+from computewatch.server.web import (
+    budgets,
+    compare,
+    fleet,
+    governance,
+    login,
+    now,
+    run,
+    runs,
+    usage,
+    usage_csv,
+)
 from computewatch.server.web.budgets import parse_thresholds
 from computewatch.server.web.options import DashboardOptions, options_from_config, parse_targets
 from computewatch.server.web.rendering import HTMX_VERSION, STATIC
@@ -38,7 +49,7 @@ __all__ = [
 
 router = APIRouter(include_in_schema=False)
 """Every page's routes (and the budget evaluation, the budgets router's lifespan)."""
-for _module in (login, now, runs, run, compare, usage, usage_csv, budgets, fleet):
+for _module in (login, now, runs, run, compare, usage, usage_csv, budgets, governance, fleet):
     router.include_router(_module.router)
 
 

@@ -49,6 +49,7 @@ _NAV = (
     ("/runs", "Runs", "runs"),
     ("/usage", "Usage and cost", "usage"),
     ("/budgets", "Budgets", "budgets"),
+    ("/governance", "Governance", "governance"),
 )
 _NAV_FLEET = ("/fleet", "Fleet", "fleet")
 
@@ -60,6 +61,12 @@ _PAGES: dict[str, PageText] = {
     "runs": ("runs", "Runs", "Runs", "filter, sort, page through, compare"),
     "usage": ("usage", "Usage and cost", "Usage and cost", "by team, user, project or GPU model"),
     "budgets": ("budgets", "Budgets", "Budgets", "per team or project, per month or week"),
+    "governance": (
+        "governance",
+        "Governance",
+        "Governance",
+        "each model's compute, tiers and obligations",
+    ),
 }
 
 
