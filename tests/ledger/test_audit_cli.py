@@ -322,3 +322,16 @@ def test_heads_and_proofs_through_the_cli_and_a_rewrite_refused(cw: CLI, tmp_pat
     assert not forked.exists()
     r = cw("ledger", "prove", "inclusion", "3", "--head", old, "--db", url)
     assert r.returncode == 1 and "(a fork)" in r.stderr, r.stderr
+
+
+def test_an_export_on_standard_input_is_verified(cw: CLI, tmp_path: Path) -> None:
+    """``ledger verify -`` reads the export from standard input (a download piped in), and a
+    tampered one is caught there as from a file."""
+    _, _, export, pub = _setup(cw, tmp_path)
+    r = cw("ledger", "verify", "-", "--public-key", pub, input=export.read_text())
+    assert r.returncode == 0 and r.stdout.startswith("intact"), r.stdout + r.stderr
+    header, lines = read_export(export)
+    cut = tmp_path / "cut.jsonl"
+    write_export(cut, {**header, "entries": len(lines) - 5}, lines[:-5])
+    r = cw("ledger", "verify", "-", "--public-key", pub, input=cut.read_text())
+    assert r.returncode == 1 and "TAMPERED" in r.stdout, r.stdout + r.stderr

@@ -199,7 +199,12 @@ def _ledger(sub: Any) -> None:
         "recomputed equal to every signed head's, the newest head covering the last entry. "
         "Otherwise exit 1 naming the first problem.",
     )
-    ve.add_argument("file", nargs="?", metavar="FILE", help="an export written by 'export'")
+    ve.add_argument(
+        "file",
+        nargs="?",
+        metavar="FILE",
+        help="an export written by 'export' (- reads it from standard input)",
+    )
     ve.add_argument("--db", metavar="URL", help="verify a server database in place instead")
     ve.add_argument(
         "--public-key",

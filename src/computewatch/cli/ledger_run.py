@@ -291,8 +291,10 @@ def _verify(args: argparse.Namespace) -> int:
     if args.file:
         if args.head:
             raise UsageError("ledger verify: --head goes with --db")
-        verdict = _verify_file(Path(args.file).expanduser(), trusted, args, witnesses, k or 1)
-        where = args.file
+        stdin = args.file == "-"  # the export piped in: read as the file the system names it
+        path = Path("/dev/stdin") if stdin else Path(args.file).expanduser()
+        verdict = _verify_file(path, trusted, args, witnesses, k or 1)
+        where = "standard input" if stdin else args.file
     else:
         if args.previous or witnesses:
             raise UsageError("ledger verify: --previous and --witness-key go with an export FILE")
@@ -333,6 +335,11 @@ def _verify_file(
     ex = open_export(path)
     if ex.version == 1:
         ex.close()
+        if args.file == "-":
+            raise UsageError(
+                "ledger verify: an export of format 1 (the hash chain) is read twice: give its "
+                "FILE, not standard input"
+            )
         if args.previous or witnesses:
             raise UsageError(
                 f"{path} is an export of format 1 (the hash chain): --previous and "
