@@ -129,10 +129,11 @@ def _es_number(m: re.Match[str]) -> str:
     return number_text(float(m.group()))
 
 
-def _fast_dumps(value: object) -> bytes | None:
+def _fast_dumps(value: object) -> tuple[bytes, object] | None:
     """The standard library's C encoder's output with Python's number spellings rewritten as
     ECMAScript's, when reading it back gives ``value`` (so a rewrite inside a string, a key
-    that is not a string, a tuple, are all sent to the full encoder); None otherwise."""
+    that is not a string, a tuple, are all sent to the full encoder), with what it reads back
+    as; None otherwise."""
     if _ENCODE_STRICT is None:
         return None
     try:
@@ -143,17 +144,29 @@ def _fast_dumps(value: object) -> bytes | None:
     if not (out.isascii() or max(out) < 0xEE) or not _long_tokens_whole(out):
         return None
     try:
-        same = json.loads(text) == value
+        back = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    return out if same else None
+    return (out, back) if back == value else None
 
 
 def dumps(value: object) -> bytes:
     """The RFC 8785 canonical form of ``value`` (UTF-8 bytes)."""
+    return dumps_read(value)[0]
+
+
+def dumps_read(value: object) -> tuple[bytes, object]:
+    """The RFC 8785 canonical form of ``value`` and what a JSON reader reads back from it (an
+    integer beyond 2**53, written as the double it becomes, reads back as that double's
+    whole number): the canonical text is read once, here, for both."""
     fast = _fast_dumps(value)
     if fast is not None:
         return fast
+    text = _slow_dumps(value)
+    return text, json.loads(text)
+
+
+def _slow_dumps(value: object) -> bytes:
     out: list[str] = []
     try:
         _write(value, out)

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from computewatch.ledger.chain import LedgerError
-from computewatch.ledger.jcs import MAX_EXACT_INT, canonical_values, dumps
+from computewatch.ledger.jcs import MAX_EXACT_INT, canonical_values, dumps, dumps_read
 from computewatch.ledger.merkle import CompactRange
 
 _encode_string = json.encoder.encode_basestring
@@ -81,8 +81,7 @@ def clean_body(body: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     for what JSON cannot carry exactly (NaN, an integer beyond 2**53, a key not a string)."""
     if not isinstance(body, Mapping):
         raise LedgerError("a ledger entry's body is a JSON object")
-    text = dumps(body)
-    parsed = json.loads(text)  # an integer beyond 2**53 here is a double written whole
+    text, parsed = dumps_read(body)  # an integer beyond 2**53 is read back as written whole
     assert isinstance(parsed, dict)
     return parsed, text.decode("utf-8")
 
