@@ -40,15 +40,20 @@ def _check(doc: dict[str, Any]) -> None:
      "idle_allocation", "throttled_gpu"],
 )  # fmt: skip
 def test_the_top_finding_is_the_injected_cause(name: str, tmp_path: Path) -> None:
-    doc = bench_diagnosis.diagnose_slow(name, SCALE, tmp_path)
+    doc, others = _diagnosed(name, tmp_path)
     _check(doc)
+    ranked = [(f["id"], f["saving"]["seconds"], f["saving"].get("part")) for f in doc["findings"]]
+    said = f"{ranked}; other processes kept {others:.2f} cores busy"
     # A step-time regression is what another job arriving on a shared machine produces in any
-    # job (the suite's machine is one): the injected cause must lead the other findings.
-    found = [f for f in doc["findings"] if f["id"] != "step_regression"]
+    # job (the suite's machine is one): the injected cause must lead the other findings. With
+    # other processes keeping half a core or more busy meanwhile (the suite's other workers),
+    # stalled steps are what sharing produces too (as in the healthy job's test below).
+    shared = ("step_regression", "outlier_steps") if others >= 0.5 else ("step_regression",)
+    found = [f for f in doc["findings"] if f["id"] not in shared]
     assert found, doc
     expected = bench_diagnosis.EXPECTED[name]
     mine = [f for f in found if f["id"] == expected]
-    assert mine, [f["id"] for f in doc["findings"]]
+    assert mine, said
     # At this small scale the run's start-up (importing PyTorch, single-threaded) is most of
     # the run, so a finding about the whole run's CPU (cpu_bound, Amdahl over the single-core
     # stretches) may outrank the loop's: the injected cause must lead the findings about its
@@ -60,12 +65,22 @@ def test_the_top_finding_is_the_injected_cause(name: str, tmp_path: Path) -> Non
         # wins nothing there (the estimate is 0, so the finding ranks last), and the finding
         # must still be there, its range saying what a free core would give (checked below).
         same = [f for f in found if f["id"] == expected]
-        assert expected == "data_starvation" and same, [f["id"] for f in doc["findings"]]
-        assert same[0]["saving"]["seconds"] == 0, same[0]
+        assert expected == "data_starvation" and same, said
+        assert same[0]["saving"]["seconds"] == 0, said
         top = same[0]
     # On a machine whose other processes take the free core, a loader worker wins nothing
     # (the estimate is 0 then): the range still says what a free core would give.
     assert top["saving"]["high_seconds"] > 0 and top["saving"]["fix"]
+
+
+def _diagnosed(name: str, tmp_path: Path) -> tuple[dict[str, Any], float]:
+    """The scenario's diagnosis, and the cores other processes kept busy meanwhile (the
+    machine's busy time less this test's children's, from /proc/stat)."""
+    t0, busy0, own0 = time.monotonic(), _busy_seconds(), os.times()
+    doc = bench_diagnosis.diagnose_slow(name, SCALE, tmp_path)
+    own1 = os.times()
+    own = (own1.children_user - own0.children_user) + (own1.children_system - own0.children_system)
+    return doc, max(_busy_seconds() - busy0 - own, 0.0) / (time.monotonic() - t0)
 
 
 def _busy_seconds() -> float:
@@ -77,11 +92,7 @@ def _busy_seconds() -> float:
 
 @pytest.mark.slow
 def test_the_healthy_job_has_nothing_to_win(tmp_path: Path) -> None:
-    t0, busy0, own0 = time.monotonic(), _busy_seconds(), os.times()
-    doc = bench_diagnosis.diagnose_slow("healthy", SCALE, tmp_path)
-    own1 = os.times()
-    own = (own1.children_user - own0.children_user) + (own1.children_system - own0.children_system)
-    others = max(_busy_seconds() - busy0 - own, 0.0) / (time.monotonic() - t0)
+    doc, others = _diagnosed("healthy", tmp_path)
     _check(doc)
     big = [f for f in doc["findings"] if (f["saving"]["fraction"] or 0) > 0.05]
     if others >= 0.5:
