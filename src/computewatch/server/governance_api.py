@@ -370,6 +370,12 @@ def maintain_once(db: Database, now: float | None = None) -> None:
     config = _config()
     years = (config.governance_retention_years if config else None) or DEFAULT_RETENTION_YEARS
     cutoff = dt.datetime.fromtimestamp(now - years * 365.25 * 86_400, dt.UTC)
+    # The replay of the log is cached per process: bring it up to date before the write
+    # transaction, which then replays only what was appended since. A server's first upkeep
+    # replays the whole log (11 s at 1,000,000 entries): inside the transaction, SQLite's write
+    # lock was held all that time, past other processes' busy timeout.
+    with db.session() as session:
+        service.replay_log(session)
     for attempt in range(3):
         with db.writing(), db.session() as session:
             try:
