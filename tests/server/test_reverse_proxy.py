@@ -379,7 +379,7 @@ def test_the_dashboard_through_the_proxy_in_chromium(stack: Stack) -> None:
             assert page.url == f"{base}/"
             (cookie,) = [c for c in context.cookies() if c["name"] == "computewatch_session"]
             assert cookie["secure"] and cookie["httpOnly"], cookie
-            for path in ("/runs", "/usage", "/budgets", "/runs/done0001", "/"):
+            for path in ("/runs", "/usage", "/budgets", "/governance", "/runs/done0001", "/"):
                 response = page.goto(base + path, wait_until="load")
                 assert response is not None and response.ok, (path, response and response.status)
             # The live path: the "Now" page's event stream, through the proxy, shows a run

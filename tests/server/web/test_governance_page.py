@@ -166,3 +166,8 @@ def test_the_page_fits_in_chromium(
     here = o.page.locator('nav.top a[aria-current="page"]')
     assert here.inner_text() == "Governance"
     o.check_clean()
+
+
+def test_a_browser_without_a_session_is_sent_to_login(governed: Governed) -> None:
+    r = httpx.get(governed.server.url + "/governance", timeout=60)
+    assert r.status_code == 303 and r.headers["location"] == "/login?next=/governance"
