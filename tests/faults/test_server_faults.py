@@ -378,3 +378,33 @@ def test_a_token_first_used_while_another_process_writes_is_answered_and_noted_l
         time.sleep(0.1)
     assert doc["last_used_at"] is not None
     assert "Traceback" not in s.output()
+
+
+def test_a_ledger_entry_altered_in_the_database_is_named_not_a_traceback(
+    tmp_path: Path, servers: Callable[[str], ServerProcess]
+) -> None:
+    """An entry of the log whose body is no longer JSON (the database edited by hand): the
+    governance status, its page and the CLI name the entry in one line; the other pages still
+    answer; no traceback. (Both answered 500 with a JSONDecodeError's traceback.)"""
+    import sqlite3  # the hand edit, as any SQLite client makes it
+
+    from tests.server.web.test_governance_page import _governed
+
+    path = tmp_path / "altered.db"
+    s = servers(f"sqlite:///{path}")
+    admin, ingest = s.token("ops", "admin"), s.token("lab", "ingest")
+    assert s.client(ingest).post(RUNS, json=batch(_governed("r1", "m", 1e24))).status_code == 200
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE ledger_entries SET body = '{' WHERE seq = "
+                  "(SELECT max(seq) FROM ledger_entries WHERE kind = 'run')")  # fmt: skip
+    client = s.client(admin)
+    r = client.get("/api/v1/governance/status")
+    assert r.status_code == 500 and r.json()["error"] == "ledger_unreadable", r.text
+    assert "ledger entry" in r.json()["detail"] and "not JSON" in r.json()["detail"]
+    page = client.get("/governance")
+    assert page.status_code == 500 and "not JSON" in page.text
+    assert client.get("/usage").status_code == 200
+    cli = _cli("governance", "status", "--db", f"sqlite:///{path}", home=s.home)
+    assert cli.returncode == 1 and "not JSON" in cli.stderr, cli.stderr
+    assert "Traceback" not in cli.stderr
+    assert "Traceback" not in s.output()

@@ -33,6 +33,7 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from computewatch._version import __version__
+from computewatch.ledger.chain import LedgerError
 from computewatch.server import api, governance_api, ledger_api
 from computewatch.server import goodput as goodput_api
 from computewatch.server.access_log import AccessLog, AccessLogging
@@ -149,6 +150,20 @@ async def _validation_error(request: Request, exc: Exception) -> Response:
         parts.append(f"{where}: {e.get('msg', 'invalid')}")
     return JSONResponse(
         {"error": "invalid", "detail": "; ".join(parts) or "invalid request"}, status_code=422
+    )
+
+
+async def _ledger_unreadable(request: Request, exc: Exception) -> Response:
+    """The ledger cannot be read (an entry altered in the database): said in one line, in the
+    log and to the caller, never a traceback."""
+    log.warning("%s %s: %s", request.method, request.url.path, exc)
+    detail = str(exc)
+    if request.url.path.startswith("/api/"):
+        return JSONResponse({"error": "ledger_unreadable", "detail": detail}, status_code=500)
+    return HTMLResponse(
+        "<!doctype html><html lang=en><meta charset=utf-8><title>computewatch: error</title>"
+        f"<h1>Cannot show this page</h1><p>{html.escape(detail)}</p></html>",
+        status_code=500,
     )
 
 
@@ -291,6 +306,7 @@ def create_app(
     app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(LoginRequired, _login_required)
+    app.add_exception_handler(LedgerError, _ledger_unreadable)
     app.add_exception_handler(BodyTimeout, body_timed_out)
     app.add_exception_handler(ClientDisconnect, client_went_away)
     app.add_exception_handler(Overloaded, overloaded)

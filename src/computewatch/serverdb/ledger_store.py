@@ -190,9 +190,16 @@ def append(session: Session, kind: str, body: Mapping[str, Any]) -> LogEntry:
 def entries(
     session: Session, *, upto: int | None = None, batch: int = 5000, after: int = 0
 ) -> Iterator[LogEntry]:
-    """Every kept entry in order (up to seq ``upto``), read in batches."""
+    """Every kept entry in order (up to seq ``upto``), read in batches; a body that is not
+    JSON (the database altered) is a :class:`LedgerError` naming the entry."""
     for seq, when, kind, body in _rows(session, upto=upto, batch=batch, after=after):
-        doc = jcs_loads(body)
+        try:
+            doc = jcs_loads(body)
+        except (ValueError, RecursionError) as e:
+            raise LedgerError(
+                f"ledger entry {seq} cannot be read: its body is not JSON ({e}); the database "
+                "was altered ('computewatch ledger verify --db URL' checks the whole log)"
+            ) from None
         yield LogEntry(seq, when, kind, doc if isinstance(doc, dict) else {})
 
 
