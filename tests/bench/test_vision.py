@@ -21,8 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 PACKAGES = [
     "torch==2.14.1", "torchvision==0.29.1", "mlcommons-loadgen>=4.1",
     "psutil>=5.9", "PyYAML>=6", "rich>=13", "ddsketch>=3",
+    "msgspec>=0.18",
 ]  # fmt: skip
-CHECK = "import torch, torchvision, mlperf_loadgen, psutil, yaml, rich, ddsketch"
+CHECK = "import torch, torchvision, mlperf_loadgen, psutil, yaml, rich, ddsketch, msgspec"
 
 
 def _venv_dir() -> Path:
