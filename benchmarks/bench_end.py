@@ -112,7 +112,7 @@ d = out.summary["diagnosis"]
 parts["findings"] = sorted(f["id"] for f in d.get("findings", []))
 parts["error"] = d.get("error")
 if agg_path != "-":  # the same summary from the samples: show of a run without a stored one
-    from dataclasses import replace
+    from msgspec.structs import replace
     from computewatch.analysis.summary import build_summary
     t0 = time.perf_counter()
     rebuilt = build_summary(store, replace(store.run_by_key(run.key), summary=None))

@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import gzip
 import os
 import random
@@ -36,6 +35,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import msgspec
 from bench_report import _values, build_run, series_defs
 from common import Section, cli_main, fmt_bytes, median
 
@@ -151,7 +151,7 @@ def run(quick: bool) -> Section:
             points = sum(len(x["points"]) for x in up["series"])
             # streaming: what the live uploader keeps (series buckets, summary aggregates),
             # read whole once here (untimed; a live uploader reads it a few seconds at a time)
-            running = dataclasses.replace(run_row, status=RUNNING, summary=None, ended_at=None)
+            running = msgspec.structs.replace(run_row, status=RUNNING, summary=None, ended_at=None)
             kept = LiveRun()
             kept.update(store, running)
             t0 = time.perf_counter()

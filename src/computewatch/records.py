@@ -3,8 +3,9 @@ assumed, and a low-high range."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TypedDict
+
+import msgspec
 
 MEASURED = "measured"  # a hardware or kernel counter read at the start and end
 POLLED = "polled"  # instantaneous readings integrated over the samples
@@ -62,8 +63,7 @@ def relative_range(value: float, rel: float) -> tuple[float, float]:
 # --- what user code records: one type each for the spool, the observers and the store ----------
 
 
-@dataclass(frozen=True, slots=True)
-class StepRecord:
+class StepRecord(msgspec.Struct, frozen=True):
     """A step closed in user code: its process, end time (monotonic), counts and FLOPs; what
     the spool carries, the sampler hands its observers, and the store keeps (the store's
     ``StepRow`` is this record with the wall-clock time the sampler gave it)."""
@@ -75,8 +75,7 @@ class StepRecord:
     flops: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class PhaseRecord:
+class PhaseRecord(msgspec.Struct, frozen=True):
     """A named interval of one step (``data``, ``forward``, ``comm`` ...), as spooled and stored."""
 
     pid: int
@@ -86,8 +85,7 @@ class PhaseRecord:
     accel_seconds: float | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
+class RequestRecord(msgspec.Struct, frozen=True):
     """One served request (inference): its interval, tokens and outcome, as spooled and stored."""
 
     pid: int

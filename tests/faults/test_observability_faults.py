@@ -206,16 +206,19 @@ def _as_nobody_against_root(cw: Any) -> subprocess.CompletedProcess[str]:
 def _readable_install(home: Path, env: dict[str, str]) -> tuple[str, dict[str, str]]:
     """What the unprivileged user runs: the base interpreter (the test environment's venv may
     sit in a clone other users cannot enter: a 0700 ``mktemp -d``, a 0750 home), the package
-    copied where it can read it, and py-spy beside it. The profile command's refusal path
-    imports nothing else from the environment."""
+    copied where it can read it with msgspec (the base of its record classes), and py-spy
+    beside it. The profile command's refusal path imports nothing else from the environment."""
+    import msgspec
+
     import computewatch  # the package under test, wherever it is installed from
 
     lib = home / "lib"
-    shutil.copytree(
-        Path(computewatch.__file__).parent,
-        lib / "computewatch",
-        ignore=shutil.ignore_patterns("__pycache__"),
-    )
+    for package in (computewatch, msgspec):
+        shutil.copytree(
+            Path(package.__file__).parent,
+            lib / package.__name__,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     shutil.copy2(spy, home / "py-spy")
     for root, dirs, files in os.walk(home):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -42,7 +42,7 @@ def fuzz(n: int) -> settings:
 
 FUZZ = fuzz(150)
 
-_DIAGNOSIS_KEYS = [f.name for f in dataclasses.fields(DEFAULTS)]
+_DIAGNOSIS_KEYS = [f.name for f in msgspec.structs.fields(DEFAULTS)]
 
 
 def _sections(fz: ModuleType) -> st.SearchStrategy[dict[str, dict[str, str]]]:

@@ -4,7 +4,6 @@ replay:FILE``), price tables (``[catalog] cloud_instances``) and model configura
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import tempfile
@@ -13,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -195,7 +195,7 @@ def test_structured_reference_tables(fz: ModuleType, data: st.DataObject) -> Non
         return
     assert isinstance(parsed, dict | tuple)
     for row in parsed.values() if isinstance(parsed, dict) else parsed:
-        for f in dataclasses.fields(row):
+        for f in msgspec.structs.fields(row):
             v = getattr(row, f.name)
             assert not isinstance(v, float) or math.isfinite(v), (f.name, v)
 

@@ -3,12 +3,12 @@ text gives a valid table or a CatalogError naming the file, never another except
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from types import ModuleType
 from typing import Any
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -63,7 +63,7 @@ def test_structured_price_tables(fz: ModuleType, data: st.DataObject) -> None:
         assert 0 < row.usd_per_kwh < MAX_USD_PER_KWH and math.isfinite(row.usd_per_kwh)
         assert row.sector in PRICE_SECTORS and row.source
         assert row.period[:4] == str(row.year)
-        for f in dataclasses.fields(row):
+        for f in msgspec.structs.fields(row):
             v = getattr(row, f.name)
             assert not isinstance(v, float) or math.isfinite(v), (f.name, v)
 

@@ -9,7 +9,7 @@ docs/methodology.md gives the formula; docs/agent.md says which figure an agent 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from computewatch.catalog import reference
 
@@ -19,8 +19,7 @@ KNOWN_CPU_UNCERTAINTY = 0.40  # TDP curve for a known CPU model
 CPU_IDLE_FRACTION = 0.30  # package power at idle as a fraction of TDP (linear model)
 
 
-@dataclass(frozen=True, slots=True)
-class CpuPowerModel:
+class CpuPowerModel(msgspec.Struct, frozen=True):
     """``watts(u)``: modeled power of the machine's CPUs at busy fraction ``u`` (0-1), with
     how the TDP was found, its relative uncertainty and its source."""
 

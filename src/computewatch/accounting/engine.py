@@ -6,10 +6,11 @@ what it assumed and its low-high range; the formulas and sources are in docs/met
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, cast
+
+import msgspec
 
 from computewatch.accounting.cpu_power import CPU_IDLE_FRACTION, CpuPowerModel
 from computewatch.accounting.flops import run_flops
@@ -57,18 +58,17 @@ _BUSY_MODES = frozenset({"user", "nice", "system", "irq", "softirq", "steal"})
 SeriesKey = tuple[str, tuple[tuple[str, str], ...]]  # (metric name, sorted labels)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class AccountingOptions:
+class AccountingOptions(msgspec.Struct, frozen=True):
     """What the user said about the run's context (flags win over the configuration)."""
 
-    config: Config = dataclasses.field(default_factory=Config)
+    config: Config = msgspec.field(default_factory=Config)
     region: str | None = None
     pue: float | None = None
     precision: str | None = None
     whole_machine: bool = False
     total_steps: int | None = None
     instance_type: str | None = None
-    environ: Mapping[str, str] = dataclasses.field(default_factory=lambda: dict(os.environ))
+    environ: Mapping[str, str] = msgspec.field(default_factory=lambda: dict(os.environ))
     dmi_root: str = "/sys/class/dmi/id"
     live_client: Callable[[str, str | None], Any] | None = None  # (token, url) -> client
     sci_unit: str | None = None  # --sci-unit; else [carbon] sci_unit

@@ -11,11 +11,12 @@ endpoint, no IP geolocation: docs/security.md).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
+
+import msgspec
 
 from computewatch.catalog.reference import (
     GridIntensity,
@@ -67,8 +68,7 @@ class RegionError(ComputewatchError, ValueError):
     """A location code that is not in the grid table."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class CloudHost:
+class CloudHost(msgspec.Struct, frozen=True):
     """The cloud provider as local DMI files show it; ``provider`` None when not identified."""
 
     provider: str | None  # "aws" | "gcp" | "azure" | None
@@ -76,8 +76,7 @@ class CloudHost:
     evidence: str  # what was read, for the report
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Location:
+class Location(msgspec.Struct, frozen=True):
     """The resolved location and how it was found."""
 
     code: str

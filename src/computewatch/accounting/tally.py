@@ -19,6 +19,8 @@ RECENT = 200
 """Step durations kept for the forecast (its window: the mean of the last ``RECENT``)."""
 
 
+# A dataclass, not a msgspec.Struct: five of its fields are written for every step, and
+# CPython specialises attribute stores only for the plain __setattr__ a dataclass keeps.
 @dataclass(slots=True)
 class ProcessSteps:
     """One process's steps: the first one's time and FLOPs, the last one's time, how many,

@@ -9,10 +9,11 @@ next to the hourly resolution). Every figure says which.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from computewatch.analysis.summary_types import HourlyCarbon, RunSummary
 from computewatch.carbon.records import IntensityError, utc_iso
@@ -33,8 +34,7 @@ _MAX_INTERVALS = 2000  # the profile's resolution: a 24 h run at 1 s ticks is re
 ProviderFactory = Callable[[str, "ProviderSettings"], "IntensityProvider"]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class HourlyResult:
+class HourlyResult(msgspec.Struct, frozen=True):
     carbon: TimedCarbon
     section: HourlyCarbon
     notes: tuple[str, ...]

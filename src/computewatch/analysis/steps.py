@@ -16,8 +16,9 @@ import itertools
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypedDict
+
+import msgspec
 
 from computewatch.analysis.common import percentile
 from computewatch.analysis.summary_types import (
@@ -74,17 +75,17 @@ NESTED_PARENT_SHARE = 0.5
 inside that parent."""
 
 
-@dataclass(slots=True)
-class StepAnatomy:
+class StepAnatomy(msgspec.Struct):
     """One timed step of one process: its interval and the phase time inside it."""
 
     pid: int
     start: float
     end: float
-    union: dict[str, float] = field(default_factory=dict)  # wall time each name was active
-    self_time: dict[str, float] = field(default_factory=dict)  # time it was the innermost
-    parents: dict[tuple[str, str], float] = field(default_factory=dict)  # (name, parent) → s
-    accel: dict[str, float] = field(default_factory=dict)  # accelerator seconds by name
+    union: dict[str, float] = msgspec.field(default_factory=dict)  # wall time each name was active
+    self_time: dict[str, float] = msgspec.field(default_factory=dict)  # time it was the innermost
+    # seconds by (name, parent)
+    parents: dict[tuple[str, str], float] = msgspec.field(default_factory=dict)
+    accel: dict[str, float] = msgspec.field(default_factory=dict)  # accelerator seconds by name
     covered: float = 0.0  # time inside any phase
     comm: float = 0.0  # time inside any communication phase (is_comm_phase), counted once
 

@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 
+import msgspec
+
 from computewatch.carbon.http import check_base_url, get_json
 from computewatch.carbon.intensity_file import read_intensity_file
 from computewatch.carbon.records import (
@@ -401,14 +403,14 @@ class FileProvider:
 
     def forecast(self, region: str, now: dt.datetime) -> IntensitySeries:
         s = self._series
-        pts = [dataclasses.replace(p, kind=FORECAST) for p in s.points if p.end > to_utc(now)]
+        pts = [msgspec.structs.replace(p, kind=FORECAST) for p in s.points if p.end > to_utc(now)]
         if not pts:
             raise ProviderError(f"{self.path}: no intensity at or after {utc_iso(now)}")
         return IntensitySeries(region, s.provider, tuple(pts), s.notes)
 
     def history(self, region: str, start: dt.datetime, end: dt.datetime) -> IntensitySeries:
         s = self._series.between(start, end)
-        pts = tuple(dataclasses.replace(p, kind=HISTORY) for p in s.points)
+        pts = tuple(msgspec.structs.replace(p, kind=HISTORY) for p in s.points)
         return IntensitySeries(region, s.provider, pts, s.notes)
 
 

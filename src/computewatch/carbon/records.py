@@ -8,10 +8,11 @@ measured (history) figure. Every figure computed from them carries that provenan
 from __future__ import annotations
 
 import bisect
-import dataclasses
 import datetime as dt
 from collections.abc import Iterable, Sequence
 from typing import Literal
+
+import msgspec
 
 from computewatch.errors import ComputewatchError, UsageError
 
@@ -67,8 +68,7 @@ def utc_iso(t: dt.datetime) -> str:
     return to_utc(t).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class IntensityPoint:
+class IntensityPoint(msgspec.Struct, frozen=True):
     """Grid intensity in gCO2e/kWh from ``time`` (aware UTC) for ``resolution_s`` seconds."""
 
     time: dt.datetime
@@ -82,8 +82,7 @@ class IntensityPoint:
         return self.time + dt.timedelta(seconds=self.resolution_s)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class IntensitySeries:
+class IntensitySeries(msgspec.Struct, frozen=True):
     """A provider's points for one region, sorted by time and not overlapping. Gaps are
     allowed; a point covers ``[time, time + resolution_s)``."""
 
@@ -108,7 +107,7 @@ class IntensitySeries:
             if i + 1 < len(ordered):
                 gap = int((ordered[i + 1].time - p.time).total_seconds())
                 if gap < p.resolution_s:
-                    q = dataclasses.replace(p, resolution_s=gap)
+                    q = msgspec.structs.replace(p, resolution_s=gap)
             out.append(q)
         return cls(region, provider, tuple(out), tuple(notes))
 

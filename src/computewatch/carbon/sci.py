@@ -10,8 +10,9 @@ from the ranges of E x I and of M, divided by R.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Literal, TypedDict
+
+import msgspec
 
 from computewatch.carbon.records import IntensityError
 
@@ -52,8 +53,7 @@ class SciScore(TypedDict):
     notes: list[str]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class UnitCount:
+class UnitCount(msgspec.Struct, frozen=True):
     """How many functional units a run had, and from what; ``count`` None when unknown."""
 
     count: float | None

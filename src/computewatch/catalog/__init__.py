@@ -8,10 +8,11 @@ watts. Every row carries its source and the year of that source (docs/methodolog
 from __future__ import annotations
 
 import csv
-import dataclasses
 import functools
 import io
 import os
+
+import msgspec
 
 __all__ = [
     "CATALOG_FILE",
@@ -44,8 +45,7 @@ _COLUMNS = (
 _REQUIRED = ("model", "vendor", "architecture", "memory_bytes", "memory_bandwidth_gbps")
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Accelerator:
+class Accelerator(msgspec.Struct, frozen=True):
     """One accelerator model. ``None`` where the source gives no figure (no FP8 on Ampere)."""
 
     model: str

@@ -10,11 +10,12 @@ are shared between callers: treat them as read-only.
 from __future__ import annotations
 
 import csv
-import dataclasses
 import functools
 import math
 import re
 from collections.abc import Iterator, Mapping
+
+import msgspec
 
 from computewatch.catalog import load_accelerators, read_data
 from computewatch.errors import ComputewatchError
@@ -72,8 +73,7 @@ _PERIOD = re.compile(r"(\d{4})(-S[12]|-(0[1-9]|1[0-2]))?")
 _MARKS = re.compile(r"\((R|TM)\)", re.IGNORECASE)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class GridIntensity:
+class GridIntensity(msgspec.Struct, frozen=True):
     """Average carbon intensity of the electricity at one location.
 
     For a cloud row, ``grid`` is the code of the grid row it draws from; when the provider
@@ -95,8 +95,7 @@ class GridIntensity:
         return self.code.split(":", 1)[0] if self.kind == "cloud" else None
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class PueRow:
+class PueRow(msgspec.Struct, frozen=True):
     """A facility PUE (total facility energy / IT energy) for a provider, or the default."""
 
     provider: str
@@ -105,8 +104,7 @@ class PueRow:
     year: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class CloudInstance:
+class CloudInstance(msgspec.Struct, frozen=True):
     """On-demand list price of one GPU instance type."""
 
     provider: str
@@ -129,8 +127,7 @@ class CloudInstance:
         return self.usd_per_hour / self.gpus
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class CpuTdp:
+class CpuTdp(msgspec.Struct, frozen=True):
     """TDP of a CPU model, matched against /proc/cpuinfo model names by ``pattern``."""
 
     pattern: str  # regular expression, case-insensitive
@@ -144,8 +141,7 @@ class CpuTdp:
         return self.tdp_watts / self.cores
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class DefaultFigure:
+class DefaultFigure(msgspec.Struct, frozen=True):
     """A documented default used when a measurement or a table row is missing."""
 
     name: str
@@ -155,8 +151,7 @@ class DefaultFigure:
     year: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class ElectricityPrice:
+class ElectricityPrice(msgspec.Struct, frozen=True):
     """The average price of a kWh at one location of the grid table, as its source gives it."""
 
     code: str  # a country or sub-national code of grid_intensity.csv
@@ -355,9 +350,9 @@ def parse_grid(text: str, filename: str = GRID_FILE) -> dict[str, GridIntensity]
         if base is None or base.kind == "world":
             raise row.fail("grid", f"{cloud.grid!r} is not a country or sub-national row")
         if row.cells["g_per_kwh"]:
-            resolved = dataclasses.replace(cloud, zone=cloud.zone or base.zone)
+            resolved = msgspec.structs.replace(cloud, zone=cloud.zone or base.zone)
         else:
-            resolved = dataclasses.replace(
+            resolved = msgspec.structs.replace(
                 cloud,
                 g_per_kwh=base.g_per_kwh,
                 source=f"{base.source}, for grid {base.code}; location: {cloud.source}",

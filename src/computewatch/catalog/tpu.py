@@ -7,8 +7,9 @@ gives the VM a power reading, so power is modelled from this table and always sa
 
 from __future__ import annotations
 
-import dataclasses
 import functools
+
+import msgspec
 
 from computewatch.catalog.reference import _read, _rows
 
@@ -42,8 +43,7 @@ _COLUMNS = (
 )
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class TpuChipRow:
+class TpuChipRow(msgspec.Struct, frozen=True):
     model: str  # key of accelerators.csv
     pci_device_id: str  # "0x0063"
     devices_per_chip: int

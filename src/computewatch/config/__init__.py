@@ -52,7 +52,6 @@ stream_interval = 10           # seconds between live uploads of a running run
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import re
@@ -60,6 +59,8 @@ import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from computewatch.catalog import PRECISIONS
 from computewatch.catalog.reference import parse_instances
@@ -76,8 +77,7 @@ class ConfigError(ComputewatchError, ValueError):
     """A configuration problem: the message names the file, the key and the value."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Config:
+class Config(msgspec.Struct, frozen=True):
     path: Path | None = None
     region: str | None = None
     pue: float | None = None
@@ -102,9 +102,9 @@ class Config:
     usd_per_kwh: float | None = None
     precision: str | None = None
     catalog_cloud_instances: Path | None = None
-    extra_instances: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    extra_instances: Mapping[str, Any] = msgspec.field(default_factory=dict)
     """Rows of ``catalog_cloud_instances``, parsed and checked when the file was loaded."""
-    diagnosis: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    diagnosis: Mapping[str, Any] = msgspec.field(default_factory=dict)
     """``[diagnosis]`` threshold overrides, checked by computewatch.config.thresholds."""
     redact_names: tuple[str, ...] = ()
     """``[privacy] redact``: more names whose values are secrets (computewatch.redact)."""
@@ -122,14 +122,14 @@ class Config:
     governance_detect_review_flop: float | None = None
     """``[governance] detect_review_flop``: a detected job whose hardware compute ceiling
     reaches it is flagged for review unless confidently not training (default 1e23 FLOP)."""
-    governance_tiers: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    governance_tiers: Mapping[str, Any] = msgspec.field(default_factory=dict)
     governance_count_simulated: bool = False
     """``[governance] count_simulated``: count runs on simulated or replayed devices in the
     regulatory totals and caps (demos and tests); by default they are kept and flagged only."""
     """``[governance] tiers``: overrides and additions, checked by computewatch.governance."""
     server_url: str | None = None
     """``[server] url``: where runs are uploaded (computewatch.upload)."""
-    server_token: str | None = dataclasses.field(default=None, repr=False)
+    server_token: str | None = None
     """``[server] token``: never shown (not in a ``repr``, not in an error)."""
     server_token_file: Path | None = None
     server_project: str | None = None
@@ -150,9 +150,12 @@ class Config:
     profiling_regression_window: float | None = None
     profiling_regression_threshold: float | None = None
 
+    def __repr__(self) -> str:  # every field but the server's token
+        shown = (f"{k}={getattr(self, k)!r}" for k in self.__struct_fields__ if k != "server_token")
+        return f"Config({', '.join(shown)})"
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Range:
+
+class Range(msgspec.Struct, frozen=True):
     """The values a numeric key allows: finite, from ``low`` to ``high``; ``low_open`` and
     ``high_open`` leave that end out. ``why`` says what the range means, when it is not plain."""
 

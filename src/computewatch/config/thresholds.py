@@ -10,16 +10,16 @@ idle_min_seconds = 600      # GPUs held idle for 10 minutes, not 5
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
 
+import msgspec
+
 MIB = 1024 * 1024
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Thresholds:
+class Thresholds(msgspec.Struct, frozen=True):
     """Every threshold the rules use. Ratios are 0-1, times in seconds, sizes in bytes."""
 
     # ranking and reporting
@@ -62,10 +62,10 @@ class Thresholds:
 
     def with_overrides(self, overrides: Mapping[str, Any]) -> Thresholds:
         """A copy with ``overrides`` (checked as in :func:`check_overrides`) applied."""
-        return dataclasses.replace(self, **check_overrides(overrides))
+        return msgspec.structs.replace(self, **check_overrides(overrides))
 
     def as_dict(self) -> dict[str, float]:
-        return dataclasses.asdict(self)
+        return msgspec.structs.asdict(self)
 
 
 DEFAULTS = Thresholds()
@@ -86,7 +86,7 @@ _RATIO_FIELDS = frozenset(
 
 def check_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     """Check ``[diagnosis]`` keys and values; raises ``ValueError`` naming the bad one."""
-    known = {f.name for f in dataclasses.fields(Thresholds)}
+    known = {f.name for f in msgspec.structs.fields(Thresholds)}
     out: dict[str, Any] = {}
     for key, value in overrides.items():
         if key not in known:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from computewatch.analysis.summary_types import DiagnosisSection
 from computewatch.config.thresholds import DEFAULTS, Thresholds
@@ -47,14 +48,13 @@ def all_rules() -> Mapping[str, Rule]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class Diagnosis:
+class Diagnosis(msgspec.Struct, frozen=True):
     """Ranked findings, what all their fixes together would save (``saving``), and for every
     rule that found nothing to look at, why."""
 
     findings: list[Finding]
-    not_applicable: dict[str, str] = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
+    not_applicable: dict[str, str] = msgspec.field(default_factory=dict)
+    failed: dict[str, str] = msgspec.field(default_factory=dict)
     checked: tuple[str, ...] = ()
     saving: JointSaving | None = None
 

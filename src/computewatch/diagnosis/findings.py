@@ -5,7 +5,8 @@ suggestion; how findings are ranked and how their savings combine (:func:`joint_
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 from computewatch.analysis.summary_types import (
     AtStakeJson,
@@ -40,8 +41,7 @@ SEVERITIES: tuple[Severity, ...] = ("high", "medium", "low")
 Number = float | int | str | None
 
 
-@dataclass(frozen=True, slots=True)
-class TimeRange:
+class TimeRange(msgspec.Struct, frozen=True):
     """A stretch of the run, in seconds from its start."""
 
     start: float
@@ -63,8 +63,7 @@ def span_text(start: float, end: float) -> str:
     return f"{start:,.1f}-{end:,.1f} s"
 
 
-@dataclass(frozen=True, slots=True)
-class AtStake:
+class AtStake(msgspec.Struct, frozen=True):
     """The symptom's own time: wall-clock seconds of the whole allocation during which the run
     showed it (waiting for data, one core saturated, steps above their median ...), and that
     time at the run's price (None without a price). An upper bound on what any fix can save,
@@ -86,8 +85,7 @@ SECONDS_PLACES = 4
 inside it (rounded to 3 places, 14.65384 s read 14.654 against a run of 14.6538 s)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Saving:
+class Saving(msgspec.Struct, frozen=True):
     """What applying a finding's suggestion is expected to save the run, from a model of the
     run (its phases, the cores it was allowed, overlap, Amdahl's law, the hardware's peak):
     ``seconds`` of wall-clock time of the whole allocation (between ``low_seconds`` and
@@ -158,13 +156,12 @@ class Saving:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Evidence:
+class Evidence(msgspec.Struct, frozen=True):
     """What the rule saw: sentences quoting the numbers, the numbers themselves (SI units) and
     the stretches of the run they come from."""
 
     lines: tuple[str, ...]
-    numbers: Mapping[str, Number] = field(default_factory=dict)
+    numbers: Mapping[str, Number] = msgspec.field(default_factory=dict)
     ranges: tuple[TimeRange, ...] = ()
 
     def as_dict(self) -> EvidenceJson:
@@ -175,8 +172,7 @@ class Evidence:
         }
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(msgspec.Struct, frozen=True):
     """One bottleneck: ``id`` names the rule (``data_starvation``, ``step_regression`` ...)."""
 
     id: str
@@ -185,7 +181,7 @@ class Finding:
     at_stake: AtStake
     evidence: Evidence
     suggestion: str
-    saving: Saving = field(default_factory=lambda: Saving.nothing("no fix modelled"))
+    saving: Saving = msgspec.field(default_factory=lambda: Saving.nothing("no fix modelled"))
 
     def as_dict(self) -> FindingJson:
         return {
@@ -229,8 +225,7 @@ def ranked(findings: Iterable[Finding]) -> list[Finding]:
     return sorted(findings, key=key)
 
 
-@dataclass(frozen=True, slots=True)
-class JointSaving:
+class JointSaving(msgspec.Struct, frozen=True):
     """Every fix applied together (:func:`joint_saving`)."""
 
     seconds: float

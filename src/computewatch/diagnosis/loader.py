@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from computewatch.analysis.summary import build_summary
 from computewatch.errors import ComputewatchError
 from computewatch.store import PhaseRow, RequestRow, RunRow, StepRow, Store
@@ -38,8 +40,7 @@ further. The kept ticks are read by seeking to each, so loading a run costs the 
 as for a few hours (a few tenths of a second for this many points)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Series:
+class Series(msgspec.Struct, frozen=True):
     """One stored series: its labels and (monotonic time, value) points in tick order."""
 
     name: str
@@ -47,8 +48,7 @@ class Series:
     points: list[tuple[float, float]]
 
 
-@dataclass(frozen=True, slots=True)
-class StepTime:
+class StepTime(msgspec.Struct, frozen=True):
     """One timed step of one process: its 1-based index among that process's steps, and its
     start and end in monotonic seconds."""
 
@@ -62,6 +62,8 @@ class StepTime:
         return self.end - self.start
 
 
+# A dataclass, not a msgspec.Struct: its step-time cache is a field left out of __init__,
+# equality and repr (init=False), which a Struct cannot declare.
 @dataclass
 class RunData:
     """One run as the rules see it. Times are monotonic seconds; :meth:`rel` turns them into

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 MAD_TO_SIGMA = 1.4826  # MAD x 1.4826 estimates the standard deviation of normal data
 
@@ -29,8 +30,7 @@ def mad(values: Sequence[float]) -> float:
     return median([abs(v - m) for v in values])
 
 
-@dataclass(frozen=True, slots=True)
-class Split:
+class Split(msgspec.Struct, frozen=True):
     """The best two-segment fit: values[:index] and values[index:]."""
 
     index: int

@@ -11,8 +11,9 @@ import bisect
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Literal, TypedDict
+
+import msgspec
 
 __all__ = [
     "BADPUT",
@@ -66,8 +67,7 @@ class RunTimeJson(TypedDict):
     progress: list[list[float]]
 
 
-@dataclass(frozen=True, slots=True)
-class RunTime:
+class RunTime(msgspec.Struct, frozen=True):
     """One run's time: wall-clock start and end (epoch seconds), the GPUs it held and what it
     used (kWh, USD; None when unknown); its initialization (start to its first step's start),
     its step time (the lead process's steps, summed), the data waits and checkpoint saves in
@@ -207,8 +207,7 @@ def progress_points(
     return tuple((float(s), t) for s, t in kept)
 
 
-@dataclass(frozen=True, slots=True)
-class Breakdown:
+class Breakdown(msgspec.Struct, frozen=True):
     """Seconds by category (goodput and badput); GPU-hours, kWh and USD where known."""
 
     seconds: float
@@ -218,8 +217,7 @@ class Breakdown:
     usd: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class RunGoodput:
+class RunGoodput(msgspec.Struct, frozen=True):
     """One run of a lineage: its productive time and badput by category."""
 
     run: RunTime
@@ -232,8 +230,7 @@ class RunGoodput:
         return self.productive_seconds + sum(self.badput.values())
 
 
-@dataclass(frozen=True, slots=True)
-class CheckpointAdvice:
+class CheckpointAdvice(msgspec.Struct, frozen=True):
     """Young/Daly's interval ``sqrt(2 x checkpoint time x MTBF)`` against the one in use, and
     what it would save over the lineage (None where a figure is missing, with ``why``)."""
 
@@ -247,8 +244,7 @@ class CheckpointAdvice:
     why: str
 
 
-@dataclass(frozen=True, slots=True)
-class GoodputReport:
+class GoodputReport(msgspec.Struct, frozen=True):
     """A training's goodput: from the first run's start to the last run's end."""
 
     key: str
@@ -257,7 +253,7 @@ class GoodputReport:
     goodput: Breakdown
     badput: dict[str, Breakdown]
     checkpoint: CheckpointAdvice
-    notes: list[str] = field(default_factory=list)
+    notes: list[str] = msgspec.field(default_factory=list)
 
 
 def _per_run(runs: Sequence[RunTime]) -> list[RunGoodput]:

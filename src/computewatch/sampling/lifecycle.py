@@ -7,9 +7,10 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from computewatch.accounting.engine import AccountingOptions, accounted, with_accounting
 from computewatch.analysis.summary import build_summary, summary_of
@@ -52,8 +53,7 @@ END_BUSY_TIMEOUT = END_DEADLINE_SECONDS
 """How long the spool file's writes wait for a lock (nothing else writes it)."""
 
 
-@dataclass(slots=True)
-class RunStore:
+class RunStore(msgspec.Struct):
     """Where a run is being stored: the store at ``db_path``, or (when that cannot take it)
     a file in its spool that the next command stores, or memory when no file can be written."""
 
@@ -62,7 +62,7 @@ class RunStore:
     reason: str | None = None
     """Why the run is not in the store at ``db_path`` (database locked, disk full ...)."""
     kind: str = "store"  # store | spool | memory
-    messages: list[str] = field(default_factory=list)
+    messages: list[str] = msgspec.field(default_factory=list)
     """What the user should hear once (waiting runs stored now, problems)."""
     reserve: Path | None = None
     """Disk space set aside for the run's end (``store.reserve``), given back before it."""
@@ -127,8 +127,7 @@ def open_run_store(db_path: Path) -> RunStore:
     return target
 
 
-@dataclass(slots=True)
-class RunOutcome:
+class RunOutcome(msgspec.Struct):
     """The command's exit status, and the stored run (None when monitoring itself failed)."""
 
     exit_code: int
@@ -146,8 +145,7 @@ def spool_dir(db_path: Path, run_id: str) -> Path:
     return db_path.parent / "spool" / run_id
 
 
-@dataclass(frozen=True, slots=True)
-class Deadline:
+class Deadline(msgspec.Struct, frozen=True):
     """When the end of a run must be over, on the monotonic clock (None: no bound)."""
 
     at: float | None = None

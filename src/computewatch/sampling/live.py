@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol, TextIO
+
+import msgspec
 
 __all__ = ["GpuLine", "LiveView", "QuietView", "Snapshot", "ViewFactory", "one_line"]
 
@@ -18,8 +19,7 @@ PREFIX = "[computewatch]"
 _CONTROLS = {c: " " for c in (*range(0x20), *range(0x7F, 0xA0))}
 
 
-@dataclass(frozen=True, slots=True)
-class GpuLine:
+class GpuLine(msgspec.Struct, frozen=True):
     """One accelerator's state for the live view; ``None`` where the device cannot say."""
 
     index: str
@@ -31,8 +31,7 @@ class GpuLine:
     simulated: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Snapshot:
+class Snapshot(msgspec.Struct, frozen=True):
     """What the sampler knows at one tick, already turned into rates; ``None`` = unknown."""
 
     elapsed_seconds: float

@@ -8,16 +8,16 @@ reported once and dropped, never the sampler. Observers run on the sampler's thr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import msgspec
 
 from computewatch.analysis.summary_types import RunSummary
 from computewatch.readings import Reading
 from computewatch.records import StepRecord
 
 
-@dataclass(frozen=True, slots=True)
-class RunInfo:
+class RunInfo(msgspec.Struct, frozen=True):
     """What an observer knows of the run it watches."""
 
     run_id: str
@@ -25,11 +25,10 @@ class RunInfo:
     tags: dict[str, str]
     command: list[str]
     started_at: float
-    facts: dict[str, Any] = field(default_factory=dict)
+    facts: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class SamplerTick:
+class SamplerTick(msgspec.Struct, frozen=True):
     """One sampler tick as run observers see it: its readings and the step records that
     arrived since the previous tick."""
 

@@ -13,9 +13,10 @@ import json
 import os
 import sqlite3
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from computewatch.sources.environment import Capture, redact_config
 from computewatch.store import Store
@@ -95,8 +96,7 @@ def read_configs(spool: str | os.PathLike[str]) -> dict[str, Any]:
     return merged
 
 
-@dataclass(frozen=True, slots=True)
-class ReproRecord:
+class ReproRecord(msgspec.Struct, frozen=True):
     """What a run's end stores for reproducibility: documents by kind (``environment``,
     ``config``, ``governance``) and a note on what is missing."""
 

@@ -15,8 +15,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
+
+import msgspec
 
 from computewatch.analysis.aggregates import RunAggregates
 from computewatch.readings import Kind, Labels, Reading
@@ -33,18 +34,17 @@ MAX_PENDING_ROWS = 2_000_000  # about 100 MB of tuples; beyond it the oldest row
 FLUSH_SECONDS = 1.0
 
 
-@dataclass(slots=True)
-class _Pending:
-    series: list[tuple[int, str, Labels, Kind]] = field(default_factory=list)
-    ticks: list[tuple[int, float, float]] = field(default_factory=list)
-    samples: list[tuple[int, int, int, float]] = field(default_factory=list)
-    steps: list[tuple[Any, ...]] = field(default_factory=list)
-    phases: list[tuple[int, str, float, float, float | None]] = field(default_factory=list)
-    requests: list[tuple[int, str, float, float, float | None, float | None, bool]] = field(
+class _Pending(msgspec.Struct):
+    series: list[tuple[int, str, Labels, Kind]] = msgspec.field(default_factory=list)
+    ticks: list[tuple[int, float, float]] = msgspec.field(default_factory=list)
+    samples: list[tuple[int, int, int, float]] = msgspec.field(default_factory=list)
+    steps: list[tuple[Any, ...]] = msgspec.field(default_factory=list)
+    phases: list[tuple[int, str, float, float, float | None]] = msgspec.field(default_factory=list)
+    requests: list[tuple[int, str, float, float, float | None, float | None, bool]] = msgspec.field(
         default_factory=list
     )
-    processes: list[tuple[int, int, str, list[str], float]] = field(default_factory=list)
-    writers: list[tuple[int, float, dict[str, Any]]] = field(default_factory=list)
+    processes: list[tuple[int, int, str, list[str], float]] = msgspec.field(default_factory=list)
+    writers: list[tuple[int, float, dict[str, Any]]] = msgspec.field(default_factory=list)
 
     def size(self) -> int:
         return len(self.samples) + len(self.steps) + len(self.phases) + len(self.requests)

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
+
+import msgspec
 
 from computewatch.catalog.tpu import devices_word
 from computewatch.sources.base import Source, SourceUnavailable
@@ -15,8 +16,7 @@ from computewatch.sources.process_tree import ProcessTreeSource
 from computewatch.sources.rapl import RaplSource
 
 
-@dataclasses.dataclass(slots=True)
-class Monitor:
+class Monitor(msgspec.Struct):
     """What to read for one run, and the facts recorded with it."""
 
     sources: list[Source]
@@ -36,7 +36,10 @@ class Monitor:
         """The run's facts at the end: GPU capabilities can change during a run, and which
         GPUs the run used is known only then."""
         facts = dict(self.facts)
-        facts["gpus"] = [dataclasses.asdict(d) for d in self.gpus.devices]
+        facts["gpus"] = [  # a copy of the capabilities: the sampler may still update them
+            {**msgspec.structs.asdict(d), "capabilities": dict(d.capabilities)}
+            for d in self.gpus.devices
+        ]
         facts["gpus_used"] = sorted(self.gpus.used_uuids())
         return facts
 

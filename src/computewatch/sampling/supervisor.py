@@ -23,9 +23,10 @@ import sqlite3
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
+
+import msgspec
 
 from computewatch.accounting.engine import AccountingOptions
 from computewatch.analysis.repro import with_repro
@@ -86,25 +87,24 @@ class CommandNotStarted(ComputewatchError):
         self.exit_code = exit_code
 
 
-@dataclass(slots=True)
-class RunOptions:
+class RunOptions(msgspec.Struct):
     command: list[str]
     name: str | None = None
-    tags: dict[str, str] = field(default_factory=dict)
+    tags: dict[str, str] = msgspec.field(default_factory=dict)
     interval: float = 1.0
     db_path: Path | None = None
     live: str = "auto"  # auto | panel | plain | quiet
     procfs_root: str = "/proc"
     gpu_backend: str = "auto"
     all_gpus: bool = False
-    accounting: AccountingOptions = field(default_factory=AccountingOptions)
-    observers: list[RunObserver] = field(default_factory=list)
+    accounting: AccountingOptions = msgspec.field(default_factory=AccountingOptions)
+    observers: list[RunObserver] = msgspec.field(default_factory=list)
     """Watch the ticks as they happen (``--prometheus``, ``--alerts``)."""
     view: ViewFactory | None = None
     """Builds the live view on stderr (the CLI passes the terminal views); None: notes only."""
-    cgroup_root: str | None = field(default_factory=_default_cgroup_root)
+    cgroup_root: str | None = msgspec.field(default_factory=_default_cgroup_root)
     """The cgroup-v2 mount for the run's own cgroup; None: the process tree counts the CPU."""
-    meta: dict[str, object] = field(default_factory=dict)
+    meta: dict[str, object] = msgspec.field(default_factory=dict)
     """Documents recorded with the run when it is created (``Store.set_meta``), by kind: the
     governance declaration, configuration, environment, ..."""
 
@@ -268,14 +268,13 @@ def _spawn(command: list[str], env: dict[str, str]) -> int:
         raise CommandNotStarted(f"cannot execute {command[0]}: {e.strerror or e}", code) from None
 
 
-@dataclass(slots=True)
-class _ChildState:
+class _ChildState(msgspec.Struct):
     pid: int
-    done: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = msgspec.field(default_factory=threading.Event)
     status: int | None = None
     rusage_cpu: float | None = None
     maxrss_bytes: float | None = None
-    signals: list[int] = field(default_factory=list)
+    signals: list[int] = msgspec.field(default_factory=list)
     ended_at: float | None = None
     ended_mono: float | None = None  # the job's end on the monotonic clock: the end's deadline
     spawn_hwm: float = 0.0  # the supervisor's VmHWM when it spawned the command
@@ -518,7 +517,9 @@ def _monitor(
         stderr.write(f"computewatch: {line}\n")
     if outcome.summary is not None:  # as `show` prints it: with the environment and config
         try:
-            outcome = replace(outcome, summary=with_repro(outcome.summary, store.meta(run_key)))
+            outcome = msgspec.structs.replace(
+                outcome, summary=with_repro(outcome.summary, store.meta(run_key))
+            )
         except (sqlite3.Error, ValueError):  # the store went away at the end: without them
             pass
     for obs in sampler.observers:

@@ -32,8 +32,9 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from computewatch.readings import Reading, counter
 from computewatch.sources.base import SourceUnavailable
@@ -291,8 +292,7 @@ class ScopeCgroup(RunCgroup):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class SystemdRun:
+class SystemdRun(msgspec.Struct, frozen=True):
     """How to ask a reachable systemd manager for a transient scope."""
 
     path: str
@@ -350,8 +350,7 @@ def find_systemd_run(
     return SystemdRun(path, user, int(m.group(1)))
 
 
-@dataclass(frozen=True, slots=True)
-class ScopeStart:
+class ScopeStart(msgspec.Struct, frozen=True):
     """What became of systemd-run's process (:func:`await_scope_exec`)."""
 
     started: bool

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from typing import IO, Any
+
+import msgspec
 
 from computewatch.sources.gpus import open_backend
 from computewatch.sources.host import allowed_cores, host_facts
@@ -25,7 +26,7 @@ def describe(gpu_backend: str = "auto", *, procfs_root: str = "/proc") -> dict[s
         gpus = []
         for src in backend.sources:
             for d in src.devices:
-                entry = dataclasses.asdict(d)
+                entry = msgspec.structs.asdict(d)
                 entry["backend"] = src.name
                 gpus.append(entry)
         return {

@@ -11,11 +11,12 @@ the library is the module object the source was given.
 from __future__ import annotations
 
 import abc
-import dataclasses
 import os
 import time
 from collections.abc import Callable, Collection
 from typing import Any, ClassVar, Generic, Self, TypeVar
+
+import msgspec
 
 from computewatch.readings import Kind, Labels, Reading, labels
 
@@ -57,8 +58,7 @@ def parse_visible_devices(value: str | None) -> list[str] | None:
     return [e.strip() for e in value.split(",")]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class GpuDevice:
+class GpuDevice(msgspec.Struct, frozen=True):
     """One monitored GPU (an AMD GCD) or NVIDIA MIG instance.
 
     ``capabilities`` says, per feature, whether it is read (``True``/``False``) and why
@@ -76,9 +76,19 @@ class GpuDevice:
     mig_parent_uuid: str | None = None
     mig_index: int | None = None
     simulated: bool = False
-    capabilities: dict[str, str | bool] = dataclasses.field(
-        default_factory=dict, hash=False, compare=False
-    )
+    capabilities: dict[str, str | bool] = msgspec.field(default_factory=dict)
+
+    # Equality and hash leave out ``capabilities``, which changes while the device is read.
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not GpuDevice:
+            return NotImplemented
+        return self._identity() == other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
+
+    def _identity(self) -> tuple[Any, ...]:
+        return msgspec.structs.astuple(self)[:-1]  # capabilities is the last field
 
 
 class GpuDev:

@@ -10,11 +10,12 @@ its library. Fake and replayed devices are marked simulated; ``fake:4xTPU-v5e`` 
 
 from __future__ import annotations
 
-import dataclasses
 import glob
 import os
 from collections.abc import Callable, Collection
 from typing import Any, Protocol
+
+import msgspec
 
 from computewatch.errors import ComputewatchError
 from computewatch.readings import Reading
@@ -45,13 +46,12 @@ class GpuSource(Protocol):
     def close(self) -> None: ...
 
 
-@dataclasses.dataclass(slots=True)
-class GpuBackend:
+class GpuBackend(msgspec.Struct):
     """The GPU sources opened for one command, and why the others were skipped."""
 
     spec: str
-    sources: list[GpuSource] = dataclasses.field(default_factory=list)
-    skipped: list[tuple[str, str]] = dataclasses.field(default_factory=list)
+    sources: list[GpuSource] = msgspec.field(default_factory=list)
+    skipped: list[tuple[str, str]] = msgspec.field(default_factory=list)
 
     @property
     def devices(self) -> list[GpuDevice]:

@@ -18,12 +18,13 @@ Units are SI base units: NVML's percentages become 0-1 ratios, mW watts, mJ joul
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import os
 import time
 from collections.abc import Callable, Collection
 from typing import Any, ClassVar
+
+import msgspec
 
 from computewatch.catalog import find_by_nvml_name
 from computewatch.catalog.clock_events import CLOCK_EVENT_REASONS, decode_clock_events
@@ -95,8 +96,7 @@ _VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal"
 Reader = Callable[["_Dev", Add], None]
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Field:
+class _Field(msgspec.Struct, frozen=True):
     """One field value read each tick in the device's batch, and the reading it becomes."""
 
     fid: int | tuple[int, int]  # a field id, or (field id, scope id) as pynvml takes them

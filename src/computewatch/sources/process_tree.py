@@ -21,7 +21,9 @@ import math
 import os
 import time
 from collections.abc import Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+import msgspec
 
 from computewatch.readings import Labels, Reading, counter, gauge, labels
 from computewatch.sources.base import SourceUnavailable
@@ -42,6 +44,9 @@ __all__ = ["HWM_SECONDS", "ProcessInfo", "ProcessTreeSource"]
 HWM_SECONDS = 1.0
 
 
+# A dataclass, not a msgspec.Struct: its fields are written on every tick, and CPython
+# specialises attribute stores only for the plain __setattr__ a dataclass keeps (a Struct's
+# are about 2.5 times slower).
 @dataclass(slots=True)
 class _Proc:
     pid: int
@@ -60,14 +65,13 @@ class _Proc:
     hwm_read_at: float = -math.inf
 
 
-@dataclass(slots=True)
-class ProcessInfo:
+class ProcessInfo(msgspec.Struct):
     """What the tree source learned about one process, for the run's process table."""
 
     pid: int
     ppid: int
     name: str
-    cmdline: list[str] = field(default_factory=list)
+    cmdline: list[str] = msgspec.field(default_factory=list)
 
 
 class ProcessTreeSource:

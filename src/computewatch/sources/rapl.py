@@ -31,10 +31,11 @@ A zone that vanishes (CPU hotplug) makes ``read()`` raise, which the sampler rep
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import os
 import re
+
+import msgspec
 
 from computewatch.readings import Kind, Labels, Reading, labels
 from computewatch.sources.base import SourceUnavailable
@@ -73,8 +74,7 @@ _ROOT_ONLY = (
 _READ_SIZE = 64  # "%llu\n" of a u64 is at most 21 bytes
 
 
-@dataclasses.dataclass(frozen=True)
-class RaplDomain:
+class RaplDomain(msgspec.Struct, frozen=True):
     """One exported RAPL energy counter."""
 
     zone: str
@@ -263,7 +263,7 @@ class RaplSource:
             why = exc.strerror if isinstance(exc, OSError) else "not a number"
             self.skipped.append(f"{what}: cannot read energy_uj ({why})")
             return False
-        domain = dataclasses.replace(domain, max_energy_range_uj=max_uj)
+        domain = msgspec.structs.replace(domain, max_energy_range_uj=max_uj)
         self.domains.append(domain)
         self._counters.append(_Counter(fd, domain.labels(), max_uj, first))
         return True

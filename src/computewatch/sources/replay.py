@@ -18,6 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+import msgspec
+
 from computewatch.errors import ComputewatchError
 from computewatch.readings import Kind, Reading, labels
 from computewatch.sources.nvidia import GpuDevice
@@ -36,7 +38,7 @@ def record(
     sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Read ``sources`` every ``interval`` for ``seconds`` and write a trace; returns ticks."""
-    devices = [dataclasses.asdict(d) for s in sources for d in s.devices]
+    devices = [msgspec.structs.asdict(d) for s in sources for d in s.devices]
     header = {
         "format": FORMAT,
         "version": VERSION,
@@ -83,7 +85,7 @@ class ReplaySource:
         self._span = frames[-1][0] + header.interval_seconds
         self._start = clock()
         self._devices = [
-            dataclasses.replace(
+            msgspec.structs.replace(
                 d, capabilities={**d.capabilities, "replayed_from": str(path)}, simulated=True
             )
             for d in header.devices

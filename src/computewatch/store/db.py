@@ -9,9 +9,10 @@ import sqlite3
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from computewatch import jsonout
 from computewatch.errors import ComputewatchError
@@ -45,8 +46,7 @@ class StoreError(ComputewatchError):
     """A store problem a user can act on (corrupt file, newer schema, unknown run)."""
 
 
-@dataclass(frozen=True, slots=True)
-class RunRow:
+class RunRow(msgspec.Struct, frozen=True):
     key: int
     id: str
     name: str | None
@@ -69,20 +69,18 @@ class RunRow:
     samples_deleted_at: float | None
 
 
-@dataclass(frozen=True, slots=True)
-class SeriesRow:
+class SeriesRow(msgspec.Struct, frozen=True):
     idx: int
     name: str
     labels: dict[str, str]
     kind: Kind
 
 
-@dataclass(frozen=True, slots=True)
-class StepRow(StepRecord):
+class StepRow(StepRecord, frozen=True, kw_only=True):
     """A stored step: the record user code spooled (``computewatch.records.StepRecord``, the one
     step type) with the wall-clock time the sampler gave it (by keyword: ``wall=``)."""
 
-    wall: float = field(kw_only=True)
+    wall: float
 
 
 PhaseRow = PhaseRecord

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from computewatch.store.db import (
     BUSY_TIMEOUT_SECONDS,
@@ -42,8 +43,7 @@ __all__ = [
 SUFFIX = ".run.sqlite"
 
 
-@dataclass(frozen=True, slots=True)
-class PendingRun:
+class PendingRun(msgspec.Struct, frozen=True):
     """A run waiting in the spool: its id, why it waits, and its file."""
 
     run_id: str

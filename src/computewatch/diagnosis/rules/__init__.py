@@ -7,7 +7,8 @@ package, which the rule modules import, imports none of them."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
+
+import msgspec
 
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import (
@@ -48,13 +49,15 @@ def build(
         return []
     if seconds is not None and seconds >= 0:  # never more than the symptom's own time
         part = saving.part_seconds
-        saving = replace(saving, part_seconds=seconds if part is None else min(part, seconds))
+        saving = msgspec.structs.replace(
+            saving, part_seconds=seconds if part is None else min(part, seconds)
+        )
     won = saving.bounded(data.duration).priced(data.usd_per_second, data.kwh_per_second)
     noise = data.step_noise()
     if noise > 0 and won.seconds > 0:
         # The run's own variation: a rerun of the fixed job differs by as much, so a measured
         # saving may fall that far outside the model's range (even above the part it shortens).
-        won = replace(
+        won = msgspec.structs.replace(
             won,
             low_seconds=max(won.low_seconds - noise, 0.0),
             high_seconds=min(won.high_seconds + noise, max(data.duration, won.high_seconds)),

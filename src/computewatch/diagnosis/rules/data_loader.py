@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+
+import msgspec
 
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
@@ -19,8 +20,7 @@ EFFICIENCY_LOW = 0.75
 """The low end's workers: 25% less efficient than the loop at loading (start-up, transfers)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Machine:
+class Machine(msgspec.Struct, frozen=True):
     """What the run recorded of the machine over its steps, for the loader's model: the cores
     the run was allowed, the cores its process tree kept busy (``tree``), the cores other
     processes kept busy (``others``: the host's busy time less the run's), the mean 1-minute

@@ -4,7 +4,7 @@ accepts, such as ``allreduce`` or ``nccl:all_gather``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from computewatch.analysis.steps import is_comm_phase
 from computewatch.config.thresholds import Thresholds
@@ -15,8 +15,7 @@ from computewatch.diagnosis.stats import median
 from computewatch.units import format_seconds
 
 
-@dataclass(frozen=True, slots=True)
-class RankTimes:
+class RankTimes(msgspec.Struct, frozen=True):
     rank: int
     pid: int
     steps: int

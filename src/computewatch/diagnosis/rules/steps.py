@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+
+import msgspec
 
 from computewatch.config.thresholds import Thresholds
 from computewatch.diagnosis.findings import Evidence, Finding, Saving, TimeRange
@@ -21,8 +22,7 @@ from computewatch.diagnosis.stats import (
 from computewatch.units import format_seconds
 
 
-@dataclass(frozen=True, slots=True)
-class Change:
+class Change(msgspec.Struct, frozen=True):
     """A lasting slowdown of one process's steps, found at ``at`` (index into its steps)."""
 
     pid: int
@@ -42,8 +42,7 @@ SHARED_CORES = 0.5
 stalls are taken to be the machine's sharing (:func:`sharing`)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Sharing:
+class Sharing(msgspec.Struct, frozen=True):
     """The machine while some steps ran: the cores the run's processes kept busy (``tree``),
     those other processes kept busy (``others``: the host's busy time less the run's) and the
     host's CPUs."""
