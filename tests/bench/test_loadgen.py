@@ -41,7 +41,9 @@ def test_single_stream_percentiles_and_qps(cw_home: Path) -> None:
     assert LOW * PER_BATCH <= lat["p50"] <= HIGH * PER_BATCH
     assert lat["min"] <= lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
     assert r.loadgen.qps is not None
-    assert 0.6 / PER_BATCH <= r.loadgen.qps <= 1.01 / PER_BATCH
+    # its magnitude (queries a second, not a millisecond's): a busy machine's sleeps run late,
+    # and a fresh-clone run beside the suite's other workers saw 27.9 where 1 / PER_BATCH is 50
+    assert 0.3 / PER_BATCH <= r.loadgen.qps <= 1.01 / PER_BATCH
     assert r.loadgen.qps_key == "result_qps_with_loadgen_overhead"
     assert r.loadgen.min_duration_met and r.loadgen.min_queries_met
     # ours, for the same window, agrees with LoadGen's count within 5%

@@ -50,7 +50,11 @@ def test_the_top_finding_is_the_injected_cause(name: str, tmp_path: Path) -> Non
     # stalled steps are what sharing produces too (as in the healthy job's test below).
     # (Never the injected cause itself: a blocking checkpoint's finding is its stalled steps.)
     expected = bench_diagnosis.EXPECTED[name]
-    shared = {"step_regression", "outlier_steps"} if others >= 0.5 else {"step_regression"}
+    # Per-tick CPU time cannot tell a step waiting for a CPU from one waiting for I/O, so
+    # sharing reads as I/O too (a fresh-clone run: io_bound 2.0 s beside 1.08 busy cores).
+    shared = (
+        {"step_regression", "outlier_steps", "io_bound"} if others >= 0.5 else {"step_regression"}
+    )
     found = [f for f in doc["findings"] if f["id"] not in shared - {expected}]
     assert found, said
     mine = [f for f in found if f["id"] == expected]
