@@ -78,15 +78,18 @@ class AccessLog:
                 self._pending.popleft()
                 self.dropped += 1
             self._pending.append(row)
-        self.note_use(principal.token_id, row.at)
+            self._use(principal.token_id, row.at)
 
-    def note_use(self, token_id: int, at: float | None = None) -> None:
-        """Token ``token_id`` was used (at ``at``, now by default): written with the next flush
-        unless its last use written is less than LAST_USED_RESOLUTION older."""
-        at = time.time() if at is None else at
+    def note_use(self, token_id: int) -> None:
+        """Token ``token_id`` was used now (a login: a request with no access-log row)."""
         with self._lock:
-            if at - self._noted.get(token_id, float("-inf")) > LAST_USED_RESOLUTION:
-                self._uses[token_id] = max(at, self._uses.get(token_id, at))
+            self._use(token_id, time.time())
+
+    def _use(self, token_id: int, at: float) -> None:
+        """Written with the next flush unless the last use written is less than
+        LAST_USED_RESOLUTION older (the caller holds the lock)."""
+        if at - self._noted.get(token_id, float("-inf")) > LAST_USED_RESOLUTION:
+            self._uses[token_id] = max(at, self._uses.get(token_id, at))
 
     @property
     def pending(self) -> int:

@@ -6,7 +6,6 @@ token sees its own runs' share of a model, an admin whole models."""
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from dataclasses import dataclass
 from urllib.parse import quote
@@ -24,6 +23,7 @@ from computewatch.governance.status import (
     view_note,
 )
 from computewatch.server.goodput import server_goodput
+from computewatch.server.web.figures import iso_minute
 from computewatch.server.web.rendering import Db, Me, Partial, page, prefix_of
 from computewatch.units import format_flop, format_kwh
 from computewatch.views.goodput import goodput_html
@@ -93,9 +93,7 @@ class GovernancePage:
 
 
 def _when(t: float | None) -> str:
-    if t is None:
-        return ""
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    return "" if t is None else f"{iso_minute(t)} UTC"
 
 
 def _left(days: float | None) -> str:
