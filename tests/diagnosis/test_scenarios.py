@@ -75,7 +75,7 @@ def test_the_top_finding_is_the_injected_cause(name: str, tmp_path: Path) -> Non
         top = same[0]
     # On a machine whose other processes take the free core, a loader worker wins nothing
     # (the estimate is 0 then): the range still says what a free core would give.
-    assert top["saving"]["high_seconds"] > 0 and top["saving"]["fix"]
+    assert top["saving"]["high_seconds"] > 0 and top["saving"]["fix"], f"{top}; {said}"
 
 
 def _diagnosed(name: str, tmp_path: Path) -> tuple[dict[str, Any], float]:
