@@ -205,3 +205,67 @@ def test_concurrent_uploads_with_one_refused_all_answered_as_alone(
     assert uploads["stored"] == 41 and 1 <= uploads["turns"] <= 41, uploads
     assert uploads["waiting"] == 0 and uploads["pace_ms"] > 0
     assert "Traceback" not in s.output()
+
+
+def test_a_group_is_stored_on_the_loop_when_nothing_has_to_be_waited_for() -> None:
+    """``store_now`` stores a group on the event loop when it can; when it says it cannot
+    (None), the same group goes to the writer's thread, and each upload gets its outcome."""
+    on_loop: list[list[int]] = []
+    in_thread: list[list[int]] = []
+    loop_thread = threading.get_ident()
+
+    def store_now(items: Sequence[int]) -> list[int] | None:
+        assert threading.get_ident() == loop_thread
+        if 0 in items:
+            return None  # as when another process holds SQLite's write lock
+        on_loop.append(list(items))
+        return [i * 10 for i in items]
+
+    def store(items: Sequence[int]) -> list[int]:
+        assert threading.get_ident() != loop_thread
+        in_thread.append(list(items))
+        return [i * 10 for i in items]
+
+    async def scenario() -> tuple[list[int], int]:
+        writer: GroupWriter[int, int] = GroupWriter(Admission(1, 8), store, store_now=store_now)
+        first = await writer.submit(_request(), 0)
+        rest = await asyncio.gather(*(writer.submit(_request(), i) for i in (1, 2, 3)))
+        return [first, *rest], writer.stored_on_loop
+
+    done, stored_on_loop = asyncio.run(scenario())
+    assert done == [0, 10, 20, 30]
+    assert in_thread == [[0]] and [i for g in on_loop for i in g] == [1, 2, 3]
+    assert stored_on_loop == 3
+
+
+def test_the_loop_leaves_a_group_to_the_thread_while_another_process_writes(
+    database: Database, tmp_path: Path
+) -> None:
+    """With SQLite's write lock held by another connection (another process: the CLI, a second
+    server), :func:`api._store_group_now` answers None at once, nothing written, rather than
+    waiting on the event loop for the busy timeout; likewise while this process's writer's
+    turn is taken. With the lock free it stores the group."""
+    import sqlite3
+
+    uploads = [Upload("a", batch(synthetic_upload(id="now", seq=1)))]
+    with database.session() as s:  # a connection in the pool, idle
+        s.execute(select(Run.id)).all()
+    other = sqlite3.connect(tmp_path / "server.db", isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        began = time.monotonic()
+        assert api._store_group_now(database, uploads) is None
+        assert time.monotonic() - began < 5  # the busy timeout is 10 s: it did not wait
+        other.execute("ROLLBACK")
+    finally:
+        other.close()
+    assert _stored(database) == {}
+    with database.writing():
+        assert api._store_group_now(database, uploads) is None
+    assert _stored(database) == {}
+    out = api._store_group_now(database, uploads)
+    assert out == [[{"id": "now", "seq": 1, "stored": True}]]
+    assert _stored(database) == {"now": 1}
+    # the connection's busy timeout is back to its setting after the attempt that met the lock
+    with database.session() as s:
+        assert s.connection().exec_driver_sql("PRAGMA busy_timeout").scalar() == 10_000

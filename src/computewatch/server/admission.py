@@ -185,11 +185,18 @@ class GroupWriter(Generic[T, R]):
         admission: Admission,
         store: Callable[[Sequence[T]], Sequence[R]],
         max_group: int = MAX_GROUP,
+        store_now: Callable[[Sequence[T]], Sequence[R] | None] | None = None,
     ) -> None:
         if max_group < 1:
             raise ValueError("a group holds at least one upload")
         self.admission = admission
         self.store = store
+        self.store_now = store_now
+        """Stores a group on the event loop itself when it can do so without waiting (the
+        writer's turn free, a connection idle, no other process holding SQLite's write lock),
+        else None: the group then goes to the writer's thread (``store``)."""
+        self.stored_on_loop = 0
+        """Uploads of the groups ``store_now`` stored."""
         self.max_group = max_group
         self.groups = 0
         """Turns taken since the start (each stored one group)."""
@@ -244,11 +251,15 @@ class GroupWriter(Generic[T, R]):
                     began = time.monotonic()
                     items = [w.item for w in live]
                     try:
-                        if self._thread is None:
-                            self._thread = concurrent.futures.ThreadPoolExecutor(
-                                1, "computewatch-writer"
-                            )
-                        outcomes = await loop.run_in_executor(self._thread, self.store, items)
+                        outcomes = self.store_now(items) if self.store_now else None
+                        if outcomes is not None:
+                            self.stored_on_loop += len(live)
+                        else:
+                            if self._thread is None:
+                                self._thread = concurrent.futures.ThreadPoolExecutor(
+                                    1, "computewatch-writer"
+                                )
+                            outcomes = await loop.run_in_executor(self._thread, self.store, items)
                     except Exception as e:  # the group's callers each get it, as alone
                         for w in live:
                             if not w.done.done():

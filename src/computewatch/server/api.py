@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
+import logging
 import re
 import time
 import zlib
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Annotated, Any, Final, TypedDict
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
@@ -39,7 +41,7 @@ from computewatch.server.auth import (
 )
 from computewatch.server.events import EventHub
 from computewatch.serverdb.changes import Change, changes_after
-from computewatch.serverdb.engine import Database
+from computewatch.serverdb.engine import Database, is_locked
 from computewatch.serverdb.errors import IngestConflict, InvalidUpload
 from computewatch.serverdb.ingest import (
     REFUSALS,
@@ -76,6 +78,7 @@ from computewatch.upload.schema import batch_json_schema
 
 __all__ = ["HEARTBEAT_SECONDS", "api_error", "parse_time", "router"]
 
+log = logging.getLogger("computewatch.server")
 router = APIRouter(prefix="/api/v1")
 
 HEARTBEAT_SECONDS: Final = 15.0
@@ -125,6 +128,13 @@ _INGEST_SCHEMA: Final[dict[str, Any]] = batch_json_schema()
 """The body of ``POST /runs`` as the protocol's models say it (computewatch.upload.schema), for
 the OpenAPI description: the body is read by hand (gzip, size limit), then validated by them."""
 
+
+PARSE_ON_LOOP_BYTES: Final = 256 * 1024
+"""Bodies up to this size (decompressed; a live upload's continuation is some 34 KB, its first
+upload 100 KB) are decoded and validated on the event loop (a millisecond or a few); larger
+ones in a worker thread. The work holds the interpreter's lock either way: a hand-over to a
+thread and back cost more than it, and under load the loop waited for the lock behind the
+threads."""
 
 DRAIN_BYTES = 4 * MAX_BODY_BYTES
 """How much of a body over the limit is read and thrown away before the 413 answer. A reverse
@@ -270,11 +280,12 @@ async def ingest(
     # event loop, rather than each in a worker thread of the pool that reads and authentication
     # need too; past the queue's bound the server says it is busy at once
     # (computewatch.server.admission). On SQLite the uploads waiting for the one writer are
-    # stored together, one transaction for the group.
+    # stored together, one transaction for the group, on the event loop when nothing has to be
+    # waited for (_store_group_now).
     admission = _admission(request, db)
     admission.in_flight += 1  # from its body's arrival to its answer (Admission.crowded)
     try:
-        parsed = await run_in_threadpool(parse)
+        parsed = parse() if len(body) <= PARSE_ON_LOOP_BYTES else await run_in_threadpool(parse)
         if isinstance(parsed, JSONResponse):
             return parsed
         upload = Upload(principal.team, parsed, require_signed)
@@ -336,6 +347,31 @@ def _store_group(db: Database, uploads: Sequence[Upload]) -> list[Outcome]:
     return out
 
 
+def _store_group_now(db: Database, uploads: Sequence[Upload]) -> list[Outcome] | None:
+    """A group stored on the event loop, in one transaction, when nothing has to be waited for:
+    the writer's turn free, an idle connection in the pool and SQLite's write lock not held by
+    another process (taken without waiting); else None, nothing written, and the group goes to
+    the writer's thread (:func:`_store_group`), which waits for them. On the loop the group's
+    work runs at once and without a hand-over of the interpreter's lock per statement: in the
+    writer's thread, each SQLite call gave the lock up and waited for it back from a loop busy
+    with hundreds of connections (turns of hundreds of milliseconds for 2 ms of work). Any
+    failure leaves the group to the thread too, which stores each upload alone if need be."""
+    if not db.connection_free():
+        return None
+    with db.writing_now() as mine:
+        if not mine:
+            return None
+        try:
+            with db.session() as session:
+                return store_group(
+                    session, uploads, on_run=governance_service.on_run_stored, wait=False
+                )
+        except Exception as e:  # the thread's turn: it waits, retries, or stores each alone
+            if not is_locked(e):
+                log.info("uploads stored in the writer's thread after: %s", e)
+            return None
+
+
 def _stored_response(outcome: Outcome) -> JSONResponse:
     """The answer to one upload: its results, or the refusal that stored none of it (any
     other exception is raised, to the server's handlers)."""
@@ -389,7 +425,10 @@ def _group_writer(request: Request, db: Database) -> GroupWriter[Upload, Outcome
         def store(uploads: Sequence[Upload]) -> list[Outcome]:
             return _store_group(db, uploads)
 
-        made = (loop, GroupWriter(_admission(request, db), store))
+        def store_now(uploads: Sequence[Upload]) -> list[Outcome] | None:
+            return _store_group_now(db, uploads)
+
+        made = (loop, GroupWriter(_admission(request, db), store, store_now=store_now))
         request.app.state.group_writer = made
     return made[1]
 
@@ -608,8 +647,18 @@ def _last_event_id(text: str | None) -> int | None:
     return int(t)
 
 
+@functools.lru_cache(maxsize=4096)
 def _sse(change: Change) -> bytes:
-    data = json_dumps({k: v for k, v in asdict(change).items() if k != "change"})
+    """One change as an event; made once for all the streams that send it (cached)."""
+    data = json_dumps(
+        {
+            "id": change.id,
+            "team": change.team,
+            "seq": change.seq,
+            "status": change.status,
+            "final": change.final,
+        }
+    )
     return f"id: {change.change}\nevent: run\ndata: {data}\n\n".encode()
 
 
@@ -652,10 +701,15 @@ async def events(
                         return
                     yield b": ping\n\n"
                     continue
-                if change is None or sub.overflowed:
+                # what else is queued goes in the same write: one send a batch, not an event
+                ready = [change]
+                while ready[-1] is not None and not sub.queue.empty():
+                    ready.append(sub.queue.get_nowait())
+                out = b"".join(_sse(c) for c in ready if c is not None and c.change not in sent)
+                if out:
+                    yield out
+                if ready[-1] is None or sub.overflowed:
                     return  # the server is stopping, or this reader fell behind: reconnect
-                if change.change not in sent:
-                    yield _sse(change)
         finally:
             hub.unsubscribe(sub)
 

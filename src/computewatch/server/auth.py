@@ -21,6 +21,7 @@ from urllib.parse import quote
 from fastapi import Depends, HTTPException, Request
 from fastapi.responses import RedirectResponse
 from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
 
 from computewatch.errors import ComputewatchError
 from computewatch.serverdb.engine import Database
@@ -101,25 +102,35 @@ def _bearer(request: Request) -> str | None:
     return value.strip()
 
 
-def optional_principal(
+async def optional_principal(
     request: Request, db: Annotated[Database, Depends(get_database)]
 ) -> Principal | None:
     """The caller, or None when the request carries no valid token or session. A bearer token
     wins over the cookie. The look-up takes a connection of its own and gives it back before
     the route runs: a request that then reads a slow body, or streams events for an hour,
-    holds no pooled connection meanwhile."""
+    holds no pooled connection meanwhile. On SQLite the look-up (a read of a local file, a
+    fraction of a millisecond) runs on the event loop when the pool has an idle connection: a
+    hand-over to a worker thread and back cost more, and under load the loop waited for the
+    interpreter's lock behind the threads. Otherwise (a database server, no idle connection)
+    in a worker thread."""
     token = _bearer(request)
+    cookie = request.cookies.get(SESSION_COOKIE) if token is None else None
     info: TokenInfo | None = None
-    if token is not None:
-        if token:
-            with db.session() as session:
-                info = authenticate(session, token)
-    elif cookie := request.cookies.get(SESSION_COOKIE):
-        with db.session() as session:
-            info = session_token(session, cookie)
+    if token or cookie:
+        if db.dialect == "sqlite" and db.connection_free():
+            info = _look_up(db, token, cookie)
+        else:
+            info = await run_in_threadpool(_look_up, db, token, cookie)
     principal = _principal(info) if info else None
     request.state.principal = principal  # for the access log (computewatch.server.governance_api)
     return principal
+
+
+def _look_up(db: Database, token: str | None, cookie: str | None) -> TokenInfo | None:
+    with db.session() as session:
+        if token:
+            return authenticate(session, token)
+        return session_token(session, cookie) if cookie else None
 
 
 async def current_principal(

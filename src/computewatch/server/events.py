@@ -16,7 +16,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -97,31 +97,39 @@ class EventHub:
                     sub.loop.call_soon_threadsafe(_put, sub, None)
             self._subs.clear()
 
-    def _publish(self, change: Change) -> None:
-        # On PostgreSQL, notifications come in commit order, which ids need not follow:
-        # remember what was sent rather than only the highest id.
-        if change.change in self._seen:
+    def _publish(self, changes: Sequence[Change]) -> None:
+        """Hand ``changes`` to the subscribers that may see them: one hand-over per event loop
+        for the whole batch (a poll's worth), not one per change and subscriber, which woke a
+        busy loop thousands of times a second."""
+        new: list[Change] = []
+        for change in changes:
+            # On PostgreSQL, notifications come in commit order, which ids need not follow:
+            # remember what was sent rather than only the highest id.
+            if change.change in self._seen:
+                continue
+            self._seen.add(change.change)
+            self._order.append(change.change)
+            if len(self._order) > SEEN_SIZE:
+                self._seen.discard(self._order.popleft())
+            self._last = max(self._last, change.change)
+            new.append(change)
+        if not new:
             return
-        self._seen.add(change.change)
-        self._order.append(change.change)
-        if len(self._order) > SEEN_SIZE:
-            self._seen.discard(self._order.popleft())
-        self._last = max(self._last, change.change)
         with self._lock:
             subs = list(self._subs)
+        by_loop: dict[asyncio.AbstractEventLoop, list[Subscription]] = {}
         for sub in subs:
-            if sub.teams is not None and change.team not in sub.teams:
-                continue
-            with contextlib.suppress(RuntimeError):  # its loop closed: it is going away
-                sub.loop.call_soon_threadsafe(_put, sub, change)
+            by_loop.setdefault(sub.loop, []).append(sub)
+        for loop, theirs in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # its loop closed: they are going away
+                loop.call_soon_threadsafe(_deliver, theirs, new)
 
     def _catch_up(self, margin: int = 0) -> None:
         after = max(0, self._last - margin)
         with self._db.session() as s:
             while True:
                 batch = changes_after(s, after)
-                for c in batch:
-                    self._publish(c)
+                self._publish(batch)
                 if len(batch) < 1000:
                     return
                 after = batch[-1].change
@@ -152,7 +160,7 @@ class EventHub:
                         for n in conn.notifies(timeout=1.0):
                             change = _parse(n.payload)
                             if change is not None:
-                                self._publish(change)
+                                self._publish([change])
             except Exception as e:
                 log.warning("live events: PostgreSQL connection lost: %s", type(e).__name__)
                 self._stop.wait(1.0)
@@ -163,6 +171,15 @@ def _put(sub: Subscription, change: Change | None) -> None:
         sub.queue.put_nowait(change)
     except asyncio.QueueFull:
         sub.overflowed = True
+
+
+def _deliver(subs: Sequence[Subscription], changes: Sequence[Change]) -> None:
+    """On the subscribers' loop: each change into the queue of each subscriber that may see
+    it."""
+    for sub in subs:
+        for change in changes:
+            if sub.teams is None or change.team in sub.teams:
+                _put(sub, change)
 
 
 def _parse(payload: str) -> Change | None:

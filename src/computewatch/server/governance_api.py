@@ -34,6 +34,7 @@ from computewatch.governance.reminders import due_reminders, reminder_events
 from computewatch.governance.status import find_model, report_doc, status_json
 from computewatch.ledger.chain import format_time
 from computewatch.lineage.compute import GovernanceError
+from computewatch.server import heap
 from computewatch.server.auth import (
     Principal,
     db_session,
@@ -425,6 +426,7 @@ async def maintain(db: Database) -> None:
     when the log grew."""
     said = ""
     last = -float("inf")
+    settled = False
     while True:
         config = _config()
         interval = (config.governance_head_interval if config else None) or HEAD_SECONDS
@@ -433,6 +435,9 @@ async def maintain(db: Database) -> None:
             if due:
                 last = time.monotonic()
                 await asyncio.to_thread(maintain_once, db)
+                if not settled:  # the log's replay is cached now, for the process's lifetime
+                    heap.settle()
+                    settled = True
             else:
                 await asyncio.to_thread(sign_heads_once, db)
         except Exception as e:  # the database away, a bad key file: said once, tried next round

@@ -156,6 +156,7 @@ def serve(
     from sqlalchemy.exc import DBAPIError
 
     # The app and its database layer load the same stack (FastAPI, SQLAlchemy): at run time too.
+    from computewatch.server import heap
     from computewatch.server.app import create_app
     from computewatch.serverdb.errors import ServerDbError
 
@@ -199,6 +200,7 @@ def serve(
         timeout_graceful_shutdown=3,
     )
     server = uvicorn.Server(config)
+    heap.tune_for_serving()  # the app and its imports are made: out of the collector's way
     # Uvicorn stops gracefully on SIGTERM/SIGINT and then raises the signal again with the
     # handler that was there before it: a no-op one here, so that a requested stop exits 0.
     for sig in (signal.SIGTERM, signal.SIGINT):

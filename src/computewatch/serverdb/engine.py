@@ -10,7 +10,9 @@ at start and ``server token create`` before it writes.
 from __future__ import annotations
 
 import contextlib
+import sqlite3
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +34,7 @@ __all__ = [
     "Database",
     "default_url",
     "display_url",
+    "is_locked",
     "open_database",
     "parse_url",
     "upgrade",
@@ -94,14 +97,28 @@ def parse_url(text: str | None) -> URL:
 SQLITE_BEGIN = "computewatch_sqlite_begin"
 """Execution option: ``"IMMEDIATE"`` makes a SQLite transaction take the write lock at BEGIN
 (``session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})`` before its first
-statement). Other transactions begin DEFERRED."""
+statement); ``"IMMEDIATE_NOWAIT"`` the same without waiting for another process that holds it
+(``database is locked`` at once: :func:`is_locked`). Other transactions begin DEFERRED."""
 
 
 def _sqlite_begin(conn: Connection) -> None:
     # pysqlite's own transaction handling is off (isolation_level None, below): SQLAlchemy's
     # documented recipe for choosing the BEGIN a transaction starts with.
     mode = conn.get_execution_options().get(SQLITE_BEGIN, "DEFERRED")
+    if mode == "IMMEDIATE_NOWAIT":
+        conn.exec_driver_sql("PRAGMA busy_timeout = 0")
+        try:
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
+        finally:
+            conn.exec_driver_sql(f"PRAGMA busy_timeout = {SQLITE_BUSY_MS}")
+        return
     conn.exec_driver_sql("BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN")
+
+
+def is_locked(error: BaseException) -> bool:
+    """Whether ``error`` is SQLite's answer to a lock another connection holds."""
+    orig = getattr(error, "orig", error)
+    return isinstance(orig, sqlite3.OperationalError) and "locked" in str(orig)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
@@ -136,6 +153,28 @@ class Database:
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
+
+    @contextlib.contextmanager
+    def writing_now(self) -> Iterator[bool]:
+        """The writer's turn of :meth:`writing` if it is free this moment (True, held until
+        the block ends), else False at once: for work done on the server's event loop, which
+        must never wait for the writer. Always True on PostgreSQL."""
+        if self.dialect != "sqlite":
+            yield True
+            return
+        mine = self._write_lock.acquire(blocking=False)
+        try:
+            yield mine
+        finally:
+            if mine:
+                self._write_lock.release()
+
+    def connection_free(self) -> bool:
+        """Whether the pool holds an idle connection this moment: a session opened now waits
+        for none (work on the event loop checks first, and goes to a thread when not)."""
+        pool = self.engine.pool
+        checkedin = getattr(pool, "checkedin", None)
+        return callable(checkedin) and int(checkedin()) > 0
 
     def session(self) -> Session:
         return self.sessions()

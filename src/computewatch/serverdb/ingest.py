@@ -414,7 +414,11 @@ declaration refused, a value the database refuses, a constraint."""
 
 
 def store_group(
-    session: Session, uploads: Sequence[Upload], *, on_run: RunHook | None = None
+    session: Session,
+    uploads: Sequence[Upload],
+    *,
+    on_run: RunHook | None = None,
+    wait: bool = True,
 ) -> list[Outcome]:
     """Store ``uploads`` on SQLite in one transaction, in order, each as :func:`store_batch`
     would store it alone: each in a savepoint of its own, so that one refused (an exception of
@@ -422,8 +426,12 @@ def store_group(
     Uploads that wait for the one writer are so stored together: the commit, the BEGIN and the
     hand-over to the writer's thread are paid once per group, not per upload. Any other
     exception (the database locked or gone) rolls everything back and is raised: the caller
-    then stores each alone, as before."""
-    session.connection(execution_options={SQLITE_BEGIN: "IMMEDIATE"})
+    then stores each alone, as before. ``wait=False``: SQLite's write lock is taken without
+    waiting for another process that holds it (``database is locked`` at once, nothing
+    written)."""
+    session.connection(
+        execution_options={SQLITE_BEGIN: "IMMEDIATE" if wait else "IMMEDIATE_NOWAIT"}
+    )
     out: list[Outcome] = []
     try:
         for upload in uploads:
