@@ -65,6 +65,7 @@ __all__ = [
     "SeriesModel",
     "batch_json_schema",
     "validate_batch",
+    "validate_batch_json",
 ]
 
 MAX_INT: Final = 2**63 - 1
@@ -415,6 +416,17 @@ def validate_batch(doc: object) -> IngestBatch:
     except ValidationError as e:
         raise InvalidBatch(_message(e.errors()[0])) from None
     return model.to_batch()
+
+
+def validate_batch_json(body: bytes) -> IngestBatch | None:
+    """``body`` (JSON text) as a batch when it is a valid one, decoded and validated in one
+    pass by Pydantic's own parser (no Python object made for what the models drop); None when
+    it is not, with no reason given: read it with ``jsonout.loads`` and :func:`validate_batch`
+    then, whose messages name the fault (the server's ``parse_batch``)."""
+    try:
+        return _BATCH.validate_json(body).to_batch()
+    except (ValidationError, ValueError):
+        return None
 
 
 def _inline(node: Any, defs: Mapping[str, Any]) -> Any:
