@@ -900,9 +900,9 @@ _LINE = re.compile(r":\d+\)$")
 """A frame's line number: frames are counted by function, whichever line was running."""
 
 WATCHED = (
-    ("the ingest handler (all of it)", "ingest.<locals>.work"),
-    ("body parse: JSON decode of the batch", "parse_batch"),
-    ("ingest's store_batch (database work)", "store_batch ("),
+    ("the ingest handler (all of it)", "ingest (computewatch/server/api.py"),
+    ("body parse: JSON decode and validation of the batch", "parse_batch"),
+    ("ingest's database work (each upload's runs)", "_store_runs ("),
     ("SQLAlchemy flush (ORM unit of work)", "Session.flush ("),
     ("JSON encode of stored documents", "JSONEncoder.encode"),
     ("JSON decode", "JSONDecoder.decode"),
@@ -910,7 +910,7 @@ WATCHED = (
     ("Pydantic validation", "validate_python"),
     ("the runs pages (HTML)", "computewatch/server/web/"),
     ("event streams", "computewatch/server/events.py"),
-    ("uvicorn / h11 protocol", "h11_impl.py"),
+    ("uvicorn's HTTP protocol (httptools, or h11)", "uvicorn/protocols/http/"),
 )
 """Frames whose inclusive share of the server's GIL time is shown (label, substring)."""
 
