@@ -180,7 +180,9 @@ def test_simulated_runs_are_flagged_and_left_out_and_implausible_figures_judged_
     odd = m["implausible"]
     assert len(odd) == 2 and all(x["counted_flop"] == pytest.approx(7e24) for x in odd)
     bounds = sum(x["hardware_bound_flop"] for x in odd)
-    assert all(1e15 < x["hardware_bound_flop"] < 1e18 for x in odd)  # 8 x peak x seconds
+    # 8 x peak (FP8, 1,979 TFLOPS) x seconds: the job lives from a few hundredths of a second (a
+    # fast machine: under 1e15 FLOP, which once failed a fresh clone) to a few seconds
+    assert all(1e13 < x["hardware_bound_flop"] < 1e18 for x in odd), odd
     assert m["cumulative_flop"]["counted"]["high"] == pytest.approx(bounds)
     assert m["judged_flop"] < 1e19  # judged at the bound, not at 1.4e25
     tiers = {t["tier"]: t["state"] for t in m["tiers"]}
