@@ -39,7 +39,9 @@ def _fields(td: Any) -> tuple[set[str], set[str]]:
     return set(hints) - optional, optional
 
 
-def _model_fields(model: type[BaseModel]) -> tuple[set[str], set[str]]:
+def _model_fields(model: type[BaseModel] | Any) -> tuple[set[str], set[str]]:
+    if not isinstance(model, type) or not issubclass(model, BaseModel):  # a typed dictionary
+        return _fields(model)
     f = model.model_fields
     return {k for k, v in f.items() if v.is_required()}, {
         k for k, v in f.items() if not v.is_required()

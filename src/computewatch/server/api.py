@@ -437,7 +437,8 @@ class UploadCounters(TypedDict):
     """How this server process has admitted and stored uploads since it started (``/healthz``):
     in flight now (from its body's arrival to its answer) and waiting for the writer, refused
     (429), dropped (the client left while it waited), stored by the SQLite writer and in how
-    many turns (``stored / turns``: the mean group), and the pace the queue is bounded by."""
+    many turns (``stored / turns``: the mean group), how many of those on the event loop
+    (the rest in the writer's thread), and the pace the queue is bounded by."""
 
     in_flight: int
     waiting: int
@@ -445,6 +446,7 @@ class UploadCounters(TypedDict):
     dropped: int
     stored: int
     turns: int
+    stored_on_loop: int
     pace_ms: float
 
 
@@ -463,6 +465,7 @@ def upload_counters(app: FastAPI) -> UploadCounters:
         "dropped": adm.dropped if adm else 0,
         "stored": writer[1].stored if writer else 0,
         "turns": writer[1].groups if writer else 0,
+        "stored_on_loop": writer[1].stored_on_loop if writer else 0,
         "pace_ms": round(adm.pace * 1000, 3) if adm else 0.0,
     }
 

@@ -25,7 +25,7 @@ from starlette.concurrency import run_in_threadpool
 
 from computewatch.errors import ComputewatchError
 from computewatch.serverdb.engine import Database
-from computewatch.serverdb.tokens import Scope, TokenInfo, authenticate, session_token
+from computewatch.serverdb.tokens import Scope, TokenInfo, look_up, session_token
 
 __all__ = [
     "CSRF_FIELD",
@@ -127,10 +127,12 @@ async def optional_principal(
 
 
 def _look_up(db: Database, token: str | None, cookie: str | None) -> TokenInfo | None:
+    if token:
+        return look_up(db.engine, token)
+    if not cookie:
+        return None
     with db.session() as session:
-        if token:
-            return authenticate(session, token)
-        return session_token(session, cookie) if cookie else None
+        return session_token(session, cookie)
 
 
 async def current_principal(

@@ -31,6 +31,7 @@ from computewatch.jsonout import dumps as json_dumps
 from computewatch.jsonout import loads as json_loads
 from computewatch.ledger.reports import SignatureStatus
 from computewatch.redact import redact_argv, redact_mapping
+from computewatch.serverdb import prepared
 from computewatch.serverdb.engine import SQLITE_BEGIN
 from computewatch.serverdb.errors import IngestConflict, InvalidUpload
 from computewatch.serverdb.lineage_ingest import on_stored
@@ -436,27 +437,39 @@ def store_group(
     then stores each alone, as before. ``wait=False``: SQLite's write lock is taken without
     waiting for another process that holds it (``database is locked`` at once, nothing
     written)."""
-    session.connection(
+    conn = session.connection(
         execution_options={SQLITE_BEGIN: "IMMEDIATE" if wait else "IMMEDIATE_NOWAIT"}
     )
     out: list[Outcome] = []
+    alone = len(uploads) == 1  # its transaction is its savepoint
     try:
         for upload in uploads:
+            if not alone:
+                session.flush()  # what earlier uploads left pending, before the savepoint
+                prepared.savepoint(conn, "begin")
             try:
-                with session.begin_nested():
-                    out.append(
-                        _store_runs(
-                            session,
-                            upload.team,
-                            upload.batch,
-                            upload.require_signed,
-                            on_run,
-                            postgres=False,
-                        )
-                    )
+                stored = _store_runs(
+                    session,
+                    upload.team,
+                    upload.batch,
+                    upload.require_signed,
+                    on_run,
+                    postgres=False,
+                )
             except REFUSALS as e:
-                session.expire_all()
+                if alone:
+                    session.rollback()
+                    return [e]
+                prepared.savepoint(conn, "rollback")
+                prepared.savepoint(conn, "release")
+                # its objects are gone from the database: out of the session too (the earlier
+                # uploads' were flushed before its savepoint, so nothing of theirs is lost)
+                session.expunge_all()
                 out.append(e)
+                continue
+            if not alone:
+                prepared.savepoint(conn, "release")
+            out.append(stored)
         session.commit()
     except BaseException:
         session.rollback()
@@ -480,49 +493,54 @@ def _store_runs(
     conn = session.connection()
     for run in batch["runs"]:
         rid = run["id"]
-        held = conn.execute(_HELD_LOCKED if postgres else _HELD, {"b_id": rid}).first()
-        if held is not None and held.team != team:
+        held = prepared.first(conn, _HELD_LOCKED if postgres else _HELD, {"b_id": rid})
+        if held is not None and held[0] != team:
             raise IngestConflict(f"run {rid} belongs to another team")
         signature = check_upload(session, team, run)
         refused = refusal(rid, signature, require_signed=require_signed)
         if refused is not None:
             raise SignatureRefused(refused)
-        if held is not None and held.seq >= run["seq"]:
+        if held is not None and held[1] >= run["seq"]:
             results.append({"id": rid, "seq": run["seq"], "stored": False})
             continue
         base = run.get("series_base")
-        if base is not None and (held is None or held.seq != base):
+        if base is not None and (held is None or held[1] != base):
             # the points continue an upload this server does not hold as the run's latest
             results.append({"id": rid, "seq": run["seq"], "stored": False, "needs_full": True})
             continue
         values, summary = _values(team, run, now)
         if held is None:
-            conn.execute(_INSERT_RUN, {"id": rid, **values})
-            conn.execute(_INSERT_DOC, {"run_id": rid, "summary": summary, "meta": run["meta"]})
+            prepared.execute(conn, _INSERT_RUN, {"id": rid, **values})
+            prepared.execute(
+                conn, _INSERT_DOC, {"run_id": rid, "summary": summary, "meta": run["meta"]}
+            )
         else:
-            conn.execute(_UPDATE_RUN, {"b_id": rid, **values})
-            conn.execute(_UPDATE_DOC, {"b_run_id": rid, "summary": summary, "meta": run["meta"]})
-            conn.execute(_DELETE_TAGS, {"b_run_id": rid})
+            prepared.execute(conn, _UPDATE_RUN, {"b_id": rid, **values})
+            prepared.execute(
+                conn, _UPDATE_DOC, {"b_run_id": rid, "summary": summary, "meta": run["meta"]}
+            )
+            prepared.execute(conn, _DELETE_TAGS, {"b_run_id": rid})
         tags = cast(dict[str, str], values["tags"])
         if tags:
-            conn.execute(
-                _INSERT_TAGS, [{"run_id": rid, "key": k, "value": v} for k, v in tags.items()]
+            prepared.execute(
+                conn, _INSERT_TAGS, [{"run_id": rid, "key": k, "value": v} for k, v in tags.items()]
             )
         if base is None:
             replace_series(conn, rid, run["seq"], run["series"])
         else:
             append_series(conn, rid, run["seq"], run["series"])
-        change_id = conn.execute(
-            _INSERT_CHANGE,
-            {
-                "run_id": rid,
-                "team": team,
-                "seq": run["seq"],
-                "status": run["status"],
-                "final": run["final"],
-                "at": now,
-            },
-        ).inserted_primary_key
+        change = {
+            "run_id": rid,
+            "team": team,
+            "seq": run["seq"],
+            "status": run["status"],
+            "final": run["final"],
+            "at": now,
+        }
+        if postgres:  # the NOTIFY below carries the change's id
+            change_id = conn.execute(_INSERT_CHANGE, change).inserted_primary_key
+        else:
+            prepared.execute(conn, _INSERT_CHANGE, change)
         record_signature(session, rid, signature)
         session.expire_all()  # objects loaded before these Core writes read them again
         # governance: model compute, ledger, tiers (same transaction)

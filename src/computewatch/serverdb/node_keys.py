@@ -38,6 +38,7 @@ from computewatch.ledger.reports import (
     binding_problem,
     report_of,
 )
+from computewatch.serverdb import prepared
 from computewatch.serverdb.errors import InvalidUpload, ServerDbError
 from computewatch.serverdb.ledger_store import append
 from computewatch.serverdb.models import NodeKey, RunSignature
@@ -191,15 +192,16 @@ def check_upload(session: Session, team: str, run: RunUpload) -> SignatureCheck:
     if problem is not None:
         return SignatureCheck(INVALID, kid, f"the upload does not match its signed report: "
                               f"{problem}")  # fmt: skip
-    row = session.connection().execute(_KEY_BY_ID, {"b_key_id": kid}).first()
+    row = prepared.first(session.connection(), _KEY_BY_ID, {"b_key_id": kid})
     if row is None:
         return SignatureCheck(UNKNOWN_KEY, kid, f"key {kid} is not registered")
-    if row.team != team:
+    key_team, revoked_at, public_key = row
+    if key_team != team:
         return SignatureCheck(UNKNOWN_KEY, kid, f"key {kid} is registered for another team")
-    if row.revoked_at is not None:
+    if revoked_at is not None:
         return SignatureCheck(UNKNOWN_KEY, kid, f"key {kid} was revoked")
     try:
-        key = _public_key(row.public_key)
+        key = _public_key(public_key)
     except LedgerError:  # the registry holds only keys that decoded when added
         return SignatureCheck(UNKNOWN_KEY, kid, f"key {kid} cannot be read")
     if not report_valid(doc, key):
@@ -236,9 +238,8 @@ def record_signature(session: Session, run_id: str, check: SignatureCheck) -> No
     now = time.time()
     conn = session.connection()
     values = {"status": check.status, "key_id": check.key_id, "checked_at": now}
-    done = conn.execute(_UPDATE_SIGNATURE, {"b_run_id": run_id, **values})
-    if done.rowcount == 0:
-        conn.execute(_INSERT_SIGNATURE, {"run_id": run_id, **values})
+    if prepared.execute(conn, _UPDATE_SIGNATURE, {"b_run_id": run_id, **values}) == 0:
+        prepared.execute(conn, _INSERT_SIGNATURE, {"run_id": run_id, **values})
 
 
 def run_signature(session: Session, run_id: str) -> SignatureCheck:

@@ -18,6 +18,7 @@ from typing import Any, Final, cast
 from sqlalchemy import Connection, Table, bindparam, delete, func, insert, select
 from sqlalchemy.orm import Session
 
+from computewatch.serverdb import prepared
 from computewatch.serverdb.models import RunSeriesPart
 from computewatch.upload.protocol import SeriesUpload
 
@@ -97,9 +98,11 @@ def _rows(series: Sequence[SeriesUpload]) -> list[dict[str, Any]]:
 
 def replace_series(conn: Connection, run_id: str, seq: int, series: Sequence[SeriesUpload]) -> None:
     """A full upload's series: every earlier part of the run goes, one part holds them all."""
-    conn.execute(_DELETE_PARTS, {"b_run_id": run_id})
+    prepared.execute(conn, _DELETE_PARTS, {"b_run_id": run_id})
     if series:
-        conn.execute(_INSERT_PART, [{"run_id": run_id, "seq": seq, "series": _rows(series)}])
+        prepared.execute(
+            conn, _INSERT_PART, {"run_id": run_id, "seq": seq, "series": _rows(series)}
+        )
 
 
 def append_series(conn: Connection, run_id: str, seq: int, series: Sequence[SeriesUpload]) -> None:
@@ -107,7 +110,7 @@ def append_series(conn: Connection, run_id: str, seq: int, series: Sequence[Seri
     :data:`COMPACT_AFTER` parts, the run's parts are merged into one first."""
     if not series:
         return
-    held = conn.execute(_COUNT_PARTS, {"b_run_id": run_id}).scalar_one()
+    held = int(prepared.scalar(conn, _COUNT_PARTS, {"b_run_id": run_id}))
     if held >= COMPACT_AFTER:
         parts = conn.execute(
             select(_PARTS.c.series).where(_PARTS.c.run_id == run_id).order_by(_PARTS.c.id)
@@ -115,7 +118,7 @@ def append_series(conn: Connection, run_id: str, seq: int, series: Sequence[Seri
         merged = merge_parts([*parts, series])
         replace_series(conn, run_id, seq, merged)
         return
-    conn.execute(_INSERT_PART, [{"run_id": run_id, "seq": seq, "series": _rows(series)}])
+    prepared.execute(conn, _INSERT_PART, {"run_id": run_id, "seq": seq, "series": _rows(series)})
 
 
 def read_series(session: Session, run_ids: Sequence[str]) -> dict[str, list[SeriesUpload]]:

@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, Literal, Protocol, cast
 
-from sqlalchemy import Table, bindparam, delete, or_, select, update
+from sqlalchemy import Engine, Table, bindparam, delete, or_, select, update
 from sqlalchemy.orm import Session
 
 from computewatch.errors import UsageError
+from computewatch.serverdb import prepared
 from computewatch.serverdb.models import Token, WebSession
 
 __all__ = [
@@ -145,6 +146,22 @@ def authenticate(session: Session, token: str) -> TokenInfo | None:
     if row is None or row.revoked_at is not None:
         return None
     return _info(row)
+
+
+def look_up(engine: Engine, token: str) -> TokenInfo | None:
+    """:func:`authenticate` outside any session: on SQLite one statement on a pooled
+    connection (computewatch.serverdb.prepared.read_first), as the server authenticates every
+    request on its event loop."""
+    if not token or len(token) > 200:
+        return None
+    row = prepared.read_first(engine, _BY_HASH, {"b_hash": hash_secret(token)})
+    if row is None:
+        return None
+    token_id, name, team, scope, created_at, last_used_at, revoked_at = row
+    if revoked_at is not None:
+        return None
+    known: Scope = scope if scope in SCOPES else "read"
+    return TokenInfo(token_id, name, team, known, created_at, last_used_at, revoked_at)
 
 
 def note_uses(session: Session, uses: Mapping[int, float]) -> None:

@@ -1,0 +1,159 @@
+"""The statements an upload runs, executed on SQLite by the driver's own connection.
+
+SQLAlchemy's execution of a Core statement (its compiled form looked up, an execution context,
+events, a result wrapper) cost about three times the SQLite work itself per statement, and an
+upload runs ten or more of them: more than half of storing an upload, all of it on the server's
+event loop. On SQLite each statement here is compiled once per set of column keys into its SQL
+text and parameter order, and run by ``sqlite3`` directly in the transaction the session began
+(the same connection); values go through the column types' own bind processors (JSON as the
+engine writes it), and the driver's errors are raised as SQLAlchemy's (``IntegrityError``,
+``DataError``, ``OperationalError``), as a statement run by SQLAlchemy raises them. On
+PostgreSQL every call runs the statement through SQLAlchemy as before.
+
+Selects read here return plain values: only columns whose type converts nothing on the way out
+(strings, numbers) are allowed, checked when a statement is compiled.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from sqlalchemy import Connection, CursorResult, Engine
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql.compiler import SQLCompiler
+
+__all__ = ["execute", "first", "read_first", "savepoint", "scalar"]
+
+Params = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    names: tuple[str, ...]
+    processors: tuple[Callable[[Any], Any] | None, ...]
+    given: dict[str, Any]
+    """Values bound in the statement itself (``column == "x"``), by parameter name."""
+
+
+_CACHE: dict[tuple[int, tuple[str, ...] | None], tuple[ClauseElement, _Compiled]] = {}
+
+
+def _compiled(stmt: ClauseElement, dialect: Dialect, keys: tuple[str, ...] | None) -> _Compiled:
+    cache_key = (id(stmt), keys)
+    found = _CACHE.get(cache_key)
+    if found is not None and found[0] is stmt:
+        return found[1]
+    compiled = stmt.compile(dialect=dialect, column_keys=list(keys) if keys is not None else None)
+    if not isinstance(compiled, SQLCompiler) or compiled.positiontup is None:
+        raise TypeError(f"not a positional SQLite statement: {stmt}")
+    names = tuple(compiled.positiontup)
+    processors = tuple(compiled.binds[n].type.bind_processor(dialect) for n in names)
+    for column in getattr(compiled, "_result_columns", ()):
+        if column[3].result_processor(dialect, None) is not None:
+            raise TypeError(f"column {column[0]} needs SQLAlchemy to be read: {stmt}")
+    given = {n: compiled.binds[n].effective_value for n in names if not compiled.binds[n].required}
+    made = _Compiled(compiled.string, names, processors, given)
+    _CACHE[cache_key] = (stmt, made)
+    return made
+
+
+def _args(made: _Compiled, params: Params) -> tuple[Any, ...]:
+    if made.given:
+        params = {**made.given, **params}
+    return tuple(
+        params[n] if p is None else p(params[n])
+        for n, p in zip(made.names, made.processors, strict=True)
+    )
+
+
+def _run(
+    conn: Connection, stmt: ClauseElement, params: Params | Sequence[Params]
+) -> sqlite3.Cursor:
+    many = not isinstance(params, Mapping)
+    rows: Sequence[Params] = params if many else [params]  # type: ignore[list-item,assignment]
+    made = _compiled(stmt, conn.dialect, tuple(rows[0]) if rows else None)
+    raw = conn.connection.driver_connection
+    if not isinstance(raw, sqlite3.Connection):
+        raise TypeError("prepared statements run on SQLite's own connection")
+    try:
+        if many:
+            return raw.executemany(made.sql, [_args(made, r) for r in rows])
+        return raw.execute(made.sql, _args(made, rows[0]))
+    except sqlite3.Error as e:
+        raise DBAPIError.instance(made.sql, None, e, sqlite3.Error) from e
+
+
+def _fast(conn: Connection) -> bool:
+    return conn.dialect.name == "sqlite"
+
+
+def execute(conn: Connection, stmt: ClauseElement, params: Params | Sequence[Params]) -> int:
+    """Run ``stmt`` with ``params`` (one set, or a list for each row); the rows it changed."""
+    if _fast(conn):
+        return _run(conn, stmt, params).rowcount
+    result = conn.execute(cast(Executable, stmt), params)
+    return result.rowcount if isinstance(result, CursorResult) else -1
+
+
+def first(conn: Connection, stmt: ClauseElement, params: Params) -> tuple[Any, ...] | None:
+    """The first row ``stmt`` selects, as a tuple, or None."""
+    if _fast(conn):
+        row: tuple[Any, ...] | None = _run(conn, stmt, params).fetchone()
+        return row
+    got = conn.execute(cast(Executable, stmt), params).first()
+    return None if got is None else tuple(got)
+
+
+def scalar(conn: Connection, stmt: ClauseElement, params: Params) -> Any:
+    """The first column of the first row ``stmt`` selects (None when there is none)."""
+    row = first(conn, stmt, params)
+    return None if row is None else row[0]
+
+
+def savepoint(conn: Connection, action: str) -> None:
+    """``SAVEPOINT``, ``RELEASE`` or ``ROLLBACK TO`` (``action``: begin, release, rollback)
+    the one savepoint of an upload in a SQLite group, on the driver's connection: SQLAlchemy
+    compiles and runs a savepoint's statements anew each time (two statements' worth of work
+    per upload). The caller keeps the session's objects right (computewatch.serverdb.ingest:
+    flushed before, let go of after a rollback)."""
+    sql = {
+        "begin": "SAVEPOINT computewatch_upload",
+        "release": "RELEASE computewatch_upload",
+        "rollback": "ROLLBACK TO computewatch_upload",
+    }[action]
+    raw = conn.connection.driver_connection
+    if not isinstance(raw, sqlite3.Connection):
+        raise TypeError("prepared statements run on SQLite's own connection")
+    try:
+        raw.execute(sql)
+    except sqlite3.Error as e:
+        raise DBAPIError.instance(sql, None, e, sqlite3.Error) from e
+
+
+def read_first(engine: Engine, stmt: ClauseElement, params: Params) -> tuple[Any, ...] | None:
+    """The first row a one-statement read selects, on SQLite by a pooled connection of
+    ``engine`` outside any transaction (the statement is its own): no session, no ``BEGIN``
+    and ``ROLLBACK`` around it, as every authenticated request's token look-up needs. On
+    PostgreSQL through SQLAlchemy, in a transaction of its own."""
+    if engine.dialect.name != "sqlite":
+        with engine.connect() as conn:
+            return first(conn, stmt, params)
+    made = _compiled(stmt, engine.dialect, None)
+    pooled = engine.raw_connection()
+    try:
+        raw = pooled.driver_connection
+        if not isinstance(raw, sqlite3.Connection):
+            raise TypeError("prepared statements run on SQLite's own connection")
+        try:
+            row: tuple[Any, ...] | None = raw.execute(made.sql, _args(made, params)).fetchone()
+        except sqlite3.Error as e:
+            raise DBAPIError.instance(made.sql, None, e, sqlite3.Error) from e
+        return row
+    finally:
+        pooled.close()
