@@ -269,3 +269,68 @@ def test_the_loop_leaves_a_group_to_the_thread_while_another_process_writes(
     # the connection's busy timeout is back to its setting after the attempt that met the lock
     with database.session() as s:
         assert s.connection().exec_driver_sql("PRAGMA busy_timeout").scalar() == 10_000
+
+
+def test_uploads_answered_but_not_yet_resumed_do_not_crowd_out_new_ones() -> None:
+    """Once a group is stored, its uploads wait only for the event loop to resume them (each
+    after the callbacks ready before it): they are not counted against the next arrivals. When
+    they were, a group of twenty being answered refused uploads with nothing waiting for the
+    writer (429 with the writer idle, measured at 1,000 live runs)."""
+    seen: list[tuple[int, int, bool]] = []
+
+    async def scenario() -> list[int]:
+        loop = asyncio.get_running_loop()
+        adm = Admission(1, 2)
+
+        def store_now(items: Sequence[int]) -> list[int]:
+            def probe() -> None:  # runs after the results are set, before any waiter resumes
+                seen.append((adm.in_flight, adm.answered, adm.crowded()))
+
+            loop.call_soon(probe)
+            return [i * 10 for i in items]
+
+        writer: GroupWriter[int, int] = GroupWriter(adm, store, store_now=store_now)
+
+        async def upload(i: int) -> int:
+            adm.in_flight += 1  # as the ingest route counts it
+            try:
+                return await writer.submit(_request(), i)
+            finally:
+                adm.in_flight -= 1
+
+        tasks = [asyncio.create_task(upload(i)) for i in range(3)]
+        done = await asyncio.gather(*tasks)
+        assert adm.answered == 0 and adm.in_flight == 0
+        return list(done)
+
+    def store(items: Sequence[int]) -> list[int]:
+        raise AssertionError("stored on the loop")
+
+    assert asyncio.run(scenario()) == [0, 10, 20]
+    assert seen == [(3, 3, False)]
+    crowded = Admission(1, 2)
+    crowded.in_flight = 3
+    assert crowded.crowded()  # three ahead, none answered: 1 storing + 2 waiting is the bound
+    crowded.answered = 3
+    assert not crowded.crowded()
+
+
+def test_an_answered_upload_cancelled_before_it_resumes_is_not_counted_for_ever() -> None:
+    async def scenario() -> int:
+        loop = asyncio.get_running_loop()
+        adm = Admission(1, 4)
+        victim: list[asyncio.Task[int]] = []
+
+        def store_now(items: Sequence[int]) -> list[int]:
+            loop.call_soon(victim[0].cancel)  # its client goes away once it is answered
+            return list(items)
+
+        writer: GroupWriter[int, int] = GroupWriter(adm, lambda items: [], store_now=store_now)
+        victim.append(asyncio.create_task(writer.submit(_request(), 1)))
+        other = asyncio.create_task(writer.submit(_request(), 2))
+        with pytest.raises(asyncio.CancelledError):
+            await victim[0]
+        assert await other == 2
+        return adm.answered
+
+    assert asyncio.run(scenario()) == 0
