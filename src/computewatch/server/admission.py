@@ -95,12 +95,6 @@ class Admission:
         refusing at arrival on that queue alone let hundreds pile up before it under load, to
         be answered after their clients gave up. Bodies still arriving are not counted: slow
         clients hold nothing, and must not shut the others out."""
-        self.answered = 0
-        """Uploads in flight whose outcome is known (their group stored) but whose request has
-        not taken it up yet: the event loop resumes each in its turn, after callbacks that
-        were ready before. They wait for nothing the server still has to do, so
-        :meth:`crowded` does not count them: counting them refused uploads that arrived while
-        a group of twenty was being answered, with nothing waiting for the writer."""
 
     @property
     def waiting(self) -> int:
@@ -122,8 +116,7 @@ class Admission:
         queue is :meth:`full`, or, besides those being stored now, as many uploads are in
         flight (their bodies arrived: being parsed, waiting) as may wait (a group being stored
         holds up to 32: counting them as waiting starved the next group)."""
-        ahead = self.in_flight - self.answered
-        return self.full() or ahead >= max(self.storing, self.concurrent) + self.bound()
+        return self.full() or self.in_flight >= max(self.storing, self.concurrent) + self.bound()
 
     def busy_message(self) -> str:
         return (
@@ -175,8 +168,6 @@ class _Waiting(Generic[T, R]):
     request: Request
     item: T
     done: asyncio.Future[R]
-    answered: bool = False
-    """Counted in :attr:`Admission.answered` (its outcome set, its request not resumed)."""
 
 
 class GroupWriter(Generic[T, R]):
@@ -231,12 +222,7 @@ class GroupWriter(Generic[T, R]):
         adm._waiting += 1
         if self._drainer is None:
             self._drainer = asyncio.create_task(self._drain())
-        try:
-            return await waiting.done
-        finally:
-            if waiting.answered:
-                waiting.answered = False
-                adm.answered -= 1
+        return await waiting.done
 
     async def _drain(self) -> None:
         adm = self.admission
@@ -290,8 +276,6 @@ class GroupWriter(Generic[T, R]):
                 for w, outcome in zip(live, outcomes, strict=True):
                     if not w.done.done():
                         w.done.set_result(outcome)
-                        w.answered = True
-                        adm.answered += 1
         finally:
             self._drainer = None
             if self._thread is not None:
