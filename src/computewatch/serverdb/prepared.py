@@ -72,21 +72,32 @@ def _args(made: _Compiled, params: Params) -> tuple[Any, ...]:
     )
 
 
+def _driver(pooled: Any) -> sqlite3.Connection:
+    """SQLite's own connection behind a SQLAlchemy connection or pool entry."""
+    raw = pooled.driver_connection
+    if not isinstance(raw, sqlite3.Connection):
+        raise TypeError("prepared statements run on SQLite's own connection")
+    return raw
+
+
+def _sql(raw: sqlite3.Connection, sql: str, args: Any = (), many: bool = False) -> sqlite3.Cursor:
+    """``sql`` run by the driver, its errors raised as SQLAlchemy's (``IntegrityError``, ...)."""
+    try:
+        return raw.executemany(sql, args) if many else raw.execute(sql, args)
+    except sqlite3.Error as e:
+        raise DBAPIError.instance(sql, None, e, sqlite3.Error) from e
+
+
 def _run(
     conn: Connection, stmt: ClauseElement, params: Params | Sequence[Params]
 ) -> sqlite3.Cursor:
     many = not isinstance(params, Mapping)
     rows: Sequence[Params] = params if many else [params]  # type: ignore[list-item,assignment]
     made = _compiled(stmt, conn.dialect, tuple(rows[0]) if rows else None)
-    raw = conn.connection.driver_connection
-    if not isinstance(raw, sqlite3.Connection):
-        raise TypeError("prepared statements run on SQLite's own connection")
-    try:
-        if many:
-            return raw.executemany(made.sql, [_args(made, r) for r in rows])
-        return raw.execute(made.sql, _args(made, rows[0]))
-    except sqlite3.Error as e:
-        raise DBAPIError.instance(made.sql, None, e, sqlite3.Error) from e
+    raw = _driver(conn.connection)
+    if many:
+        return _sql(raw, made.sql, [_args(made, r) for r in rows], many=True)
+    return _sql(raw, made.sql, _args(made, rows[0]))
 
 
 def _fast(conn: Connection) -> bool:
@@ -127,13 +138,7 @@ def savepoint(conn: Connection, action: str) -> None:
         "release": "RELEASE computewatch_upload",
         "rollback": "ROLLBACK TO computewatch_upload",
     }[action]
-    raw = conn.connection.driver_connection
-    if not isinstance(raw, sqlite3.Connection):
-        raise TypeError("prepared statements run on SQLite's own connection")
-    try:
-        raw.execute(sql)
-    except sqlite3.Error as e:
-        raise DBAPIError.instance(sql, None, e, sqlite3.Error) from e
+    _sql(_driver(conn.connection), sql)
 
 
 def read_first(engine: Engine, stmt: ClauseElement, params: Params) -> tuple[Any, ...] | None:
@@ -147,13 +152,9 @@ def read_first(engine: Engine, stmt: ClauseElement, params: Params) -> tuple[Any
     made = _compiled(stmt, engine.dialect, None)
     pooled = engine.raw_connection()
     try:
-        raw = pooled.driver_connection
-        if not isinstance(raw, sqlite3.Connection):
-            raise TypeError("prepared statements run on SQLite's own connection")
-        try:
-            row: tuple[Any, ...] | None = raw.execute(made.sql, _args(made, params)).fetchone()
-        except sqlite3.Error as e:
-            raise DBAPIError.instance(made.sql, None, e, sqlite3.Error) from e
+        row: tuple[Any, ...] | None = _sql(
+            _driver(pooled), made.sql, _args(made, params)
+        ).fetchone()
         return row
     finally:
         pooled.close()
