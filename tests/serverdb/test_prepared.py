@@ -84,22 +84,17 @@ def test_a_driver_error_is_sqlalchemys(database: Database) -> None:
         )
 
 
-def test_a_column_sqlalchemy_must_read_is_refused_on_sqlite(tmp_path: Any) -> None:
-    d = open_database(f"sqlite:///{tmp_path / 's.db'}")
-    upgrade(d)
-    try:
-        with d.session() as s, pytest.raises(TypeError, match="needs SQLAlchemy"):
-            prepared.first(s.connection(), select(_PARTS.c.series), {})
-    finally:
-        d.dispose()
-
-
 @pytest.fixture
 def sqlite(tmp_path: Any) -> Iterator[Database]:
     d = open_database(f"sqlite:///{tmp_path / 'group.db'}")
     upgrade(d)
     yield d
     d.dispose()
+
+
+def test_a_column_sqlalchemy_must_read_is_refused_on_sqlite(sqlite: Database) -> None:
+    with sqlite.session() as s, pytest.raises(TypeError, match="needs SQLAlchemy"):
+        prepared.first(s.connection(), select(_PARTS.c.series), {})
 
 
 def test_a_refusal_after_the_runs_writes_undoes_only_that_upload(

@@ -15,7 +15,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal, Protocol, cast
+from typing import Any, Final, Literal, Protocol, cast
 
 from sqlalchemy import Engine, Table, bindparam, delete, or_, select, update
 from sqlalchemy.orm import Session
@@ -140,28 +140,33 @@ def authenticate(session: Session, token: str) -> TokenInfo | None:
     """The live token ``token`` is, or None (unknown or revoked). A read only: the token's
     last use is written off the request's path (:func:`note_uses`, by the server's access
     log), so that a request never waits for the database's writer to authenticate."""
-    if not token or len(token) > 200:
+    if not _plausible(token):
         return None
-    row = session.connection().execute(_BY_HASH, {"b_hash": hash_secret(token)}).first()
-    if row is None or row.revoked_at is not None:
-        return None
-    return _info(row)
+    return _live(prepared.first(session.connection(), _BY_HASH, {"b_hash": hash_secret(token)}))
 
 
 def look_up(engine: Engine, token: str) -> TokenInfo | None:
     """:func:`authenticate` outside any session: on SQLite one statement on a pooled
     connection (computewatch.serverdb.prepared.read_first), as the server authenticates every
     request on its event loop."""
-    if not token or len(token) > 200:
+    if not _plausible(token):
         return None
-    row = prepared.read_first(engine, _BY_HASH, {"b_hash": hash_secret(token)})
+    return _live(prepared.read_first(engine, _BY_HASH, {"b_hash": hash_secret(token)}))
+
+
+def _plausible(token: str) -> bool:
+    return bool(token) and len(token) <= 200
+
+
+def _live(row: tuple[Any, ...] | None) -> TokenInfo | None:
+    """The token a row of :data:`_BY_HASH` holds, None when there is none or it is revoked."""
     if row is None:
         return None
     token_id, name, team, scope, created_at, last_used_at, revoked_at = row
     if revoked_at is not None:
         return None
     known: Scope = scope if scope in SCOPES else "read"
-    return TokenInfo(token_id, name, team, known, created_at, last_used_at, revoked_at)
+    return TokenInfo(token_id, name, team, known, created_at, last_used_at, None)
 
 
 def note_uses(session: Session, uses: Mapping[int, float]) -> None:
