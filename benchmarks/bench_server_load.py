@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 import re
@@ -78,7 +79,12 @@ from computewatch.store import Store
 from computewatch.upload.client import DEFAULT_TIMEOUT, INGEST_PATH, busy_delay
 from computewatch.upload.payload import LiveRun, build_upload
 from computewatch.upload.protocol import PROTOCOL_HEADER, PROTOCOL_VERSION
-from computewatch.upload.stream import MAX_BACKOFF, STREAM_BYTES_PER_SECOND, backoff_delay
+from computewatch.upload.stream import (
+    MAX_BACKOFF,
+    STREAM_BYTES_PER_SECOND,
+    backoff_delay,
+    next_beat,
+)
 
 PY = sys.executable
 INTERVAL = 5.0
@@ -379,6 +385,8 @@ class Stats:
     failures: Counter[str] = field(default_factory=Counter)
     stored: int = 0
     finals: set[str] = field(default_factory=set)
+    began: set[str] = field(default_factory=set)
+    """Runs that sent an upload (a slot's next run does not begin when the step ends first)."""
     events: int = 0
     stream_opens: int = 0
     slow_ended: Counter[str] = field(default_factory=Counter)
@@ -441,44 +449,84 @@ async def upload(
     return a
 
 
+RUN_LIFE = (60.0, 600.0)
+"""Seconds a run lives, uniform between these: while a step lasts runs end (their final upload)
+and others begin in their slots (a whole first upload), N live at every moment."""
+
+
+def lives(n: int, seconds: float, rng: random.Random) -> list[list[tuple[str, float]]]:
+    """Each slot's runs in turn as (run id, seconds from the step's start at which it ends);
+    the first is part way through its life, the last ends with the step."""
+    slots = []
+    for _ in range(n):
+        runs = []
+        end = rng.uniform(0.0, rng.uniform(*RUN_LIFE))
+        while end < seconds:
+            runs.append((uuid.uuid4().hex, end))
+            end += rng.uniform(*RUN_LIFE)
+        runs.append((uuid.uuid4().hex, math.inf))
+        slots.append(runs)
+    return slots
+
+
 async def live_run(
-    setup: Setup, i: int, run_id: str, stop_at: float, stats: Stats, rng: random.Random
-) -> None:
-    """One run: live uploads every INTERVAL until ``stop_at``, then its final one."""
+    setup: Setup, i: int, runs: list[tuple[str, float]], t0: float, stop_at: float,
+    stats: Stats, ending: Stats, rng: random.Random,
+) -> None:  # fmt: skip
+    """One slot: its runs in turn, each uploading on its beat (every INTERVAL s) and ending
+    with its final upload; when the step ends (``stop_at``) its live run's final upload is
+    counted in ``ending``, the end-of-step burst, apart from the steady state in ``stats``."""
     server = setup.server_for(i)
     team = TEAMS[i % len(TEAMS)]
-    await asyncio.sleep(rng.uniform(0, INTERVAL))
+    anchor = due = t0 + rng.uniform(0, INTERVAL)  # due: the beat of the upload to come
+    await asyncio.sleep(max(0.0, anchor - time.monotonic()))
+    k = 0
+    run_id, ends = runs[0]
     seq = 0
     failures = 0
     acked: int | None = None  # the last seq the server stored: the next upload continues it
     give_up = stop_at + INTERVAL + FINAL_DEADLINE
     while True:
-        final = time.monotonic() >= stop_at
-        if final and time.monotonic() > give_up:
+        began = time.monotonic()
+        at_end = began >= stop_at
+        final = at_end or began >= t0 + ends
+        if at_end and began > give_up:
             return  # lost: counted by its absence from stats.finals
         seq += 1
         if acked is None:
             tpl = setup.final if final else setup.live
         else:
             tpl = setup.final_next if final else setup.live_next
-        began = time.monotonic()
+        into = ending if at_end else stats
+        into.began.add(run_id)
         a = await upload(
             setup, server, team, tpl, run_id, seq, FINAL_TIMEOUT if final else LIVE_TIMEOUT,
-            stats, acked,
+            into, acked,
         )  # fmt: skip
         took = time.monotonic() - began
         if a is not None and a.status == 200:
             result = json.loads(a.body)["results"][0]
             if result.get("needs_full"):
-                stats.resent += 1
+                into.resent += 1
                 acked = None
                 continue  # the whole state at once, as the client does
             acked = seq if result["stored"] else None
+            failures = 0
             if final:
                 stats.finals.add(run_id)
-                return
-            failures = 0
-            wait = max(INTERVAL, COST_FACTOR * took, tpl.wire_size / STREAM_BYTES_PER_SECOND)
+                if at_end:
+                    return
+                k += 1  # the next run in this slot begins at the next beat
+                run_id, ends = runs[k]
+                seq = 0
+                acked = None
+            due = next_beat(
+                anchor,
+                max(due + INTERVAL, began + INTERVAL / 2, began + COST_FACTOR * took,
+                    began + tpl.wire_size / STREAM_BYTES_PER_SECOND),
+                INTERVAL,
+            )  # fmt: skip
+            wait = due - time.monotonic()
         elif a is not None and a.status == 429:
             # as the clients do: the live uploader waits the longer of its backoff and what the
             # server asked (doubled at each refusal in a row, with jitter); push, busy_delay
@@ -489,9 +537,11 @@ async def live_run(
         else:
             failures += 1
             wait = backoff_delay(failures, INTERVAL if not final else 1.0, MAX_BACKOFF, rng)
-        # the end of the step comes when it comes: a run waiting out a backoff ends then
-        until = stop_at + rng.uniform(0, INTERVAL) if not final else give_up
-        await asyncio.sleep(max(0.0, min(wait, until - time.monotonic())))
+        if not at_end:  # a run waiting out a backoff when the step ends ends then, on its beat
+            wait = min(wait, next_beat(anchor, stop_at, INTERVAL) - time.monotonic())
+        else:
+            wait = min(wait, give_up - time.monotonic())
+        await asyncio.sleep(max(0.0, wait))
 
 
 async def event_stream(setup: Setup, i: int, stats: Stats) -> None:
@@ -580,8 +630,12 @@ async def slow_client(setup: Setup, i: int, stop: asyncio.Event, stats: Stats) -
             await asyncio.sleep(0.5)
 
 
-async def probe(setup: Setup, server: ServerProcess, stop: asyncio.Event, stats: Stats) -> None:
-    """The runs pages, one a second in turn: the dashboard's HTML and the API's JSON."""
+async def probe(
+    setup: Setup, server: ServerProcess, stop: asyncio.Event, stop_at: float, stats: Stats,
+    ending: Stats,
+) -> None:  # fmt: skip
+    """The runs pages, one a second in turn: the dashboard's HTML and the API's JSON; those
+    asked after ``stop_at`` count in ``ending``."""
     token = setup.read[TEAMS[0]]
     pages = (("html", "/runs"), ("api", "/api/v1/runs?limit=50"))
     k = 0
@@ -589,16 +643,17 @@ async def probe(setup: Setup, server: ServerProcess, stop: asyncio.Event, stats:
         kind, path = pages[k % 2]
         k += 1
         began = time.monotonic()
+        into = ending if began >= stop_at else stats
         try:
             a = await request(
                 server.port, "GET", path, {"Authorization": f"Bearer {token}"}, timeout=30
             )
         except Failed as e:
-            stats.failed(e)
+            into.failed(e)
         else:
-            stats.answered(a)
+            into.answered(a)
             if a.status == 200:
-                stats.page_ms[kind].append(a.seconds * 1000)
+                into.page_ms[kind].append(a.seconds * 1000)
         await asyncio.sleep(max(0.0, PROBE_PERIOD - (time.monotonic() - began)))
 
 
@@ -612,6 +667,9 @@ def _p(values: list[float], q: float) -> float:
 
 @dataclass
 class StepResult:
+    """One step: the steady state (``seconds`` long: N runs live, some ending and others
+    beginning) and, apart, the end-of-step burst in which every run still live ends."""
+
     n: int
     m: int
     seconds: float
@@ -626,8 +684,16 @@ class StepResult:
     s429: int
     timeouts: int
     other: int
+    runs: int
+    """Runs in the step: N, and those that began in the place of runs that ended."""
+    turned: int
     finals: int
     lost: int
+    end_seconds: float
+    """From the step's end until the last of its N runs' final uploads was answered."""
+    end_p99: float
+    end_429: int
+    end_page_p99: float
     events_s: float
     server_cpu: float
     db_cpu: float | None
@@ -642,7 +708,7 @@ class StepResult:
         if self.timeouts or self.other:
             why.append(f"{self.timeouts} timeouts, {self.other} other errors")
         if self.lost:
-            why.append(f"{self.lost} final uploads not stored within {FINAL_DEADLINE:g} s")
+            why.append(f"{self.lost} of {self.runs} final uploads not stored")
         if not self.upload_p99 <= P99_UPLOAD_MS:
             why.append(f"p99 upload {self.upload_p99:.0f} ms")
         if not max(self.html_p99, self.api_p99) <= P99_PAGE_MS:
@@ -655,8 +721,10 @@ class StepResult:
 def step(setup: Setup, n: int, seconds: float) -> StepResult:
     m = max(1, round(n * STREAMS_PER_RUN))
     stats = Stats()
+    ending = Stats()
     rng = random.Random(n)
-    ids = [uuid.uuid4().hex for _ in range(n)]
+    slots = lives(n, seconds, rng)
+    ids = [rid for runs in slots for rid, _ in runs]
     for rid in ids:  # the usage reports' hashes, before the clock starts
         setup.live.report(rid)
         setup.final.report(rid)
@@ -668,12 +736,16 @@ def step(setup: Setup, n: int, seconds: float) -> StepResult:
             asyncio.create_task(slow_client(setup, i, stop, stats)) for i in range(SLOW_CLIENTS)
         ]
         await asyncio.sleep(min(5.0, 1.0 + m / 100))  # the streams open
-        background += [asyncio.create_task(probe(setup, s, stop, stats)) for s in setup.servers]
         t0 = time.monotonic()
         stop_at = t0 + seconds
+        background += [
+            asyncio.create_task(probe(setup, s, stop, stop_at, stats, ending))
+            for s in setup.servers
+        ]
         await asyncio.gather(
-            *(live_run(setup, i, rid, stop_at, stats, rng) for i, rid in enumerate(ids))
-        )
+            *(live_run(setup, i, runs, t0, stop_at, stats, ending, rng)
+              for i, runs in enumerate(slots))
+        )  # fmt: skip
         wall = time.monotonic() - t0
         stop.set()
         for t in streams:
@@ -689,21 +761,26 @@ def step(setup: Setup, n: int, seconds: float) -> StepResult:
     server_cpu = sum(s.cpu() - c for s, c in zip(setup.servers, cpu0, strict=True)) / wall
     db_cpu = (setup.db_cpu() - db0) / wall if setup.db_cpu and db0 is not None else None
     gen_cpu = (own1.user + own1.system - own0.user - own0.system) / wall
-    stored_finals = _stored_finals(setup, set(ids))
-    codes = stats.statuses
+    began = stats.began | ending.began
+    stored_finals = _stored_finals(setup, began)
+    codes = stats.statuses + ending.statuses
     s5xx = sum(v for k, v in codes.items() if k >= 500)
     other = sum(v for k, v in codes.items() if 400 <= k < 500 and k != 429)
-    other += stats.failures["error"] + stats.failures["stream closed"]
+    failures = stats.failures + ending.failures
+    other += failures["error"] + failures["stream closed"]
     return StepResult(
-        n=n, m=m, seconds=wall, offered_s=n / INTERVAL, stored_s=stats.stored / wall,
+        n=n, m=m, seconds=seconds, offered_s=n / INTERVAL, stored_s=stats.stored / seconds,
         upload_p50=_p(stats.upload_ms, 0.5), upload_p99=_p(stats.upload_ms, 0.99),
         server_p50=_p(stats.server_ms, 0.5),
         html_p99=_p(stats.page_ms["html"], 0.99), api_p99=_p(stats.page_ms["api"], 0.99),
-        s5xx=s5xx, s429=codes[429], timeouts=stats.failures["timeout"], other=other,
-        finals=len(stored_finals), lost=n - len(stored_finals), events_s=stats.events / wall,
-        server_cpu=server_cpu, db_cpu=db_cpu, gen_cpu=gen_cpu,
+        s5xx=s5xx, s429=stats.statuses[429], timeouts=failures["timeout"], other=other,
+        runs=len(began), turned=len(began) - n, finals=len(stored_finals),
+        lost=len(began) - len(stored_finals), end_seconds=wall - seconds,
+        end_p99=_p(ending.upload_ms, 0.99), end_429=ending.statuses[429],
+        end_page_p99=_p(ending.page_ms["html"] + ending.page_ms["api"], 0.99),
+        events_s=stats.events / wall, server_cpu=server_cpu, db_cpu=db_cpu, gen_cpu=gen_cpu,
         slow=", ".join(f"{k}: {v}" for k, v in sorted(stats.slow_ended.items())) or "–",
-        errors=stats.errors_seen,
+        errors=stats.errors_seen + ending.errors_seen,
     )  # fmt: skip
 
 
@@ -936,8 +1013,10 @@ def _row(setup: Setup, r: StepResult) -> list[object]:
     return [
         setup.name, r.n, r.m, f"{r.offered_s:.1f}", f"{r.stored_s:.1f}", f"{r.upload_p50:.0f}",
         f"{r.upload_p99:.0f}", f"{r.server_p50:.0f}", f"{r.html_p99:.0f}", f"{r.api_p99:.0f}",
-        r.s5xx, r.s429, r.timeouts, r.other, f"{r.finals}/{r.n}", f"{r.events_s:.1f}",
-        f"{r.server_cpu:.0%}", "–" if r.db_cpu is None else f"{r.db_cpu:.0%}",
+        r.s5xx, r.s429, r.timeouts, r.other, f"{r.finals}/{r.runs} ({r.turned} began)",
+        f"{r.n} in {r.end_seconds:.1f} s: p99 {r.end_p99:.0f} ms, {r.end_429} × 429, "
+        f"page p99 {r.end_page_p99:.0f} ms",
+        f"{r.events_s:.1f}", f"{r.server_cpu:.0%}", "–" if r.db_cpu is None else f"{r.db_cpu:.0%}",
         f"{r.gen_cpu:.0%}", r.slow, "holds" if not why else "breaks: " + "; ".join(why),
     ]  # fmt: skip
 
@@ -945,8 +1024,8 @@ def _row(setup: Setup, r: StepResult) -> list[object]:
 HEADERS = (
     "setup", "N runs", "M streams", "offered/s", "stored/s", "upload p50 ms", "upload p99 ms",
     "server p50 ms", "/runs p99 ms", "/api/v1/runs p99 ms", "5xx", "429", "timeouts",
-    "other errors", "finals stored", "events/s", "server CPU", "PostgreSQL CPU", "load CPU",
-    "slow clients ended", "verdict",
+    "other errors", "finals stored (runs)", "end of step: the last finals", "events/s",
+    "server CPU", "PostgreSQL CPU", "load CPU", "slow clients ended", "verdict",
 )  # fmt: skip
 
 

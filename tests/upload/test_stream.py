@@ -7,12 +7,13 @@ import io
 import random
 from pathlib import Path
 
+import pytest
 from tests.conftest import free_loopback_port
 from tests.upload.conftest import T0, FakeIngest, stored_run, wait_until
 
 from computewatch.store import COMPLETED, Store
 from computewatch.upload.settings import ServerSettings
-from computewatch.upload.stream import LiveUploader, backoff_delay
+from computewatch.upload.stream import LiveUploader, backoff_delay, next_beat
 
 TOKEN = "cwt_stream-token"
 
@@ -123,3 +124,74 @@ def test_a_run_not_in_the_store_waits_for_push(tmp_path: Path, ingest: FakeInges
     assert up.close() is False
     assert "(the store does not hold it yet)" in err.getvalue()
     assert ingest.requests == []
+
+
+def test_next_beat_is_the_first_beat_at_or_after() -> None:
+    assert next_beat(100.0, 100.0, 5.0) == 100.0
+    assert next_beat(100.0, 105.0, 5.0) == 105.0  # on a beat: that beat
+    assert next_beat(100.0, 105.0 + 1e-12, 5.0) == 105.0  # float noise is not a missed beat
+    assert next_beat(100.0, 105.1, 5.0) == 110.0
+    assert next_beat(100.0, 131.0, 5.0) == 135.0
+
+
+class _Clock:
+    """time.monotonic for the stream module, moved by the uploader's own waits and its
+    uploads' scripted durations."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+class _Waits:
+    """The uploader's stop event: each wait moves the clock; set after ``stop_after`` waits."""
+
+    def __init__(self, clock: _Clock, stop_after: int) -> None:
+        self.clock = clock
+        self.left = stop_after
+
+    def wait(self, seconds: float | None = None) -> bool:
+        self.left -= 1
+        if self.left < 0:
+            return True
+        self.clock.now += seconds or 0.0
+        return False
+
+    def set(self) -> None:
+        self.left = -1
+
+
+def test_a_slow_answer_keeps_the_run_on_its_beat(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Uploads go at the run's first upload plus whole intervals, whatever the answers took:
+    a run answered late does not come back an interval after the late answer (in step with
+    every other run the server answered late), and a slow upload skips beats (ten times its
+    time) instead of shifting them."""
+    import computewatch.upload.stream as stream
+
+    db = tmp_path / "cw.db"
+    with Store.open(db) as store:
+        run = stored_run(store, status="running")
+    clock = _Clock()
+    monkeypatch.setattr(stream, "time", clock)
+    took = iter([0.05, 0.8, 0.05, 1.2, 0.05, 0.05, 0.05])
+    starts: list[float] = []
+
+    class Scripted(LiveUploader):
+        def _send(self, store: Store, run_key: int, timeout: float) -> int:
+            starts.append(clock.now)
+            clock.now += next(took)
+            return 1000
+
+    up = Scripted(ServerSettings("http://127.0.0.1:9", TOKEN, "proj", 5.0), db)
+    up._stop = _Waits(clock, stop_after=7)  # type: ignore[assignment]
+    up.run_id = run.id
+    up._loop()
+    first = starts[0]
+    assert first == 1001.0  # the first upload after min(interval, 1 s)
+    offsets = [round(s - first, 6) for s in starts]
+    # at +5, 0.8 s: quiet until +13, the beat +15; at +20, 1.2 s: until +32, the beat +35
+    assert offsets == [0.0, 5.0, 15.0, 20.0, 35.0, 40.0, 45.0]

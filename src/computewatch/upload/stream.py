@@ -9,7 +9,10 @@ not sent yet is replaced by the next one, so nothing piles up behind a slow serv
 wait with exponential backoff and jitter, capped; a server that refuses the token stops the
 stream. Each upload's cost spaces the next: the thread waits at least ten times what the last
 upload took, so building a long run's payload never takes more than about a tenth of a core,
-and long enough to average :data:`STREAM_BYTES_PER_SECOND` on the wire. The run's series and
+and long enough to average :data:`STREAM_BYTES_PER_SECOND` on the wire. Uploads keep the run's
+own beat (:func:`next_beat`: its first upload's time plus whole intervals), not "an interval
+after the last answer": when a server is slow for a moment, the runs it answered together would
+otherwise all come back together, an interval later, every interval. The run's series and
 the summary's aggregates are kept between uploads (:class:`~computewatch.upload.payload.LiveRun`):
 each upload reads only what was stored since the one before, so a long run's uploads and its
 final one stay cheap.
@@ -21,6 +24,7 @@ in one line on standard error.
 
 from __future__ import annotations
 
+import math
 import random
 import sqlite3
 import sys
@@ -44,6 +48,7 @@ __all__ = [
     "STREAM_BYTES_PER_SECOND",
     "LiveUploader",
     "backoff_delay",
+    "next_beat",
 ]
 
 FINAL_DEADLINE = 2.0
@@ -56,6 +61,11 @@ STREAM_BYTES_PER_SECOND = 16 * 1024
 run."""
 _COST_FACTOR = 10.0
 _REQUEST_TIMEOUT = 10.0
+
+
+def next_beat(anchor: float, after: float, interval: float) -> float:
+    """The first ``anchor + k * interval`` (k a whole number) at or after ``after``."""
+    return anchor + math.ceil((after - anchor) / interval - 1e-9) * interval
 
 
 def backoff_delay(
@@ -168,6 +178,7 @@ class LiveUploader:
     def _loop(self) -> None:
         interval = self.settings.stream_interval
         wait = min(interval, 1.0)  # the first upload soon: the run shows as running
+        anchor = due = time.monotonic() + wait  # the run's beat; due: the next upload's
         failures = 0
         store: Store | None = None
         run_key: int | None = None
@@ -202,11 +213,17 @@ class LiveUploader:
                 failures = 0
                 self.uploads += 1
                 self.bytes_sent += sent
-                wait = max(
+                due = next_beat(
+                    anchor,
+                    max(
+                        due + interval,
+                        began + interval / 2,  # back on the beat after a backoff
+                        began + _COST_FACTOR * (time.monotonic() - began),
+                        began + sent / STREAM_BYTES_PER_SECOND,
+                    ),
                     interval,
-                    _COST_FACTOR * (time.monotonic() - began),
-                    sent / STREAM_BYTES_PER_SECOND,
                 )
+                wait = max(0.0, due - time.monotonic())
         except Exception:  # never the job's problem; the final upload still tries
             self.failures += 1
         finally:
