@@ -469,16 +469,23 @@ def lives(n: int, seconds: float, rng: random.Random) -> list[list[tuple[str, fl
     return slots
 
 
+BEAT = "on its beat"
+AFTER_ANSWER = "an interval after the answer"
+"""The live uploader's schedule before it kept a beat: the next upload ``max(INTERVAL,
+COST_FACTOR x took)`` after the last answer (compared at N = 1,000 on SQLite)."""
+
+
 async def live_run(
     setup: Setup, i: int, runs: list[tuple[str, float]], t0: float, stop_at: float,
-    stats: Stats, ending: Stats, rng: random.Random,
+    stats: Stats, ending: Stats, rng: random.Random, cadence: str = BEAT,
 ) -> None:  # fmt: skip
     """One slot: its runs in turn, each uploading on its beat (every INTERVAL s) and ending
     with its final upload; when the step ends (``stop_at``) its live run's final upload is
     counted in ``ending``, the end-of-step burst, apart from the steady state in ``stats``."""
     server = setup.server_for(i)
     team = TEAMS[i % len(TEAMS)]
-    anchor = due = t0 + rng.uniform(0, INTERVAL)  # due: the beat of the upload to come
+    phase = rng.uniform(0, INTERVAL)
+    anchor = due = t0 + phase  # due: the beat of the upload to come
     await asyncio.sleep(max(0.0, anchor - time.monotonic()))
     k = 0
     run_id, ends = runs[0]
@@ -520,12 +527,17 @@ async def live_run(
                 run_id, ends = runs[k]
                 seq = 0
                 acked = None
-            due = next_beat(
-                anchor,
-                max(due + INTERVAL, began + INTERVAL / 2, began + COST_FACTOR * took,
-                    began + tpl.wire_size / STREAM_BYTES_PER_SECOND),
-                INTERVAL,
-            )  # fmt: skip
+            if cadence == AFTER_ANSWER:
+                due = time.monotonic() + max(
+                    INTERVAL, COST_FACTOR * took, tpl.wire_size / STREAM_BYTES_PER_SECOND
+                )
+            else:
+                due = next_beat(
+                    anchor,
+                    max(due + INTERVAL, began + INTERVAL / 2, began + COST_FACTOR * took,
+                        began + tpl.wire_size / STREAM_BYTES_PER_SECOND),
+                    INTERVAL,
+                )  # fmt: skip
             wait = due - time.monotonic()
         elif a is not None and a.status == 429:
             # as the clients do: the live uploader waits the longer of its backoff and what the
@@ -538,7 +550,8 @@ async def live_run(
             failures += 1
             wait = backoff_delay(failures, INTERVAL if not final else 1.0, MAX_BACKOFF, rng)
         if not at_end:  # a run waiting out a backoff when the step ends ends then, on its beat
-            wait = min(wait, next_beat(anchor, stop_at, INTERVAL) - time.monotonic())
+            end = next_beat(anchor, stop_at, INTERVAL) if cadence == BEAT else stop_at + phase
+            wait = min(wait, end - time.monotonic())
         else:
             wait = min(wait, give_up - time.monotonic())
         await asyncio.sleep(max(0.0, wait))
@@ -718,7 +731,7 @@ class StepResult:
         return why
 
 
-def step(setup: Setup, n: int, seconds: float) -> StepResult:
+def step(setup: Setup, n: int, seconds: float, cadence: str = BEAT) -> StepResult:
     m = max(1, round(n * STREAMS_PER_RUN))
     stats = Stats()
     ending = Stats()
@@ -743,7 +756,7 @@ def step(setup: Setup, n: int, seconds: float) -> StepResult:
             for s in setup.servers
         ]
         await asyncio.gather(
-            *(live_run(setup, i, runs, t0, stop_at, stats, ending, rng)
+            *(live_run(setup, i, runs, t0, stop_at, stats, ending, rng, cadence)
               for i, runs in enumerate(slots))
         )  # fmt: skip
         wall = time.monotonic() - t0
@@ -925,6 +938,8 @@ def ladder(setup: Setup, quick: bool, target: int) -> list[StepResult]:
 
 
 PROFILE_SECONDS = 30.0
+CADENCE_PAIRS = 2
+"""Steps of N = 1,000 on SQLite with each schedule of the live uploads, alternated."""
 
 
 def py_spy() -> str | None:
@@ -1013,7 +1028,7 @@ def _row(setup: Setup, r: StepResult) -> list[object]:
     return [
         setup.name, r.n, r.m, f"{r.offered_s:.1f}", f"{r.stored_s:.1f}", f"{r.upload_p50:.0f}",
         f"{r.upload_p99:.0f}", f"{r.server_p50:.0f}", f"{r.html_p99:.0f}", f"{r.api_p99:.0f}",
-        r.s5xx, r.s429, r.timeouts, r.other, f"{r.finals}/{r.runs} ({r.turned} began)",
+        r.s5xx, r.s429, r.timeouts, r.other, f"{r.finals}/{r.runs} ({r.n} + {r.turned})",
         f"{r.n} in {r.end_seconds:.1f} s: p99 {r.end_p99:.0f} ms, {r.end_429} × 429, "
         f"page p99 {r.end_page_p99:.0f} ms",
         f"{r.events_s:.1f}", f"{r.server_cpu:.0%}", "–" if r.db_cpu is None else f"{r.db_cpu:.0%}",
@@ -1024,7 +1039,7 @@ def _row(setup: Setup, r: StepResult) -> list[object]:
 HEADERS = (
     "setup", "N runs", "M streams", "offered/s", "stored/s", "upload p50 ms", "upload p99 ms",
     "server p50 ms", "/runs p99 ms", "/api/v1/runs p99 ms", "5xx", "429", "timeouts",
-    "other errors", "finals stored (runs)", "end of step: the last finals", "events/s",
+    "other errors", "finals stored (runs: N + begun)", "end of step: the last finals", "events/s",
     "server CPU", "PostgreSQL CPU", "load CPU", "slow clients ended", "verdict",
 )  # fmt: skip
 
@@ -1060,6 +1075,12 @@ def configuration(
             n = max(holding) if holding else steps[0].n
             print(f"  {setup.name}: N={n} under py-spy ...", file=sys.stderr, flush=True)
             burst["profile"] = (n, profile(setup, n, PROFILE_SECONDS))
+            pairs = []
+            for k in range(CADENCE_PAIRS):
+                for cadence in (AFTER_ANSWER, BEAT) if k % 2 else (BEAT, AFTER_ANSWER):
+                    print(f"  {setup.name}: N={target}, {cadence} ...", file=sys.stderr, flush=True)
+                    pairs.append((cadence, step(setup, target, STEP_SECONDS, cadence)))
+            burst["cadence"] = pairs
         for s in servers:
             if s.proc.poll() is not None:
                 note += f"; a server process exited {s.proc.returncode}"
@@ -1090,12 +1111,19 @@ def run(quick: bool) -> Section:
             f"sends to a server that lists the feature): each series' last {CONTINUED_POINTS} "
             f"points, {nxt.plain_size():,} bytes of JSON, {gz_next:,} compressed, whatever the "
             f"run's age; an answer `needs_full` is followed at once by the whole state. The "
-            f"final upload likewise. Every {INTERVAL:g} s per run; M = N/5 event "
-            f"streams; {SLOW_CLIENTS} slow clients at {SLOW_BYTES} B/s against "
-            f"`--body-timeout {BODY_TIMEOUT}`; the runs pages once a second per process. "
-            f"{'15' if quick else '60'} s per step. Latencies are round trips of the uploads "
-            "the server stored (200), from connecting to the last byte; *server p50* is its "
-            "own time (`Server-Timing: app`). CPU is a share of one core over the step.",
+            f"final upload likewise. Every {INTERVAL:g} s per run, on the run's own beat (its "
+            f"first upload plus whole intervals, as the live uploader does); N runs live at "
+            f"every moment: a run lives {RUN_LIFE[0]:g}-{RUN_LIFE[1]:g} s (uniform; the first "
+            "ones part way through), then sends its final upload and another run begins in its "
+            f"place with a whole first upload. M = N/5 event streams; {SLOW_CLIENTS} slow "
+            f"clients at {SLOW_BYTES} B/s against `--body-timeout {BODY_TIMEOUT}`; the runs "
+            f"pages once a second per process. {'15' if quick else '60'} s of steady state "
+            "per step, measured; then every run still live ends within one interval (all "
+            "N final uploads in about 5 s, a burst far above the steady state's rate of "
+            "endings), reported apart in *end of step*. Latencies are round trips of the "
+            "uploads the server stored (200), from connecting to the last byte; *server p50* "
+            "is its own time (`Server-Timing: app`). CPU is a share of one core over the "
+            "step. *Finals stored* reads back every run that began, the end's included.",
             "",
         )
         results: list[tuple[Setup, list[StepResult], dict[str, Any], str]] = []
@@ -1124,6 +1152,23 @@ def run(quick: bool) -> Section:
                 for s, _, b, _ in results
             ],
         )  # fmt: skip
+        for s, _, b, _ in results:
+            if "cadence" not in b:
+                continue
+            section.add(
+                f"The live uploads' schedule ({s.name}, N = 1,000, {CADENCE_PAIRS} pairs of "
+                "steps in alternating order): each run's uploads on its own beat (its first "
+                "upload plus whole intervals; what the live uploader does) or, as it did before, "
+                f"{INTERVAL:g} s (at least {COST_FACTOR:g}x the upload's time) after each answer.",
+                "",
+            )
+            section.table(
+                ("schedule", "upload p50 ms", "upload p99 ms", "page p99 ms", "429", "stored/s",
+                 "server CPU"),
+                [(c, f"{r.upload_p50:.0f}", f"{r.upload_p99:.0f}",
+                  f"{max(r.html_p99, r.api_p99):.0f}", r.s429, f"{r.stored_s:.1f}",
+                  f"{r.server_cpu:.0%}") for c, r in b["cadence"]],
+            )  # fmt: skip
         for s, _, b, _ in results:
             if "profile" not in b:
                 continue
