@@ -63,7 +63,7 @@ from computewatch.server.events import EventHub
 from computewatch.server.forgery import ForgeryGuard
 from computewatch.server.web import install_dashboard
 from computewatch.serverdb.changes import prune_changes
-from computewatch.serverdb.engine import Database, open_database, upgrade
+from computewatch.serverdb.engine import CHECKPOINT_SECONDS, Database, open_database, upgrade
 from computewatch.serverdb.tokens import (
     SESSION_SECONDS,
     authenticate,
@@ -252,7 +252,7 @@ def create_app(
     the server's own besides the one each request names in ``Host`` (a proxy that rewrites
     ``Host``). ``max_queued_uploads``: uploads that may wait for their turn before the next
     is answered 429 (computewatch.server.admission)."""
-    db = database if database is not None else open_database(db_url)
+    db = database if database is not None else open_database(db_url, background_checkpoints=True)
     if migrate:
         upgrade(db)
     hub = EventHub(db)
@@ -266,7 +266,14 @@ def create_app(
                     await asyncio.to_thread(_prune, db)
                 await asyncio.sleep(PRUNE_SECONDS)
 
+        async def checkpoints() -> None:  # SQLite's, off the loop (Database.checkpoint)
+            while True:
+                await asyncio.sleep(CHECKPOINT_SECONDS)
+                with contextlib.suppress(Exception):  # locked or away: next time
+                    await asyncio.to_thread(db.checkpoint)
+
         task = asyncio.create_task(prune())
+        checkpointer = asyncio.create_task(checkpoints()) if db.background_checkpoints else None
         upkeep = asyncio.create_task(governance_api.maintain(db))  # the ledger's upkeep
         logging_task = asyncio.create_task(access_log.run())
         try:
@@ -275,7 +282,12 @@ def create_app(
             task.cancel()
             upkeep.cancel()
             logging_task.cancel()  # writes what is queued, then ends
-            await asyncio.gather(task, upkeep, logging_task, return_exceptions=True)
+            if checkpointer is not None:
+                checkpointer.cancel()
+            await asyncio.gather(
+                task, upkeep, logging_task, *([checkpointer] if checkpointer else []),
+                return_exceptions=True,
+            )  # fmt: skip
             # Their database work runs in the loop's default executor (asyncio.to_thread), which
             # a cancel does not stop: let it finish before the pool is disposed.
             await asyncio.get_running_loop().shutdown_default_executor()

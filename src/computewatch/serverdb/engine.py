@@ -133,6 +133,15 @@ def _sqlite_pragmas(dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
         cur.close()
 
 
+def _no_autocheckpoint(dbapi_conn: Any, record: ConnectionPoolEntry) -> None:
+    dbapi_conn.execute("PRAGMA wal_autocheckpoint = 0")
+
+
+CHECKPOINT_SECONDS = 1.0
+"""How often a server on SQLite copies its write-ahead log into the database file, in a thread
+of its own (:meth:`Database.checkpoint`)."""
+
+
 @dataclass
 class Database:
     """An engine and its session factory; ``dialect`` is ``sqlite`` or ``postgresql``."""
@@ -141,6 +150,25 @@ class Database:
     sessions: sessionmaker[Session]
     url: URL
     _write_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    background_checkpoints: bool = False
+    """SQLite: no commit copies the write-ahead log into the database file (SQLite's
+    automatic checkpoint, every 1,000 pages, is done by the commit that crosses the mark, with
+    an fsync: tens of milliseconds on the connection that commits, which on the server is often
+    its event loop's); the owner calls :meth:`checkpoint` from a thread instead."""
+
+    def checkpoint(self) -> None:
+        """Copy what the write-ahead log holds into the database file as far as readers
+        allow, without waiting for any lock (``PRAGMA wal_checkpoint(PASSIVE)``); the next
+        writer then starts the log from its beginning. Nothing on PostgreSQL."""
+        if self.dialect != "sqlite":
+            return
+        pooled = self.engine.raw_connection()
+        try:
+            driver = pooled.driver_connection
+            assert driver is not None
+            driver.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        finally:
+            pooled.close()
 
     def writing(self) -> contextlib.AbstractContextManager[object]:
         """Hold it around a write transaction: on SQLite one writer of this process at a time
@@ -195,12 +223,15 @@ def open_database(
     *,
     pool_size: int = POOL_SIZE,
     pool_wait: float = POOL_WAIT_SECONDS,
+    background_checkpoints: bool = False,
 ) -> Database:
     """An engine on ``url`` (see :func:`parse_url`); a SQLite file's directory is created
         private. Connections to a database server are checked before use, so one that comes back is
     used again.
         The pool holds ``pool_size`` connections (and as many overflow ones); a caller waits at most
-        ``pool_wait`` seconds for one (sqlalchemy.exc.TimeoutError after)."""
+        ``pool_wait`` seconds for one (sqlalchemy.exc.TimeoutError after).
+    ``background_checkpoints``: see :attr:`Database.background_checkpoints` (the caller then
+    calls :meth:`Database.checkpoint` every :data:`CHECKPOINT_SECONDS` or so)."""
     u = url if isinstance(url, URL) else parse_url(url)
     kwargs: dict[str, Any] = {
         # a server that went away and came back: checked at every checkout (a round trip);
@@ -227,7 +258,12 @@ def open_database(
     if u.get_backend_name() == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
-    return Database(engine, sessionmaker(engine, expire_on_commit=False), u)
+        if background_checkpoints:
+            event.listen(engine, "connect", _no_autocheckpoint)
+    background = background_checkpoints and u.get_backend_name() == "sqlite"
+    return Database(
+        engine, sessionmaker(engine, expire_on_commit=False), u, background_checkpoints=background
+    )
 
 
 _upgrade_lock = threading.Lock()
