@@ -477,15 +477,17 @@ COST_FACTOR x took)`` after the last answer (compared at N = 1,000 on SQLite).""
 
 async def live_run(
     setup: Setup, i: int, runs: list[tuple[str, float]], t0: float, stop_at: float,
-    stats: Stats, ending: Stats, rng: random.Random, cadence: str = BEAT,
+    stats: Stats, ending: Stats, warming: Stats, rng: random.Random, cadence: str = BEAT,
 ) -> None:  # fmt: skip
     """One slot: its runs in turn, each uploading on its beat (every INTERVAL s) and ending
-    with its final upload; when the step ends (``stop_at``) its live run's final upload is
-    counted in ``ending``, the end-of-step burst, apart from the steady state in ``stats``."""
+    with its final upload. Its first upload, in the INTERVAL before ``t0``, is the whole state
+    of a run the server has not seen (every slot's at once: counted in ``warming``); when the
+    step ends (``stop_at``) its live run's final upload is counted in ``ending``, the
+    end-of-step burst; the steady state between in ``stats``."""
     server = setup.server_for(i)
     team = TEAMS[i % len(TEAMS)]
     phase = rng.uniform(0, INTERVAL)
-    anchor = due = t0 + phase  # due: the beat of the upload to come
+    anchor = due = t0 - INTERVAL + phase  # due: the beat of the upload to come
     await asyncio.sleep(max(0.0, anchor - time.monotonic()))
     k = 0
     run_id, ends = runs[0]
@@ -504,7 +506,7 @@ async def live_run(
             tpl = setup.final if final else setup.live
         else:
             tpl = setup.final_next if final else setup.live_next
-        into = ending if at_end else stats
+        into = ending if at_end else warming if began < t0 else stats
         into.began.add(run_id)
         a = await upload(
             setup, server, team, tpl, run_id, seq, FINAL_TIMEOUT if final else LIVE_TIMEOUT,
@@ -644,11 +646,11 @@ async def slow_client(setup: Setup, i: int, stop: asyncio.Event, stats: Stats) -
 
 
 async def probe(
-    setup: Setup, server: ServerProcess, stop: asyncio.Event, stop_at: float, stats: Stats,
-    ending: Stats,
+    setup: Setup, server: ServerProcess, stop: asyncio.Event, t0: float, stop_at: float,
+    stats: Stats, ending: Stats, warming: Stats,
 ) -> None:  # fmt: skip
     """The runs pages, one a second in turn: the dashboard's HTML and the API's JSON; those
-    asked after ``stop_at`` count in ``ending``."""
+    asked before ``t0`` count in ``warming``, after ``stop_at`` in ``ending``."""
     token = setup.read[TEAMS[0]]
     pages = (("html", "/runs"), ("api", "/api/v1/runs?limit=50"))
     k = 0
@@ -656,7 +658,7 @@ async def probe(
         kind, path = pages[k % 2]
         k += 1
         began = time.monotonic()
-        into = ending if began >= stop_at else stats
+        into = ending if began >= stop_at else warming if began < t0 else stats
         try:
             a = await request(
                 server.port, "GET", path, {"Authorization": f"Bearer {token}"}, timeout=30
@@ -707,6 +709,9 @@ class StepResult:
     end_p99: float
     end_429: int
     end_page_p99: float
+    warm_p99: float
+    """The first uploads: every run's whole state in the INTERVAL before the steady state."""
+    warm_429: int
     events_s: float
     server_cpu: float
     db_cpu: float | None
@@ -735,6 +740,7 @@ def step(setup: Setup, n: int, seconds: float, cadence: str = BEAT) -> StepResul
     m = max(1, round(n * STREAMS_PER_RUN))
     stats = Stats()
     ending = Stats()
+    warming = Stats()
     rng = random.Random(n)
     slots = lives(n, seconds, rng)
     ids = [rid for runs in slots for rid, _ in runs]
@@ -749,14 +755,14 @@ def step(setup: Setup, n: int, seconds: float, cadence: str = BEAT) -> StepResul
             asyncio.create_task(slow_client(setup, i, stop, stats)) for i in range(SLOW_CLIENTS)
         ]
         await asyncio.sleep(min(5.0, 1.0 + m / 100))  # the streams open
-        t0 = time.monotonic()
+        t0 = time.monotonic() + INTERVAL  # after each run's first upload
         stop_at = t0 + seconds
         background += [
-            asyncio.create_task(probe(setup, s, stop, stop_at, stats, ending))
+            asyncio.create_task(probe(setup, s, stop, t0, stop_at, stats, ending, warming))
             for s in setup.servers
         ]
         await asyncio.gather(
-            *(live_run(setup, i, runs, t0, stop_at, stats, ending, rng, cadence)
+            *(live_run(setup, i, runs, t0, stop_at, stats, ending, warming, rng, cadence)
               for i, runs in enumerate(slots))
         )  # fmt: skip
         wall = time.monotonic() - t0
@@ -774,12 +780,12 @@ def step(setup: Setup, n: int, seconds: float, cadence: str = BEAT) -> StepResul
     server_cpu = sum(s.cpu() - c for s, c in zip(setup.servers, cpu0, strict=True)) / wall
     db_cpu = (setup.db_cpu() - db0) / wall if setup.db_cpu and db0 is not None else None
     gen_cpu = (own1.user + own1.system - own0.user - own0.system) / wall
-    began = stats.began | ending.began
+    began = stats.began | ending.began | warming.began
     stored_finals = _stored_finals(setup, began)
-    codes = stats.statuses + ending.statuses
+    codes = stats.statuses + ending.statuses + warming.statuses
     s5xx = sum(v for k, v in codes.items() if k >= 500)
     other = sum(v for k, v in codes.items() if 400 <= k < 500 and k != 429)
-    failures = stats.failures + ending.failures
+    failures = stats.failures + ending.failures + warming.failures
     other += failures["error"] + failures["stream closed"]
     return StepResult(
         n=n, m=m, seconds=seconds, offered_s=n / INTERVAL, stored_s=stats.stored / seconds,
@@ -791,9 +797,10 @@ def step(setup: Setup, n: int, seconds: float, cadence: str = BEAT) -> StepResul
         lost=len(began) - len(stored_finals), end_seconds=wall - seconds,
         end_p99=_p(ending.upload_ms, 0.99), end_429=ending.statuses[429],
         end_page_p99=_p(ending.page_ms["html"] + ending.page_ms["api"], 0.99),
+        warm_p99=_p(warming.upload_ms, 0.99), warm_429=warming.statuses[429],
         events_s=stats.events / wall, server_cpu=server_cpu, db_cpu=db_cpu, gen_cpu=gen_cpu,
         slow=", ".join(f"{k}: {v}" for k, v in sorted(stats.slow_ended.items())) or "–",
-        errors=stats.errors_seen + ending.errors_seen,
+        errors=stats.errors_seen + ending.errors_seen + warming.errors_seen,
     )  # fmt: skip
 
 
@@ -1029,6 +1036,7 @@ def _row(setup: Setup, r: StepResult) -> list[object]:
         setup.name, r.n, r.m, f"{r.offered_s:.1f}", f"{r.stored_s:.1f}", f"{r.upload_p50:.0f}",
         f"{r.upload_p99:.0f}", f"{r.server_p50:.0f}", f"{r.html_p99:.0f}", f"{r.api_p99:.0f}",
         r.s5xx, r.s429, r.timeouts, r.other, f"{r.finals}/{r.runs} ({r.n} + {r.turned})",
+        f"p99 {r.warm_p99:.0f} ms, {r.warm_429} × 429",
         f"{r.n} in {r.end_seconds:.1f} s: p99 {r.end_p99:.0f} ms, {r.end_429} × 429, "
         f"page p99 {r.end_page_p99:.0f} ms",
         f"{r.events_s:.1f}", f"{r.server_cpu:.0%}", "–" if r.db_cpu is None else f"{r.db_cpu:.0%}",
@@ -1039,7 +1047,8 @@ def _row(setup: Setup, r: StepResult) -> list[object]:
 HEADERS = (
     "setup", "N runs", "M streams", "offered/s", "stored/s", "upload p50 ms", "upload p99 ms",
     "server p50 ms", "/runs p99 ms", "/api/v1/runs p99 ms", "5xx", "429", "timeouts",
-    "other errors", "finals stored (runs: N + begun)", "end of step: the last finals", "events/s",
+    "other errors", "finals stored (runs: N + begun)", "first uploads (before the step)",
+    "end of step: the last finals", "events/s",
     "server CPU", "PostgreSQL CPU", "load CPU", "slow clients ended", "verdict",
 )  # fmt: skip
 
@@ -1117,8 +1126,11 @@ def run(quick: bool) -> Section:
             "ones part way through), then sends its final upload and another run begins in its "
             f"place with a whole first upload. M = N/5 event streams; {SLOW_CLIENTS} slow "
             f"clients at {SLOW_BYTES} B/s against `--body-timeout {BODY_TIMEOUT}`; the runs "
-            f"pages once a second per process. {'15' if quick else '60'} s of steady state "
-            "per step, measured; then every run still live ends within one interval (all "
+            f"pages once a second per process. Each step begins with every run's first "
+            f"upload within one interval (the whole state of N runs the server has not seen: "
+            f"a start-up burst, reported apart in *first uploads*), then "
+            f"{'15' if quick else '60'} s of steady state, measured; then every run still "
+            "live ends within one interval (all "
             "N final uploads in about 5 s, a burst far above the steady state's rate of "
             "endings), reported apart in *end of step*. Latencies are round trips of the "
             "uploads the server stored (200), from connecting to the last byte; *server p50* "
