@@ -27,9 +27,7 @@ def _writes(d: Database, transactions: int) -> None:
         conn.execute(text("CREATE TABLE IF NOT EXISTS filler (x BLOB)"))
         conn.commit()
         for _ in range(transactions):
-            conn.execute(
-                text("INSERT INTO filler VALUES (:x)"), [{"x": os.urandom(PAGE)}] * 30
-            )
+            conn.execute(text("INSERT INTO filler VALUES (:x)"), [{"x": os.urandom(PAGE)}] * 30)
             conn.commit()
 
 
