@@ -84,6 +84,7 @@ from computewatch.upload.stream import (
     STREAM_BYTES_PER_SECOND,
     backoff_delay,
     next_beat,
+    next_upload,
 )
 
 PY = sys.executable
@@ -534,12 +535,7 @@ async def live_run(
                     INTERVAL, COST_FACTOR * took, tpl.wire_size / STREAM_BYTES_PER_SECOND
                 )
             else:
-                due = next_beat(
-                    anchor,
-                    max(due + INTERVAL, began + INTERVAL / 2, began + COST_FACTOR * took,
-                        began + tpl.wire_size / STREAM_BYTES_PER_SECOND),
-                    INTERVAL,
-                )  # fmt: skip
+                due = next_upload(anchor, due, began, took, tpl.wire_size, INTERVAL)
             wait = due - time.monotonic()
         elif a is not None and a.status == 429:
             # as the clients do: the live uploader waits the longer of its backoff and what the

@@ -267,13 +267,13 @@ def create_app(
                 await asyncio.sleep(PRUNE_SECONDS)
 
         async def checkpoints() -> None:  # SQLite's, off the loop (Database.checkpoint)
-            while True:
+            while db.background_checkpoints:
                 await asyncio.sleep(CHECKPOINT_SECONDS)
                 with contextlib.suppress(Exception):  # locked or away: next time
                     await asyncio.to_thread(db.checkpoint)
 
         task = asyncio.create_task(prune())
-        checkpointer = asyncio.create_task(checkpoints()) if db.background_checkpoints else None
+        checkpointer = asyncio.create_task(checkpoints())
         upkeep = asyncio.create_task(governance_api.maintain(db))  # the ledger's upkeep
         logging_task = asyncio.create_task(access_log.run())
         try:
@@ -282,12 +282,8 @@ def create_app(
             task.cancel()
             upkeep.cancel()
             logging_task.cancel()  # writes what is queued, then ends
-            if checkpointer is not None:
-                checkpointer.cancel()
-            await asyncio.gather(
-                task, upkeep, logging_task, *([checkpointer] if checkpointer else []),
-                return_exceptions=True,
-            )  # fmt: skip
+            checkpointer.cancel()
+            await asyncio.gather(task, upkeep, logging_task, checkpointer, return_exceptions=True)
             # Their database work runs in the loop's default executor (asyncio.to_thread), which
             # a cancel does not stop: let it finish before the pool is disposed.
             await asyncio.get_running_loop().shutdown_default_executor()

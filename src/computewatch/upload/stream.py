@@ -49,6 +49,7 @@ __all__ = [
     "LiveUploader",
     "backoff_delay",
     "next_beat",
+    "next_upload",
 ]
 
 FINAL_DEADLINE = 2.0
@@ -66,6 +67,25 @@ _REQUEST_TIMEOUT = 10.0
 def next_beat(anchor: float, after: float, interval: float) -> float:
     """The first ``anchor + k * interval`` (k a whole number) at or after ``after``."""
     return anchor + math.ceil((after - anchor) / interval - 1e-9) * interval
+
+
+def next_upload(
+    anchor: float, due: float, began: float, took: float, sent: int, interval: float
+) -> float:
+    """When the upload after one answered (begun at ``began`` for the beat ``due``, taking
+    ``took`` seconds, ``sent`` bytes) goes: the first beat of ``anchor`` after ``due`` at which
+    it has waited ten times its time and averaged :data:`STREAM_BYTES_PER_SECOND`, and at least
+    half an interval after ``began`` (back on the beat after a backoff)."""
+    return next_beat(
+        anchor,
+        max(
+            due + interval,
+            began + interval / 2,
+            began + _COST_FACTOR * took,
+            began + sent / STREAM_BYTES_PER_SECOND,
+        ),
+        interval,
+    )
 
 
 def backoff_delay(
@@ -213,16 +233,7 @@ class LiveUploader:
                 failures = 0
                 self.uploads += 1
                 self.bytes_sent += sent
-                due = next_beat(
-                    anchor,
-                    max(
-                        due + interval,
-                        began + interval / 2,  # back on the beat after a backoff
-                        began + _COST_FACTOR * (time.monotonic() - began),
-                        began + sent / STREAM_BYTES_PER_SECOND,
-                    ),
-                    interval,
-                )
+                due = next_upload(anchor, due, began, time.monotonic() - began, sent, interval)
                 wait = max(0.0, due - time.monotonic())
         except Exception:  # never the job's problem; the final upload still tries
             self.failures += 1
