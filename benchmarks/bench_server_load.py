@@ -46,6 +46,8 @@ PostgreSQL with zero 5xx, p99 upload ≤ 250 ms, p99 runs page ≤ 300 ms; the 6
 uploads all stored; the 50 copies stored once with the highest seq.
 
     python benchmarks/bench_server_load.py [--quick]    # --quick: N = 10, 20; 15 s steps
+
+``COMPUTEWATCH_BENCH_LOAD_SETUPS=postgresql`` (or ``sqlite``) measures one configuration alone.
 """
 
 from __future__ import annotations
@@ -1097,6 +1099,16 @@ def configuration(
             pg.close()
 
 
+TARGETS = {"sqlite": (1000, 200), "postgresql": (2000, 400)}
+"""The target (runs, streams) of each configuration."""
+SETUPS = [
+    k.strip()
+    for k in os.environ.get("COMPUTEWATCH_BENCH_LOAD_SETUPS", "sqlite,postgresql").split(",")
+    if k.strip() in TARGETS
+]
+"""The configurations measured (``COMPUTEWATCH_BENCH_LOAD_SETUPS``: both by default)."""
+
+
 def run(quick: bool) -> Section:
     section = Section("Server under load: live runs, event streams, slow clients, to the knee")
     tmp = Path(tempfile.mkdtemp(prefix="cw-bench-load-"))
@@ -1135,10 +1147,12 @@ def run(quick: bool) -> Section:
             "",
         )
         results: list[tuple[Setup, list[StepResult], dict[str, Any], str]] = []
-        for kind in ("sqlite", "postgresql"):
+        targets: list[tuple[int, int]] = []
+        for kind in SETUPS:
             setup, steps, burst, note = configuration(kind, quick, live, final, keys, tmp)
             assert setup is not None
             results.append((setup, steps, burst, note))
+            targets.append(TARGETS[kind])
         section.table(HEADERS, [_row(s, r) for s, steps, _, _ in results for r in steps])
         section.add(
             "Databases: " + "; ".join(f"{s.name}: {note}" for s, _, _, note in results) + ".",
@@ -1194,9 +1208,7 @@ def run(quick: bool) -> Section:
             )
             section.table(("frame", "share of GIL time"), _watched(frames, total))
             section.table(("computewatch frame (inclusive)", "share"), _top_own(frames, total))
-        for (setup, steps, burst, _), (n, m) in zip(
-            results, ((1000, 200), (2000, 400)), strict=True
-        ):
+        for (setup, steps, burst, _), (n, m) in zip(results, targets, strict=True):
             at = [r for r in steps if r.n == n]
             if quick or not at:
                 section.target(f"{setup.name}: {n:,} runs + {m} streams", "not run", None)

@@ -177,52 +177,55 @@ def test_uploads_being_parsed_count_against_the_queue_at_arrival_slow_bodies_do_
 
 
 def test_the_queue_holds_no_more_than_the_writer_takes_in_the_longest_wait() -> None:
-    """Uploads wait no longer than MAX_WAIT at the recent pace of the turns: after turns of at
-    least 0.3 s, a queue bounded at 32 by count takes at most 3 waiting uploads for a 1 s wait
-    (a count-only bound let 32 wait behind slow turns, longer than their clients waited)."""
+    """Uploads wait no longer than MAX_WAIT at the recent pace of the writer: after a group of
+    one took 0.3 s (a pace of 0.6 s an upload: it waited for the group, then for its own), a
+    queue bounded at 32 by count takes at most 3 waiting uploads for a 1 s wait (a count-only
+    bound let 32 wait behind slow turns, longer than their clients waited)."""
     import asyncio  # the scenario runs on its own event loop
     from types import SimpleNamespace  # a stand-in request (is_disconnected, url)
 
-    from computewatch.server.admission import Admission, Overloaded  # with the asyncio above
+    from computewatch.server.admission import Admission, GroupWriter, Overloaded
 
-    async def scenario() -> tuple[int, float]:
+    release = threading.Event()
+    calls = 0
+
+    def store(items: Any) -> list[int]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            time.sleep(0.3)
+        elif calls == 2:
+            release.wait(10)  # the turn the others queue behind
+        return list(items)
+
+    async def scenario() -> tuple[int, float, int]:
         admission = Admission(1, 32, max_wait=1.0)
+        writer: GroupWriter[int, int] = GroupWriter(admission, store)
 
         async def connected() -> bool:
             return False
 
         request: Any = SimpleNamespace(is_disconnected=connected, url=SimpleNamespace(path="/"))
-        async with admission.turn(request):
-            await asyncio.sleep(0.3)
-        release = asyncio.Event()
-
-        async def hold() -> None:
-            async with admission.turn(request):
-                await release.wait()
-
-        async def wait_turn() -> None:
-            async with admission.turn(request):
-                pass
-
-        holder = asyncio.create_task(hold())
-        await asyncio.sleep(0)
+        await writer.submit(request, 0)
+        holder = asyncio.create_task(writer.submit(request, 1))
+        while admission.storing == 0:
+            await asyncio.sleep(0.01)
         waiters = []
         refused = 0
-        for _ in range(40):
+        for i in range(40):
             if admission.full():
                 with pytest.raises(Overloaded):
-                    async with admission.turn(request):
-                        pass
+                    await writer.submit(request, 100)
                 refused += 1
                 break
-            waiters.append(asyncio.create_task(wait_turn()))
+            waiters.append(asyncio.create_task(writer.submit(request, 2 + i)))
             await asyncio.sleep(0)
         waiting, pace = admission.waiting, admission.pace
         release.set()
         await asyncio.gather(holder, *waiters)
-        assert refused == 1
-        return waiting, pace
+        return waiting, pace, refused
 
-    waiting, pace = asyncio.run(scenario())
+    waiting, pace, refused = asyncio.run(scenario())
+    assert refused == 1
     assert pace >= 0.3
     assert 1 <= waiting <= 3, waiting

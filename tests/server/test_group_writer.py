@@ -1,7 +1,9 @@
-"""The SQLite writer stores the uploads waiting for it together (one transaction, each upload in
-a savepoint of its own): each upload's fate is what it would have been alone, one refused leaves
-the others stored, a group the database refuses as a whole is stored one by one, and uploads
-that wait while a group is stored form the next one."""
+"""A server process's writer stores the uploads waiting for it together (one transaction, each
+upload in a savepoint of its own), on SQLite and on PostgreSQL: each upload's fate is what it
+would have been alone, one refused leaves the others stored, a group the database refuses as a
+whole is stored one by one, and uploads that wait while a group is stored form the next one. On
+PostgreSQL two processes' groups over the same runs wait for each other instead of
+deadlocking, and the uploads that end a run are stored last in their group."""
 
 from __future__ import annotations
 
@@ -55,7 +57,17 @@ def _stored(d: Database) -> dict[str, int]:
         return {r.id: r.seq for r in s.scalars(select(Run))}
 
 
-def test_a_group_stores_each_upload_as_it_would_be_alone(database: Database) -> None:
+@pytest.fixture
+def either(db_url: str) -> Iterator[Database]:
+    """A fresh server database on SQLite, then on PostgreSQL."""
+    d = open_database(db_url)
+    upgrade(d)
+    yield d
+    d.dispose()
+
+
+def test_a_group_stores_each_upload_as_it_would_be_alone(either: Database) -> None:
+    database = either
     with database.session() as s:
         store_batch(s, "a", batch(synthetic_upload(id="held", seq=1)))
         before = size(s)
@@ -79,8 +91,9 @@ def test_a_group_stores_each_upload_as_it_would_be_alone(database: Database) -> 
 
 
 def test_a_group_refused_as_a_whole_is_stored_one_by_one(
-    database: Database, monkeypatch: pytest.MonkeyPatch
+    either: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    database = either
     real = ingest.store_group
 
     def locked_for_groups(session: Any, uploads: Sequence[Upload], **kw: Any) -> Any:
@@ -99,6 +112,77 @@ def test_a_group_refused_as_a_whole_is_stored_one_by_one(
     assert isinstance(outcomes[1], SignatureRefused)
     assert outcomes[2] == [{"id": "three", "seq": 1, "stored": True}]
     assert _stored(database) == {"one": 1, "three": 1}
+
+
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_a_group_stores_the_uploads_that_end_a_run_last_and_answers_in_order(
+    either: Database,
+) -> None:
+    """On PostgreSQL a run's final upload takes the ledger's lock (its entry) until the
+    group's commit: stored last, the other processes wait for it the least. The outcomes still
+    come in the order of the uploads."""
+    seen: list[str] = []
+
+    def hook(session: Any, team: str, run: RunUpload, signature: Any) -> None:
+        seen.append(run["id"])
+        governance_service.on_run_stored(session, team, run, signature)
+
+    uploads = [
+        Upload("a", batch(synthetic_upload(id="ends", seq=1))),  # final
+        Upload("a", batch(synthetic_upload(id="goes-on", seq=1, final=False))),
+        Upload("a", batch(synthetic_upload(id="ends-too", seq=1))),
+        Upload("a", batch(synthetic_upload(id="goes-on-too", seq=1, final=False))),
+    ]
+    with either.session() as s:
+        before = size(s)
+        outcomes = store_group(s, uploads, on_run=hook)
+    assert seen == ["goes-on", "goes-on-too", "ends", "ends-too"]
+    assert [o[0]["id"] for o in outcomes if isinstance(o, list)] == [
+        "ends", "goes-on", "ends-too", "goes-on-too"
+    ]  # fmt: skip
+    with either.session() as s:
+        assert size(s) == before + 2  # the two finals' ledger entries
+
+
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_two_processes_groups_over_the_same_runs_do_not_deadlock(db_url: str) -> None:
+    """Two server processes' groups name the same two runs in opposite orders, and each
+    pauses after its first upload as if the other had come in between: each group takes its
+    runs' locks in one global order before it stores anything, so the second waits for the
+    first and both are stored (locking run by run, each held one run the other needed next,
+    and PostgreSQL ended one of them as a deadlock)."""
+    one, two = open_database(db_url), open_database(db_url)
+    upgrade(one)
+    try:
+        with one.session() as s:
+            store_batch(s, "a", batch(synthetic_upload(id="x", seq=1, final=False)))
+            store_batch(s, "a", batch(synthetic_upload(id="y", seq=1, final=False)))
+        first_stored = {"one": threading.Event(), "two": threading.Event()}
+
+        def group(d: Database, me: str, other: str, order: list[str], seq: int) -> Any:
+            calls = 0
+
+            def hook(session: Any, team: str, run: RunUpload, signature: Any) -> None:
+                nonlocal calls
+                governance_service.on_run_stored(session, team, run, signature)
+                calls += 1
+                if calls == 1:
+                    first_stored[me].set()
+                    first_stored[other].wait(2)  # the other group's turn, if it can take it
+
+            ups = [Upload("a", batch(synthetic_upload(id=i, seq=seq, final=False))) for i in order]
+            with d.session() as s:
+                return store_group(s, ups, on_run=hook)
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            a = pool.submit(group, one, "one", "two", ["x", "y"], 2)
+            b = pool.submit(group, two, "two", "one", ["y", "x"], 3)
+            outcomes = [a.result(60), b.result(60)]
+        assert all(isinstance(o, list) for out in outcomes for o in out), outcomes
+        assert _stored(one) == {"x": 3, "y": 3}
+    finally:
+        one.dispose()
+        two.dispose()
 
 
 def _request(gone: bool = False) -> Any:
@@ -161,7 +245,6 @@ def test_a_group_whose_store_fails_answers_each_upload_with_the_error() -> None:
     assert all(isinstance(e, OperationalError) for e in out), out
 
 
-@pytest.mark.parametrize("db", ["sqlite"], indirect=True)
 def test_concurrent_uploads_with_one_refused_all_answered_as_alone(
     server: Callable[..., Any], make_upload: Callable[..., RunUpload], make_batch: Any
 ) -> None:

@@ -2,7 +2,7 @@
 so at once (429 with ``Retry-After``) instead of queueing without limit and storing, long after,
 uploads whose clients gave up waiting.
 
-On SQLite one upload is written at a time (one writer); on PostgreSQL a few per process. At most
+Each server process has one writer, which stores a group of uploads at a time. At most
 ``queue`` more wait for their turn, and no more than the writers get through in
 :data:`MAX_WAIT_SECONDS` at the pace of the recent turns: one more is refused at once. A queue
 bounded by count alone let uploads wait longer than their clients do (a live upload gives up
@@ -11,20 +11,20 @@ for while every client timed out, and almost nothing got through. An upload whos
 away while it waited is dropped when its turn comes (nobody would receive the answer, and the
 client sends it again).
 
-On SQLite the one writer stores the uploads that wait for it together (:class:`GroupWriter`):
-each turn takes every upload waiting (up to a group's bound) and stores them in one transaction,
-each in a savepoint of its own, so that the commit and the hand-over to the writer's thread are
-paid once per group, and a queue that grows under load drains faster rather than slower.
+The writer stores the uploads that wait for it together (:class:`GroupWriter`): each turn takes
+every upload waiting (up to a group's bound) and stores them in one transaction, each in a
+savepoint of its own, so that the commit and the hand-over to the writer's thread (on
+PostgreSQL also a connection's check-out and its ping) are paid once per group, and a queue
+that grows under load drains faster rather than slower.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Generic, TypeVar
 
@@ -87,7 +87,7 @@ class Admission:
         self.dropped = 0
         """Uploads dropped because their client left while they waited."""
         self.storing = 0
-        """Uploads being stored now (a turn each; on SQLite a whole group in one turn)."""
+        """Uploads being stored now (a group in the writer's turn, or one in a turn of its own)."""
         self.in_flight = 0
         """Uploads whose bodies have arrived, from then to their answer (being parsed, waiting,
         being stored; counted by the ingest route): an upload waits for every one ahead of it,
@@ -134,30 +134,6 @@ class Admission:
             self.refused += 1
             raise Overloaded(self.busy_message())
 
-    @contextlib.asynccontextmanager
-    async def turn(self, request: Request) -> AsyncIterator[None]:
-        """Wait for this upload's turn; :class:`Overloaded` at once when the queue is full,
-        :class:`ClientGone` when its client left meanwhile."""
-        self.refuse_if_full()
-        self._waiting += 1
-        try:
-            await self._turns.acquire()
-        finally:
-            self._waiting -= 1
-        began = time.monotonic()
-        try:
-            if await request.is_disconnected():
-                self.dropped += 1
-                raise ClientGone(f"the client of {request.url.path} went away while it waited")
-            self.storing += 1
-            try:
-                yield
-            finally:
-                self.storing -= 1
-            self._paced(time.monotonic() - began)
-        finally:
-            self._turns.release()
-
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -171,12 +147,12 @@ class _Waiting(Generic[T, R]):
 
 
 class GroupWriter(Generic[T, R]):
-    """The one writer of a SQLite database, storing the uploads waiting for it together.
+    """A server process's one writer, storing the uploads waiting for it together.
 
     ``store`` (called in the writer's own thread) stores a group of items in order and returns
     one outcome per item; a group is every upload waiting when the writer's turn begins, up to
-    ``max_group``. Admission is the same as :meth:`Admission.turn`'s: refused at once
-    (:class:`Overloaded`) past the queue's bound; an upload whose client left while it waited
+    ``max_group``. Refused at once (:class:`Overloaded`) past the admission's bound
+    (:meth:`Admission.refuse_if_full`); an upload whose client left while it waited
     is dropped (:class:`ClientGone`) when its group is formed. The pace (the admission's bound
     on the queue) is twice a turn's duration per upload stored (see :meth:`_drain`)."""
 

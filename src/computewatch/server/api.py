@@ -275,13 +275,13 @@ async def ingest(
         return _mismatch_response(batch["protocol"]) or batch
 
     require_signed = bool(getattr(request.app.state, "require_signed", False))
-    # The body is decoded and validated before the upload takes its turn, so that the turn (on
-    # SQLite the one writer) holds only the database work; uploads wait their turn here, on the
+    # The body is decoded and validated before the upload takes its turn, so that the turn (the
+    # process's one writer) holds only the database work; uploads wait their turn here, on the
     # event loop, rather than each in a worker thread of the pool that reads and authentication
     # need too; past the queue's bound the server says it is busy at once
-    # (computewatch.server.admission). On SQLite the uploads waiting for the one writer are
-    # stored together, one transaction for the group, on the event loop when nothing has to be
-    # waited for (_store_group_now).
+    # (computewatch.server.admission). The uploads waiting for the writer are stored together,
+    # one transaction for the group; on SQLite on the event loop when nothing has to be waited
+    # for (_store_group_now).
     admission = _admission(request, db)
     admission.in_flight += 1  # from its body's arrival to its answer (Admission.crowded)
     try:
@@ -289,22 +289,18 @@ async def ingest(
         if isinstance(parsed, JSONResponse):
             return parsed
         upload = Upload(principal.team, parsed, require_signed)
-        writer = _group_writer(request, db)
-        if writer is not None:
-            outcome = await writer.submit(request, upload)
-            if isinstance(outcome, IntegrityError):  # stored again alone, with its retries
-                return await run_in_threadpool(_store_alone, db, upload)
-            return _stored_response(outcome)
-        async with admission.turn(request):
+        outcome = await _group_writer(request, db).submit(request, upload)
+        if isinstance(outcome, IntegrityError):  # stored again alone, with its retries
             return await run_in_threadpool(_store_alone, db, upload)
+        return _stored_response(outcome)
     finally:
         admission.in_flight -= 1
 
 
 def _store_alone(db: Database, upload: Upload) -> JSONResponse:
-    """``upload`` stored in a transaction of its own (PostgreSQL; SQLite when its group could
-    not be stored together), retried where another process inserted one of its runs meanwhile
-    (it is then stored as an update, or answered stored: false)."""
+    """``upload`` stored in a transaction of its own (when its group met a constraint), retried
+    where another process inserted one of its runs meanwhile (it is then stored as an update,
+    or answered stored: false)."""
     for attempt in range(INGEST_RETRIES):
         with db.writing(), db.session() as session:
             try:
@@ -327,8 +323,9 @@ def _store_alone(db: Database, upload: Upload) -> JSONResponse:
 
 def _store_group(db: Database, uploads: Sequence[Upload]) -> list[Outcome]:
     """A group of uploads stored in one transaction (:func:`store_group`); when the group as a
-    whole fails (the database locked by another process, or gone), each is stored alone, so
-    that one upload's fate is what it would have been alone."""
+    whole fails (the database locked by another process, a deadlock with another process's
+    group on PostgreSQL, or the database gone), each is stored alone, so that one upload's fate
+    is what it would have been alone."""
     try:
         with db.writing(), db.session() as session:
             return store_group(session, uploads, on_run=governance_service.on_run_stored)
@@ -348,14 +345,15 @@ def _store_group(db: Database, uploads: Sequence[Upload]) -> list[Outcome]:
 
 
 def _store_group_now(db: Database, uploads: Sequence[Upload]) -> list[Outcome] | None:
-    """A group stored on the event loop, in one transaction, when nothing has to be waited for:
-    the writer's turn free, an idle connection in the pool and SQLite's write lock not held by
-    another process (taken without waiting); else None, nothing written, and the group goes to
-    the writer's thread (:func:`_store_group`), which waits for them. On the loop the group's
-    work runs at once and without a hand-over of the interpreter's lock per statement: in the
-    writer's thread, each SQLite call gave the lock up and waited for it back from a loop busy
-    with hundreds of connections (turns of hundreds of milliseconds for 2 ms of work). Any
-    failure leaves the group to the thread too, which stores each upload alone if need be."""
+    """A group stored on the event loop, in one transaction, when nothing has to be waited for
+    (SQLite): the writer's turn free, an idle connection in the pool and SQLite's write lock
+    not held by another process (taken without waiting); else None, nothing written, and the
+    group goes to the writer's thread (:func:`_store_group`), which waits for them. On the loop
+    the group's work runs at once and without a hand-over of the interpreter's lock per
+    statement: in the writer's thread, each SQLite call gave the lock up and waited for it back
+    from a loop busy with hundreds of connections (turns of hundreds of milliseconds for 2 ms
+    of work). Any failure leaves the group to the thread too, which stores each upload alone if
+    need be."""
     if not db.connection_free():
         return None
     with db.writing_now() as mine:
@@ -393,9 +391,13 @@ def _stored_response(outcome: Outcome) -> JSONResponse:
     return JSONResponse(doc, headers={PROTOCOL_HEADER: str(PROTOCOL_VERSION)})
 
 
-INGEST_CONCURRENCY: Final = {"sqlite": 1, "postgresql": 8}
-"""Uploads stored at once per server process: SQLite has one writer (Database.writing); on
-PostgreSQL a share of the connection pool."""
+INGEST_CONCURRENCY: Final = 1
+"""Groups of uploads stored at once per server process (its one writer, GroupWriter). On
+PostgreSQL each upload was stored in a transaction of its own, eight at a time per process: per
+upload a worker thread, a connection checked out and pinged, a commit (an fsync), and for a
+run's final upload the ledger's lock held from its entry to that commit, so the processes'
+uploads ended one at a time; storing each process's waiting uploads together pays these once
+per group."""
 
 
 def _admission(request: Request, db: Database) -> Admission:
@@ -406,16 +408,17 @@ def _admission(request: Request, db: Database) -> Admission:
     )
     if made is None or made[0] is not loop:
         queue = int(getattr(request.app.state, "max_queued_uploads", DEFAULT_MAX_QUEUED_UPLOADS))
-        made = (loop, Admission(INGEST_CONCURRENCY.get(db.dialect, 1), queue))
+        made = (loop, Admission(INGEST_CONCURRENCY, queue))
         request.app.state.admission = made
     return made[1]
 
 
-def _group_writer(request: Request, db: Database) -> GroupWriter[Upload, Outcome] | None:
-    """The app's group writer on SQLite (made on the event loop that serves it); None on
-    PostgreSQL, where a few uploads are stored at once, each in its own transaction."""
-    if db.dialect != "sqlite":
-        return None
+def _group_writer(request: Request, db: Database) -> GroupWriter[Upload, Outcome]:
+    """The app's group writer (made on the event loop that serves it): one per server process,
+    storing the uploads that wait for it together, in one transaction per group; on SQLite on
+    the event loop itself when nothing has to be waited for (:func:`_store_group_now`), on
+    PostgreSQL always in the writer's thread (a statement there waits on the network and, for
+    another process's locks, on it)."""
     loop = asyncio.get_running_loop()
     made: tuple[asyncio.AbstractEventLoop, GroupWriter[Upload, Outcome]] | None = getattr(
         request.app.state, "group_writer", None
@@ -428,7 +431,11 @@ def _group_writer(request: Request, db: Database) -> GroupWriter[Upload, Outcome
         def store_now(uploads: Sequence[Upload]) -> list[Outcome] | None:
             return _store_group_now(db, uploads)
 
-        made = (loop, GroupWriter(_admission(request, db), store, store_now=store_now))
+        # on PostgreSQL never on the loop: a statement there is a round trip, and a server
+        # that stops answering (or another process's lock) would stall every request
+        now = store_now if db.dialect == "sqlite" else None
+        writer = GroupWriter(_admission(request, db), store, store_now=now)
+        made = (loop, writer)
         request.app.state.group_writer = made
     return made[1]
 

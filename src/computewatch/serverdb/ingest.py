@@ -372,6 +372,7 @@ _UPDATE_DOC = update(_DOCS).where(_DOCS.c.run_id == bindparam("b_run_id"))
 _DELETE_TAGS = delete(_TAGS).where(_TAGS.c.run_id == bindparam("b_run_id"))
 _INSERT_TAGS = insert(_TAGS)
 _INSERT_CHANGE = insert(_CHANGES)
+_INSERT_CHANGE_ID = insert(_CHANGES).returning(_CHANGES.c.id)
 
 
 def store_batch(
@@ -428,22 +429,39 @@ def store_group(
     on_run: RunHook | None = None,
     wait: bool = True,
 ) -> list[Outcome]:
-    """Store ``uploads`` on SQLite in one transaction, in order, each as :func:`store_batch`
-    would store it alone: each in a savepoint of its own, so that one refused (an exception of
-    :data:`REFUSALS`, returned in its place) leaves the others stored, and one commit for all.
-    Uploads that wait for the one writer are so stored together: the commit, the BEGIN and the
-    hand-over to the writer's thread are paid once per group, not per upload. Any other
-    exception (the database locked or gone) rolls everything back and is raised: the caller
-    then stores each alone, as before. ``wait=False``: SQLite's write lock is taken without
-    waiting for another process that holds it (``database is locked`` at once, nothing
-    written)."""
-    conn = session.connection(
-        execution_options={SQLITE_BEGIN: "IMMEDIATE" if wait else "IMMEDIATE_NOWAIT"}
-    )
-    out: list[Outcome] = []
+    """Store ``uploads`` in one transaction, each as :func:`store_batch` would store it alone:
+    each in a savepoint of its own, so that one refused (an exception of :data:`REFUSALS`,
+    returned in its place) leaves the others stored, and one commit for all. The outcomes come
+    in the order of ``uploads``. Uploads that wait for the server's writer are so stored
+    together: the commit, the BEGIN and the hand-over to the writer's thread are paid once per
+    group, not per upload. Any other exception (the database locked or gone, on PostgreSQL a
+    deadlock with another process) rolls everything back and is raised: the caller then stores
+    each alone, as before.
+
+    On SQLite, ``wait=False`` takes the write lock without waiting for another process that
+    holds it (``database is locked`` at once, nothing written). On PostgreSQL the group first
+    takes the lock of every run it holds, in one global order (as :func:`store_batch` does for
+    one batch), so that two processes' groups wait for each other instead of deadlocking; the
+    uploads that end a run are stored last, so that the ledger's lock (taken by a run's final
+    upload, to append its entry) is held from the end of the group's work to its commit rather
+    than from its start: the other processes' groups wait for it that much less."""
+    postgres = session.get_bind().dialect.name == "postgresql"
+    if postgres:
+        conn = session.connection()
+        ids = [r["id"] for u in uploads for r in u.batch["runs"]]
+        if ids:
+            _lock_run_ids(session, ids)
+        order = sorted(range(len(uploads)), key=lambda i: _ends_a_run(uploads[i]))
+    else:
+        conn = session.connection(
+            execution_options={SQLITE_BEGIN: "IMMEDIATE" if wait else "IMMEDIATE_NOWAIT"}
+        )
+        order = list(range(len(uploads)))
+    out: list[Outcome | None] = [None] * len(uploads)
     alone = len(uploads) == 1  # its transaction is its savepoint
     try:
-        for upload in uploads:
+        for i in order:
+            upload = uploads[i]
             if not alone:
                 session.flush()  # what earlier uploads left pending, before the savepoint
                 prepared.savepoint(conn, "begin")
@@ -454,7 +472,8 @@ def store_group(
                     upload.batch,
                     upload.require_signed,
                     on_run,
-                    postgres=False,
+                    postgres=postgres,
+                    locked=True,
                 )
             except REFUSALS as e:
                 if alone:
@@ -465,16 +484,20 @@ def store_group(
                 # its objects are gone from the database: out of the session too (the earlier
                 # uploads' were flushed before its savepoint, so nothing of theirs is lost)
                 session.expunge_all()
-                out.append(e)
+                out[i] = e
                 continue
             if not alone:
                 prepared.savepoint(conn, "release")
-            out.append(stored)
+            out[i] = stored
         session.commit()
     except BaseException:
         session.rollback()
         raise
-    return out
+    return [o for o in out if o is not None]
+
+
+def _ends_a_run(upload: Upload) -> bool:
+    return any(r["final"] for r in upload.batch["runs"])
 
 
 def _store_runs(
@@ -484,11 +507,13 @@ def _store_runs(
     require_signed: bool,
     on_run: RunHook | None,
     postgres: bool,
+    locked: bool = False,
 ) -> list[IngestResult]:
-    """The runs of ``batch`` written in the session's transaction (not committed)."""
+    """The runs of ``batch`` written in the session's transaction (not committed); ``locked``:
+    on PostgreSQL the caller holds its runs' locks already (:func:`store_group`)."""
     now = time.time()
     results: list[IngestResult] = []
-    if postgres and batch["runs"]:
+    if postgres and not locked and batch["runs"]:
         _lock_run_ids(session, [r["id"] for r in batch["runs"]])
     conn = session.connection()
     for run in batch["runs"]:
@@ -538,7 +563,7 @@ def _store_runs(
             "at": now,
         }
         if postgres:  # the NOTIFY below carries the change's id
-            change_id = conn.execute(_INSERT_CHANGE, change).inserted_primary_key
+            change_id = prepared.first(conn, _INSERT_CHANGE_ID, change)
         else:
             prepared.execute(conn, _INSERT_CHANGE, change)
         record_signature(session, rid, signature)
