@@ -493,7 +493,7 @@ def store_group(
     except BaseException:
         session.rollback()
         raise
-    return [o for o in out if o is not None]
+    return cast(list[Outcome], out)  # every upload has its outcome
 
 
 def _ends_a_run(upload: Upload) -> bool:

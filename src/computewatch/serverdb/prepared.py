@@ -9,8 +9,9 @@ which prepares a statement on the server once it has run a few times) in the tra
 session began (the same connection); values go through the column types' own bind processors
 (JSON as the engine writes it), and the driver's errors are raised as SQLAlchemy's
 (``IntegrityError``, ``DataError``, ``OperationalError``), as a statement run by SQLAlchemy
-raises them. On PostgreSQL, SQLAlchemy's execution was about two thirds of an upload's
-database work in the server's profile (4.9 ms of CPU an upload, with psycopg's own).
+raises them. On PostgreSQL this took an upload's database CPU in the server's writer thread
+from 4.9 to 4.0 ms under load. The server runs on these two drivers only
+(computewatch.serverdb.engine.parse_url).
 
 Selects read here return plain values: only columns whose type converts nothing on the way out
 (strings, numbers) are allowed, checked when a statement is compiled.
@@ -21,12 +22,12 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Connection, CursorResult, Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.sql import ClauseElement, Executable
+from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 __all__ = ["execute", "first", "read_first", "savepoint", "scalar"]
@@ -82,13 +83,19 @@ def _args(made: _Compiled, params: Params) -> tuple[Any, ...]:
     )
 
 
-def _pg_args(made: _Compiled, params: Params) -> dict[str, Any]:
-    if made.given:
-        params = {**made.given, **params}
-    return {
-        n: params[n] if p is None else p(params[n])
-        for n, p in zip(made.names, made.processors, strict=True)
-    }
+def _named(made: _Compiled, params: Params) -> dict[str, Any]:
+    """:func:`_args` by name (psycopg's ``%(name)s``)."""
+    return dict(zip(made.names, _args(made, params), strict=True))
+
+
+def _prepare(
+    conn: Connection, stmt: ClauseElement, params: Params | Sequence[Params]
+) -> tuple[_Compiled, Sequence[Params], bool]:
+    """``stmt`` compiled for the keys of ``params``, its rows of parameters, and whether there
+    are several (``executemany``)."""
+    many = not isinstance(params, Mapping)
+    rows: Sequence[Params] = params if many else [params]  # type: ignore[list-item,assignment]
+    return _compiled(stmt, conn.dialect, tuple(rows[0]) if rows else None), rows, many
 
 
 def _pg_run(conn: Connection, stmt: ClauseElement, params: Params | Sequence[Params]) -> Any:
@@ -96,17 +103,15 @@ def _pg_run(conn: Connection, stmt: ClauseElement, params: Params | Sequence[Par
     rows to be read (the caller closes it)."""
     import psycopg  # the PostgreSQL driver: there when the dialect is
 
-    many = not isinstance(params, Mapping)
-    rows: Sequence[Params] = params if many else [params]  # type: ignore[list-item,assignment]
-    made = _compiled(stmt, conn.dialect, tuple(rows[0]) if rows else None)
+    made, rows, many = _prepare(conn, stmt, params)
     raw = conn.connection.driver_connection
     assert raw is not None
     cur = raw.cursor()
     try:
         if many:
-            cur.executemany(made.sql, [_pg_args(made, r) for r in rows])
+            cur.executemany(made.sql, [_named(made, r) for r in rows])
         else:
-            cur.execute(made.sql, _pg_args(made, rows[0]))
+            cur.execute(made.sql, _named(made, rows[0]))
     except psycopg.Error as e:
         cur.close()
         raise DBAPIError.instance(made.sql, None, e, psycopg.Error) from e
@@ -132,9 +137,7 @@ def _sql(raw: sqlite3.Connection, sql: str, args: Any = (), many: bool = False) 
 def _run(
     conn: Connection, stmt: ClauseElement, params: Params | Sequence[Params]
 ) -> sqlite3.Cursor:
-    many = not isinstance(params, Mapping)
-    rows: Sequence[Params] = params if many else [params]  # type: ignore[list-item,assignment]
-    made = _compiled(stmt, conn.dialect, tuple(rows[0]) if rows else None)
+    made, rows, many = _prepare(conn, stmt, params)
     raw = _driver(conn.connection)
     if many:
         return _sql(raw, made.sql, [_args(made, r) for r in rows], many=True)
@@ -145,22 +148,15 @@ def _fast(conn: Connection) -> bool:
     return conn.dialect.name == "sqlite"
 
 
-def _psycopg(conn: Connection) -> bool:
-    return conn.dialect.driver == "psycopg"
-
-
 def execute(conn: Connection, stmt: ClauseElement, params: Params | Sequence[Params]) -> int:
     """Run ``stmt`` with ``params`` (one set, or a list for each row); the rows it changed."""
     if _fast(conn):
         return _run(conn, stmt, params).rowcount
-    if _psycopg(conn):
-        cur = _pg_run(conn, stmt, params)
-        try:
-            return int(cur.rowcount)
-        finally:
-            cur.close()
-    result = conn.execute(cast(Executable, stmt), params)
-    return result.rowcount if isinstance(result, CursorResult) else -1
+    cur = _pg_run(conn, stmt, params)
+    try:
+        return int(cur.rowcount)
+    finally:
+        cur.close()
 
 
 def first(conn: Connection, stmt: ClauseElement, params: Params) -> tuple[Any, ...] | None:
@@ -168,15 +164,12 @@ def first(conn: Connection, stmt: ClauseElement, params: Params) -> tuple[Any, .
     if _fast(conn):
         row: tuple[Any, ...] | None = _run(conn, stmt, params).fetchone()
         return row
-    if _psycopg(conn):
-        cur = _pg_run(conn, stmt, params)
-        try:
-            got: tuple[Any, ...] | None = cur.fetchone()
-            return got
-        finally:
-            cur.close()
-    found = conn.execute(cast(Executable, stmt), params).first()
-    return None if found is None else tuple(found)
+    cur = _pg_run(conn, stmt, params)
+    try:
+        got: tuple[Any, ...] | None = cur.fetchone()
+        return got
+    finally:
+        cur.close()
 
 
 def scalar(conn: Connection, stmt: ClauseElement, params: Params) -> Any:
@@ -207,7 +200,8 @@ def read_first(engine: Engine, stmt: ClauseElement, params: Params) -> tuple[Any
     """The first row a one-statement read selects, on SQLite by a pooled connection of
     ``engine`` outside any transaction (the statement is its own): no session, no ``BEGIN``
     and ``ROLLBACK`` around it, as every authenticated request's token look-up needs. On
-    PostgreSQL through SQLAlchemy, in a transaction of its own."""
+    PostgreSQL by psycopg in a connection of the pool, whose transaction is rolled back when it
+    goes back."""
     if engine.dialect.name != "sqlite":
         with engine.connect() as conn:
             return first(conn, stmt, params)
