@@ -2,8 +2,9 @@
 server process on the database.
 
 On PostgreSQL an ingest sends ``NOTIFY computewatch_runs`` (in its transaction, so only once it
-commits) and each server process LISTENs on one connection of its own; after a lost connection
-it catches up from the ``run_changes`` table. On SQLite each process polls ``run_changes``
+commits) and each server process LISTENs on one connection of its own, handing what arrives
+within a tenth of a second to the streams together; after a lost connection it catches up from
+the ``run_changes`` table. On SQLite each process polls ``run_changes``
 (twice a second). Either way one thread per process reads the database and hands each change to
 the streams' queues; a stream filters what its caller may see.
 """
@@ -33,6 +34,11 @@ QUEUE_SIZE: Final = 1000
 SEEN_SIZE: Final = 10_000
 CATCH_UP_MARGIN: Final = 1000
 """Catch-up rereads this many ids below the highest seen (ids commit out of order)."""
+NOTIFY_WINDOW_SECONDS: Final = 0.1
+"""On PostgreSQL, notifications that arrive within this long of the first one are handed to the
+streams together: an event reaches a stream at most this much later than one by one, and under
+load each stream is woken and written to ten times a second at most rather than at every
+upload of its team (2,000 live runs and 200 streams a process: 8,000 writes a second)."""
 
 
 @dataclass(eq=False)  # hashed by identity: a set holds them
@@ -157,10 +163,15 @@ class EventHub:
                     self._catch_up(margin)
                     margin = CATCH_UP_MARGIN
                     while not self._stop.is_set():
-                        for n in conn.notifies(timeout=1.0):
-                            change = _parse(n.payload)
-                            if change is not None:
-                                self._publish([change])
+                        # the first notification, then what else comes within the window:
+                        # published together (one hand-over, one write a stream)
+                        got = list(conn.notifies(timeout=1.0, stop_after=1))
+                        if not got:
+                            continue
+                        got.extend(conn.notifies(timeout=NOTIFY_WINDOW_SECONDS))
+                        changes = [c for n in got if (c := _parse(n.payload)) is not None]
+                        if changes:
+                            self._publish(changes)
             except Exception as e:
                 log.warning("live events: PostgreSQL connection lost: %s", type(e).__name__)
                 self._stop.wait(1.0)

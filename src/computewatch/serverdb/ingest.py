@@ -27,7 +27,6 @@ from sqlalchemy.exc import DataError, IntegrityError
 from sqlalchemy.orm import Session
 
 from computewatch.errors import ComputewatchError
-from computewatch.jsonout import dumps as json_dumps
 from computewatch.jsonout import loads as json_loads
 from computewatch.ledger.reports import SignatureStatus
 from computewatch.redact import redact_argv, redact_mapping
@@ -338,7 +337,6 @@ def _lock_run_ids(session: Session, ids: list[str]) -> None:
 _LOCK_RUNS = text(
     "SELECT pg_advisory_xact_lock(:cls, k) FROM unnest(CAST(:keys AS integer[])) AS k"
 )
-_NOTIFY = text("SELECT pg_notify(:channel, :payload)")
 
 
 RunHook = Callable[[Session, str, RunUpload, SignatureStatus], object]
@@ -372,7 +370,17 @@ _UPDATE_DOC = update(_DOCS).where(_DOCS.c.run_id == bindparam("b_run_id"))
 _DELETE_TAGS = delete(_TAGS).where(_TAGS.c.run_id == bindparam("b_run_id"))
 _INSERT_TAGS = insert(_TAGS)
 _INSERT_CHANGE = insert(_CHANGES)
-_INSERT_CHANGE_ID = insert(_CHANGES).returning(_CHANGES.c.id)
+_INSERT_CHANGE_NOTIFY = text(
+    "WITH c AS (INSERT INTO run_changes (run_id, team, seq, status, final, at) "
+    "VALUES (:run_id, :team, :seq, :status, :final, :at) "
+    "RETURNING id, run_id, team, seq, status, final) "
+    f"SELECT pg_notify('{NOTIFY_CHANNEL}', CAST(json_build_object('change', c.id, "
+    "'id', c.run_id, 'team', c.team, 'seq', c.seq, 'status', c.status, 'final', c.final) "
+    "AS text)) FROM c"
+)
+"""On PostgreSQL the change row and its NOTIFY (the row as JSON: computewatch.server.events)
+in one statement, one round trip. A NOTIFY is sent at commit, and not at all when the upload's
+savepoint is rolled back."""
 
 
 def store_batch(
@@ -554,6 +562,10 @@ def _store_runs(
             replace_series(conn, rid, run["seq"], run["series"])
         else:
             append_series(conn, rid, run["seq"], run["series"])
+        record_signature(session, rid, signature)
+        session.expire_all()  # objects loaded before these Core writes read them again
+        # governance: model compute, ledger, tiers (same transaction)
+        (on_run or _record)(session, team, run, signature.status)
         change = {
             "run_id": rid,
             "team": team,
@@ -562,25 +574,6 @@ def _store_runs(
             "final": run["final"],
             "at": now,
         }
-        if postgres:  # the NOTIFY below carries the change's id
-            change_id = prepared.first(conn, _INSERT_CHANGE_ID, change)
-        else:
-            prepared.execute(conn, _INSERT_CHANGE, change)
-        record_signature(session, rid, signature)
-        session.expire_all()  # objects loaded before these Core writes read them again
-        # governance: model compute, ledger, tiers (same transaction)
-        (on_run or _record)(session, team, run, signature.status)
-        if postgres:
-            payload = json_dumps(
-                {
-                    "change": change_id[0] if change_id else None,
-                    "id": run["id"],
-                    "team": team,
-                    "seq": run["seq"],
-                    "status": run["status"],
-                    "final": run["final"],
-                }
-            )
-            session.execute(_NOTIFY, {"channel": NOTIFY_CHANNEL, "payload": payload})
+        prepared.execute(conn, _INSERT_CHANGE_NOTIFY if postgres else _INSERT_CHANGE, change)
         results.append({"id": run["id"], "seq": run["seq"], "stored": True})
     return results
