@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import pytest
 from sqlalchemy import select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DataError, OperationalError
 
 from computewatch.governance import service as governance_service
 from computewatch.server import api
@@ -30,7 +30,7 @@ from computewatch.serverdb.errors import IngestConflict
 from computewatch.serverdb.ingest import Upload, store_batch, store_group
 from computewatch.serverdb.ledger_store import size
 from computewatch.serverdb.models import Run
-from computewatch.serverdb.node_keys import SignatureRefused
+from computewatch.serverdb.node_keys import SignatureRefused, run_signature
 from computewatch.upload.protocol import RunUpload
 
 from .conftest import batch, synthetic_upload
@@ -112,6 +112,33 @@ def test_a_group_refused_as_a_whole_is_stored_one_by_one(
     assert isinstance(outcomes[1], SignatureRefused)
     assert outcomes[2] == [{"id": "three", "seq": 1, "stored": True}]
     assert _stored(database) == {"one": 1, "three": 1}
+
+
+@pytest.mark.parametrize("db", ["postgresql"], indirect=True)
+def test_a_value_the_database_refuses_among_writes_sent_together_refuses_its_upload_alone(
+    either: Database,
+) -> None:
+    """On PostgreSQL an upload's writes go in one round trip (prepared.pipelined): a value one
+    of them is refused for (a host longer than the column) is raised as SQLAlchemy's DataError
+    for that upload, its savepoint rolled back, and the uploads before and after it stored."""
+    database = either
+    with database.session() as s:
+        store_batch(s, "a", batch(synthetic_upload(id="held", seq=1)))
+    long_host = "h" * 300  # runs.host holds 255
+    uploads = [
+        Upload("a", batch(synthetic_upload(id="p-1", seq=1))),
+        Upload("a", batch({**synthetic_upload(id="p-2", seq=1), "host": long_host})),  # insert
+        Upload("a", batch({**synthetic_upload(id="held", seq=2), "host": long_host})),  # update
+        Upload("a", batch(synthetic_upload(id="held", seq=3))),
+    ]
+    with database.session() as s:
+        outcomes = store_group(s, uploads, on_run=governance_service.on_run_stored)
+    assert outcomes[0] == [{"id": "p-1", "seq": 1, "stored": True}]
+    assert isinstance(outcomes[1], DataError) and isinstance(outcomes[2], DataError)
+    assert outcomes[3] == [{"id": "held", "seq": 3, "stored": True}]
+    assert _stored(database) == {"held": 3, "p-1": 1}
+    with database.session() as s:
+        assert run_signature(s, "held").status == "unsigned"  # written with the others
 
 
 @pytest.mark.parametrize("db", ["postgresql"], indirect=True)

@@ -14,6 +14,7 @@ entry.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import time
@@ -41,7 +42,12 @@ from computewatch.serverdb.node_keys import (
     record_signature,
     refusal,
 )
-from computewatch.serverdb.series import append_series, replace_series
+from computewatch.serverdb.series import (
+    COMPACT_AFTER,
+    append_series,
+    parts_held,
+    replace_series,
+)
 from computewatch.upload.protocol import (
     PROTOCOL_VERSION,
     IngestBatch,
@@ -542,27 +548,34 @@ def _store_runs(
             results.append({"id": rid, "seq": run["seq"], "stored": False, "needs_full": True})
             continue
         values, summary = _values(team, run, now)
-        if held is None:
-            prepared.execute(conn, _INSERT_RUN, {"id": rid, **values})
-            prepared.execute(
-                conn, _INSERT_DOC, {"run_id": rid, "summary": summary, "meta": run["meta"]}
-            )
-        else:
-            prepared.execute(conn, _UPDATE_RUN, {"b_id": rid, **values})
-            prepared.execute(
-                conn, _UPDATE_DOC, {"b_run_id": rid, "summary": summary, "meta": run["meta"]}
-            )
-            prepared.execute(conn, _DELETE_TAGS, {"b_run_id": rid})
-        tags = cast(dict[str, str], values["tags"])
-        if tags:
-            prepared.execute(
-                conn, _INSERT_TAGS, [{"run_id": rid, "key": k, "value": v} for k, v in tags.items()]
-            )
-        if base is None:
-            replace_series(conn, rid, run["seq"], run["series"])
-        else:
-            append_series(conn, rid, run["seq"], run["series"])
-        record_signature(session, rid, signature)
+        parts = parts_held(conn, rid) if base is not None and run["series"] else None
+        # The writes below need no answer: on PostgreSQL they go in one round trip (a run's
+        # series merged from many parts is read by SQLAlchemy, which cannot be in the pipeline).
+        together = parts is None or parts < COMPACT_AFTER
+        with prepared.pipelined(conn) if together else contextlib.nullcontext():
+            if held is None:
+                prepared.execute(conn, _INSERT_RUN, {"id": rid, **values})
+                prepared.execute(
+                    conn, _INSERT_DOC, {"run_id": rid, "summary": summary, "meta": run["meta"]}
+                )
+            else:
+                prepared.execute(conn, _UPDATE_RUN, {"b_id": rid, **values})
+                prepared.execute(
+                    conn, _UPDATE_DOC, {"b_run_id": rid, "summary": summary, "meta": run["meta"]}
+                )
+                prepared.execute(conn, _DELETE_TAGS, {"b_run_id": rid})
+            tags = cast(dict[str, str], values["tags"])
+            if tags:
+                prepared.execute(
+                    conn,
+                    _INSERT_TAGS,
+                    [{"run_id": rid, "key": k, "value": v} for k, v in tags.items()],
+                )
+            if base is None:
+                replace_series(conn, rid, run["seq"], run["series"])
+            else:
+                append_series(conn, rid, run["seq"], run["series"], held=parts)
+            record_signature(session, rid, signature)
         session.expire_all()  # objects loaded before these Core writes read them again
         # governance: model compute, ledger, tiers (same transaction)
         (on_run or _record)(session, team, run, signature.status)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from computewatch.errors import UsageError
@@ -230,15 +231,25 @@ def refusal(run_id: str, check: SignatureCheck, *, require_signed: bool) -> str 
 _SIGNATURES = cast(Table, RunSignature.__table__)
 _UPDATE_SIGNATURE = update(_SIGNATURES).where(_SIGNATURES.c.run_id == bindparam("b_run_id"))
 _INSERT_SIGNATURE = insert(_SIGNATURES)
+_PG_INSERT_SIGNATURE = postgresql.insert(_SIGNATURES)
+_UPSERT_SIGNATURE = _PG_INSERT_SIGNATURE.on_conflict_do_update(
+    index_elements=[_SIGNATURES.c.run_id],
+    set_={c: _PG_INSERT_SIGNATURE.excluded[c] for c in ("status", "key_id", "checked_at")},
+)
+"""On PostgreSQL one statement that needs no answer (it may be sent in a pipeline)."""
 
 
 def record_signature(session: Session, run_id: str, check: SignatureCheck) -> None:
-    """Keep the outcome for the run's latest stored upload (the caller commits). Two Core
-    statements, no object loaded: this runs once per stored upload."""
+    """Keep the outcome for the run's latest stored upload (the caller commits), with no
+    object loaded (this runs once per stored upload): on PostgreSQL one upsert, which needs no
+    answer (it may be sent in a pipeline: computewatch.serverdb.prepared.pipelined); on SQLite
+    an update, then an insert when it changed no row."""
     now = time.time()
     conn = session.connection()
     values = {"status": check.status, "key_id": check.key_id, "checked_at": now}
-    if prepared.execute(conn, _UPDATE_SIGNATURE, {"b_run_id": run_id, **values}) == 0:
+    if conn.dialect.name == "postgresql":
+        prepared.execute(conn, _UPSERT_SIGNATURE, {"run_id": run_id, **values})
+    elif prepared.execute(conn, _UPDATE_SIGNATURE, {"b_run_id": run_id, **values}) == 0:
         prepared.execute(conn, _INSERT_SIGNATURE, {"run_id": run_id, **values})
 
 

@@ -19,8 +19,9 @@ Selects read here return plain values: only columns whose type converts nothing 
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +31,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
-__all__ = ["execute", "first", "read_first", "savepoint", "scalar"]
+__all__ = ["execute", "first", "pipelined", "read_first", "savepoint", "scalar"]
 
 Params = Mapping[str, Any]
 
@@ -149,10 +150,13 @@ def _fast(conn: Connection) -> bool:
 
 
 def execute(conn: Connection, stmt: ClauseElement, params: Params | Sequence[Params]) -> int:
-    """Run ``stmt`` with ``params`` (one set, or a list for each row); the rows it changed."""
+    """Run ``stmt`` with ``params`` (one set, or a list for each row); the rows it changed
+    (-1 inside :func:`pipelined` on PostgreSQL, where the statement is only sent)."""
     if _fast(conn):
         return _run(conn, stmt, params).rowcount
     cur = _pg_run(conn, stmt, params)
+    if _piped(conn):  # its result comes at the next sync: the cursor stays open for it
+        return -1
     try:
         return int(cur.rowcount)
     finally:
@@ -160,16 +164,51 @@ def execute(conn: Connection, stmt: ClauseElement, params: Params | Sequence[Par
 
 
 def first(conn: Connection, stmt: ClauseElement, params: Params) -> tuple[Any, ...] | None:
-    """The first row ``stmt`` selects (or returns), as a tuple, or None."""
+    """The first row ``stmt`` selects (or returns), as a tuple, or None. Inside
+    :func:`pipelined` on PostgreSQL this waits for every statement sent before it, and raises
+    the first error among them."""
     if _fast(conn):
         row: tuple[Any, ...] | None = _run(conn, stmt, params).fetchone()
         return row
+    import psycopg
+
     cur = _pg_run(conn, stmt, params)
     try:
         got: tuple[Any, ...] | None = cur.fetchone()
         return got
+    except psycopg.Error as e:
+        raise DBAPIError.instance("(results of the statements sent)", None, e, psycopg.Error) from e
     finally:
         cur.close()
+
+
+def _piped(conn: Connection) -> bool:
+    raw = conn.connection.driver_connection
+    return bool(raw is not None and raw.pgconn.pipeline_status)
+
+
+@contextlib.contextmanager
+def pipelined(conn: Connection) -> Iterator[None]:
+    """On PostgreSQL, the statements run by this module inside are sent without waiting for
+    each one's answer (psycopg's pipeline mode) and answered together at the end, or at the
+    first whose rows are read (:func:`first`): one round trip for several statements, and one
+    hand-over of the interpreter lock from the thread that waits. A statement's error is raised
+    there, as SQLAlchemy's (``IntegrityError``, ``DataError``...), and the statements after it
+    in the block are not run; :func:`execute` returns no row count inside. Statements run
+    through SQLAlchemy do not belong inside. On SQLite nothing changes: each statement is a
+    call into the library, not a round trip."""
+    if _fast(conn):
+        yield
+        return
+    import psycopg
+
+    raw = conn.connection.driver_connection
+    assert raw is not None
+    try:
+        with raw.pipeline():
+            yield
+    except psycopg.Error as e:
+        raise DBAPIError.instance("(statements sent together)", None, e, psycopg.Error) from e
 
 
 def scalar(conn: Connection, stmt: ClauseElement, params: Params) -> Any:

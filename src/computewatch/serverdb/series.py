@@ -27,6 +27,7 @@ __all__ = [
     "append_series",
     "last_points",
     "merge_parts",
+    "parts_held",
     "read_series",
     "replace_series",
 ]
@@ -105,12 +106,25 @@ def replace_series(conn: Connection, run_id: str, seq: int, series: Sequence[Ser
         )
 
 
-def append_series(conn: Connection, run_id: str, seq: int, series: Sequence[SeriesUpload]) -> None:
+def parts_held(conn: Connection, run_id: str) -> int:
+    """How many parts the run's series are in now."""
+    return int(prepared.scalar(conn, _COUNT_PARTS, {"b_run_id": run_id}))
+
+
+def append_series(
+    conn: Connection,
+    run_id: str,
+    seq: int,
+    series: Sequence[SeriesUpload],
+    held: int | None = None,
+) -> None:
     """A live upload's new points (``series_base``): one more part; past
-    :data:`COMPACT_AFTER` parts, the run's parts are merged into one first."""
+    :data:`COMPACT_AFTER` parts (``held``: :func:`parts_held`, read here when not given), the
+    run's parts are merged into one first."""
     if not series:
         return
-    held = int(prepared.scalar(conn, _COUNT_PARTS, {"b_run_id": run_id}))
+    if held is None:
+        held = parts_held(conn, run_id)
     if held >= COMPACT_AFTER:
         parts = conn.execute(
             select(_PARTS.c.series).where(_PARTS.c.run_id == run_id).order_by(_PARTS.c.id)
