@@ -15,6 +15,10 @@ from 4.9 to 4.0 ms under load. The server runs on these two drivers only
 
 Selects read here return plain values: only columns whose type converts nothing on the way out
 (strings, numbers) are allowed, checked when a statement is compiled.
+
+On PostgreSQL the statements whose answers are not read can be sent together
+(:func:`pipelined`, psycopg's pipeline mode): each statement is otherwise a round trip, which
+the server's writer thread waits for.
 """
 
 from __future__ import annotations
