@@ -174,7 +174,7 @@ def first(conn: Connection, stmt: ClauseElement, params: Params) -> tuple[Any, .
     if _fast(conn):
         row: tuple[Any, ...] | None = _run(conn, stmt, params).fetchone()
         return row
-    import psycopg
+    import psycopg  # the PostgreSQL driver: there when the dialect is
 
     cur = _pg_run(conn, stmt, params)
     try:
@@ -204,7 +204,7 @@ def pipelined(conn: Connection) -> Iterator[None]:
     if _fast(conn):
         yield
         return
-    import psycopg
+    import psycopg  # the PostgreSQL driver: there when the dialect is
 
     raw = conn.connection.driver_connection
     assert raw is not None
